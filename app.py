@@ -1,0 +1,21 @@
+"""The app's router: `streamlit run app.py`. Each section of the sidebar is one entry of NAVIGATION; a page is
+one file under pages/."""
+
+import streamlit as st
+
+st.set_page_config(page_title="RLHF policy optimisation lab", page_icon="🎛️", layout="wide")
+
+NAVIGATION = {
+    "Walk-through": [
+        st.Page("pages/overview.py", title="Overview", icon="🗺️", default=True),
+        st.Page("pages/policy_gradient.py", title="Policy Gradient", icon="1️⃣"),
+        st.Page("pages/ppo.py", title="PPO", icon="2️⃣"),
+        st.Page("pages/grpo.py", title="GRPO · DAPO · Dr. GRPO", icon="3️⃣"),
+        st.Page("pages/gspo.py", title="GSPO", icon="4️⃣"),
+        st.Page("pages/rloo.py", title="RLOO", icon="5️⃣"),
+        st.Page("pages/reinforce_pp.py", title="REINFORCE++", icon="6️⃣"),
+        st.Page("pages/vapo.py", title="VAPO / VC-PPO", icon="7️⃣"),
+    ],
+}
+
+st.navigation(NAVIGATION).run()

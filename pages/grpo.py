@@ -1,0 +1,109 @@
+import streamlit as st
+
+from rl_core.advantages import dr_grpo_advantages, grpo_advantages
+from rl_core.aggregation import aggregate_loss
+from rl_core.kl import kl_k3
+from rl_core.losses import clip_cov_detach_mask
+from rl_core.rewards import soft_overlong_punishment
+from rl_core.sampling import dynamic_sampling_keep
+from ui.lab import live_lab
+from ui.story import formula, ratio_is_one
+
+st.title("GRPO, with DAPO and Dr. GRPO")
+st.subheader("The problem")
+st.markdown(
+    "PPO's critic is a second network the size of the policy, trained alongside it, and its per-token "
+    "values are estimates that every advantage inherits. With a verifiable 0/1 reward at the end of each "
+    "answer, the question worth asking is simpler: *was this answer better than the model's other answers to "
+    "the same question?*"
+)
+st.subheader("The idea")
+st.markdown(
+    "Sample a **group** of G responses per prompt and let the group be the baseline: standardise each "
+    "reward by the group's mean and standard deviation, and give that number to every token of the response. "
+    "No critic, no GAE. The KL penalty moves out of the reward and into the loss, estimated per token with k3, "
+    "and the loss averages tokens within each response, then responses."
+)
+formula(
+    "Group-relative advantage",
+    r"\hat A_{i,t} = \hat A_i = \frac{R_i - \mathrm{mean}(R_1,\dots,R_G)}{\mathrm{std}(R_1,\dots,R_G) + \epsilon}",
+    grpo_advantages,
+    "A group whose rewards are all equal (all right, or all wrong) gets advantage 0 everywhere: no gradient.",
+)
+formula(
+    "k3: the KL estimator in the loss",
+    r"k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - 1 - \log\frac{\pi_{\text{ref}}}{\pi_\theta} \;\ge 0, \qquad \mathbb{E}_{\pi_\theta}[k_3] = \mathrm{KL}(\pi_\theta\,\|\,\pi_{\text{ref}})",
+    kl_k3,
+)
+formula(
+    "The objective and how it is averaged",
+    [r"\mathcal{L} = \frac{1}{G}\sum_i \frac{1}{|y_i|}\sum_t \Big[-\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon, 1+\varepsilon)\hat A_i\big) + \beta\, k_{3,i,t}\Big]",
+     r"\text{token-mean: } \frac{\sum_{i,t} m\,\mathcal{L}}{\sum_{i,t} m} \qquad \text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m\,\mathcal{L}}{B\, T_{\max}}"],
+    aggregate_loss,
+    "The clip is PPO's. The 1/|y_i| inside is `seq-mean-token-mean`; the alternatives below it are DAPO's and "
+    "Dr. GRPO's.",
+)
+ratio_is_one()
+
+st.header("DAPO: four repairs for long training runs")
+st.markdown(
+    "- **Entropy collapse → clip-higher.** With ε = 0.2 a token at probability 0.01 can only reach 0.012 in "
+    "one update, while one at 0.9 may reach 1.08: the upper bound throttles exactly the rare tokens that "
+    "exploration needs, and the entropy drains away. DAPO raises only ε_high (0.28) and keeps ε_low at 0.2, so "
+    "good surprises can grow fast while bad tokens are still not crushed to zero.\n"
+    "- **Groups with no signal → dynamic sampling.** As the policy improves, more groups are all correct "
+    "(or, on hard prompts, all wrong); their advantages are 0 and the useful batch shrinks. DAPO drops them and "
+    "samples more prompts until the batch is full.\n"
+    "- **Length bias → token-level loss.** Averaging within each response first gives a long response the "
+    "same total weight as a short one, so each of its tokens counts less, and long rambling failures are "
+    "under-punished. `token-mean` weighs every token alike.\n"
+    "- **Truncation noise → overlong shaping.** A response cut at the length limit may have been on the right "
+    "track; scoring it as wrong is noise. DAPO can mask such responses out of the loss, and adds a soft penalty "
+    "that ramps from 0 to −1 as a response nears the limit.\n\n"
+    "DAPO also sets β = 0: for reasoning with verifiable rewards, moving away from the SFT model is the point."
+)
+formula(
+    "Dynamic sampling: keep only groups that carry a signal",
+    r"\text{keep group } g \iff \max_j R_{g,j} - \min_j R_{g,j} > 0 \quad(\text{for 0/1 rewards: } 0 < \mathrm{mean}_j R_{g,j} < 1)",
+    dynamic_sampling_keep,
+)
+formula(
+    "Soft overlong punishment",
+    r"R_{\text{len}}(y) = \begin{cases} 0 & |y| \le L_{\max} - L_{\text{cache}} \\ \frac{(L_{\max} - L_{\text{cache}}) - |y|}{L_{\text{cache}}} & L_{\max} - L_{\text{cache}} < |y| \le L_{\max} \\ -1 & |y| > L_{\max} \end{cases}",
+    soft_overlong_punishment,
+)
+formula(
+    "A targeted alternative against entropy collapse: Clip-Cov",
+    r"\mathrm{Cov}_t = \big(\log\pi_\theta(a_t) - \overline{\log\pi_\theta}\big)\,\big(A_t - \bar A\big)",
+    clip_cov_detach_mask,
+    "Entropy falls mostly through a handful of tokens that are both likely and strongly advantaged. Detaching "
+    "the gradient of a small random share of the highest-covariance tokens slows the collapse without the "
+    "global, hard-to-tune push of an entropy bonus (`cov_mode` in the lab).",
+)
+
+st.header("Dr. GRPO: remove two normalisers")
+st.markdown(
+    "GRPO divides twice where it should not. Dividing by the group's standard deviation inflates prompts on "
+    "which nearly every answer agrees, i.e. ones that are too easy or too hard, so they get outsized updates. "
+    "Dividing each response's loss by its own length makes a wrong answer's per-token penalty smaller the longer "
+    "it is, so wrong answers drift longer. Dr. GRPO keeps the mean-centred reward and divides the summed loss by a "
+    "constant."
+)
+formula("Advantage without the standard deviation", r"\hat A_i = R_i - \mathrm{mean}(R_1,\dots,R_G)", dr_grpo_advantages)
+st.subheader("What it leaves open")
+st.markdown(
+    "One advantage per response, but one importance ratio per token: a sequence-level judgement is applied "
+    "through token-level corrections. GSPO makes the two agree."
+)
+st.markdown(
+    "**Try:** set G = 2 and watch the share of groups with identical rewards; switch to DAPO and compare the "
+    "entropy and the clip fraction's high side; compare response length under the three loss aggregations."
+)
+live_lab(
+    "grpo",
+    {"GRPO": "grpo", "DAPO": "dapo", "Dr. GRPO": "dr_grpo"},
+    ("num_generations", "prompts_per_step", "epsilon", "epsilon_high", "beta", "kl_estimator", "loss_agg_mode",
+     "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "entropy_coef", "ppo_epochs",
+     "num_minibatches", "learning_rate", "temperature"),
+)
+st.page_link("pages/gspo.py", label="Next: GSPO moves the ratio to the sequence", icon="➡️")

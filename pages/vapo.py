@@ -1,0 +1,79 @@
+import streamlit as st
+
+from rl_core.advantages import gae, length_adaptive_lambda
+from rl_core.losses import positive_nll_loss
+from rl_core.metrics import explained_variance
+from ui.lab import live_lab
+from ui.story import formula, ratio_is_one
+
+st.title("VAPO and VC-PPO: repairing the critic")
+st.subheader("The problem")
+st.markdown(
+    "Critic-free methods give every token of a response roughly the same credit; a good critic would say "
+    "which tokens mattered. But PPO's critic tends to fail exactly on long responses, where PPO then "
+    "collapses: responses get shorter and accuracy falls. VC-PPO traced this to two faults.\n\n"
+    "- **A biased start.** The critic is usually initialised from the reward model, which only ever scored "
+    "finished responses. On a half-written one it gives a low score that rises as the response grows, so "
+    "V(s_{t+1}) > V(s_t) almost everywhere. With little KL and no reward before the end, every TD error is "
+    "then positive, and GAE adds them up so that the *earliest* tokens get the largest advantages: stopping "
+    "early looks good, and responses shrink.\n"
+    "- **A decaying signal.** With λ < 1 the final reward reaches token t only with weight λ^(T−t); 0.95^100 ≈ "
+    "0.006. On a long response the critic learns almost nothing from the real reward and bootstraps on its "
+    "own guesses.\n\n"
+    "VAPO adds two more: one fixed λ cannot suit both short and long responses, and a 0/1 reward at the end "
+    "is sparse."
+)
+st.subheader("The ideas")
+st.markdown(
+    "- **Value pretraining.** Before RL, freeze the SFT policy, sample from it and regress the critic on "
+    "Monte-Carlo returns (λ = 1) until its explained variance is high; RL then starts from a critic that "
+    "already predicts returns.\n"
+    "- **Decoupled GAE.** The critic's targets use λ_critic = 1, so the reward reaches every token undecayed; "
+    "the actor's advantages keep λ_actor = 0.95 for lower variance. Critic and actor want different "
+    "bias–variance trade-offs, so they get different λ.\n"
+    "- **Length-adaptive GAE.** Choose λ per response so that the total weight Σλ^t = 1/(1 − λ) grows with its "
+    "length: λ = 1 − 1/(α|y|).\n"
+    "- From the rest of the family: the token-level loss, clip-higher, several samples per prompt, and a "
+    "**positive-sample NLL** term that imitates the best answers of each batch.\n\n"
+    "This lab's critic starts from the SFT policy's transformer with a fresh value head: uninformed rather "
+    "than biased by a reward model. Value pretraining is still what makes its first advantages useful."
+)
+formula(
+    "Decoupled GAE: one λ for the actor, another for the critic",
+    [r"A_t = \sum_{l\ge0} (\gamma\lambda_{\text{actor}})^l\, \delta_{t+l}, \qquad \lambda_{\text{actor}} = 0.95",
+     r"R_t = A^{(\lambda_{\text{critic}})}_t + V(s_t), \qquad \lambda_{\text{critic}} = 1 \;\Rightarrow\; R_t = \sum_{t'\ge t} \gamma^{\,t'-t} r_{t'}"],
+    gae,
+    "The same function, called twice: once with λ_actor for the advantages, once with λ_critic for the targets.",
+)
+formula(
+    "Length-adaptive λ",
+    r"\sum_{t\ge0} \lambda^t = \frac{1}{1-\lambda} = \alpha\,|y| \quad\Longrightarrow\quad \lambda_{\text{actor}} = 1 - \frac{1}{\alpha\,|y|}",
+    length_adaptive_lambda,
+)
+formula(
+    "Explained variance: is the critic any good?",
+    r"\mathrm{EV} = 1 - \frac{\mathrm{Var}(R - V)}{\mathrm{Var}(R)}",
+    explained_variance,
+    "1: the critic predicts the returns; 0: no better than their mean; below 0: its advantages are worse "
+    "than using no critic at all. The lab reports it after value pretraining and at every step.",
+)
+formula(
+    "Positive-sample NLL",
+    r"\mathcal{L}_{\text{NLL}} = -\frac{1}{\sum_{y_i \in \mathcal{T}^+} |y_i|}\sum_{y_i \in \mathcal{T}^+}\sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t}), \qquad \mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}",
+    positive_nll_loss,
+)
+ratio_is_one()
+st.markdown(
+    "**Try:** set value pretraining to 0 and compare the explained-variance chart's first steps with the "
+    "default; turn `lam_critic` and `length_adaptive_alpha` off (plain PPO's critic) and watch the explained "
+    "variance and the response length."
+)
+live_lab(
+    "vapo",
+    {"VAPO": "vapo"},
+    ("value_pretrain_steps", "lam", "lam_critic", "length_adaptive_alpha", "gamma", "epsilon", "epsilon_high",
+     "positive_nll_coef", "num_generations", "prompts_per_step", "critic_learning_rate", "vf_coef",
+     "cliprange_value", "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "beta",
+     "loss_agg_mode"),
+)
+st.page_link("pages/overview.py", label="Back to the overview", icon="↩️")

@@ -1,0 +1,27 @@
+"""The algorithm presets: one file per algorithm, each defining `PRESET`, an `AlgoConfig` with the spec's
+defaults. Every module in this package is imported here, so a new algorithm is a new file."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from rl_core.config import AlgoConfig
+
+PRESETS: dict[str, AlgoConfig] = {}
+
+for _module in pkgutil.iter_modules(__path__):
+    _preset = importlib.import_module(f"{__name__}.{_module.name}").PRESET
+    _preset.validate()
+    PRESETS[_preset.name] = _preset
+
+# The order of the walk-through, then anything added later.
+WALKTHROUGH_ORDER = ("pg", "ppo", "grpo", "dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "vapo")
+PRESETS = {name: PRESETS[name] for name in WALKTHROUGH_ORDER if name in PRESETS} | PRESETS
+
+
+def get_preset(name: str, **overrides) -> AlgoConfig:
+    """The named preset with knobs overridden; ValueError names the allowed presets or the bad knob."""
+    if name not in PRESETS:
+        raise ValueError(f"algorithm {name!r} is unknown; allowed: {', '.join(PRESETS)}")
+    return PRESETS[name].replace(**overrides)

@@ -1,0 +1,92 @@
+"""Binds the config's names to the formula functions: which advantage estimator and which policy loss.
+
+Each entry adapts one pure formula to a common call, so the trainer has one code path for every preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rl_core import advantages as adv
+from rl_core import losses
+from rl_core.config import AlgoConfig
+from rl_core.masking import masked_whiten
+
+
+@dataclass
+class AdvantageInputs:
+    token_rewards: torch.Tensor  # [B, T] r_t (task reward on the last token, −β·k in reward if used)
+    mask: torch.Tensor  # [B, T]
+    values: torch.Tensor | None  # [B, T] V(s_t) from the critic, or None
+    group_size: int
+
+    @property
+    def sequence_rewards(self) -> torch.Tensor:
+        """R_i with any in-reward KL folded in: Σ_t r_t."""
+        return (self.token_rewards * self.mask).sum(-1)
+
+
+def _reward_to_go(algo: AlgoConfig, x: AdvantageInputs):
+    returns = adv.reward_to_go(x.token_rewards, x.mask, algo.gamma)
+    advantages = adv.batch_mean_baseline(returns, x.mask) if algo.use_baseline else returns
+    return advantages, returns
+
+
+def _gae(algo: AlgoConfig, x: AdvantageInputs):
+    lam_actor = algo.lam
+    if algo.length_adaptive_alpha is not None:
+        lam_actor = adv.length_adaptive_lambda(x.mask.sum(-1), algo.length_adaptive_alpha)
+    advantages, returns = adv.gae(x.token_rewards, x.values, x.mask, algo.gamma, lam_actor)
+    if algo.lam_critic is not None:
+        _, returns = adv.gae(x.token_rewards, x.values, x.mask, algo.gamma, algo.lam_critic)
+    return advantages, returns
+
+
+def _group(formula):
+    def estimate(algo: AlgoConfig, x: AdvantageInputs):
+        return adv.broadcast_to_tokens(formula(x.sequence_rewards, x.group_size), x.mask), None
+
+    return estimate
+
+
+def _reinforce_pp(algo: AlgoConfig, x: AdvantageInputs):
+    return adv.reinforce_pp_advantages(x.token_rewards, x.mask, algo.gamma), None
+
+
+def _reinforce_pp_baseline(algo: AlgoConfig, x: AdvantageInputs):
+    return adv.reinforce_pp_baseline_advantages(x.sequence_rewards, x.mask, x.group_size), None
+
+
+ADVANTAGE_ESTIMATORS = {
+    "reward_to_go": _reward_to_go,
+    "gae": _gae,
+    "grpo": _group(adv.grpo_advantages),
+    "dr_grpo": _group(adv.dr_grpo_advantages),
+    "rloo": _group(adv.rloo_advantages),
+    "reinforce_pp": _reinforce_pp,
+    "reinforce_pp_baseline": _reinforce_pp_baseline,
+}
+
+
+def estimate_advantages(algo: AlgoConfig, x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(advantages [B, T], critic targets [B, T] or None)` as the config says, whitened if asked."""
+    advantages, returns = ADVANTAGE_ESTIMATORS[algo.advantage_estimator](algo, x)
+    if algo.whiten_advantages:
+        advantages = masked_whiten(advantages, x.mask)
+    return advantages, returns
+
+
+def policy_loss(
+    algo: AlgoConfig, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Per-token policy loss `[B, T]` of the configured kind (GSPO's per-sequence loss broadcast to tokens)."""
+    if algo.policy_loss == "vanilla":
+        return losses.vanilla_pg_loss(logp, advantages)
+    if algo.policy_loss == "clip":
+        return losses.clipped_surrogate_loss(logp, old_logp, advantages, algo.epsilon, algo.epsilon_high, algo.dual_clip)
+    # GSPO uses one advantage per sequence: every token of a response carries the same value.
+    sequence_advantages = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    gspo = losses.gspo_loss if algo.policy_loss == "gspo" else losses.gspo_token_loss
+    return gspo(logp, old_logp, sequence_advantages, mask, algo.epsilon, algo.epsilon_high)

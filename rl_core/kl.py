@@ -1,0 +1,45 @@
+"""Per-token estimators of KL(π_θ ‖ π_ref) from sampled tokens, and the exact per-state KL.
+
+With `log r_t = log π_ref(a_t|s_t) − log π_θ(a_t|s_t)` and `a_t ~ π_θ(·|s_t)`:
+k1 and k3 are unbiased for the KL, k2 is biased; k2 and k3 are never negative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """`k1 = −log r = log π_θ − log π_ref` per token (unbiased, high variance, can be negative)."""
+    return logp - ref_logp
+
+
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """`k2 = ½ (log r)²` per token (biased, low variance, ≥ 0)."""
+    return 0.5 * (ref_logp - logp) ** 2
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """`k3 = r − 1 − log r` per token (unbiased, low variance, ≥ 0; GRPO's estimator)."""
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - 1 - log_ratio
+
+
+def kl_exact(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
+    """`Σ_v π_θ(v|s_t) (log π_θ(v|s_t) − log π_ref(v|s_t))` over the last (vocabulary) dim: `[B,T,V]` → `[B,T]`.
+
+    Terms with `π_θ(v|s_t) = 0` count 0 (the convention 0·log 0 = 0), so `−inf` logits are allowed.
+    """
+    logp = torch.log_softmax(logits, dim=-1)
+    ref_logp = torch.log_softmax(ref_logits, dim=-1)
+    p = logp.exp()
+    return torch.where(p > 0, p * (logp - ref_logp), 0.0).sum(-1)
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": kl_k1,
+    "k2": kl_k2,
+    "k3": kl_k3,
+}

@@ -1,0 +1,82 @@
+"""Diagnostics reported every step, as python floats: clip fractions, explained variance, approximate KL
+between the old and the updated policy, advantage statistics, and the share of zero-advantage groups."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_core.kl import kl_k2
+from rl_core.masking import masked_mean, masked_var
+from rl_core.sampling import dynamic_sampling_keep
+
+
+def clip_fractions(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+    dual_clip: float | None = None,
+) -> dict[str, float]:
+    """Fractions of the valid tokens on which a clip is active, given the sign of A:
+
+    * `clip_frac_low`: `ρ < 1 − ε_low` and `A < 0`;
+    * `clip_frac_high`: `ρ > 1 + ε_high` and `A > 0`;
+    * `clip_frac`: their sum (a token is in at most one of them);
+    * `dual_clip_frac`: `A < 0` and `ρ > c` (0 when `dual_clip` is None).
+
+    For GSPO's per-sequence fractions pass `[B, 1]` tensors (sequence ratio, sequence advantage, ones).
+    """
+    low = (ratio < 1 - epsilon_low) & (advantages < 0)
+    high = (ratio > 1 + epsilon_high) & (advantages > 0)
+    dual = (advantages < 0) & (ratio > dual_clip) if dual_clip is not None else torch.zeros_like(low)
+
+    def fraction(selected: torch.Tensor) -> float:
+        return masked_mean(selected.to(ratio.dtype), mask).item()
+
+    return {
+        "clip_frac": fraction(low | high),
+        "clip_frac_low": fraction(low),
+        "clip_frac_high": fraction(high),
+        "dual_clip_frac": fraction(dual),
+    }
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """`1 − Var(R − V)/Var(R)` over the valid tokens (population variances): 1 perfect, 0 no better than
+    predicting the mean return, < 0 harmful.
+
+    When every valid return is the same (`Var(R) = 0`, or no valid token) there is nothing to explain and the
+    result is 0.0 rather than NaN or −inf.
+    """
+    return_var = masked_var(returns, mask)
+    if return_var == 0:
+        return 0.0
+    return (1 - masked_var(returns - values, mask) / return_var).item()
+
+
+def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> float:
+    """KL(π_old ‖ π_θ) estimated with k2 on the sampled tokens: masked mean of `½ (log π_θ − log π_old)²`.
+
+    k2 is chosen because it is never negative and has low variance for small steps, where its bias is of
+    third order in `ℓ_t`.
+    """
+    return masked_mean(kl_k2(logp, old_logp), mask).item()
+
+
+def advantage_stats(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean, population std, min and max of the advantages over the valid tokens (all 0.0 with no valid token)."""
+    valid = advantages[mask > 0]
+    if valid.numel() == 0:
+        return {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
+    return {
+        "mean": valid.mean().item(),
+        "std": valid.std(correction=0).item(),
+        "min": valid.min().item(),
+        "max": valid.max().item(),
+    }
+
+
+def zero_advantage_group_fraction(R: torch.Tensor, group_size: int) -> float:
+    """Fraction of groups whose rewards are all equal (so every group advantage in them is 0)."""
+    return 1.0 - dynamic_sampling_keep(R, group_size).float().mean().item()

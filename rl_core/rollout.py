@@ -1,0 +1,174 @@
+"""Batched sampling with the KV cache, and the per-token quantities of a (prompt, response) batch.
+
+Layout: every sequence is `[left-padded prompt | right-padded response]`, so all prompts end at the same
+column `P` and response token t of every row sits at column `P + t`. The logits that predict response token t
+are read at column `P + t − 1`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
+
+from rl_core.losses import entropy_from_logits
+from rl_core.models import position_ids_from_mask
+
+
+@dataclass
+class TokenBatch:
+    """Token ids of (prompt, response) pairs: prompt ids left-padded to `prompt_length`, then response ids."""
+
+    sequences: torch.Tensor  # [B, P + T] long
+    attention_mask: torch.Tensor  # [B, P + T] long
+    prompt_length: int  # P
+    response_mask: torch.Tensor  # [B, T] float: 1 for response tokens up to and including EOS
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        return self.sequences[:, self.prompt_length :]
+
+
+@dataclass
+class Rollout(TokenBatch):
+    """A sampled batch with what the sampler saw at every step."""
+
+    old_logp: torch.Tensor  # [B, T] log-probs of the sampled tokens under the sampling policy
+    entropy: torch.Tensor  # [B, T] entropy of the sampling distribution at each step
+    ended_with_eos: torch.Tensor  # [B] bool
+    prompts: list[str]
+    responses: list[str]  # decoded text, without EOS
+
+    @property
+    def truncated(self) -> torch.Tensor:
+        """[B] bool: the response hit the length limit without emitting EOS."""
+        return ~self.ended_with_eos
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.response_mask.sum(-1)
+
+    def select(self, rows: torch.Tensor) -> "Rollout":
+        """The sub-batch of the given row indices."""
+        index = rows.tolist()
+        return Rollout(
+            sequences=self.sequences[rows],
+            attention_mask=self.attention_mask[rows],
+            prompt_length=self.prompt_length,
+            response_mask=self.response_mask[rows],
+            old_logp=self.old_logp[rows],
+            entropy=self.entropy[rows],
+            ended_with_eos=self.ended_with_eos[rows],
+            prompts=[self.prompts[i] for i in index],
+            responses=[self.responses[i] for i in index],
+        )
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], device: torch.device):
+    """BOS + prompt characters, left-padded: `(input_ids, attention_mask)`."""
+    rows = [[tokenizer.bos_token_id] + tokenizer.encode(p) for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+@torch.no_grad()
+def sample(
+    policy: GPT2LMHeadModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample one response per prompt, token by token with the KV cache, from softmax(logits / temperature)."""
+    device = next(policy.parameters()).device
+    was_training = policy.training
+    policy.eval()
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    batch = len(prompts)
+    eos = tokenizer.eos_token_id
+    tokens, logps, entropies = [], [], []
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    attention = prompt_mask
+    step_input, positions, cache = prompt_ids, position_ids_from_mask(prompt_mask), None
+    for _ in range(max_new_tokens):
+        out = policy(
+            input_ids=step_input, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float() / temperature
+        log_probs = torch.log_softmax(logits, dim=-1)
+        token = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+        # Rows that already ended keep emitting padding, which the response mask hides.
+        token = torch.where(finished, torch.full_like(token, tokenizer.pad_token_id), token)
+        tokens.append(token)
+        logps.append(log_probs.gather(-1, token[:, None]).squeeze(-1))
+        entropies.append(entropy_from_logits(logits))
+        alive_before = ~finished
+        finished = finished | (token == eos)
+        attention = torch.cat([attention, alive_before.long()[:, None]], dim=-1)
+        positions = positions[:, -1:] + 1
+        step_input = token[:, None]
+        if bool(finished.all()):
+            break
+    response_ids = torch.stack(tokens, dim=1)
+    response_mask = attention[:, prompt_ids.shape[1] :].float()
+    policy.train(was_training)
+    responses = [
+        tokenizer.decode(row[mask.bool()].tolist(), skip_special_tokens=True)
+        for row, mask in zip(response_ids.cpu(), response_mask.cpu())
+    ]
+    return Rollout(
+        sequences=torch.cat([prompt_ids, response_ids], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+        prompt_length=prompt_ids.shape[1],
+        response_mask=response_mask,
+        old_logp=torch.stack(logps, dim=1) * response_mask,
+        entropy=torch.stack(entropies, dim=1) * response_mask,
+        ended_with_eos=finished,
+        prompts=list(prompts),
+        responses=responses,
+    )
+
+
+def encode_pairs(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], responses: list[str], device: torch.device
+) -> TokenBatch:
+    """Teacher-forcing layout of given responses (each followed by EOS) after their prompts."""
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    rows = [tokenizer.encode(r) + [tokenizer.eos_token_id] for r in responses]
+    width = max(len(r) for r in rows)
+    response_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        response_ids[i, : len(row)] = torch.tensor(row)
+        response_mask[i, : len(row)] = 1
+    response_ids, response_mask = response_ids.to(device), response_mask.to(device)
+    return TokenBatch(
+        sequences=torch.cat([prompt_ids, response_ids], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
+        prompt_length=prompt_ids.shape[1],
+        response_mask=response_mask.float(),
+    )
+
+
+def response_logits(model: GPT2LMHeadModel, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Logits `[B, T, V]` (divided by the sampling temperature) that predict each response token."""
+    out = model(
+        input_ids=batch.sequences,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids_from_mask(batch.attention_mask),
+    )
+    start = batch.prompt_length - 1
+    return out.logits[:, start : start + batch.response_mask.shape[1], :].float() / temperature
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log π(a_t|s_t) `[B, T]` of the given tokens under `logits` `[B, T, V]`."""
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens[..., None]).squeeze(-1)

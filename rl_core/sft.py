@@ -1,0 +1,102 @@
+"""Supervised warm start: fit the policy to a task's (imperfect) demonstrations; the result is π_ref.
+
+Checkpoints are cached on disk per (task, model preset, seed, noise, steps), written to a temporary folder
+and renamed into place, so an interrupted run never leaves a half-written checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import platformdirs
+import torch
+from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
+
+from rl_core.models import build_policy, load_policy, model_config
+from rl_core.rollout import encode_pairs, response_logits, token_logprobs
+from toy_tasks.base import ToyTask
+
+
+def default_cache_dir() -> Path:
+    """Where SFT checkpoints and reward models live; `RLHF_LAB_CACHE` overrides the user cache directory."""
+    return Path(os.environ.get("RLHF_LAB_CACHE") or platformdirs.user_cache_dir("rlhf-lab"))
+
+
+def sft_loss(policy: GPT2LMHeadModel, tokenizer, prompts: list[str], responses: list[str]) -> torch.Tensor:
+    """Token-mean negative log-likelihood of the demonstrated responses (EOS included) given their prompts."""
+    batch = encode_pairs(tokenizer, prompts, responses, next(policy.parameters()).device)
+    logp = token_logprobs(response_logits(policy, batch), batch.response_ids)
+    return -(logp * batch.response_mask).sum() / batch.response_mask.sum()
+
+
+def train_sft(
+    policy: GPT2LMHeadModel,
+    tokenizer: PreTrainedTokenizerBase,
+    task: ToyTask,
+    steps: int,
+    demo_noise: float,
+    seed: int,
+    batch_size: int = 64,
+    learning_rate: float = 3e-3,
+    progress: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Adam on the demonstration NLL with a linear warm-down; returns the loss of every step."""
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0, foreach=True)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / max(steps, 1))
+    policy.train()
+    losses = []
+    for step in range(steps):
+        prompts = task.sample_prompts(batch_size, rng)
+        responses = [task.demonstration(p, rng, demo_noise) for p in prompts]
+        loss = sft_loss(policy, tokenizer, prompts, responses)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        if progress is not None:
+            progress(step + 1, losses[-1])
+    return losses
+
+
+def sft_policy(
+    task: ToyTask,
+    tokenizer: PreTrainedTokenizerBase,
+    model_preset: str,
+    seed: int,
+    demo_noise: float,
+    steps: int,
+    device: torch.device,
+    cache_dir: Path | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> GPT2LMHeadModel:
+    """The SFT policy for this (task, preset, seed, noise, steps), trained once and then loaded from the cache."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    # The architecture's hash is part of the key, so a changed preset never loads a stale checkpoint.
+    architecture = hashlib.sha1(model_config(model_preset, tokenizer).to_json_string().encode()).hexdigest()[:8]
+    name = f"{task.name}-{model_preset}-{architecture}-seed{seed}-noise{demo_noise:g}-steps{steps}"
+    folder = cache_dir / "sft" / name
+    if (folder / "config.json").exists():
+        try:
+            return load_policy(folder).to(device)
+        except (OSError, ValueError):
+            shutil.rmtree(folder, ignore_errors=True)  # unreadable: train it again
+    torch.manual_seed(seed)
+    policy = build_policy(model_preset, tokenizer).to(device)
+    train_sft(policy, tokenizer, task, steps, demo_noise, seed, progress=progress)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    policy.save_pretrained(staging)  # safetensors: written from device tensors directly
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(folder)
+    except OSError:  # another process finished the same checkpoint first
+        shutil.rmtree(staging, ignore_errors=True)
+    return policy

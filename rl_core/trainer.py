@@ -1,0 +1,453 @@
+"""One training loop for every preset: rollout → reward → advantages → K epochs × minibatches → metrics.
+
+`Trainer.prepare()` builds the models (SFT warm start, reward model, value pretraining), `Trainer.steps()`
+yields one plain-dict record per RL step. Nothing here draws anything: the CLI and the pages consume the records.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from rl_core import kl as kl_estimators
+from rl_core.advantages import reward_to_go
+from rl_core.aggregation import aggregate_loss
+from rl_core.config import RunConfig
+from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
+from rl_core.kl_control import adaptive_beta
+from rl_core.losses import (
+    clip_cov_detach_mask,
+    clipped_value_loss,
+    entropy_from_logits,
+    gspo_sequence_ratio,
+    kl_cov_penalty_mask,
+    positive_nll_loss,
+)
+from rl_core.masking import masked_mean
+from rl_core.metrics import (
+    advantage_stats,
+    approx_kl,
+    clip_fractions,
+    explained_variance,
+    zero_advantage_group_fraction,
+)
+from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
+from rl_core.rewards import kl_penalized_token_rewards, soft_overlong_punishment
+from rl_core.rollout import Rollout, response_logits, sample, token_logprobs
+from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
+from rl_core.sft import default_cache_dir, sft_policy
+from rl_core.tokenizer import build_char_tokenizer
+from toy_tasks import get_task
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a loss became NaN); the message says what and where."""
+
+
+class TrainingStopped(Exception):
+    """The stop event was set while the models were being prepared."""
+
+
+class Trainer:
+    def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
+        run.validate()
+        self.run = run
+        self.algo = run.algo
+        self.cache_dir = Path(cache_dir or default_cache_dir())
+        self.stop_event = stop_event or threading.Event()
+        self.device = select_device(run.device)
+        if run.model not in MODEL_PRESETS:
+            raise ValueError(f"model={run.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+        threads = MODEL_PRESETS[run.model].cpu_threads
+        if self.device.type == "cpu" and threads is not None:
+            torch.set_num_threads(threads)
+        self.task = get_task(run.task)
+        self.max_new_tokens = self.algo.max_new_tokens or self.task.max_new_tokens
+        self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
+        self.tokenizer = build_char_tokenizer()
+        self.beta = self.algo.beta
+        self.step_index = 0
+        self.prompt_rng = random.Random(run.seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(run.seed)
+        self.policy = self.reference = self.critic = None
+        self.optimizer = self.critic_optimizer = None
+
+    # ------------------------------------------------------------------ setup
+    def prepare(self, progress: Progress | None = None) -> dict:
+        """Reward model, SFT policy, reference, critic (value-pretrained if asked); returns setup metrics."""
+        report = progress or (lambda phase, done, total: None)
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if self.stop_event.is_set():
+                raise TrainingStopped(f"stopped during {phase}")
+            report(phase, done, total)
+
+        progress("reward", 0, 1)
+        self.task.prepare(self.cache_dir, self.device, self.run.seed)
+        progress("reward", 1, 1)
+        self.policy = sft_policy(
+            self.task,
+            self.tokenizer,
+            self.run.model,
+            self.run.seed,
+            self.demo_noise,
+            self.run.sft_steps,
+            self.device,
+            self.cache_dir,
+            progress=lambda done, loss: progress("sft", done, self.run.sft_steps),
+        )
+        self.reference = frozen_reference(self.policy)
+        torch.manual_seed(self.run.seed)
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, foreach=True)
+        setup = {}
+        if self.algo.use_critic:
+            self.critic = ValueModel.from_policy(self.policy).to(self.device)
+            self.critic_optimizer = torch.optim.AdamW(
+                self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, foreach=True
+            )
+            for step in range(self.algo.value_pretrain_steps):
+                setup["value_pretrain_explained_variance"] = self._value_pretrain_step()
+                progress("value_pretrain", step + 1, self.algo.value_pretrain_steps)
+        return setup
+
+    def _value_pretrain_step(self) -> float:
+        """VAPO: the policy stays frozen; the critic regresses on Monte-Carlo returns (λ = 1)."""
+        rollout, rewards, _ = self._sample_batch(self.algo.prompts_per_step)
+        mask = rollout.response_mask
+        with torch.no_grad():
+            values = self._critic_values(rollout)
+            token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, self.algo.reward_clip)
+            returns = reward_to_go(token_rewards, mask, self.algo.gamma)
+        loss = self._critic_update(rollout, values, returns)
+        return loss["explained_variance"]
+
+    # -------------------------------------------------------------- sampling
+    def _sample_batch(self, n_prompts: int) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
+        """n_prompts prompts × G responses, with task rewards (plus DAPO's soft overlong punishment)."""
+        prompts = self.task.sample_prompts(n_prompts, self.prompt_rng)
+        repeated = [p for p in prompts for _ in range(self.algo.num_generations)]
+        rollout = sample(self.policy, self.tokenizer, repeated, self.max_new_tokens, self.algo.temperature, self.generator)
+        scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+        rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
+        if self.algo.overlong_buffer is not None:
+            rewards = rewards + soft_overlong_punishment(rollout.lengths, self.max_new_tokens, self.algo.overlong_buffer)
+        return rollout, rewards, torch.tensor(scores.successes, dtype=torch.bool, device=self.device)
+
+    def _collect(self) -> tuple[Rollout, torch.Tensor, torch.Tensor, dict]:
+        """A training batch `(rollout, rewards, successes, stats)`; the stats describe the policy's fresh sample.
+
+        With dynamic sampling, groups with identical rewards are dropped and refilled from new prompts."""
+        rollout, rewards, successes = self._sample_batch(self.algo.prompts_per_step)
+        G = self.algo.num_generations
+        stats = {
+            "reward_mean": rewards.mean().item(),
+            "reward_std": rewards.std(unbiased=False).item(),
+            "success_rate": successes.float().mean().item(),
+            "truncated_frac": rollout.truncated.float().mean().item(),
+            "zero_adv_group_frac": zero_advantage_group_fraction(rewards, G),
+        }
+        lengths = rollout.lengths
+        stats["response_length"] = lengths.mean().item()
+        stats["response_length_correct"] = lengths[successes].mean().item() if successes.any() else math.nan
+        stats["response_length_incorrect"] = lengths[~successes].mean().item() if (~successes).any() else math.nan
+        if not self.algo.dynamic_sampling:
+            return rollout, rewards, successes, stats
+        sampled_groups, kept = 0, []
+        batch = (rollout, rewards, successes)
+        for round_index in range(self.algo.max_resample_rounds + 1):
+            if round_index:
+                batch = self._sample_batch(self.algo.prompts_per_step)
+            keep = dynamic_sampling_keep(batch[1], G)
+            sampled_groups += keep.numel()
+            rows = torch.nonzero(keep.repeat_interleave(G)).squeeze(-1)
+            kept.append((batch[0].select(rows), batch[1][rows], batch[2][rows]))
+            if sum(len(k[1]) for k in kept) >= self.algo.prompts_per_step * G:
+                break
+        kept_groups = sum(len(k[1]) for k in kept) // G
+        stats["dynamic_sampling_dropped_frac"] = 1 - kept_groups / sampled_groups
+        stats["dynamic_sampling_rounds"] = round_index + 1
+        if kept_groups == 0:  # nothing informative: train on the first batch (its advantages are all zero)
+            return rollout, rewards, successes, stats
+        rows = torch.arange(min(kept_groups, self.algo.prompts_per_step) * G, device=self.device)
+        merged = _concat_rollouts([k[0] for k in kept]).select(rows)
+        return merged, torch.cat([k[1] for k in kept])[rows], torch.cat([k[2] for k in kept])[rows], stats
+
+    # ----------------------------------------------------------------- critic
+    def _critic_values(self, batch: Rollout) -> torch.Tensor:
+        """V(s_t) `[B, T]` at the state before each response token (read where its logits are read)."""
+        values = self.critic(batch.sequences, batch.attention_mask)
+        start = batch.prompt_length - 1
+        return values[:, start : start + batch.response_mask.shape[1]] * batch.response_mask
+
+    def _critic_update(self, batch: Rollout, old_values: torch.Tensor, returns: torch.Tensor) -> dict:
+        values = self._critic_values(batch)
+        loss = aggregate_loss(
+            clipped_value_loss(values, old_values, returns, self.algo.cliprange_value), batch.response_mask, "token-mean"
+        )
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        (self.algo.vf_coef * loss).backward()
+        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.algo.max_grad_norm)
+        self.critic_optimizer.step()
+        return {
+            "critic_loss": loss.item(),
+            "explained_variance": explained_variance(values.detach(), returns, batch.response_mask),
+        }
+
+    # ------------------------------------------------------------------- step
+    def steps(self) -> Iterator[dict]:
+        """Train for `run.steps` steps (or until stopped), yielding one record per step."""
+        if self.policy is None:
+            self.prepare()
+        while self.step_index < self.run.steps and not self.stop_event.is_set():
+            yield self.step()
+
+    def step(self) -> dict:
+        start = time.perf_counter()
+        algo = self.algo
+        batch, rewards, successes, stats = self._collect()
+        mask = batch.response_mask
+        loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
+        with torch.no_grad():
+            old_logits = response_logits(self.policy, batch, algo.temperature)
+            ref_logits = response_logits(self.reference, batch, algo.temperature)
+            old_logp = token_logprobs(old_logits, batch.response_ids)
+            ref_logp = token_logprobs(ref_logits, batch.response_ids)
+            old_values = self._critic_values(batch) if self.critic is not None else None
+            kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
+            beta_in_reward = self.beta if algo.kl_in == "reward" else 0.0
+            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, algo.reward_clip)
+            advantages, returns = estimate_advantages(
+                algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations)
+            )
+            record = {
+                "step": self.step_index + 1,
+                **stats,
+                "entropy": masked_mean(entropy_from_logits(old_logits), mask).item(),
+                "kl_exact": masked_mean(kl_estimators.kl_exact(old_logits, ref_logits), mask).item(),
+                **{
+                    f"kl_{name}": masked_mean(fn(old_logp, ref_logp), mask).item()
+                    for name, fn in kl_estimators.KL_ESTIMATORS.items()
+                },
+                **{f"advantage_{k}": v for k, v in advantage_stats(advantages, mask).items()},
+                "beta": self.beta,
+            }
+        record.update(self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask))
+        if algo.target_kl is not None:
+            sequence_kl = (kl_in_reward.sum(-1)).mean().item()
+            self.beta = adaptive_beta(self.beta, sequence_kl, algo.target_kl)
+        record["samples"] = self._sample_views(batch, rewards, successes, old_logp, advantages)
+        elapsed = time.perf_counter() - start
+        record["step_time"] = elapsed
+        record["tokens_per_second"] = mask.sum().item() / elapsed
+        self.step_index += 1
+        return record
+
+    def _update(self, batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask) -> dict:
+        """K epochs × minibatches of policy (and critic) updates on one batch of experience."""
+        algo = self.algo
+        size = len(batch.prompts)
+        positive = rewards >= rewards.max() if algo.positive_nll_coef > 0 else None
+        sums: dict[str, float] = {}
+        updates = 0
+        for _ in range(algo.ppo_epochs):
+            order = torch.randperm(size, generator=self.generator, device=self.device)
+            for rows in order.chunk(algo.num_minibatches):
+                part = batch.select(rows)
+                metrics = self._policy_update(
+                    part, old_logp[rows], ref_logp[rows], advantages[rows], loss_mask[rows],
+                    None if positive is None else positive[rows],
+                )
+                if self.critic is not None:
+                    metrics |= self._critic_update(part, old_values[rows], returns[rows])
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                updates += 1
+        return {k: v / updates for k, v in sums.items()}
+
+    def _policy_update(self, part, old_logp, ref_logp, advantages, mask, positive) -> dict:
+        algo = self.algo
+        logits = response_logits(self.policy, part, algo.temperature)
+        logp = token_logprobs(logits, part.response_ids)
+        if algo.cov_mode == "clip_cov":
+            detach = clip_cov_detach_mask(logp, advantages, mask, algo.cov_fraction, 1.0, 5.0, self.generator)
+            logp = torch.where(detach, logp.detach(), logp)
+        pg_loss = aggregate_loss(policy_loss(algo, logp, old_logp, advantages, mask), mask, algo.loss_agg_mode, self.max_new_tokens)
+        total = pg_loss
+        parts = {"policy_loss": pg_loss.item()}
+        if algo.kl_in == "loss" and self.beta > 0:
+            kl_term = self.beta * aggregate_loss(
+                kl_estimators.KL_ESTIMATORS[algo.kl_estimator](logp, ref_logp), mask, algo.loss_agg_mode, self.max_new_tokens
+            )
+            total = total + kl_term
+            parts["kl_loss"] = kl_term.item()
+        if algo.cov_mode == "kl_cov":
+            selected = kl_cov_penalty_mask(logp, advantages, mask, algo.cov_fraction).float()
+            cov_term = algo.kl_cov_coef * aggregate_loss(
+                (logp - old_logp).abs() * selected, mask, algo.loss_agg_mode, self.max_new_tokens
+            )
+            total = total + cov_term
+            parts["kl_cov_loss"] = cov_term.item()
+        if algo.entropy_coef > 0:
+            entropy_term = -algo.entropy_coef * aggregate_loss(
+                entropy_from_logits(logits), mask, algo.loss_agg_mode, self.max_new_tokens
+            )
+            total = total + entropy_term
+            parts["entropy_loss"] = entropy_term.item()
+        if positive is not None:
+            nll_term = algo.positive_nll_coef * positive_nll_loss(logp, mask, positive)
+            total = total + nll_term
+            parts["positive_nll_loss"] = nll_term.item()
+        if not torch.isfinite(total):
+            raise TrainingError(
+                f"step {self.step_index + 1}: the loss became {total.item()} "
+                f"({', '.join(f'{k}={v:.4g}' for k, v in parts.items())}); lower learning_rate or check the knobs"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm).item()
+        if not math.isfinite(grad_norm):
+            raise TrainingError(f"step {self.step_index + 1}: the gradient norm became {grad_norm}; lower learning_rate")
+        self.optimizer.step()
+        with torch.no_grad():
+            ratio = torch.exp(logp.detach() - old_logp)
+            clips = clip_fractions(ratio, advantages, mask, algo.epsilon, algo.epsilon_high, algo.dual_clip)
+            if algo.policy_loss in ("gspo", "gspo_token"):
+                seq_ratio = gspo_sequence_ratio(logp.detach(), old_logp, mask)[:, None]
+                seq_adv = ((advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]
+                seq_clips = clip_fractions(seq_ratio, seq_adv, torch.ones_like(seq_ratio), algo.epsilon, algo.epsilon_high)
+                clips |= {f"seq_{k}": v for k, v in seq_clips.items()}
+            return {
+                **parts,
+                "total_loss": total.item(),
+                "approx_kl": approx_kl(logp.detach(), old_logp, mask),
+                "grad_norm": grad_norm,
+                "ratio_mean": masked_mean(ratio, mask).item(),
+                **clips,
+            }
+
+    @torch.no_grad()
+    def _sample_views(self, batch, rewards, successes, old_logp, advantages) -> list[dict]:
+        """A few responses token by token: advantage, ratio after this step's updates, clipped or not, entropy."""
+        n = min(self.run.samples_per_record, len(batch.prompts))
+        if n == 0:
+            return []
+        rows = torch.arange(n, device=self.device)
+        part = batch.select(rows)
+        logits = response_logits(self.policy, part, self.algo.temperature)
+        ratio = torch.exp(token_logprobs(logits, part.response_ids) - old_logp[rows])
+        adv = advantages[rows]
+        clipped = ((ratio > 1 + self.algo.epsilon_high) & (adv > 0)) | ((ratio < 1 - self.algo.epsilon) & (adv < 0))
+        views = []
+        for i in range(n):
+            length = int(part.response_mask[i].sum().item())
+            ids = part.response_ids[i, :length].tolist()
+            views.append(
+                {
+                    "prompt": part.prompts[i],
+                    "response": part.responses[i],
+                    "tokens": [self.tokenizer.convert_ids_to_tokens(t) for t in ids],
+                    "reward": rewards[i].item(),
+                    "success": bool(successes[i]),
+                    "truncated": bool(part.truncated[i]),
+                    "advantages": adv[i, :length].tolist(),
+                    "ratios": ratio[i, :length].tolist(),
+                    "clipped": clipped[i, :length].tolist(),
+                    "entropies": part.entropy[i, :length].tolist(),
+                }
+            )
+        return views
+
+    @torch.no_grad()
+    def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
+        """Success rate and mean reward of the current policy on fresh prompts, one sample each."""
+        prompts = self.task.sample_prompts(n_prompts, random.Random(seed))
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        rollout = sample(self.policy, self.tokenizer, prompts, self.max_new_tokens, self.algo.temperature, generator)
+        scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+        return {
+            "success_rate": sum(scores.successes) / n_prompts,
+            "reward_mean": sum(scores.rewards) / n_prompts,
+            "response_length": rollout.lengths.mean().item(),
+        }
+
+    # ------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, folder: str | Path) -> Path:
+        """Policy, critic, optimisers and counters, written to a temporary folder and renamed into place."""
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        try:
+            self.policy.save_pretrained(staging / "policy")
+            self.tokenizer.save_pretrained(staging / "policy")
+            if self.critic is not None:
+                self.critic.save(staging / "critic")
+            torch.save(
+                {
+                    "step_index": self.step_index,
+                    "beta": self.beta,
+                    "optimizer": self.optimizer.state_dict(),
+                    "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer else None,
+                    "prompt_rng": self.prompt_rng.getstate(),
+                    "generator": self.generator.get_state(),
+                },
+                staging / "trainer_state.pt",
+            )
+            backup = folder.with_name(folder.name + ".old")
+            if folder.exists():
+                folder.rename(backup)
+            staging.rename(folder)
+            shutil.rmtree(backup, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return folder
+
+    def load_checkpoint(self, folder: str | Path) -> None:
+        """Resume from `save_checkpoint`'s folder (call after `prepare()`)."""
+        folder = Path(folder)
+        state = torch.load(folder / "trainer_state.pt", map_location=self.device, weights_only=False)
+        self.policy.load_state_dict(load_policy(folder / "policy").state_dict())
+        if self.critic is not None:
+            self.critic.load_state_dict(ValueModel.load(folder / "critic").state_dict())
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step_index = state["step_index"]
+        self.beta = state["beta"]
+        self.prompt_rng.setstate(state["prompt_rng"])
+        self.generator.set_state(state["generator"].cpu())
+
+
+def _concat_rollouts(parts: list[Rollout]) -> Rollout:
+    """Stack rollouts of possibly different widths by padding prompts on the left and responses on the right."""
+    if len(parts) == 1:
+        return parts[0]
+    prompt_length = max(p.prompt_length for p in parts)
+    response_length = max(p.response_mask.shape[1] for p in parts)
+
+    def pad(t, left, right, value=0):
+        return torch.nn.functional.pad(t, (left, right), value=value)
+
+    fields = {k: [] for k in ("sequences", "attention_mask", "response_mask", "old_logp", "entropy")}
+    for p in parts:
+        left, right = prompt_length - p.prompt_length, response_length - p.response_mask.shape[1]
+        fields["sequences"].append(pad(p.sequences, left, right))
+        fields["attention_mask"].append(pad(p.attention_mask, left, right))
+        for k in ("response_mask", "old_logp", "entropy"):
+            fields[k].append(pad(getattr(p, k), 0, right))
+    return Rollout(
+        prompt_length=prompt_length,
+        ended_with_eos=torch.cat([p.ended_with_eos for p in parts]),
+        prompts=[s for p in parts for s in p.prompts],
+        responses=[s for p in parts for s in p.responses],
+        **{k: torch.cat(v) for k, v in fields.items()},
+    )

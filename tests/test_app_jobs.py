@@ -1,0 +1,123 @@
+"""The job layer under the app, without Streamlit: the concurrency cap and its queue, Stop, failures, and the
+bounded metrics history."""
+
+import threading
+import time
+
+import pytest
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from ui.jobs import Job, MetricHistory, TrainingSlots
+
+
+def tiny_run(steps: int = 1000, task: str = "reverse") -> RunConfig:
+    """Steps of a fraction of a second: four responses per step, no SFT warm start to wait for."""
+    algo = get_preset("grpo", prompts_per_step=2, num_generations=2, ppo_epochs=1, num_minibatches=1)
+    return RunConfig(algo=algo, task=task, steps=steps, sft_steps=0)
+
+
+def wait_for(condition, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def jobs():
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.stop()
+        job.join(10)
+
+
+def test_slots_admit_at_most_the_limit_and_queue_the_rest_in_order():
+    slots = TrainingSlots(2)
+    stops = [threading.Event() for _ in range(4)]
+    admitted, release = [], threading.Event()
+
+    def hold(index: int) -> None:
+        with slots.hold(stops[index]) as acquired:
+            if acquired:
+                admitted.append(index)
+                release.wait()
+
+    threads = []
+    for index in range(4):
+        threads.append(threading.Thread(target=hold, args=(index,), daemon=True))
+        threads[-1].start()
+        time.sleep(0.05)  # arrival order 0, 1, 2, 3
+    wait_for(lambda: len(admitted) == 2)
+    time.sleep(0.3)
+    assert admitted == [0, 1] and slots.running == 2
+    stops[3].set()  # a queued one gives up: it must leave without a slot
+    threads[3].join(1)
+    assert not threads[3].is_alive() and 3 not in admitted
+    release.set()
+    for thread in threads[:3]:
+        thread.join(2)
+    assert admitted == [0, 1, 2] and slots.running == 0
+
+
+def test_a_job_beyond_the_cap_is_queued_and_says_so_until_a_slot_frees(jobs):
+    slots = TrainingSlots(2)
+    jobs += [Job(tiny_run(), slots).start() for _ in range(3)]
+    wait_for(lambda: jobs[0].snapshot().status == "training" and jobs[1].snapshot().status == "training")
+    queued = jobs[2].snapshot()
+    assert queued.status == "queued" and queued.waiting_for == 2
+    jobs[0].stop()
+    wait_for(lambda: jobs[2].snapshot().steps_done >= 1)
+    assert jobs[0].snapshot().status == "stopped"
+
+
+def test_stop_ends_the_thread_within_a_second(jobs):
+    job = Job(tiny_run(), TrainingSlots(1)).start()
+    jobs.append(job)
+    wait_for(lambda: job.snapshot().steps_done >= 2)
+    pressed = time.monotonic()
+    job.stop()
+    assert job.join(timeout=1.0), "still training a second after Stop"
+    assert time.monotonic() - pressed < 1.0
+    assert job.snapshot().status == "stopped"
+
+
+def test_stop_while_queued_ends_at_once(jobs):
+    slots = TrainingSlots(1)
+    jobs += [Job(tiny_run(), slots).start(), Job(tiny_run(), slots).start()]
+    wait_for(lambda: jobs[0].snapshot().status in ("preparing", "training"))
+    jobs[1].stop()
+    assert jobs[1].join(timeout=1.0)
+    assert jobs[1].snapshot().status == "stopped" and slots.running == 1
+
+
+def test_a_failure_in_the_thread_becomes_a_message_not_a_traceback(jobs):
+    job = Job(tiny_run(task="no_such_task"), TrainingSlots(1)).start()
+    jobs.append(job)
+    assert job.join(timeout=30)
+    snap = job.snapshot()
+    assert snap.status == "failed"
+    assert "no_such_task" in snap.error and "Traceback" not in snap.error
+
+
+def test_a_finished_job_keeps_every_step_and_the_latest_samples(jobs):
+    job = Job(tiny_run(steps=3), TrainingSlots(1)).start()
+    jobs.append(job)
+    assert job.join(timeout=120)
+    snap = job.snapshot()
+    assert snap.status == "finished" and not snap.active
+    assert [r["step"] for r in snap.records] == [1, 2, 3]
+    assert all("samples" not in r for r in snap.records)
+    assert len(snap.samples) == 4 and snap.eta is None
+
+
+def test_metric_history_stays_bounded_and_evenly_spaced():
+    history = MetricHistory(capacity=100)
+    for step in range(1, 5001):
+        history.add({"step": step})
+    steps = [r["step"] for r in history.records]
+    assert 50 <= len(steps) <= 100
+    assert steps[0] == 1
+    gaps = {b - a for a, b in zip(steps, steps[1:])}
+    assert gaps == {history.stride}

@@ -1,0 +1,187 @@
+"""The pages' wiring under Streamlit's AppTest: every page renders, its controls exist, Train from those
+controls produces metrics and charts, refused knob combinations name the knob, and sessions stay apart.
+
+AppTest has no browser, so `run_every` never fires: the tests poll the job and call `at.run()` (a full rerun,
+which draws the dashboard inline). The live refresh itself is covered by test_browser.py.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.runtime.caching import clear_session_resource_cache
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+ALGORITHM_PAGES = {  # page file → the lab's key
+    "policy_gradient": "pg",
+    "ppo": "ppo",
+    "grpo": "grpo",
+    "gspo": "gspo",
+    "rloo": "rloo",
+    "reinforce_pp": "reinforce_pp",
+    "vapo": "vapo",
+}
+SHARED_KNOBS = ("learning_rate", "temperature", "entropy_coef", "ppo_epochs", "num_minibatches")
+TRAINING_TIMEOUT = 300  # seconds; the first run of a test process also trains the (short) SFT warm start
+
+
+@pytest.fixture
+def open_page():
+    """`open_page(name)` → an AppTest on that page; every training it started is stopped afterwards."""
+    apps = []
+
+    def open_(page: str) -> AppTest:
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        if page != "overview":
+            at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception, at.exception
+        apps.append(at)
+        return at
+
+    yield open_
+    for at in apps:
+        for key, value in at.session_state.to_dict().items():
+            if key.endswith(":runs"):
+                for job in value:
+                    job.stop()
+                    job.join(5)
+
+
+def quick_settings(at: AppTest, lab: str) -> None:
+    """Two RL steps after a short SFT warm start: enough to exercise the whole path in seconds."""
+    at.select_slider(key=f"{lab}:steps").set_value(2).run()
+    at.select_slider(key=f"{lab}:sft_steps").set_value(50).run()
+    if lab == "vapo":
+        at.select_slider(key="vapo:value_pretrain_steps").set_value(5).run()
+
+
+def train(at: AppTest, lab: str):
+    """Press Train, rerun until the run ends, and return its final snapshot."""
+    at.button(key=f"{lab}:train").click().run()
+    job = at.session_state[f"{lab}:runs"][-1]
+    deadline = time.monotonic() + TRAINING_TIMEOUT
+    while job.active:
+        assert time.monotonic() < deadline, f"{lab}: still {job.snapshot().status} after {TRAINING_TIMEOUT} s"
+        time.sleep(1)
+        at.run()
+    at.run()
+    assert not at.exception, at.exception
+    return job.snapshot()
+
+
+def chart_points(at: AppTest) -> dict[str, int]:
+    """Chart title → number of points in its first trace, read from the plotly spec AppTest exposes."""
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return {spec["layout"]["title"]["text"]: len(spec["data"][0]["x"]) for spec in specs}
+
+
+def test_overview_renders_the_pipeline_and_the_four_models(open_page):
+    at = open_page("overview")
+    text = " ".join(m.value for m in at.markdown)
+    for model in ("actor", "reference", "critic", "reward model"):
+        assert model in text
+    assert len(at.get("graphviz_chart")) == 1
+
+
+@pytest.mark.timeout(TRAINING_TIMEOUT + 120)
+@pytest.mark.parametrize("page", ALGORITHM_PAGES)
+def test_page_trains_from_its_controls(open_page, page):
+    lab = ALGORITHM_PAGES[page]
+    at = open_page(page)
+    assert at.latex, "the page shows its formulas"
+    assert any("def " in code.value for code in at.code), "and the code beside them"
+    for key in ("train", "stop", "reset"):
+        assert at.button(key=f"{lab}:{key}")
+    assert at.button(key=f"{lab}:stop").disabled, "nothing to stop yet"
+    assert "gpt2" not in at.selectbox(key=f"{lab}:model").options, "gpt2 is only offered with CUDA"
+    for knob in SHARED_KNOBS:
+        assert at.select_slider(key=f"{lab}:{knob}").help, f"{knob} has a tooltip"
+
+    quick_settings(at, lab)
+    snap = train(at, lab)
+
+    assert snap.status == "finished", snap.error
+    assert [r["step"] for r in snap.records] == [1, 2]
+    assert {"reward_mean", "entropy", "kl_exact", "clip_frac_low", "advantage_std"} <= set(snap.records[-1])
+    assert snap.samples and snap.samples[0]["tokens"]
+    points = chart_points(at)
+    assert points["Reward and success rate"] == 2
+    if page in ("ppo", "vapo"):
+        assert points["Explained variance"] == 2
+    assert at.success and "Finished 2 steps" in at.success[0].value
+    assert not at.button(key=f"{lab}:train").disabled, "controls are enabled again"
+    assert at.get("download_button"), "the metrics can be downloaded"
+
+
+def test_refused_knob_combination_names_the_knob(open_page):
+    at = open_page("grpo")
+    at.select_slider(key="grpo:num_generations").set_value(1).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "num_generations" in at.error[0].value
+    assert at.button(key="grpo:train").disabled
+
+
+def test_variant_switch_loads_that_presets_defaults(open_page):
+    at = open_page("grpo")
+    at.radio(key="grpo:variant").set_value("DAPO").run()
+    assert at.select_slider(key="grpo:epsilon_high").value == 0.28
+    assert at.select_slider(key="grpo:beta").value == 0.0
+    assert at.selectbox(key="grpo:loss_agg_mode").value == "token-mean"
+    assert at.toggle(key="grpo:dynamic_sampling").value
+    at.radio(key="grpo:variant").set_value("Dr. GRPO").run()
+    assert at.selectbox(key="grpo:loss_agg_mode").value == "seq-mean-token-sum-norm"
+    assert not at.toggle(key="grpo:dynamic_sampling").value
+
+
+def test_knob_values_survive_a_page_switch(open_page):
+    at = open_page("grpo")
+    at.select_slider(key="grpo:num_generations").set_value(4).run()
+    at.switch_page("pages/ppo.py").run()
+    at.switch_page("pages/grpo.py").run()
+    assert at.select_slider(key="grpo:num_generations").value == 4
+
+
+@pytest.mark.timeout(2 * TRAINING_TIMEOUT + 120)
+def test_runs_persist_and_overlay_with_labels_naming_the_difference(open_page):
+    at = open_page("grpo")
+    quick_settings(at, "grpo")
+    train(at, "grpo")
+    at.select_slider(key="grpo:beta").set_value(0.1).run()
+    assert chart_points(at)["Reward and success rate"] == 2, "a finished run stays on screen after a change"
+
+    train(at, "grpo")
+    overlay = at.checkbox(key="grpo:compare:1")
+    assert overlay.label == "#1 · beta=0.04"
+    overlay.check().run()
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = {trace.get("name", "") for trace in spec["data"]}
+    assert any(name.startswith("#2 · beta=0.1") for name in names)
+    assert any(name.startswith("#1 · beta=0.04") for name in names)
+
+
+@pytest.mark.timeout(TRAINING_TIMEOUT + 120)
+def test_two_sessions_never_see_each_others_runs(open_page):
+    first, second = open_page("grpo"), open_page("grpo")
+    quick_settings(first, "grpo")
+    train(first, "grpo")
+    second.run()
+    assert not second.session_state["grpo:runs"]
+    assert not second.get("plotly_chart")
+    assert chart_points(first)["Reward and success rate"] == 2
+
+
+@pytest.mark.timeout(TRAINING_TIMEOUT + 60)
+def test_a_closed_session_stops_its_training(open_page):
+    at = open_page("grpo")
+    at.select_slider(key="grpo:steps").set_value(500).run()
+    at.select_slider(key="grpo:sft_steps").set_value(50).run()
+    at.button(key="grpo:train").click().run()
+    job = at.session_state["grpo:runs"][-1]
+    assert job.active
+    # What Streamlit does when a browser session disconnects: release the session's cached resources.
+    clear_session_resource_cache("test session id")
+    assert job.join(TRAINING_TIMEOUT), "the release hook stopped the thread"
+    assert job.snapshot().status == "stopped"

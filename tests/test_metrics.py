@@ -1,0 +1,88 @@
+import math
+
+import pytest
+import torch
+
+from rl_core.losses import clipped_surrogate_loss
+from rl_core.metrics import (
+    advantage_stats,
+    approx_kl,
+    clip_fractions,
+    explained_variance,
+    zero_advantage_group_fraction,
+)
+
+# eight valid tokens covering every case with ε_low = 0.2, ε_high = 0.28, c = 3, plus two padding tokens
+RATIO = torch.tensor([[0.5, 0.5, 1.0, 1.5, 1.5, 4.0, 2.0, 0.79, 0.1, 9.0]])
+ADV = torch.tensor([[-1.0, 1.0, -1.0, 1.0, -1.0, -1.0, 0.0, -2.0, -1.0, 1.0]])
+MASK = torch.tensor([[1.0] * 8 + [0.0, 0.0]])
+
+
+def test_clip_fractions_by_hand():
+    fractions = clip_fractions(RATIO, ADV, MASK, 0.2, 0.28, dual_clip=3.0)
+    # low side: tokens 0 and 7 (ρ < 0.8, A < 0); high side: token 3 (ρ > 1.28, A > 0); dual: token 5
+    assert fractions == pytest.approx(
+        {"clip_frac": 3 / 8, "clip_frac_low": 2 / 8, "clip_frac_high": 1 / 8, "dual_clip_frac": 1 / 8}
+    )
+    assert all(isinstance(v, float) for v in fractions.values())
+
+
+def test_clip_fractions_without_dual_clip_report_zero_for_it():
+    assert clip_fractions(RATIO, ADV, MASK, 0.2, 0.28)["dual_clip_frac"] == 0.0
+
+
+def test_clip_fractions_agree_with_where_the_loss_gradient_vanishes():
+    logp = torch.log(RATIO).requires_grad_()
+    clipped_surrogate_loss(logp, torch.zeros_like(logp), ADV, 0.2, 0.28).sum().backward()
+    zero_grad_with_signal = (logp.grad == 0) & (ADV != 0) & (MASK > 0)
+    expected = zero_grad_with_signal.sum().item() / MASK.sum().item()
+    assert clip_fractions(RATIO, ADV, MASK, 0.2, 0.28)["clip_frac"] == pytest.approx(expected)
+
+
+def test_clip_fractions_per_sequence_with_column_tensors():
+    ratio = torch.tensor([[1.0001], [1.0005], [0.999]])
+    adv = torch.tensor([[1.0], [1.0], [-1.0]])
+    fractions = clip_fractions(ratio, adv, torch.ones(3, 1), 3e-4, 4e-4)
+    assert fractions["clip_frac_high"] == pytest.approx(1 / 3)
+    assert fractions["clip_frac_low"] == pytest.approx(1 / 3)
+
+
+def test_explained_variance_by_hand():
+    returns = torch.tensor([[1.0, 2.0, 3.0, 50.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert explained_variance(torch.full((1, 4), 2.0), returns, mask) == pytest.approx(0.0)
+    # R − V = (0, 1, −1): Var = 2/3 over Var(R) = 2/3 → 0; R − V = (0, 0, 1): Var = 2/9 → 1 − 1/3
+    assert explained_variance(torch.tensor([[1.0, 1.0, 4.0, 0.0]]), returns, mask) == pytest.approx(0.0)
+    assert explained_variance(torch.tensor([[1.0, 2.0, 2.0, 0.0]]), returns, mask) == pytest.approx(2 / 3)
+    assert explained_variance(-returns, returns, mask) == pytest.approx(1 - 4)
+
+
+def test_explained_variance_with_constant_returns_is_zero_not_nan():
+    returns = torch.full((2, 3), 0.7)
+    assert explained_variance(torch.randn(2, 3), returns, torch.ones(2, 3)) == 0.0
+    assert explained_variance(returns, returns, torch.zeros(2, 3)) == 0.0
+
+
+def test_approx_kl_is_the_masked_mean_of_half_squared_log_ratio():
+    logp = torch.tensor([[-1.0, -2.0, -3.0]])
+    old_logp = torch.tensor([[-1.5, -1.0, 7.0]])
+    # (0.5² / 2 + 1² / 2) / 2 = 0.3125
+    assert approx_kl(logp, old_logp, torch.tensor([[1.0, 1.0, 0.0]])) == pytest.approx(0.3125)
+
+
+def test_advantage_stats_by_hand():
+    advantages = torch.tensor([[1.0, 3.0, 99.0], [-2.0, 99.0, 99.0]])
+    stats = advantage_stats(advantages, torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+    # values 1, 3, −2: mean 2/3, population variance (1/9 + 49/9 + 64/9)/3 = 114/27
+    assert stats == pytest.approx({"mean": 2 / 3, "std": math.sqrt(114 / 27), "min": -2.0, "max": 3.0})
+    assert all(isinstance(v, float) for v in stats.values())
+    assert advantage_stats(torch.ones(1, 2), torch.zeros(1, 2)) == {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
+
+
+def test_zero_advantage_group_fraction():
+    R = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.3, 0.3])
+    assert zero_advantage_group_fraction(R, 2) == pytest.approx(0.75)
+    assert zero_advantage_group_fraction(R, 4) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="multiple of the group size"):
+        zero_advantage_group_fraction(R, 3)

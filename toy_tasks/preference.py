@@ -1,0 +1,167 @@
+"""Cheer for a name, judged by a learned Bradley-Terry reward model: `"dab>"` → `"Dab!"`.
+
+The hidden gold judge (the "human labeller") wants the name capitalised and followed by one to three
+exclamation marks; a flat reply or a lowercase name is worse, and more than three marks is shouting. It scores a
+response with `gold_quality`: 2 points for the right name, 1 per mark up to three, and 0 in all for shouting.
+
+The reward model only ever sees what the SFT policy writes: pairs of demonstrations (names with zero to two
+marks, capitalised or not) for the same prompt, ranked by gold quality with some labels flipped. Within that
+range, more marks always win, so the model learns "more ! is better" and has never seen shouting. That is the
+exploitable flaw: an RL policy with β = 0 keeps adding marks (`"Dab!!!!!!!!!"`), the reward model's score keeps
+rising while the gold judge calls it a failure — reward hacking. A KL penalty keeps the policy near the SFT
+distribution, where the reward model is right, so it settles on an honest `"Dab!!"`.
+
+`score` returns the reward model's score (standardised over the demonstration distribution, so β means the
+same whatever the seed) as the reward, and the gold judgement as the success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from rl_core.models import ValueModel
+from rl_core.reward_model import PreferencePair, reward_scores, train_reward_model
+from rl_core.tokenizer import build_char_tokenizer
+from toy_tasks.base import Scores, ToyTask
+
+NAMES = ("al", "bo", "ivy", "max", "zoe", "anna", "ravi", "oscar", "sofia", "amelie")
+MAX_MARKS = 3  # the gold judge's limit, and the most marks a demonstration ever has
+MARK = "!"
+
+
+def _name(prompt: str) -> str:
+    return prompt[:-1]  # the prompt is the name followed by ">"
+
+
+def _split(response: str) -> tuple[str, int]:
+    """The response without its trailing exclamation marks, and how many there were."""
+    content = response.rstrip(MARK)
+    return content, len(response) - len(content)
+
+
+def gold_quality(prompt: str, response: str) -> int:
+    """The hidden judge: 2 for the capitalised name, +1 per mark up to MAX_MARKS; shouting scores 0."""
+    content, marks = _split(response)
+    if marks > MAX_MARKS:
+        return 0
+    return (MAX_MARKS + 1) * (content == _name(prompt).capitalize()) + marks
+
+
+def gold_success(prompt: str, response: str) -> bool:
+    """The judge's verdict: the capitalised name followed by one to MAX_MARKS marks."""
+    content, marks = _split(response)
+    return content == _name(prompt).capitalize() and 1 <= marks <= MAX_MARKS
+
+
+class PreferenceTask(ToyTask):
+    name: ClassVar[str] = "preference"
+    description: ClassVar[str] = "cheer for a name (dab> → Dab!); reward from a Bradley-Terry model of preferences"
+    lesson: ClassVar[str] = (
+        "The reward is a learned model that only knows the SFT policy's neighbourhood: without a KL penalty the "
+        "policy piles on exclamation marks the model likes but the gold judge rejects (reward hacking); with one "
+        "it stays honest."
+    )
+    max_new_tokens: ClassVar[int] = 12
+    default_demo_noise: ClassVar[float] = 0.5
+    reward_model_preset: ClassVar[str] = "tiny"
+    n_pairs: ClassVar[int] = 2000
+    label_noise: ClassVar[float] = 0.1  # fraction of preference labels flipped, as human labellers disagree
+    rm_steps: ClassVar[int] = 100
+    rm_learning_rate: ClassVar[float] = 3e-3
+
+    def __init__(self) -> None:
+        self.tokenizer = build_char_tokenizer()
+        self.reward_model: ValueModel | None = None
+        self.reward_mean = 0.0
+        self.reward_std = 1.0
+        self.reward_model_accuracy: float | None = None  # held-out preference accuracy, for the pages
+
+    def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
+        return [rng.choice(NAMES) + ">" for _ in range(n)]
+
+    def demonstration(self, prompt: str, rng: random.Random, noise: float) -> str:
+        name = _name(prompt)
+        marks = MARK * rng.randint(1, MAX_MARKS)
+        if rng.random() >= noise:
+            return name.capitalize() + marks
+        # The plausible slips: a flat reply, or a forgotten capital letter.
+        if rng.random() < 0.5:
+            return name.capitalize()
+        return name + marks
+
+    def preference_pairs(self, n: int, rng: random.Random) -> list[PreferencePair]:
+        """`n` labelled pairs of demonstrations (the SFT policy's distribution), gold-ranked with label noise."""
+        pairs = []
+        while len(pairs) < n:
+            prompt = self.sample_prompts(1, rng)[0]
+            a, b = (self.demonstration(prompt, rng, self.default_demo_noise) for _ in range(2))
+            qa, qb = gold_quality(prompt, a), gold_quality(prompt, b)
+            if qa == qb:
+                continue  # a tie carries no preference
+            chosen, rejected = (a, b) if qa > qb else (b, a)
+            if rng.random() < self.label_noise:
+                chosen, rejected = rejected, chosen
+            pairs.append(PreferencePair(prompt, chosen, rejected))
+        return pairs
+
+    def _cache_folder(self, cache_dir: Path, seed: int) -> Path:
+        settings = json.dumps(
+            [self.reward_model_preset, self.n_pairs, self.label_noise, self.rm_steps, self.rm_learning_rate,
+             self.default_demo_noise, MAX_MARKS]
+        )
+        digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
+        return Path(cache_dir) / "reward_models" / f"{self.name}-{self.reward_model_preset}-seed{seed}-{digest}"
+
+    def prepare(self, cache_dir: Path, device: torch.device, seed: int) -> None:
+        """Train the reward model on gold-labelled pairs once per (seed, settings); later calls load it."""
+        folder = self._cache_folder(cache_dir, seed)
+        if not (folder / "stats.json").exists():
+            self._train_and_save(folder, device, seed)
+        stats = json.loads((folder / "stats.json").read_text())
+        self.reward_model = ValueModel.load(folder).to(device).eval()
+        self.reward_model.requires_grad_(False)
+        self.reward_mean, self.reward_std = stats["mean"], stats["std"]
+        self.reward_model_accuracy = stats["accuracy"]
+
+    def _train_and_save(self, folder: Path, device: torch.device, seed: int) -> None:
+        rng = random.Random(seed)
+        model, accuracy = train_reward_model(
+            self.preference_pairs(self.n_pairs, rng),
+            self.tokenizer,
+            preset=self.reward_model_preset,
+            steps=self.rm_steps,
+            learning_rate=self.rm_learning_rate,
+            seed=seed,
+            device=device,
+        )
+        # Standardise over the demonstration distribution so rewards are on a unit scale near the SFT policy.
+        prompts = self.sample_prompts(1024, rng)
+        responses = [self.demonstration(p, rng, self.default_demo_noise) for p in prompts]
+        with torch.no_grad():
+            raw = reward_scores(model, self.tokenizer, prompts, responses)
+        stats = {"mean": raw.mean().item(), "std": raw.std().item() + 1e-6, "accuracy": accuracy}
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        model.save(staging)
+        (staging / "stats.json").write_text(json.dumps(stats))
+        try:
+            staging.rename(folder)
+        except OSError:  # another process saved the same reward model first
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def score(self, prompts: list[str], responses: list[str], truncated: list[bool]) -> Scores:
+        if self.reward_model is None:
+            raise RuntimeError(f"task {self.name!r} has no reward model yet; call prepare(cache_dir, device, seed) first")
+        with torch.no_grad():
+            raw = reward_scores(self.reward_model, self.tokenizer, prompts, responses)
+        rewards = ((raw - self.reward_mean) / self.reward_std).tolist()
+        successes = [not cut and gold_success(p, r) for p, r, cut in zip(prompts, responses, truncated)]
+        return Scores(rewards=rewards, successes=successes)

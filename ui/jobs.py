@@ -1,0 +1,212 @@
+"""Training jobs that run in background threads, and the global cap on how many run at once.
+
+Nothing here imports Streamlit: a training thread only ever touches its own `Job` (a lock, a stop event, a
+bounded metrics history and a status), and the page reads a `JobSnapshot` taken under that lock. Calling
+Streamlit from a thread that is not the script thread fails or corrupts the page, so the page polls instead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from rl_core.config import RunConfig
+from rl_core.trainer import Trainer, TrainingStopped
+
+ACTIVE_STATUSES = ("queued", "preparing", "training")
+SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "value_pretrain": "value pretraining"}
+
+
+class TrainingSlots:
+    """At most `limit` trainings run at once, process-wide; the others wait in arrival order.
+
+    The CPU is shared by every browser session, and two tiny trainings already fill a small machine."""
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError(f"RLHF_LAB_MAX_TRAININGS={limit} is out of range; allowed: an integer ≥ 1")
+        self.limit = limit
+        self._condition = threading.Condition()
+        self._running = 0
+        self._waiting: deque[object] = deque()
+
+    @classmethod
+    def from_env(cls) -> "TrainingSlots":
+        return cls(int(os.environ.get("RLHF_LAB_MAX_TRAININGS", "2")))
+
+    @property
+    def running(self) -> int:
+        with self._condition:
+            return self._running
+
+    @contextmanager
+    def hold(self, stop_event: threading.Event) -> Iterator[bool]:
+        """Wait for a free slot; yields False (without a slot) if `stop_event` is set while waiting."""
+        ticket = object()
+        with self._condition:
+            self._waiting.append(ticket)
+            # A timed wait, so that a Stop pressed while queued is noticed without anyone notifying us.
+            while not stop_event.is_set() and (self._waiting[0] is not ticket or self._running >= self.limit):
+                self._condition.wait(timeout=0.1)
+            self._waiting.remove(ticket)
+            acquired = not stop_event.is_set()
+            if acquired:
+                self._running += 1
+            self._condition.notify_all()
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                with self._condition:
+                    self._running -= 1
+                    self._condition.notify_all()
+
+
+class MetricHistory:
+    """The scalar records of one run, at most `capacity` of them.
+
+    When full, every other stored record is dropped and from then on only every second (fourth, …) new step is
+    kept, so a long run keeps an evenly spaced, coarser history instead of growing without bound."""
+
+    def __init__(self, capacity: int = 1000):
+        self.capacity = capacity
+        self.records: list[dict] = []
+        self.stride = 1
+
+    def add(self, record: dict) -> None:
+        if (record["step"] - 1) % self.stride:
+            return
+        self.records.append(record)
+        if len(self.records) > self.capacity:
+            self.records = self.records[::2]
+            self.stride *= 2
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """A consistent copy of a job's state for drawing; the training thread never sees it."""
+
+    status: str
+    steps_total: int
+    records: list[dict]  # scalar metrics, at most MetricHistory.capacity, the latest step always included
+    samples: list[dict]  # the latest step's token-level views
+    phase: tuple[str, int, int] | None  # (setup phase, done, total) while preparing
+    setup: dict  # what prepare() reported, e.g. the value-pretraining explained variance
+    error: str | None
+    waiting_for: int  # trainings running elsewhere while this one is queued
+    elapsed: float  # seconds since the job was started
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def steps_done(self) -> int:
+        return self.records[-1]["step"] if self.records else 0
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left, from the mean time of the last few steps."""
+        recent = [r["step_time"] for r in self.records[-10:]]
+        if not recent or not self.active:
+            return None
+        return (self.steps_total - self.steps_done) * sum(recent) / len(recent)
+
+
+@dataclass(eq=False)
+class Job:
+    """One training run in its own daemon thread; `stop()` ends it after the current step."""
+
+    run: RunConfig
+    slots: TrainingSlots
+    settings: dict = field(default_factory=dict)  # the knob values the learner chose, for labels and CSV
+    number: int = 0  # the run's number on its page
+    stop_event: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._status = "queued"
+        self._history = MetricHistory()
+        self._latest: dict | None = None
+        self._samples: list[dict] = []
+        self._phase: tuple[str, int, int] | None = None
+        self._setup: dict = {}
+        self._error: str | None = None
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
+
+    def start(self) -> "Job":
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; True if it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def active(self) -> bool:
+        with self._lock:
+            return self._status in ACTIVE_STATUSES
+
+    def snapshot(self) -> JobSnapshot:
+        with self._lock:
+            records = list(self._history.records)
+            if self._latest is not None and (not records or records[-1] is not self._latest):
+                records.append(self._latest)
+            return JobSnapshot(
+                status=self._status,
+                steps_total=self.run.steps,
+                records=records,
+                samples=self._samples,
+                phase=self._phase,
+                setup=dict(self._setup),
+                error=self._error,
+                waiting_for=self.slots.running if self._status == "queued" else 0,
+                elapsed=time.monotonic() - self._started,
+            )
+
+    # ------------------------------------------------------------------ the training thread
+    def _set(self, **fields) -> None:
+        with self._lock:
+            for name, value in fields.items():
+                setattr(self, f"_{name}", value)
+
+    def _on_progress(self, phase: str, done: int, total: int) -> None:
+        self._set(phase=(phase, done, total))
+
+    def _add(self, record: dict) -> None:
+        scalars = {k: v for k, v in record.items() if k != "samples"}
+        with self._lock:
+            self._history.add(scalars)
+            self._latest = scalars
+            self._samples = record.get("samples", [])
+
+    def _work(self) -> None:
+        status, error = "finished", None
+        try:
+            with self.slots.hold(self.stop_event) as acquired:
+                if acquired:
+                    self._set(status="preparing")
+                    trainer = Trainer(self.run, stop_event=self.stop_event)
+                    setup = trainer.prepare(self._on_progress)
+                    self._set(status="training", phase=None, setup=setup)
+                    for record in trainer.steps():
+                        self._add(record)
+        except TrainingStopped:
+            pass
+        except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        if status == "finished" and self.stop_event.is_set():
+            status = "stopped"
+        self._set(status=status, error=error, phase=None)
+

@@ -1,0 +1,282 @@
+"""The one table of knobs every lab draws from: label, the values a slider offers, and what the knob does.
+
+Names are `AlgoConfig` / `RunConfig` field names (TRL / verl names where those exist), so what a learner sets
+here carries over to those libraries. Numeric knobs use a value grid (a select slider) rather than a linear
+range: learning rates and clip ranges span orders of magnitude (GSPO's ε is 3e-4, PPO's 0.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import get_args
+
+import streamlit as st
+
+from rl_core.config import AlgoConfig, CovMode, KLEstimator, KLPlacement, LossAggMode, PolicyLoss, RunConfig
+
+RUN_FIELDS = frozenset(RunConfig.__dataclass_fields__) - {"algo"}
+ALGO_FIELDS = frozenset(AlgoConfig.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class Knob:
+    label: str
+    help: str
+    options: tuple = ()  # numbers: a select slider over these; names: a select box; empty: an on/off toggle
+    none_label: str = "off"  # how a None option reads
+
+    @property
+    def kind(self) -> str:
+        if not self.options:
+            return "toggle"
+        return "choice" if all(isinstance(o, str) for o in self.options) else "slider"
+
+    def format(self, value) -> str:
+        if value is None:
+            return self.none_label
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+EPSILONS = (1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+LEARNING_RATES = (1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2)
+
+KNOBS: dict[str, Knob] = {
+    # ---------------------------------------------------------------- the run
+    "steps": Knob(
+        "training steps",
+        "RL steps to run. Each step samples a fresh batch from the current policy, scores it, and updates "
+        "the policy on it (several times if epochs × minibatches > 1).",
+        (2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500),
+    ),
+    "seed": Knob(
+        "seed",
+        "Seeds the SFT warm start, the prompts and the sampling. Runs with the same seed differ only by "
+        "the knobs you changed, which makes them comparable.",
+        tuple(range(10)),
+    ),
+    "sft_steps": Knob(
+        "SFT steps",
+        "Supervised steps on the task's demonstrations before RL starts; the result is the reference model "
+        "and the policy's starting point, cached per task, model and seed. 0 starts RL from a random model.",
+        (0, 50, 100, 200, 400, 800),
+    ),
+    "demo_noise": Knob(
+        "demonstration noise",
+        "Share of deliberately imperfect SFT demonstrations. More noise gives a weaker starting policy that RL "
+        "has more to fix; 'task default' uses the value each task was designed with.",
+        (None, 0.0, 0.2, 0.4, 0.5, 0.65, 0.8, 1.0),
+        none_label="task default",
+    ),
+    # ---------------------------------------------------------------- sampling
+    "prompts_per_step": Knob(
+        "prompts per step",
+        "How many prompts each step samples. The batch is prompts × G responses; a bigger batch gives less "
+        "noisy gradients and slower steps.",
+        (1, 2, 4, 8, 16, 32, 64),
+    ),
+    "num_generations": Knob(
+        "group size G · num_generations",
+        "Responses sampled per prompt. Group methods (GRPO, RLOO, REINFORCE++-baseline) use the group's other "
+        "rewards as the baseline, so they need G ≥ 2; a larger group gives a steadier baseline.",
+        (1, 2, 3, 4, 6, 8, 12, 16),
+    ),
+    "temperature": Knob(
+        "temperature",
+        "Divides the logits before sampling (and when computing log-probabilities for the loss). Above 1 "
+        "explores more, below 1 sticks to the likeliest tokens.",
+        (0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.5, 2.0),
+    ),
+    # ---------------------------------------------------------------- advantages
+    "use_baseline": Knob(
+        "subtract a baseline",
+        "Subtract the batch-mean return from every token's reward-to-go. It leaves the gradient unbiased and "
+        "cuts its variance; switch it off to watch the advantages (and the learning) get noisier.",
+    ),
+    "gamma": Knob(
+        "discount γ · gamma",
+        "How much a reward t steps later counts now (γ^t). With a single reward at the end, γ < 1 makes early "
+        "tokens see a weaker signal; LLM recipes use γ = 1.",
+        (0.8, 0.9, 0.95, 0.97, 0.99, 1.0),
+    ),
+    "lam": Knob(
+        "GAE λ · lam",
+        "Bias–variance dial of GAE for the actor. λ = 0 uses one TD step (low variance, trusts the critic); "
+        "λ = 1 uses the full Monte-Carlo return (unbiased, noisy). The final reward reaches token t with "
+        "weight (γλ)^(T−t).",
+        (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0),
+    ),
+    "lam_critic": Knob(
+        "critic λ · lam_critic",
+        "Decoupled GAE: the critic's targets use their own λ. λ_critic = 1 trains the critic on undecayed "
+        "Monte-Carlo returns while the actor keeps a lower-variance λ. 'off' uses the actor's λ for both.",
+        (None, 0.9, 0.95, 0.99, 1.0),
+    ),
+    "length_adaptive_alpha": Knob(
+        "length-adaptive α · length_adaptive_alpha",
+        "Length-adaptive GAE: each response gets λ = 1 − 1/(α·|y|), so long responses look further ahead and "
+        "short ones keep variance low. 'off' uses the fixed λ.",
+        (None, 0.1, 0.25, 0.5, 1.0, 2.0),
+    ),
+    "whiten_advantages": Knob(
+        "whiten advantages",
+        "Normalise the advantages to mean 0 and standard deviation 1 over the batch's tokens before the update.",
+    ),
+    # ---------------------------------------------------------------- KL to the reference
+    "beta": Knob(
+        "KL coefficient β · beta",
+        "Weight of the KL penalty that keeps the policy near the reference (SFT) model. 0 lets it drift freely; "
+        "large values freeze it. Against a learned reward model, too small a β invites reward hacking.",
+        (0.0, 0.001, 0.005, 0.01, 0.02, 0.04, 0.05, 0.1, 0.2, 0.5, 1.0),
+    ),
+    "kl_estimator": Knob(
+        "KL estimator",
+        "How the per-token KL is estimated from the sampled token: k1 = −log r (unbiased, noisy, can be "
+        "negative), k2 = ½(log r)² (biased, low variance), k3 = r − 1 − log r (unbiased, low variance, ≥ 0).",
+        get_args(KLEstimator),
+    ),
+    "kl_in": Knob(
+        "KL enters the",
+        "'reward': −β·KL is added to every token's reward (PPO, RLOO, REINFORCE++). 'loss': β·KL is added to the "
+        "loss and differentiated directly (GRPO).",
+        get_args(KLPlacement),
+    ),
+    "target_kl": Knob(
+        "adaptive β target · target_kl",
+        "PPO-penalty: after each step β doubles if the measured KL (per response) exceeds 1.5 × target and halves "
+        "if it is below target / 1.5. 'off' keeps β fixed.",
+        (None, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+    ),
+    # ---------------------------------------------------------------- policy loss
+    "policy_loss": Knob(
+        "policy loss",
+        "vanilla: −A·log π (no ratio, meant for one on-policy update); clip: PPO's clipped token ratio; gspo: "
+        "one clipped, length-normalised ratio per response; gspo_token: GSPO's ratio with per-token gradients.",
+        get_args(PolicyLoss),
+    ),
+    "epsilon": Knob(
+        "ε_low · epsilon",
+        "Lower clip range: once the ratio falls below 1 − ε_low on a token with A < 0, that token stops pushing "
+        "its probability down this update.",
+        EPSILONS,
+    ),
+    "epsilon_high": Knob(
+        "ε_high · epsilon_high",
+        "Upper clip range: once the ratio exceeds 1 + ε_high on a token with A > 0, that token stops pushing its "
+        "probability up. Raising it (clip-higher) lets rare good tokens grow faster and keeps entropy up.",
+        EPSILONS,
+    ),
+    "dual_clip": Knob(
+        "dual clip c · dual_clip",
+        "For A < 0, caps the loss at −c·A, so a token whose ratio has exploded cannot produce an unbounded "
+        "penalty. 'off' disables it.",
+        (None, 1.5, 2.0, 3.0, 5.0, 10.0),
+    ),
+    "loss_agg_mode": Knob(
+        "loss aggregation · loss_agg_mode",
+        "How per-token losses become one number. token-mean: every token weighs the same. seq-mean-token-mean: "
+        "average within each response, then over responses (a long response's tokens count less). "
+        "seq-mean-token-sum-norm: sum, divided by a constant. seq-mean-token-sum: each response's summed loss.",
+        get_args(LossAggMode),
+    ),
+    "entropy_coef": Knob(
+        "entropy bonus · entropy_coef",
+        "Adds −c·entropy to the loss to keep the policy exploring. Small values do little; large ones make the "
+        "entropy explode into random text.",
+        (0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05),
+    ),
+    "ppo_epochs": Knob(
+        "epochs · ppo_epochs",
+        "Passes over each batch. With one pass and one minibatch the policy never moves before the loss is "
+        "computed, so every ratio is exactly 1 and clipping never acts.",
+        (1, 2, 3, 4, 6, 8),
+    ),
+    "num_minibatches": Knob(
+        "minibatches · num_minibatches",
+        "Optimiser steps per pass over a batch. From the second minibatch on the policy has moved, so ratios "
+        "differ from 1 and the clip can fire.",
+        (1, 2, 4, 8, 16),
+    ),
+    "learning_rate": Knob(
+        "learning rate",
+        "AdamW step size for the policy. Too high and the ratios leave the clip range after one minibatch (watch "
+        "the clip fraction); too low and nothing moves.",
+        LEARNING_RATES,
+    ),
+    "cov_mode": Knob(
+        "entropy control · cov_mode",
+        "clip_cov: detach the gradient of a small random share of the tokens whose log-prob and advantage "
+        "covary most (they drive entropy collapse); kl_cov: give those tokens an extra KL penalty instead.",
+        get_args(CovMode),
+    ),
+    "cov_fraction": Knob(
+        "covariance token share · cov_fraction",
+        "Share of the valid tokens that Clip-Cov / KL-Cov acts on.",
+        (1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05),
+    ),
+    # ---------------------------------------------------------------- critic
+    "critic_learning_rate": Knob(
+        "critic learning rate",
+        "AdamW step size for the critic. It must keep up with the policy, or the advantages it produces are stale.",
+        LEARNING_RATES,
+    ),
+    "cliprange_value": Knob(
+        "value clip ε_v · cliprange_value",
+        "The critic's new prediction may move at most ε_v from its old one before the loss stops rewarding the move.",
+        (0.05, 0.1, 0.2, 0.5, 1.0, 5.0),
+    ),
+    "vf_coef": Knob(
+        "critic loss weight · vf_coef",
+        "Scales the critic's loss (its own optimiser, so this acts like a critic learning-rate factor).",
+        (0.1, 0.25, 0.5, 1.0, 2.0),
+    ),
+    "value_pretrain_steps": Knob(
+        "value pretraining steps",
+        "Before RL, train the critic alone on Monte-Carlo returns of the frozen SFT policy, so RL starts with a "
+        "critic that already predicts the returns instead of one biased by its initialisation.",
+        (0, 5, 10, 20, 50, 100),
+    ),
+    "positive_nll_coef": Knob(
+        "positive-sample NLL μ · positive_nll_coef",
+        "Adds μ × the negative log-likelihood of the batch's best-rewarded responses: imitate what worked.",
+        (0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0),
+    ),
+    # ---------------------------------------------------------------- DAPO's sampling and shaping
+    "dynamic_sampling": Knob(
+        "dynamic sampling",
+        "Drop groups whose rewards are all equal (their advantages are 0: no gradient) and sample more prompts "
+        "to refill the batch.",
+    ),
+    "overlong_filter": Knob(
+        "overlong filtering",
+        "Responses cut off by the length limit get no loss at all, instead of being punished for an answer they "
+        "never finished.",
+    ),
+    "overlong_buffer": Knob(
+        "overlong buffer · overlong_buffer",
+        "Soft overlong punishment: within this many tokens of the limit the reward falls linearly to −1; 'off' "
+        "adds no length penalty.",
+        (None, 1, 2, 3, 4, 6),
+    ),
+}
+
+
+def option_values(name: str, extra=()) -> list:
+    """The values a knob offers: its grid plus `extra` (e.g. every preset default on the page), in order."""
+    knob = KNOBS[name]
+    if knob.kind != "slider":
+        return list(knob.options)
+    numbers = sorted({o for o in (*knob.options, *extra) if o is not None})
+    return ([None] if None in knob.options or None in extra else []) + numbers
+
+
+def render_knob(name: str, key: str, extra=(), disabled: bool = False) -> None:
+    """Draw the widget for knob `name`; its value lives in `st.session_state[key]`, which the caller sets first."""
+    knob = KNOBS[name]
+    if knob.kind == "toggle":
+        st.toggle(knob.label, key=key, help=knob.help, disabled=disabled)
+    elif knob.kind == "choice":
+        st.selectbox(knob.label, option_values(name), key=key, help=knob.help, disabled=disabled)
+    else:
+        st.select_slider(
+            knob.label, option_values(name, extra), key=key, help=knob.help, disabled=disabled, format_func=knob.format
+        )

@@ -1,0 +1,36 @@
+"""Building blocks of a page's story: a formula beside the code that computes it, and the teaching notes
+that several algorithms share."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import streamlit as st
+
+
+def formula(title: str, latex: str | list[str], implementation: Callable, explanation: str = "") -> None:
+    """The formula (st.latex) with what it means on the left, the rl_core function that runs it on the right."""
+    st.markdown(f"##### {title}")
+    left, right = st.columns([5, 6], gap="medium")
+    with left:
+        for line in [latex] if isinstance(latex, str) else latex:
+            st.latex(line)
+        if explanation:
+            st.markdown(explanation)
+    with right:
+        st.caption(f"`{implementation.__module__}.{implementation.__qualname__}`, the code the lab runs")
+        st.code(inspect.getsource(implementation), language="python")
+
+
+def ratio_is_one() -> None:
+    """The trap every clip-based page must point out."""
+    st.info(
+        "**The ratio is exactly 1 on the first update.** The batch was sampled by the very policy being "
+        "updated, so before its first optimiser step π_θ = π_old on every token: the clip cannot fire, the "
+        "ε sliders change nothing and the clip-fraction chart stays at 0. Only from the second minibatch or "
+        "epoch on has the policy moved away from the one that sampled the data. That is why this preset "
+        "reuses each batch (epochs × minibatches > 1); set both to 1 in the lab and watch the clip fraction "
+        "drop to zero.",
+        icon="⚠️",
+    )
