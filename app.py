@@ -16,6 +16,13 @@ NAVIGATION = {
         st.Page("pages/reinforce_pp.py", title="REINFORCE++", icon="6️⃣"),
         st.Page("pages/vapo.py", title="VAPO / VC-PPO", icon="7️⃣"),
     ],
+    "Labs": [
+        st.Page("pages/labs_clip.py", title="Clip lab", icon="✂️"),
+        st.Page("pages/labs_gae.py", title="GAE lab", icon="⏳"),
+        st.Page("pages/labs_kl.py", title="KL lab", icon="📏"),
+        st.Page("pages/labs_advantages.py", title="Advantage lab", icon="⚖️"),
+        st.Page("pages/labs_aggregation.py", title="Aggregation lab", icon="🧮"),
+    ],
 }
 
 st.navigation(NAVIGATION).run()

@@ -3,7 +3,9 @@
 import pandas as pd
 import streamlit as st
 
+from rl_core import advantages
 from ui import labs
+from ui.story import formula
 
 st.title("Advantage lab: one group of rewards, four baselines")
 st.markdown(
@@ -11,14 +13,18 @@ st.markdown(
     "others. The articles compare the variants: GRPO subtracts the group mean and divides by the group's "
     "standard deviation; Dr. GRPO drops the division; RLOO compares each response with the mean of the "
     "*other* G − 1; REINFORCE++-baseline subtracts the group mean and then whitens over the whole batch "
-    "instead of per group. The DAPO discussion adds the catch they share: a group whose responses all get "
-    "the same reward has nothing to compare, so every advantage in it is zero and it teaches nothing."
+    "instead of per group (here every response counts as one token, so it whitens over responses). The DAPO "
+    "discussion adds the catch they share: a group whose responses all get the same reward has nothing to "
+    "compare, so every advantage in it is zero and it teaches nothing."
 )
-st.latex(
-    r"\hat A^{GRPO}_i = \frac{R_i - \mathrm{mean}_j R_j}{\mathrm{std}_j R_j + \epsilon},\quad"
-    r"\hat A^{Dr}_i = R_i - \mathrm{mean}_j R_j,\quad"
-    r"\hat A^{RLOO}_i = R_i - \frac{1}{G-1}\sum_{j\neq i} R_j"
-)
+for title, latex, implementation in (
+    ("GRPO", r"\hat A_i = \frac{R_i - \mathrm{mean}_j R_j}{\mathrm{std}_j R_j + \epsilon}", advantages.grpo_advantages),
+    ("Dr. GRPO", r"\hat A_i = R_i - \mathrm{mean}_j R_j", advantages.dr_grpo_advantages),
+    ("RLOO", r"\hat A_i = R_i - \frac{1}{G-1}\sum_{j\neq i} R_j", advantages.rloo_advantages),
+    ("REINFORCE++-baseline", r"\hat A_{i,t} = \mathrm{whiten}_{batch}\big(R_i - \mathrm{mean}_{group} R\big)",
+     advantages.reinforce_pp_baseline_advantages),
+):
+    formula(title, latex, implementation)
 
 # Starting rewards for up to four prompts: one solved once, one always, one never, one half the time.
 STARTING_GROUPS = {

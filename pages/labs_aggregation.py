@@ -2,7 +2,9 @@
 
 import streamlit as st
 
+from rl_core.aggregation import aggregate_loss
 from ui import labs
+from ui.story import formula
 
 st.title("Aggregation lab: how much one token weighs")
 st.markdown(
@@ -14,13 +16,13 @@ st.markdown(
     "constant; RLOO, which treats a whole response as one action, sums its tokens. Each weight below is "
     "∂loss/∂L_t, taken by autograd through the engine's aggregation."
 )
-st.latex(
-    r"\begin{aligned}"
-    r"&\text{token-mean: } \frac{\sum_{i,t} m\,L}{\sum_{i,t} m}"
-    r"&&\text{seq-mean-token-mean: } \frac1B\sum_i \frac{\sum_t m\,L}{|y_i|}\\"
-    r"&\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m\,L}{B\,T_{max}}"
-    r"&&\text{seq-mean-token-sum: } \frac1B\sum_{i,t} m\,L"
-    r"\end{aligned}"
+formula(
+    "The four aggregations",
+    [r"\text{token-mean: } \frac{\sum_{i,t} m\,L}{\sum_{i,t} m}",
+     r"\text{seq-mean-token-mean: } \frac1B\sum_i \frac{\sum_t m\,L}{|y_i|}",
+     r"\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m\,L}{B\,T_{max}}",
+     r"\text{seq-mean-token-sum: } \frac1B\sum_{i,t} m\,L"],
+    aggregate_loss,
 )
 
 
@@ -42,6 +44,7 @@ st.plotly_chart(labs.aggregation_figure(table), key="agg_chart")
 st.dataframe(table, hide_index=True, key="agg_table")
 st.caption(
     "T_max is the longest response in the batch. The push is −∂loss/∂log π summed over a response's tokens: "
-    "how far one gradient step moves the response's log-probability. What to notice: "
+    "how far one gradient step, per unit of learning rate, moves the response's log-probability. "
+    "What to notice: "
     + labs.aggregation_summary(table)
 )

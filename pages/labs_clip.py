@@ -3,7 +3,9 @@
 import pandas as pd
 import streamlit as st
 
+from rl_core.losses import clipped_surrogate_loss, gspo_sequence_ratio
 from ui import labs
+from ui.story import formula
 
 st.title("Clip lab: where the clipped surrogate stops pushing")
 st.markdown(
@@ -15,9 +17,11 @@ st.markdown(
     "shaded flat regions are exactly where a training step leaves a token alone. DAPO's clip-higher is the "
     "case ε_high > ε_low; the dual clip bounds the loss of a bad token whose ratio has exploded."
 )
-st.latex(
-    r"L_t = -\min\big(\rho_t A_t,\ \mathrm{clip}(\rho_t, 1-\varepsilon_{low}, 1+\varepsilon_{high})\,A_t\big),"
-    r"\qquad \text{dual clip } (A_t<0):\ L_t \leftarrow \min(L_t, -c\,A_t)"
+formula(
+    "The clipped surrogate",
+    [r"L_t = -\min\big(\rho_t A_t,\ \mathrm{clip}(\rho_t, 1-\varepsilon_{low}, 1+\varepsilon_{high})\,A_t\big)",
+     r"\text{dual clip } (A_t<0):\ L_t \leftarrow \min(L_t, -c\,A_t)"],
+    clipped_surrogate_loss,
 )
 
 left, right, toggle, constant = st.columns(4)
@@ -46,7 +50,11 @@ st.markdown(
     "response is kept or dropped as a whole. Its clip range is tiny because a geometric mean moves little. "
     "The token clip here uses the ε sliders at the top of the page."
 )
-st.latex(r"s_i = \exp\Big(\tfrac{1}{|y_i|}\textstyle\sum_t \log\tfrac{\pi_\theta(y_{i,t})}{\pi_{old}(y_{i,t})}\Big)")
+formula(
+    "The sequence ratio",
+    r"s_i = \exp\Big(\tfrac{1}{|y_i|}\textstyle\sum_t \log\tfrac{\pi_\theta(y_{i,t})}{\pi_{old}(y_{i,t})}\Big)",
+    gspo_sequence_ratio,
+)
 
 source = st.radio("log-ratios ℓ_t", ["seeded random draw", "edit by hand"], horizontal=True, key="gspo_source")
 if source == "seeded random draw":

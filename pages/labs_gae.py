@@ -3,7 +3,9 @@
 import pandas as pd
 import streamlit as st
 
+from rl_core.advantages import gae, length_adaptive_lambda
 from ui import labs
+from ui.story import formula
 
 st.title("GAE lab: how a reward at the end reaches the first token")
 st.markdown(
@@ -12,13 +14,15 @@ st.markdown(
     "token t with weight (γλ)^(T−t), which for λ < 1 and a long response is nearly nothing. The same article "
     "shows what a critic initialised from the reward model does: it scores unfinished text low and rises "
     "along the response, so every TD error is positive and the earliest tokens collect the largest "
-    "advantages, which pays the policy for ending early. Its remedy, used again by VAPO, is to decouple λ "
-    "(a λ near 1 for the critic's targets, a smaller one for the actor's advantages) and, in VAPO, to make "
-    "the actor's λ grow with the response length."
+    "advantages, the bias the article blames for responses collapsing in length. Its remedy, used again by "
+    "VAPO, is to decouple λ (a λ near 1 for the critic's targets, a smaller one for the actor's advantages) "
+    "and, in VAPO, to make the actor's λ grow with the response length."
 )
-st.latex(
-    r"\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t),\quad A_t = \delta_t + \gamma\lambda A_{t+1},"
-    r"\quad \text{target}_t = A_t + V(s_t)"
+formula(
+    "Generalised advantage estimation",
+    [r"\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t),\qquad A_t = \delta_t + \gamma\lambda A_{t+1}",
+     r"\text{critic target}_t = A_t + V(s_t)"],
+    gae,
 )
 
 length, critic = st.columns([1, 2])
@@ -46,7 +50,7 @@ st.caption(
     "What to notice: "
     + labs.decay_summary(table, lam_actor, lam_critic)
     + " A critic trained on decayed targets never hears about the reward at the start of a long response; "
-    "λ_critic = 1 passes it on whole."
+    "λ_critic = 1 with γ = 1 passes it on whole."
 )
 with st.expander("all numbers"):
     st.dataframe(table, hide_index=True, key="gae_table")
@@ -57,7 +61,7 @@ st.markdown(
     "reward. VAPO sets the actor's λ per response so that the sum of GAE's weights, 1/(1 − λ), equals α·|y|: "
     "the horizon GAE looks over grows in proportion to the response."
 )
-st.latex(r"\lambda_{actor} = 1 - \frac{1}{\alpha\,|y|}")
+formula("Length-adaptive λ", r"\lambda_{actor} = 1 - \frac{1}{\alpha\,|y|}", length_adaptive_lambda)
 alpha = st.slider("α", 0.1, 2.0, 0.5, 0.05, key="gae_alpha")
 # The table runs GAE over responses of up to 1024 tokens and depends on α alone, so it is computed once per α.
 length_adaptive_table = st.cache_data(labs.length_adaptive_table, show_spinner=False)

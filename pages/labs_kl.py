@@ -2,7 +2,9 @@
 
 import streamlit as st
 
+from rl_core.kl import kl_exact, kl_k1, kl_k2, kl_k3
 from ui import labs
+from ui.story import formula
 
 st.title("KL lab: three estimators of one KL")
 st.markdown(
@@ -13,10 +15,15 @@ st.markdown(
     "k1 that makes every sample non-negative while keeping it unbiased (GRPO's choice). Here the vocabulary "
     "has six tokens, so the exact KL is known and each estimator can be checked against it."
 )
-st.latex(
-    r"k_1 = -\log r,\quad k_2 = \tfrac12(\log r)^2,\quad k_3 = r - 1 - \log r,"
-    r"\qquad r = \frac{\pi_{ref}(a)}{\pi_\theta(a)},\ a \sim \pi_\theta"
-)
+for title, latex, implementation in (
+    ("k1: unbiased, can be negative",
+     r"k_1 = -\log r,\qquad r = \frac{\pi_{ref}(a)}{\pi_\theta(a)},\ a \sim \pi_\theta", kl_k1),
+    ("k2: never negative, biased", r"k_2 = \tfrac12(\log r)^2", kl_k2),
+    ("k3: never negative and unbiased", r"k_3 = r - 1 - \log r", kl_k3),
+    ("The exact KL they estimate",
+     r"\mathrm{KL} = \sum_v \pi_\theta(v)\big(\log\pi_\theta(v) - \log\pi_{ref}(v)\big)", kl_exact),
+):
+    formula(title, latex, implementation)
 
 policy, reference = st.columns(2)
 with policy:

@@ -179,7 +179,7 @@ class RunConfig:
     seed: int = 0
     device: str = "auto"
     demo_noise: float | None = None  # None: the task's default
-    sft_steps: int = 400
+    sft_steps: int = 200
     samples_per_record: int = 4
 
     def validate(self) -> None:

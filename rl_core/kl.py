@@ -24,7 +24,8 @@ def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """`k3 = r − 1 − log r` per token (unbiased, low variance, ≥ 0; GRPO's estimator)."""
     log_ratio = ref_logp - logp
-    return torch.exp(log_ratio) - 1 - log_ratio
+    # expm1 keeps r − 1 exact for tiny log r, where exp(log r) − 1 − log r rounds to small negative values.
+    return torch.expm1(log_ratio) - log_ratio
 
 
 def kl_exact(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:

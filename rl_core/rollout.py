@@ -34,7 +34,8 @@ class TokenBatch:
 class Rollout(TokenBatch):
     """A sampled batch with what the sampler saw at every step."""
 
-    old_logp: torch.Tensor  # [B, T] log-probs of the sampled tokens under the sampling policy
+    logits: torch.Tensor  # [B, T, V] the sampling policy's logits / temperature at each step
+    old_logp: torch.Tensor  # [B, T] log π_old of the sampled tokens: π_old is the policy that sampled them
     entropy: torch.Tensor  # [B, T] entropy of the sampling distribution at each step
     ended_with_eos: torch.Tensor  # [B] bool
     prompts: list[str]
@@ -57,6 +58,7 @@ class Rollout(TokenBatch):
             attention_mask=self.attention_mask[rows],
             prompt_length=self.prompt_length,
             response_mask=self.response_mask[rows],
+            logits=self.logits[rows],
             old_logp=self.old_logp[rows],
             entropy=self.entropy[rows],
             ended_with_eos=self.ended_with_eos[rows],
@@ -93,7 +95,7 @@ def sample(
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
     batch = len(prompts)
     eos = tokenizer.eos_token_id
-    tokens, logps, entropies = [], [], []
+    tokens, step_logits = [], []
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     attention = prompt_mask
     step_input, positions, cache = prompt_ids, position_ids_from_mask(prompt_mask), None
@@ -103,13 +105,11 @@ def sample(
         )
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float() / temperature
-        log_probs = torch.log_softmax(logits, dim=-1)
-        token = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+        token = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
         # Rows that already ended keep emitting padding, which the response mask hides.
         token = torch.where(finished, torch.full_like(token, tokenizer.pad_token_id), token)
         tokens.append(token)
-        logps.append(log_probs.gather(-1, token[:, None]).squeeze(-1))
-        entropies.append(entropy_from_logits(logits))
+        step_logits.append(logits)
         alive_before = ~finished
         finished = finished | (token == eos)
         attention = torch.cat([attention, alive_before.long()[:, None]], dim=-1)
@@ -119,6 +119,7 @@ def sample(
             break
     response_ids = torch.stack(tokens, dim=1)
     response_mask = attention[:, prompt_ids.shape[1] :].float()
+    logits = torch.stack(step_logits, dim=1)
     policy.train(was_training)
     responses = [
         tokenizer.decode(row[mask.bool()].tolist(), skip_special_tokens=True)
@@ -129,8 +130,9 @@ def sample(
         attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
         prompt_length=prompt_ids.shape[1],
         response_mask=response_mask,
-        old_logp=torch.stack(logps, dim=1) * response_mask,
-        entropy=torch.stack(entropies, dim=1) * response_mask,
+        logits=logits,
+        old_logp=token_logprobs(logits, response_ids) * response_mask,
+        entropy=entropy_from_logits(logits) * response_mask,
         ended_with_eos=finished,
         prompts=list(prompts),
         responses=responses,

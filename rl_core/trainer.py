@@ -217,10 +217,9 @@ class Trainer:
         batch, rewards, successes, stats = self._collect()
         mask = batch.response_mask
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
+        old_logp = batch.old_logp  # as sampled: on the first update the ratio is 1 up to float rounding
         with torch.no_grad():
-            old_logits = response_logits(self.policy, batch, algo.temperature)
             ref_logits = response_logits(self.reference, batch, algo.temperature)
-            old_logp = token_logprobs(old_logits, batch.response_ids)
             ref_logp = token_logprobs(ref_logits, batch.response_ids)
             old_values = self._critic_values(batch) if self.critic is not None else None
             kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
@@ -232,8 +231,8 @@ class Trainer:
             record = {
                 "step": self.step_index + 1,
                 **stats,
-                "entropy": masked_mean(entropy_from_logits(old_logits), mask).item(),
-                "kl_exact": masked_mean(kl_estimators.kl_exact(old_logits, ref_logits), mask).item(),
+                "entropy": masked_mean(batch.entropy, mask).item(),
+                "kl_exact": masked_mean(kl_estimators.kl_exact(batch.logits, ref_logits), mask).item(),
                 **{
                     f"kl_{name}": masked_mean(fn(old_logp, ref_logp), mask).item()
                     for name, fn in kl_estimators.KL_ESTIMATORS.items()
@@ -437,13 +436,14 @@ def _concat_rollouts(parts: list[Rollout]) -> Rollout:
     def pad(t, left, right, value=0):
         return torch.nn.functional.pad(t, (left, right), value=value)
 
-    fields = {k: [] for k in ("sequences", "attention_mask", "response_mask", "old_logp", "entropy")}
+    fields = {k: [] for k in ("sequences", "attention_mask", "response_mask", "logits", "old_logp", "entropy")}
     for p in parts:
         left, right = prompt_length - p.prompt_length, response_length - p.response_mask.shape[1]
         fields["sequences"].append(pad(p.sequences, left, right))
         fields["attention_mask"].append(pad(p.attention_mask, left, right))
         for k in ("response_mask", "old_logp", "entropy"):
             fields[k].append(pad(getattr(p, k), 0, right))
+        fields["logits"].append(torch.nn.functional.pad(p.logits, (0, 0, 0, right)))
     return Rollout(
         prompt_length=prompt_length,
         ended_with_eos=torch.cat([p.ended_with_eos for p in parts]),

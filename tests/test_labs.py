@@ -283,7 +283,7 @@ def test_token_weights_are_constant_within_a_response_and_zero_on_padding():
 def test_aggregation_summary_and_figure():
     table = labs.aggregation_table([10, 1000], [1.0, -1.0])
     summary = labs.aggregation_summary(table)
-    assert "seq-mean-token-mean: one token of the 10-token response weighs 100× one of the 1000-token response" in summary
+    assert "seq-mean-token-mean: one token of the 10-token response weighs 100× one of the 1000-token" in summary
     fig = labs.aggregation_figure(table)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
     long_push = [trace for trace in fig.data if trace.name.startswith("y2") and trace.xaxis == "x2"][0]

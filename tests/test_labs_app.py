@@ -1,16 +1,24 @@
 """Each Labs page renders, and moving one of its sliders re-renders it with different numbers."""
 
+from pathlib import Path
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
+PAGES = Path(__file__).resolve().parents[1] / "pages"
 # The first run of a fresh script imports torch and plotly; later reruns are fast.
 TIMEOUT = 120
 
 
 def run_page(name: str) -> AppTest:
-    at = AppTest.from_file(f"../pages/{name}.py", default_timeout=TIMEOUT).run()
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=TIMEOUT).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def notices(at: AppTest) -> list[str]:
+    """The "What to notice" captions, in page order."""
+    return [caption.value for caption in at.caption if caption.value.startswith("What to notice")]
 
 
 def shown_text(at: AppTest) -> list[str]:
@@ -46,14 +54,14 @@ def test_clip_page_dual_clip_adds_the_seventh_case_and_hand_edited_log_ratios_re
     assert len(at.dataframe[0].value) == 7
     at.radio(key="gspo_source").set_value("edit by hand").run()
     assert not at.exception
-    assert "1 of 8 tokens get no gradient" in at.caption[-1].value
+    assert "1 of 8 tokens get no gradient" in notices(at)[-1]
 
 
 def test_gae_page_reward_model_critic_is_the_default_and_a_perfect_critic_zeroes_the_advantages():
     at = run_page("labs_gae")
-    assert at.caption[0].value.startswith("What to notice: Token 1 gets the largest advantage")
+    assert notices(at)[0].startswith("What to notice: Token 1 gets the largest advantage")
     at.radio(key="gae_critic").set_value("perfect (values = true returns)").run()
-    assert at.caption[0].value.startswith("What to notice: Every advantage is 0")
+    assert notices(at)[0].startswith("What to notice: Every advantage is 0")
 
 
 def test_advantage_page_starts_with_grpo_numbers_for_one_success_in_four():
@@ -63,3 +71,11 @@ def test_advantage_page_starts_with_grpo_numbers_for_one_success_in_four():
     assert not at.warning
     at.slider(key="adv_groups").set_value(2).run()
     assert at.warning[0].value.startswith("Group 2: every response scored 1")
+
+
+def test_the_router_lists_every_lab():
+    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=TIMEOUT).run()
+    for page in ("labs_clip", "labs_gae", "labs_kl", "labs_advantages", "labs_aggregation"):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert at.title[0].value.split(":")[0].endswith("lab")

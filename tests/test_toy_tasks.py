@@ -117,7 +117,7 @@ def test_reverse_prompts_have_three_different_letters():
 def test_shift_scores():
     task = get_task("shift")
     prompts = ["bdfa>"] * 4
-    scores = task.score(prompts, ["cega", "cdga", "ceg", "cega"], [False, False, False, True])
+    scores = task.score(prompts, ["cegb", "cdfb", "ceg", "cegb"], [False, False, False, True])
     assert scores.rewards == [1.0, 0.0, 0.0, 0.0]
     assert scores.successes == [True, False, False, False]
 
@@ -166,7 +166,7 @@ def test_preference_demonstrations_never_shout():
 
 def test_preference_pairs_are_ranked_by_the_gold_judge_up_to_label_noise():
     task = get_task("preference")
-    pairs = task.preference_pairs(2000, random.Random(4))
+    pairs = task.preference_pairs(2000, random.Random(4), PreferenceTask.label_noise)
     agree = sum(gold_quality(p.prompt, p.chosen) > gold_quality(p.prompt, p.rejected) for p in pairs) / len(pairs)
     assert agree == pytest.approx(1 - PreferenceTask.label_noise, abs=0.03)
 

@@ -10,6 +10,7 @@ from rl_core import sft
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig
 from rl_core.trainer import Trainer, TrainingError
+from toy_tasks import DEFAULT_TASK
 
 # Every metric the spec asks each step to report (names as recorded).
 SPEC_METRICS = {
@@ -27,7 +28,7 @@ def small_run(algo: str = "grpo", steps: int = 2, **overrides) -> RunConfig:
     size = dict(prompts_per_step=4 if preset.num_generations > 1 else 16)
     if algo in ("vapo",):
         size["value_pretrain_steps"] = 2
-    return RunConfig(algo=get_preset(algo, **(size | overrides)), task="reverse", steps=steps, seed=3)
+    return RunConfig(algo=get_preset(algo, **(size | overrides)), task=DEFAULT_TASK, steps=steps, seed=3)
 
 
 @pytest.mark.parametrize("algo", list(PRESETS))
@@ -104,13 +105,13 @@ def test_nan_reward_stops_with_a_clear_message(monkeypatch):
 def test_invalid_config_fails_before_any_work(monkeypatch):
     monkeypatch.setattr(sft, "train_sft", lambda *a, **k: pytest.fail("trained despite a bad config"))
     with pytest.raises(ValueError, match="num_generations"):
-        Trainer(RunConfig(algo=get_preset("grpo").__class__(**{**get_preset("grpo").__dict__, "num_generations": 1}), task="reverse"))
+        Trainer(RunConfig(algo=get_preset("grpo").__class__(**{**get_preset("grpo").__dict__, "num_generations": 1}), task=DEFAULT_TASK))
     with pytest.raises(ValueError, match="steps"):
-        Trainer(RunConfig(algo=get_preset("grpo"), task="reverse", steps=0))
+        Trainer(RunConfig(algo=get_preset("grpo"), task=DEFAULT_TASK, steps=0))
     with pytest.raises(ValueError, match="allowed: "):
         Trainer(RunConfig(algo=get_preset("grpo"), task="no-such-task"))
     with pytest.raises(ValueError, match="model"):
-        Trainer(RunConfig(algo=get_preset("grpo"), task="reverse", model="huge"))
+        Trainer(RunConfig(algo=get_preset("grpo"), task=DEFAULT_TASK, model="huge"))
 
 
 def test_sft_checkpoint_is_cached_on_disk(tmp_path, monkeypatch):

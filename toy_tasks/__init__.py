@@ -10,7 +10,7 @@ from toy_tasks.base import TASKS, ToyTask
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-DEFAULT_TASK = "reverse"
+DEFAULT_TASK = "caesar"
 
 
 def get_task(name: str, **kwargs) -> ToyTask:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import random
 import shutil
+import string
 import tempfile
 from pathlib import Path
 from typing import ClassVar
@@ -35,6 +36,17 @@ from toy_tasks.base import Scores, ToyTask
 NAMES = ("al", "bo", "ivy", "max", "zoe", "anna", "ravi", "oscar", "sofia", "amelie")
 MAX_MARKS = 3  # the gold judge's limit, and the most marks a demonstration ever has
 MARK = "!"
+
+
+def typo(name: str, rng: random.Random) -> str:
+    """`name` with one letter replaced, dropped or doubled."""
+    i = rng.randrange(len(name))
+    edit = rng.randrange(3)
+    if edit == 0:
+        return name[:i] + rng.choice(string.ascii_lowercase.replace(name[i], "")) + name[i + 1 :]
+    if edit == 1 and len(name) > 1:
+        return name[:i] + name[i + 1 :]
+    return name[:i] + name[i] + name[i:]
 
 
 def _name(prompt: str) -> str:
@@ -92,13 +104,16 @@ class PreferenceTask(ToyTask):
         marks = MARK * rng.randint(1, MAX_MARKS)
         if rng.random() >= noise:
             return name.capitalize() + marks
-        # The plausible slips: a flat reply, or a forgotten capital letter.
-        if rng.random() < 0.5:
+        # The plausible slips: a flat reply, a forgotten capital letter, a typo in the name.
+        slip = rng.randrange(3)
+        if slip == 0:
             return name.capitalize()
-        return name + marks
+        if slip == 1:
+            return name + marks
+        return typo(name, rng).capitalize() + marks
 
-    def preference_pairs(self, n: int, rng: random.Random) -> list[PreferencePair]:
-        """`n` labelled pairs of demonstrations (the SFT policy's distribution), gold-ranked with label noise."""
+    def preference_pairs(self, n: int, rng: random.Random, label_noise: float) -> list[PreferencePair]:
+        """`n` pairs of demonstrations (the SFT policy's distribution), gold-ranked, a `label_noise` fraction flipped."""
         pairs = []
         while len(pairs) < n:
             prompt = self.sample_prompts(1, rng)[0]
@@ -107,7 +122,7 @@ class PreferenceTask(ToyTask):
             if qa == qb:
                 continue  # a tie carries no preference
             chosen, rejected = (a, b) if qa > qb else (b, a)
-            if rng.random() < self.label_noise:
+            if rng.random() < label_noise:
                 chosen, rejected = rejected, chosen
             pairs.append(PreferencePair(prompt, chosen, rejected))
         return pairs
@@ -134,7 +149,7 @@ class PreferenceTask(ToyTask):
     def _train_and_save(self, folder: Path, device: torch.device, seed: int) -> None:
         rng = random.Random(seed)
         model, accuracy = train_reward_model(
-            self.preference_pairs(self.n_pairs, rng),
+            self.preference_pairs(self.n_pairs, rng, self.label_noise),
             self.tokenizer,
             preset=self.reward_model_preset,
             steps=self.rm_steps,

@@ -1,6 +1,6 @@
-"""Shift four letters one step along the alphabet: `"bdfa>"` → `"cega"` — a sparse 0/1 reward.
+"""Shift four letters one step along the alphabet: `"bdfa>"` → `"cegb"` — a sparse 0/1 reward.
 
-A sloppy demonstration forgets to shift some letters and copies them instead (`"bdfa>"` → `"cdga"`). Each letter
+A sloppy demonstration forgets to shift some letters and copies them instead (`"bdfa>"` → `"cdfb"`). Each letter
 is forgotten independently with probability q, chosen so that a whole demonstration is wrong with probability
 `noise`: q = 1 − (1 − noise)^(1/4). The SFT policy learns those per-letter coin flips, so it gets all four right
 only about 1 − noise of the time; at the default noise most groups of samples score all zeros.
@@ -19,7 +19,7 @@ LENGTH = 4
 
 class ShiftTask(ExactAnswerTask):
     name: ClassVar[str] = "shift"
-    description: ClassVar[str] = "shift four letters by one (bdfa> → cega); sparse reward: 1 only if all four are right"
+    description: ClassVar[str] = "shift four letters by one (bdfa> → cegb); sparse reward: 1 only if all four are right"
     lesson: ClassVar[str] = (
         "With a success rate near 10 %, most groups get the same reward for every sample, so their group advantage "
         "is zero and they teach nothing: dynamic sampling drops them and draws new prompts."

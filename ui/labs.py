@@ -34,7 +34,7 @@ def _is_zero(x: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Figure helpers
+# Figure building blocks
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -204,11 +204,12 @@ def surrogate_figure(
         row_titles=["objective −L", "∂(−L)/∂ρ"],
     )
     intervals = zero_gradient_intervals(curves)
-    bounds = [1 - epsilon_low, 1 + epsilon_high] + ([dual_clip] if dual_clip is not None else [])
     traces, shapes = [], []
     for col, (sign, curve) in enumerate(curves.groupby("sign", sort=False), start=1):
         top, bottom = _axes(1, col, 2), _axes(2, col, 2)
         color = POSITIVE if ADVANTAGE_SIGNS[sign] > 0 else NEGATIVE
+        # The dual clip acts on negative advantages only, so c is marked on that side alone.
+        bounds = [1 - epsilon_low, 1 + epsilon_high] + ([dual_clip] if dual_clip and ADVANTAGE_SIGNS[sign] < 0 else [])
         traces += [
             go.Scatter(x=curve["ratio"], y=curve["unclipped"], name="unclipped ρA", showlegend=col == 1,
                        line=dict(color=MUTED, dash="dot"), xaxis=top[0], yaxis=top[1]),

@@ -1,0 +1,145 @@
+"""The Bradley-Terry loss, reward-model scoring, training, and the preference task's cached reward model."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+import toy_tasks.preference as preference
+from rl_core.models import build_value_model
+from rl_core.reward_model import (
+    PreferencePair,
+    bradley_terry_loss,
+    encode_for_reward,
+    preference_accuracy,
+    reward_scores,
+    train_reward_model,
+)
+from rl_core.tokenizer import build_char_tokenizer
+from toy_tasks import get_task
+
+TOKENIZER = build_char_tokenizer()
+
+
+def test_bt_loss_of_equal_scores_is_log_2():
+    scores = torch.tensor([0.3, -1.0, 2.0])
+    assert bradley_terry_loss(scores, scores).item() == pytest.approx(math.log(2))
+
+
+def test_bt_loss_matches_a_hand_computed_value():
+    chosen, rejected = torch.tensor([2.0, 0.0]), torch.tensor([0.0, 1.0])
+    expected = -(math.log(1 / (1 + math.exp(-2.0))) + math.log(1 / (1 + math.exp(1.0)))) / 2
+    assert bradley_terry_loss(chosen, rejected).item() == pytest.approx(expected)
+
+
+def test_bt_loss_gradient_raises_chosen_and_lowers_rejected():
+    chosen = torch.tensor([0.5, -0.2], requires_grad=True)
+    rejected = torch.tensor([0.0, 0.4], requires_grad=True)
+    bradley_terry_loss(chosen, rejected).backward()
+    assert (chosen.grad < 0).all() and (rejected.grad > 0).all()
+    # d/dr_c of −log σ(r_c − r_r), averaged over 2 pairs, is −σ(r_r − r_c)/2.
+    assert chosen.grad.tolist() == pytest.approx(
+        [-torch.sigmoid(torch.tensor(-0.5)).item() / 2, -torch.sigmoid(torch.tensor(0.6)).item() / 2]
+    )
+    assert rejected.grad.tolist() == pytest.approx((-chosen.grad).tolist())
+
+
+def test_encoding_is_bos_prompt_response_eos_left_padded():
+    ids, mask = encode_for_reward(TOKENIZER, ["ab>", "a>"], ["x", "yz"], torch.device("cpu"))
+    assert ids[0].tolist() == [TOKENIZER.bos_token_id] + TOKENIZER.encode("ab>x") + [TOKENIZER.eos_token_id]
+    assert ids[1].tolist() == [TOKENIZER.bos_token_id] + TOKENIZER.encode("a>yz") + [TOKENIZER.eos_token_id]
+    long_ids, long_mask = encode_for_reward(TOKENIZER, ["abcd>", "a>"], ["xyz", "y"], torch.device("cpu"))
+    assert long_ids[1, :3].tolist() == [TOKENIZER.pad_token_id] * 3 and long_mask[1].tolist() == [0, 0, 0] + [1] * 5
+    assert (long_ids[:, -1] == TOKENIZER.eos_token_id).all()
+
+
+def test_scores_do_not_depend_on_padding():
+    torch.manual_seed(0)
+    model = build_value_model("tiny", TOKENIZER).eval()
+    with torch.no_grad():
+        alone = reward_scores(model, TOKENIZER, ["ab>"], ["x"])
+        padded = reward_scores(model, TOKENIZER, ["ab>", "abcdef>"], ["x", "xyzxyz"])
+    assert alone.shape == (1,) and padded.shape == (2,)
+    assert padded[0].item() == pytest.approx(alone[0].item(), abs=1e-5)
+
+
+def test_training_learns_a_simple_preference():
+    rng = random.Random(0)
+    # The labeller prefers a response with more "a"s; every pair differs, so the held-out set is informative.
+    pairs = []
+    for _ in range(200):
+        prompt = rng.choice("pq") + ">"
+        short, long = sorted(rng.sample(range(4), 2))
+        pairs.append(PreferencePair(prompt, "a" * long + "b", "a" * short + "b"))
+    model, accuracy = train_reward_model(pairs, TOKENIZER, steps=60, batch_size=32, seed=0)
+    assert accuracy >= 0.9
+    assert not model.training
+    assert preference_accuracy(model, TOKENIZER, pairs) >= 0.9
+
+
+def test_training_rejects_bad_arguments():
+    pair = PreferencePair("a>", "x", "y")
+    with pytest.raises(ValueError, match="at least 2"):
+        train_reward_model([pair], TOKENIZER, steps=1)
+    with pytest.raises(ValueError, match="holdout_fraction"):
+        train_reward_model([pair, pair], TOKENIZER, steps=1, holdout_fraction=1.0)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """The preference task with its reward model trained once, as the trainer would prepare it."""
+    cache_dir = tmp_path_factory.mktemp("cache")
+    task = get_task("preference")
+    task.prepare(cache_dir, torch.device("cpu"), seed=0)
+    return task, cache_dir
+
+
+@pytest.mark.slow
+def test_reward_model_ranks_held_out_gold_preferences(prepared):
+    task, _ = prepared
+    assert task.reward_model_accuracy >= 0.8  # held-out pairs, labels with noise
+    clean = task.preference_pairs(500, random.Random(12345), label_noise=0.0)  # fresh pairs, gold labels only
+    assert preference_accuracy(task.reward_model, TOKENIZER, clean) >= 0.8
+
+
+@pytest.mark.slow
+def test_prepared_task_scores_with_the_reward_model_and_judges_with_gold(prepared):
+    task, _ = prepared
+    prompts = ["max>"] * 4
+    responses = ["Max!!!", "Max", "max!", "Max!!!!!!!!!"]
+    scores = task.score(prompts, responses, [False, False, False, True])
+    assert scores.successes == [True, False, False, False]
+    assert scores.rewards[0] > scores.rewards[1] and scores.rewards[0] > scores.rewards[2]
+
+
+@pytest.mark.slow
+def test_reward_model_is_exploitable_by_shouting(prepared):
+    """The flaw the task is built around: far outside the data, more marks still score higher."""
+    task, _ = prepared
+    names = list(preference.NAMES)
+    honest = task.score([n + ">" for n in names], [n.capitalize() + "!!!" for n in names], [False] * len(names))
+    shouting = [n.capitalize() + "!" * (12 - len(n)) for n in names]
+    hacked = task.score([n + ">" for n in names], shouting, [True] * len(names))
+    assert sum(hacked.rewards) > sum(honest.rewards)
+    assert not any(hacked.successes)
+
+
+@pytest.mark.slow
+def test_second_prepare_loads_the_cache_without_training(prepared, monkeypatch):
+    task, cache_dir = prepared
+    (folder,) = (cache_dir / "reward_models").iterdir()
+    stamp = (folder / "value_model.pt").stat().st_mtime_ns
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached reward model was trained again")
+
+    monkeypatch.setattr(preference, "train_reward_model", no_training)
+    again = get_task("preference")
+    again.prepare(cache_dir, torch.device("cpu"), seed=0)
+    assert (folder / "value_model.pt").stat().st_mtime_ns == stamp
+    assert [p.name for p in (cache_dir / "reward_models").iterdir()] == [folder.name]  # no staging folder left
+    responses = ["Max!!", "max"]
+    assert again.score(["max>"] * 2, responses, [False, False]) == task.score(["max>"] * 2, responses, [False, False])
