@@ -69,7 +69,7 @@ class Rollout(TokenBatch):
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], device: torch.device):
     """BOS + prompt characters, left-padded: `(input_ids, attention_mask)`."""
-    rows = [[tokenizer.bos_token_id] + tokenizer.encode(p) for p in prompts]
+    rows = [[tokenizer.bos_token_id] + ids for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -121,10 +121,7 @@ def sample(
     response_mask = attention[:, prompt_ids.shape[1] :].float()
     logits = torch.stack(step_logits, dim=1)
     policy.train(was_training)
-    responses = [
-        tokenizer.decode(row[mask.bool()].tolist(), skip_special_tokens=True)
-        for row, mask in zip(response_ids.cpu(), response_mask.cpu())
-    ]
+    responses = tokenizer.batch_decode(response_ids.cpu().tolist(), skip_special_tokens=True)
     return Rollout(
         sequences=torch.cat([prompt_ids, response_ids], dim=1),
         attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
@@ -144,7 +141,7 @@ def encode_pairs(
 ) -> TokenBatch:
     """Teacher-forcing layout of given responses (each followed by EOS) after their prompts."""
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
-    rows = [tokenizer.encode(r) + [tokenizer.eos_token_id] for r in responses]
+    rows = [ids + [tokenizer.eos_token_id] for ids in tokenizer(responses, add_special_tokens=False)["input_ids"]]
     width = max(len(r) for r in rows)
     response_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -101,16 +101,26 @@ def first_point_latency(page) -> float:
     return time.monotonic() - clicked
 
 
-def progress_redraws(page, seconds: float = 5.0) -> float:
-    """Redraws per second of the dashboard, counted as changes of the progress bar's text."""
-    progress = page.get_by_test_id("stProgress").first
-    seen, changes, end = progress.inner_text(), 0, time.monotonic() + seconds
-    while time.monotonic() < end:
-        text = progress.inner_text()
-        changes += text != seen
-        seen = text
-        time.sleep(0.05)
-    return changes / seconds
+COUNT_PROGRESS_CHANGES = """(ms) => new Promise(resolve => {
+    const read = () => document.querySelector('[data-testid="stProgress"]')?.innerText ?? null;
+    let last = read(), changes = 0;
+    const timer = setInterval(() => { const text = read(); if (text !== null && text !== last) { changes++; last = text; } }, 50);
+    setTimeout(() => { clearInterval(timer); resolve(changes); }, ms);
+})"""
+
+
+def progress_redraws(page, seconds: float = 10.0) -> float:
+    """Redraws per second of the dashboard, counted in the browser as changes of the progress bar's text
+    (step count and elapsed seconds, so every redraw while training changes it)."""
+    return page.evaluate(COUNT_PROGRESS_CHANGES, int(seconds * 1000)) / seconds
+
+
+def screenshot(page, path: Path) -> None:
+    """The whole page: Streamlit scrolls an inner container, so grow the viewport to its height first."""
+    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(max(height, 1000), 16000)})
+    page.screenshot(path=path)
+    page.set_viewport_size({"width": 1400, "height": 1000})
 
 
 def stop_run(page) -> None:
@@ -123,17 +133,18 @@ def test_every_page_renders_and_grpo_trains_live(app_url, page):
     for path, heading in PAGES.items():
         page.goto(f"{app_url}/{path}")
         page.get_by_text(heading, exact=True).first.wait_for(timeout=RENDER_TIMEOUT_MS)
-        page.screenshot(path=folder / f"{path or 'overview'}.png", full_page=True)
+        page.wait_for_timeout(1000)  # formulas and charts finish drawing
+        screenshot(page, folder / f"{path or 'overview'}.png")
 
     page.goto(f"{app_url}/grpo")
     page.get_by_text(PAGES["grpo"], exact=True).first.wait_for(timeout=RENDER_TIMEOUT_MS)
-    # A 50-step SFT warm start keeps the cold start short (the default is 400 steps).
+    # A 50-step SFT warm start keeps the cold start short.
     page.get_by_text("SFT warm start").click()
-    sft_slider = page.get_by_test_id("stSlider").filter(has_text="SFT steps").get_by_role("slider")
-    sft_slider.focus()
-    for _ in range(3):  # 400 → 200 → 100 → 50
-        sft_slider.press("ArrowLeft")
-    page.get_by_test_id("stSlider").filter(has_text="SFT steps").get_by_text("50", exact=True).wait_for()
+    sft = page.get_by_test_id("stSlider").filter(has_text="SFT steps")
+    sft.get_by_role("slider").focus()
+    sft.get_by_role("slider").press("Home")  # 0
+    sft.get_by_role("slider").press("ArrowRight")  # 50
+    sft.get_by_test_id("stSliderThumbValue").get_by_text("50", exact=True).wait_for()
     time.sleep(1)  # let the slider's value reach the server before Train reads it
 
     cold = first_point_latency(page)
@@ -142,7 +153,7 @@ def test_every_page_renders_and_grpo_trains_live(app_url, page):
     warm = first_point_latency(page)
     page.wait_for_timeout(2000)
     stop_run(page)
-    page.screenshot(path=folder / "grpo-trained.png", full_page=True)
+    screenshot(page, folder / "grpo-trained.png")
     print(f"first chart point after Train: {cold:.2f} s with a cold SFT cache (50 SFT steps), "
           f"{warm:.2f} s with a warm one; dashboard redraws while training: {redraws:.2f}/s; "
           f"screenshots in {folder}")

@@ -86,7 +86,7 @@ class PreferenceTask(ToyTask):
     reward_model_preset: ClassVar[str] = "tiny"
     n_pairs: ClassVar[int] = 2000
     label_noise: ClassVar[float] = 0.1  # fraction of preference labels flipped, as human labellers disagree
-    rm_steps: ClassVar[int] = 100
+    rm_steps: ClassVar[int] = 150
     rm_learning_rate: ClassVar[float] = 3e-3
 
     def __init__(self) -> None:

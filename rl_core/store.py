@@ -1,0 +1,397 @@
+"""The run store: every run's configuration, per-step metrics and samples, status and timing in one SQLite file,
+written as the run goes, so runs outlive the page that started them, an app restart, and the process that
+trained them.
+
+Concurrency: WAL mode (readers never block the writer), one connection per thread (a `threading.local`), a busy
+timeout, and every write in a `BEGIN IMMEDIATE` transaction, which takes the write lock up front: a deferred
+transaction that reads and then writes can fail at once with "database is locked" instead of waiting.
+A process killed mid-write loses only its open transaction; the file stays consistent.
+
+Interrupted runs. A queued run is owned by the process that queued it (the sweep's coordinator), a running one
+by the process that trains it. Each owner keeps a heartbeat on its runs (`Heartbeat`, every few seconds). When a
+store is opened, a run still queued or running is marked `interrupted` if
+
+* its owner ran on this host and that process no longer exists (or is a zombie), or
+* its heartbeat is older than `STALE_AFTER` seconds: the owner hangs, ran on another host, or its pid now
+  belongs to another program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from rl_core.config import AlgoConfig, RunConfig
+
+STATUSES = ("queued", "running", "finished", "failed", "stopped", "interrupted")
+ACTIVE_STATUSES = ("queued", "running")
+BUSY_TIMEOUT = 60.0  # seconds a write waits for another process's transaction before giving up
+HEARTBEAT_INTERVAL = 5.0
+STALE_AFTER = 600.0
+HOST = socket.gethostname()
+
+
+def _sql_list(values) -> str:
+    return f"({', '.join(repr(v) for v in values)})"
+
+
+ACTIVE_SQL = _sql_list(ACTIVE_STATUSES)
+
+# MIGRATIONS[v] takes a database from schema version v to v + 1 (`PRAGMA user_version`); version 0 is empty.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE sweeps (
+            id INTEGER PRIMARY KEY,
+            created_at REAL NOT NULL,
+            spec TEXT NOT NULL                     -- JSON: what was swept, as asked for
+        )""",
+        f"""CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            sweep_id INTEGER REFERENCES sweeps(id) ON DELETE SET NULL,
+            label TEXT NOT NULL,                   -- the comparison group: preset and grid values
+            task TEXT NOT NULL,
+            algo TEXT NOT NULL,
+            seed INTEGER NOT NULL,
+            variant TEXT NOT NULL,                 -- JSON: the grid values of this run
+            config TEXT NOT NULL,                  -- JSON: the whole RunConfig
+            status TEXT NOT NULL CHECK (status IN {_sql_list(STATUSES)}),
+            steps_total INTEGER NOT NULL,
+            steps_done INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL,
+            heartbeat_at REAL NOT NULL,
+            owner_pid INTEGER NOT NULL,
+            owner_host TEXT NOT NULL,
+            final TEXT,                            -- JSON: the evaluation after the last step
+            error TEXT
+        )""",
+        "CREATE INDEX runs_by_status ON runs(status)",
+        "CREATE INDEX runs_by_sweep ON runs(sweep_id)",
+        """CREATE TABLE steps (
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            metrics TEXT NOT NULL,                 -- JSON: the record's scalars
+            samples TEXT NOT NULL,                 -- JSON: the record's token-level sample views
+            PRIMARY KEY (run_id, step)
+        ) WITHOUT ROWID""",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (e.g. it was written by a newer schema); the message says which file."""
+
+
+def default_db_path() -> Path:
+    """`RLHF_LAB_DB`, else runs.sqlite in the lab's cache directory: `RLHF_LAB_CACHE` or the user cache, the
+    folder `rl_core.sft.default_cache_dir` names (not imported, so the store loads without torch)."""
+    if os.environ.get("RLHF_LAB_DB"):
+        return Path(os.environ["RLHF_LAB_DB"])
+    return Path(os.environ.get("RLHF_LAB_CACHE") or platformdirs.user_cache_dir("rlhf-lab")) / "runs.sqlite"
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One row of the runs table, JSON fields decoded."""
+
+    id: int
+    sweep_id: int | None
+    label: str
+    task: str
+    algo: str
+    seed: int
+    variant: dict
+    config: dict
+    status: str
+    steps_total: int
+    steps_done: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    heartbeat_at: float
+    owner_pid: int
+    owner_host: str
+    final: dict | None
+    error: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def wall_time(self) -> float:
+        """Seconds from the start of training (setup included) to its end, or to now while it runs."""
+        if self.started_at is None:
+            return math.nan
+        return (self.finished_at or time.time()) - self.started_at
+
+    def run_config(self) -> RunConfig:
+        """The configuration the run was trained with."""
+        fields = dict(self.config)
+        return RunConfig(algo=AlgoConfig(**fields.pop("algo")), **fields)
+
+
+class RunStore:
+    """The runs in one SQLite file. Safe to share between threads; each process opens its own `RunStore`."""
+
+    def __init__(self, path: str | Path | None = None, recover: bool = True):
+        self.path = Path(path) if path is not None else default_db_path()
+        self._local = threading.local()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._migrate(self._connection())
+        if recover:
+            self.recover()
+
+    # ------------------------------------------------------------------ connections
+    def _connection(self) -> sqlite3.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            # isolation_level=None: no implicit transactions; `_write` opens them explicitly.
+            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+            connection.row_factory = sqlite3.Row
+            connection.execute("PRAGMA foreign_keys = ON")
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode = WAL")  # persistent: once per file
+            # In WAL mode NORMAL never corrupts the file; a power cut may lose the last commits, a crash none.
+            connection.execute("PRAGMA synchronous = NORMAL")
+            self._local.connection = connection
+        return connection
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        if self._version(connection) == SCHEMA_VERSION:
+            return
+        with self._write():
+            version = self._version(connection)  # another process may have migrated while we waited
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {version}, newer than this code's {SCHEMA_VERSION}; "
+                    "update the lab or point RLHF_LAB_DB at another file"
+                )
+            for migration in MIGRATIONS[version:]:
+                for statement in migration:
+                    connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _version(connection: sqlite3.Connection) -> int:
+        return connection.execute("PRAGMA user_version").fetchone()[0]
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their thread ends)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+    # ------------------------------------------------------------------ writing
+    def create_sweep(self, spec: dict) -> int:
+        with self._write() as db:
+            return db.execute("INSERT INTO sweeps (created_at, spec) VALUES (?, ?)", (time.time(), json.dumps(spec))).lastrowid
+
+    def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None) -> int:
+        """A queued run owned by this process; returns its id."""
+        now = time.time()
+        with self._write() as db:
+            return db.execute(
+                "INSERT INTO runs (sweep_id, label, task, algo, seed, variant, config, status, steps_total, "
+                "created_at, heartbeat_at, owner_pid, owner_host) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                (sweep_id, label, run.task, run.algo.name, run.seed, json.dumps(variant or {}),
+                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST),
+            ).lastrowid
+
+    def start_run(self, run_id: int) -> None:
+        """This process now trains the run."""
+        now = time.time()
+        with self._write() as db:
+            db.execute(
+                "UPDATE runs SET status = 'running', started_at = ?, heartbeat_at = ?, owner_pid = ?, owner_host = ? "
+                "WHERE id = ?",
+                (now, now, os.getpid(), HOST, run_id),
+            )
+
+    def add_step(self, run_id: int, record: dict) -> None:
+        """One trainer record: its scalars and its samples, and the run's step count, in one transaction.
+
+        Python's JSON writes NaN as a bare NaN token and reads it back: a metric such as the length of correct
+        responses is NaN on a step without any, and comes back as NaN rather than null."""
+        metrics = {k: v for k, v in record.items() if k != "samples"}
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO steps (run_id, step, metrics, samples) VALUES (?, ?, ?, ?)",
+                (run_id, record["step"], json.dumps(metrics), json.dumps(record.get("samples", []))),
+            )
+            db.execute(
+                "UPDATE runs SET steps_done = ?, heartbeat_at = ? WHERE id = ?", (record["step"], time.time(), run_id)
+            )
+
+    def finish_run(self, run_id: int, status: str, final: dict | None = None, error: str | None = None) -> None:
+        if status in ACTIVE_STATUSES or status not in STATUSES:
+            raise ValueError(f"status={status!r} does not end a run; allowed: finished, failed, stopped, interrupted")
+        with self._write() as db:
+            db.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, final = ?, error = ? WHERE id = ?",
+                (status, time.time(), None if final is None else json.dumps(final), error, run_id),
+            )
+
+    def settle(self, run_ids: Iterable[int], status: str, error: str | None = None) -> list[int]:
+        """End those of `run_ids` that are still queued or running; returns the ids it ended."""
+        ended = [run.id for run in self.runs(list(run_ids)) if run.active]
+        for run_id in ended:
+            self.finish_run(run_id, status, error=error)
+        return ended
+
+    def heartbeat(self) -> None:
+        """Refresh the heartbeat of every active run this process owns."""
+        with self._write() as db:
+            db.execute(
+                f"UPDATE runs SET heartbeat_at = ? WHERE owner_pid = ? AND owner_host = ? AND status IN {ACTIVE_SQL}",
+                (time.time(), os.getpid(), HOST),
+            )
+
+    def recover(self) -> list[int]:
+        """Mark the active runs whose owner is gone as interrupted (the rule is in the module docstring)."""
+        now = time.time()
+        with self._write() as db:
+            rows = db.execute(
+                f"SELECT id, owner_pid, owner_host, heartbeat_at FROM runs WHERE status IN {ACTIVE_SQL}"
+            ).fetchall()
+            lost = {}
+            for row in rows:
+                if row["owner_host"] == HOST and not process_alive(row["owner_pid"]):
+                    lost[row["id"]] = f"its process (pid {row['owner_pid']}) ended before the run did"
+                elif now - row["heartbeat_at"] > STALE_AFTER:
+                    lost[row["id"]] = f"no sign of life from its process for {now - row['heartbeat_at']:.0f} s"
+            for run_id, reason in lost.items():
+                db.execute(
+                    "UPDATE runs SET status = 'interrupted', finished_at = ?, error = ? WHERE id = ?",
+                    (now, reason, run_id),
+                )
+        return list(lost)
+
+    def delete(self, run_ids: Iterable[int]) -> int:
+        """Delete these runs and their steps, except any still queued or running; returns how many went."""
+        ids = list(run_ids)
+        with self._write() as db:
+            deleted = db.execute(
+                f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(ids))}) AND status NOT IN {ACTIVE_SQL}", ids
+            )
+            return deleted.rowcount
+
+    # ------------------------------------------------------------------ reading
+    def runs(self, run_ids: list[int] | None = None, sweep_id: int | None = None) -> list[StoredRun]:
+        """Runs in the order they were created: all of them, the listed ids, or one sweep's."""
+        query, parameters = "SELECT * FROM runs", []
+        if run_ids is not None:
+            query += f" WHERE id IN ({', '.join('?' * len(run_ids))})"
+            parameters = list(run_ids)
+        elif sweep_id is not None:
+            query += " WHERE sweep_id = ?"
+            parameters = [sweep_id]
+        return [_stored_run(row) for row in self._connection().execute(query + " ORDER BY id", parameters)]
+
+    def run(self, run_id: int) -> StoredRun:
+        found = self.runs([run_id])
+        if not found:
+            raise KeyError(f"no run {run_id} in {self.path}")
+        return found[0]
+
+    def steps(self, run_id: int, after: int = 0) -> list[dict]:
+        """The scalar metrics of the run's steps after step `after`, in step order."""
+        rows = self._connection().execute(
+            "SELECT metrics FROM steps WHERE run_id = ? AND step > ? ORDER BY step", (run_id, after)
+        )
+        return [json.loads(row["metrics"]) for row in rows]
+
+    def samples(self, run_id: int, step: int | None = None) -> list[dict]:
+        """The sample views recorded at `step` (default: the run's latest step)."""
+        row = self._connection().execute(
+            "SELECT samples FROM steps WHERE run_id = ? AND (? IS NULL OR step = ?) ORDER BY step DESC LIMIT 1",
+            (run_id, step, step),
+        ).fetchone()
+        return json.loads(row["samples"]) if row else []
+
+    def latest_sweep(self) -> int | None:
+        row = self._connection().execute("SELECT MAX(id) FROM sweeps").fetchone()
+        return row[0]
+
+
+def _stored_run(row: sqlite3.Row) -> StoredRun:
+    fields = dict(row)
+    for name in ("variant", "config", "final"):
+        if fields[name] is not None:
+            fields[name] = json.loads(fields[name])
+    return StoredRun(**fields)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` on this host still exists and is not a zombie."""
+    if os.name != "posix":
+        return True  # os.kill(pid, 0) would end the process on Windows; the heartbeat rule decides there
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    try:
+        # /proc/<pid>/stat: "pid (name) state …"; a killed child its parent has not reaped yet is in state Z.
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no procfs (macOS): the signal test is all there is
+
+
+class Heartbeat:
+    """A daemon thread refreshing the heartbeat of this process's active runs until `stop()`."""
+
+    def __init__(self, store: RunStore, interval: float = HEARTBEAT_INTERVAL):
+        self.store = store
+        self.interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="run-store-heartbeat", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def __enter__(self) -> "Heartbeat":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self.interval):
+            try:
+                self.store.heartbeat()
+            except sqlite3.Error:
+                pass  # a missed beat is harmless: the next one comes long before STALE_AFTER
+        self.store.close()

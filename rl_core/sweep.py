@@ -1,0 +1,259 @@
+"""Sweeps: every (preset, grid value, seed) run of a comparison trained in worker processes, one run per worker
+at a time, every record written to the run store as it comes.
+
+Processes, not threads: a training step is mostly Python and small tensor ops that hold the GIL, so only
+processes fill several cores. Workers are spawned (not forked: forking a process that already runs torch or
+Streamlit threads can deadlock) and use one intra-op thread each, since tiny matrices gain nothing from a
+second thread and a sweep already gives every core a run of its own.
+
+Warm starts first. Runs that differ only in the preset or a knob share an SFT checkpoint and a reward model
+(cached on disk per task, model, seed, noise and SFT steps). The sweep trains each distinct one once, in a
+worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint; distinct
+ones (one per seed) are trained in parallel.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as transformers_logging
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig, parse_overrides
+from rl_core.models import MODEL_PRESETS, select_device
+from rl_core.sft import sft_policy
+from rl_core.store import Heartbeat, RunStore, StoredRun
+from rl_core.trainer import Trainer, TrainingStopped
+from toy_tasks import get_task
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    run: RunConfig
+    label: str  # the comparison group (preset and grid values): seeds of one label are averaged together
+    variant: dict  # the grid values of this run, knob → value
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def parse_grid(assignments: Sequence[str]) -> dict[str, list]:
+    """`["beta=0,0.05", "epsilon=0.1,0.2"]` → `{"beta": [0.0, 0.05], "epsilon": [0.1, 0.2]}`, typed per knob."""
+    grid: dict[str, list] = {}
+    for assignment in assignments:
+        name, sep, text = assignment.partition("=")
+        name = name.strip()
+        if not sep or not name or not text.strip():
+            raise ValueError(f"--grid {assignment!r} is not of the form knob=value1,value2,…")
+        if name in grid:
+            raise ValueError(f"--grid names {name} twice; list all its values in one --grid {name}=…")
+        values = [parse_overrides([f"{name}={value}"])[name] for value in text.split(",") if value.strip()]
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"--grid {assignment!r} repeats a value of {name}")
+        grid[name] = values
+    return grid
+
+
+def plan_sweep(
+    algos: Sequence[str],
+    seeds: Sequence[int],
+    task: str,
+    steps: int,
+    overrides: dict | None = None,
+    grid: dict[str, list] | None = None,
+    **run_fields,
+) -> list[PlannedRun]:
+    """Every run of the sweep, validated up front: ValueError names the preset, knob or value that is refused.
+
+    `overrides` apply to every run; `grid` crosses each preset with every combination of its values;
+    `run_fields` are further `RunConfig` fields (model, sft_steps, demo_noise, device)."""
+    overrides, grid = overrides or {}, grid or {}
+    if not algos:
+        raise ValueError("algos is empty; name at least one preset")
+    if len(set(algos)) != len(algos):
+        raise ValueError(f"algos lists a preset twice: {', '.join(algos)}")
+    if not seeds:
+        raise ValueError("seeds is empty; allowed: at least one seed")
+    both = sorted(set(overrides) & set(grid))
+    if both:
+        raise ValueError(f"{', '.join(both)} is both set and swept; drop one of the two")
+    get_task(task)  # ValueError naming the allowed tasks
+    model = run_fields.get("model", RunConfig.model)
+    if model not in MODEL_PRESETS:
+        raise ValueError(f"model={model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+    select_device(run_fields.get("device", RunConfig.device))
+    planned = []
+    for algo in algos:
+        for values in itertools.product(*grid.values()):
+            variant = dict(zip(grid, values))
+            config = get_preset(algo, **overrides, **variant)
+            label = " · ".join([algo, *(f"{k}={v}" for k, v in variant.items())])
+            for seed in seeds:
+                run = RunConfig(algo=config, task=task, steps=steps, seed=seed, **run_fields)
+                run.validate()
+                planned.append(PlannedRun(run, label, variant))
+    return planned
+
+
+def warm_start_key(run: RunConfig) -> tuple:
+    """What the cached SFT checkpoint and reward model of a run depend on."""
+    return run.task, run.model, run.seed, run.demo_noise, run.sft_steps, run.device
+
+
+class Sweep:
+    """A planned sweep, written to the store as queued runs on creation; `run()` trains them.
+
+    `run()` blocks, so a page calls it from a background thread; `stop()` may come from any thread and ends
+    every run after its current step (queued runs end as stopped without starting)."""
+
+    def __init__(
+        self,
+        planned: Sequence[PlannedRun],
+        store: RunStore,
+        workers: int | None = None,
+        cache_dir: Path | None = None,
+        spec: dict | None = None,
+    ):
+        self.workers = default_workers() if workers is None else workers
+        if self.workers < 1:
+            raise ValueError(f"workers={self.workers} is out of range; allowed: an integer ≥ 1")
+        if not planned:
+            raise ValueError("the sweep has no runs")
+        self.planned = list(planned)
+        self.store = store
+        self.cache_dir = cache_dir
+        self._context = multiprocessing.get_context("spawn")
+        self._stop = self._context.Event()
+        self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})})
+        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id) for p in self.planned]
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, report: Callable[[list[StoredRun]], None] | None = None, interval: float = 1.0) -> list[StoredRun]:
+        """Train every run; `report` gets the sweep's runs from the store every `interval` seconds and at the
+        end. Ctrl+C becomes a stop request: the runs end after their current step and are kept as stopped."""
+        runs = dict(zip(self.run_ids, self.planned))
+        by_key: dict[tuple, list[int]] = {}
+        for run_id, planned in runs.items():
+            by_key.setdefault(warm_start_key(planned.run), []).append(run_id)
+        try:
+            with Heartbeat(self.store), ProcessPoolExecutor(
+                min(self.workers, len(runs)), mp_context=self._context,
+                initializer=_init_worker, initargs=(self._stop, str(self.store.path)),
+            ) as pool:
+                try:
+                    self._dispatch(pool, runs, by_key, report, interval)
+                except BaseException:
+                    self.stop()  # before the pool's exit waits for the workers: they must end their runs
+                    raise
+        finally:
+            # Whatever ended the sweep early, no run of it stays queued or running.
+            self.store.settle(self.run_ids, "stopped" if self.stopping else "interrupted",
+                              None if self.stopping else "the sweep ended before this run did")
+        final = self.store.runs(self.run_ids)
+        if report:
+            report(final)
+        return final
+
+    def _dispatch(self, pool: ProcessPoolExecutor, runs: dict[int, PlannedRun], by_key: dict[tuple, list[int]],
+                  report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
+        # A future maps to the runs it stands for: a warm start to every run sharing it, a training to one.
+        pending: dict[Future, list[int]] = {
+            pool.submit(_warm_start, runs[ids[0]].run, self.cache_dir): ids for ids in by_key.values()
+        }
+        warm_starts = set(pending)
+        while pending:
+            try:
+                done, _ = wait(pending, timeout=interval, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                self.stop()
+                continue
+            for future in done:
+                ids = pending.pop(future)
+                if self.stopping:
+                    continue  # what did not start is marked stopped at the end
+                try:
+                    future.result()
+                    if future in warm_starts:
+                        for run_id in ids:
+                            pending[pool.submit(_train, run_id, runs[run_id].run, self.cache_dir)] = [run_id]
+                except BrokenProcessPool as error:  # a worker was killed: the pool and every run in it are gone
+                    self.store.settle(ids, "interrupted", f"a worker process died: {error}")
+                except Exception as error:  # noqa: BLE001 - a warm start failed: so do the runs that need it
+                    self.store.settle(ids, "failed", f"{type(error).__name__}: {error}")
+            if self.stopping:
+                # Runs not yet handed to a worker never start; the workers end theirs between steps.
+                for future in [f for f in pending if f.cancel()]:
+                    self.store.settle(pending.pop(future), "stopped")
+            if report:
+                report(self.store.runs(self.run_ids))
+
+
+# ---------------------------------------------------------------------------------------------- in the workers
+_stop_event = None  # the sweep's stop event, shared with the parent
+_store: RunStore | None = None
+
+
+def _init_worker(stop_event, db_path: str) -> None:
+    global _stop_event, _store
+    # Ctrl+C reaches every process of the terminal's group; the parent turns it into a stop request, and the
+    # workers end their runs cleanly instead of dying mid-step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    transformers_logging.disable_progress_bar()
+    _stop_event = stop_event
+    _store = RunStore(db_path, recover=False)  # the parent's store recovered stale runs when it opened
+    Heartbeat(_store).start()  # for the life of the worker: it refreshes whichever run this process trains
+
+
+def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
+    """Train (or find cached) the reward model and the SFT checkpoint `run` starts from."""
+    trainer = Trainer(run, cache_dir=cache_dir, stop_event=_stop_event)
+
+    def progress(done: int, loss: float) -> None:
+        if _stop_event.is_set():
+            raise TrainingStopped("stopped during the SFT warm start")
+
+    trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
+    sft_policy(trainer.task, trainer.tokenizer, run.model, run.seed, trainer.demo_noise, run.sft_steps,
+               trainer.device, trainer.cache_dir, progress=progress)
+
+
+def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
+    """Train one run, writing each record to the store; the run's outcome is its status there."""
+    if _stop_event.is_set():
+        _store.finish_run(run_id, "stopped")
+        return
+    _store.start_run(run_id)
+    try:
+        trainer = Trainer(run, cache_dir=cache_dir, stop_event=_stop_event)
+        trainer.prepare()
+        started = time.perf_counter()
+        for record in trainer.steps():
+            record["elapsed"] = time.perf_counter() - started  # seconds of RL so far, for "time to 90 %"
+            _store.add_step(run_id, record)
+        if _stop_event.is_set():
+            _store.finish_run(run_id, "stopped")
+        else:
+            _store.finish_run(run_id, "finished", final=trainer.evaluate())
+    except TrainingStopped:
+        _store.finish_run(run_id, "stopped")
+    except Exception as error:  # noqa: BLE001 - the store keeps the message; the sweep goes on with other runs
+        _store.finish_run(run_id, "failed", error=f"{type(error).__name__}: {error}")
