@@ -154,8 +154,9 @@ class Trainer:
             "reward_std": rewards.std(unbiased=False).item(),
             "success_rate": successes.float().mean().item(),
             "truncated_frac": rollout.truncated.float().mean().item(),
-            "zero_adv_group_frac": zero_advantage_group_fraction(rewards, G),
         }
+        if G > 1:  # with one response per prompt there are no groups to be uninformative
+            stats["zero_adv_group_frac"] = zero_advantage_group_fraction(rewards, G)
         lengths = rollout.lengths
         stats["response_length"] = lengths.mean().item()
         stats["response_length_correct"] = lengths[successes].mean().item() if successes.any() else math.nan

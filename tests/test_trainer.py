@@ -17,7 +17,7 @@ SPEC_METRICS = {
     "reward_mean", "reward_std", "success_rate", "response_length", "response_length_correct",
     "response_length_incorrect", "entropy", "kl_exact", "kl_k1", "kl_k2", "kl_k3", "approx_kl",
     "clip_frac", "clip_frac_low", "clip_frac_high", "dual_clip_frac", "advantage_mean", "advantage_std",
-    "advantage_min", "advantage_max", "zero_adv_group_frac", "grad_norm", "step_time", "tokens_per_second",
+    "advantage_min", "advantage_max", "grad_norm", "step_time", "tokens_per_second",
     "policy_loss", "beta",
 }
 SAMPLE_FIELDS = {"prompt", "response", "tokens", "reward", "success", "truncated", "advantages", "ratios", "clipped", "entropies"}
@@ -44,6 +44,7 @@ def test_every_preset_yields_records_with_every_spec_metric(algo):
         assert record["samples"] and SAMPLE_FIELDS <= set(record["samples"][0])
         sample = record["samples"][0]
         assert len(sample["tokens"]) == len(sample["advantages"]) == len(sample["ratios"]) == len(sample["entropies"])
+    assert ("zero_adv_group_frac" in records[-1]) == (PRESETS[algo].num_generations > 1)
     if PRESETS[algo].use_critic:
         assert {"critic_loss", "explained_variance"} <= set(records[-1])
     if PRESETS[algo].policy_loss in ("gspo", "gspo_token"):

@@ -1,21 +1,13 @@
-from rl_core.config import AlgoConfig
+from rl_core.algorithms.grpo import PRESET as GRPO
 
-PRESET = AlgoConfig(
+# DAPO is GRPO with four changes, so it is written as exactly those changes.
+PRESET = GRPO.replace(
     name="dapo",
     title="DAPO",
     summary="GRPO with clip-higher (0.2/0.28), token-level loss, dynamic sampling, soft overlong punishment, no KL.",
-    prompts_per_step=8,
-    num_generations=8,
-    advantage_estimator="grpo",
     beta=0.0,
-    kl_estimator="k3",
-    kl_in="loss",
-    policy_loss="clip",
-    epsilon=0.2,
     epsilon_high=0.28,
     loss_agg_mode="token-mean",
-    ppo_epochs=2,
-    num_minibatches=2,
     dynamic_sampling=True,
     overlong_buffer=4,
 )

@@ -1,26 +1,18 @@
-from rl_core.config import AlgoConfig
+from rl_core.algorithms.ppo import PRESET as PPO
 
-PRESET = AlgoConfig(
+PRESET = PPO.replace(
     name="vapo",
     title="VAPO / VC-PPO",
     summary="PPO with value pretraining, decoupled (λ_critic=1) and length-adaptive GAE, clip-higher, positive-sample NLL.",
     prompts_per_step=8,
     num_generations=8,
-    advantage_estimator="gae",
-    gamma=1.0,
-    lam=0.95,
+    whiten_advantages=False,
     lam_critic=1.0,
     length_adaptive_alpha=0.5,
     beta=0.0,
-    kl_estimator="k1",
-    kl_in="reward",
-    policy_loss="clip",
-    epsilon=0.2,
     epsilon_high=0.28,
-    loss_agg_mode="token-mean",
     ppo_epochs=2,
     num_minibatches=2,
-    use_critic=True,
     value_pretrain_steps=20,
     positive_nll_coef=0.1,
 )
