@@ -3,18 +3,18 @@ one file under pages/."""
 
 import streamlit as st
 
-st.set_page_config(page_title="RLHF policy optimisation lab", page_icon="🎛️", layout="wide")
+st.set_page_config(page_title="RLHF policy optimisation lab", page_icon=":material/tune:", layout="wide")
 
 NAVIGATION = {
     "Walk-through": [
-        st.Page("pages/overview.py", title="Overview", icon="🗺️", default=True),
-        st.Page("pages/policy_gradient.py", title="Policy Gradient", icon="1️⃣"),
-        st.Page("pages/ppo.py", title="PPO", icon="2️⃣"),
-        st.Page("pages/grpo.py", title="GRPO · DAPO · Dr. GRPO", icon="3️⃣"),
-        st.Page("pages/gspo.py", title="GSPO", icon="4️⃣"),
-        st.Page("pages/rloo.py", title="RLOO", icon="5️⃣"),
-        st.Page("pages/reinforce_pp.py", title="REINFORCE++", icon="6️⃣"),
-        st.Page("pages/vapo.py", title="VAPO / VC-PPO", icon="7️⃣"),
+        st.Page("pages/overview.py", title="Overview", icon=":material/map:", default=True),
+        st.Page("pages/policy_gradient.py", title="Policy Gradient", icon=":material/looks_one:"),
+        st.Page("pages/ppo.py", title="PPO", icon=":material/looks_two:"),
+        st.Page("pages/grpo.py", title="GRPO · DAPO · Dr. GRPO", icon=":material/looks_3:"),
+        st.Page("pages/gspo.py", title="GSPO", icon=":material/looks_4:"),
+        st.Page("pages/rloo.py", title="RLOO", icon=":material/looks_5:"),
+        st.Page("pages/reinforce_pp.py", title="REINFORCE++", icon=":material/looks_6:"),
+        st.Page("pages/vapo.py", title="VAPO / VC-PPO", icon=":material/filter_7:"),
     ],
     "Labs": [
         st.Page("pages/labs_clip.py", title="Clip lab", icon="✂️"),
@@ -22,6 +22,9 @@ NAVIGATION = {
         st.Page("pages/labs_kl.py", title="KL lab", icon="📏"),
         st.Page("pages/labs_advantages.py", title="Advantage lab", icon="⚖️"),
         st.Page("pages/labs_aggregation.py", title="Aggregation lab", icon="🧮"),
+    ],
+    "Compare": [
+        st.Page("pages/compare.py", title="Compare and ablate", icon="📊"),
     ],
 }
 

@@ -32,15 +32,18 @@ formula(
 )
 formula(
     "k3: the KL estimator in the loss",
-    r"k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - 1 - \log\frac{\pi_{\text{ref}}}{\pi_\theta} \;\ge 0, \qquad \mathbb{E}_{\pi_\theta}[k_3] = \mathrm{KL}(\pi_\theta\,\|\,\pi_{\text{ref}})",
+    [r"k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - 1 - \log\frac{\pi_{\text{ref}}}{\pi_\theta} \;\ge 0",
+     r"\mathbb{E}_{a\sim\pi_\theta}[k_3] = \mathrm{KL}(\pi_\theta\,\|\,\pi_{\text{ref}})"],
     kl_k3,
 )
 formula(
     "The objective and how it is averaged",
-    [r"\mathcal{L} = \frac{1}{G}\sum_i \frac{1}{|y_i|}\sum_t \Big[-\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon, 1+\varepsilon)\hat A_i\big) + \beta\, k_{3,i,t}\Big]",
-     r"\text{token-mean: } \frac{\sum_{i,t} m\,\mathcal{L}}{\sum_{i,t} m} \qquad \text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m\,\mathcal{L}}{B\, T_{\max}}"],
+    [r"\mathcal{L} = \frac{1}{G}\sum_i \frac{1}{|y_i|}\sum_t \big(\ell_{i,t} + \beta\, k_{3,i,t}\big)",
+     r"\ell_{i,t} = -\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon, 1+\varepsilon)\,\hat A_i\big)",
+     r"\text{token-mean: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{\sum_{i,t} m_{i,t}}",
+     r"\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{B\, T_{\max}}"],
     aggregate_loss,
-    "The clip is PPO's. The 1/|y_i| inside is `seq-mean-token-mean`; the alternatives below it are DAPO's and "
+    "The clip is PPO's. The 1/|y_i| inside is `seq-mean-token-mean`; the two alternatives are DAPO's and "
     "Dr. GRPO's.",
 )
 ratio_is_one()
@@ -64,13 +67,16 @@ st.markdown(
 )
 formula(
     "Dynamic sampling: keep only groups that carry a signal",
-    r"\text{keep group } g \iff \max_j R_{g,j} - \min_j R_{g,j} > 0 \quad(\text{for 0/1 rewards: } 0 < \mathrm{mean}_j R_{g,j} < 1)",
+    r"\text{keep group } g \iff \max_j R_{g,j} - \min_j R_{g,j} > 0",
     dynamic_sampling_keep,
+    "For 0/1 rewards: keep the groups whose mean lies strictly between 0 and 1.",
 )
 formula(
     "Soft overlong punishment",
-    r"R_{\text{len}}(y) = \begin{cases} 0 & |y| \le L_{\max} - L_{\text{cache}} \\ \frac{(L_{\max} - L_{\text{cache}}) - |y|}{L_{\text{cache}}} & L_{\max} - L_{\text{cache}} < |y| \le L_{\max} \\ -1 & |y| > L_{\max} \end{cases}",
+    r"R_{\text{len}}(y) = \mathrm{clip}\Big(\frac{(L_{\max} - L_{\text{cache}}) - |y|}{L_{\text{cache}}},\; -1,\; 0\Big)",
     soft_overlong_punishment,
+    "0 while the response stays L_cache tokens short of the limit L_max, then a linear ramp down to −1 at the "
+    "limit; it is added to the reward.",
 )
 formula(
     "A targeted alternative against entropy collapse: Clip-Cov",
@@ -89,7 +95,9 @@ st.markdown(
     "it is, so wrong answers drift longer. Dr. GRPO keeps the mean-centred reward and divides the summed loss by a "
     "constant."
 )
-formula("Advantage without the standard deviation", r"\hat A_i = R_i - \mathrm{mean}(R_1,\dots,R_G)", dr_grpo_advantages)
+formula(
+    "Advantage without the standard deviation", r"\hat A_i = R_i - \mathrm{mean}(R_1,\dots,R_G)", dr_grpo_advantages
+)
 st.subheader("What it leaves open")
 st.markdown(
     "One advantage per response, but one importance ratio per token: a sequence-level judgement is applied "
@@ -103,7 +111,7 @@ live_lab(
     "grpo",
     {"GRPO": "grpo", "DAPO": "dapo", "Dr. GRPO": "dr_grpo"},
     ("num_generations", "prompts_per_step", "epsilon", "epsilon_high", "beta", "kl_estimator", "loss_agg_mode",
-     "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "entropy_coef", "ppo_epochs",
+     "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "cov_fraction", "entropy_coef", "ppo_epochs",
      "num_minibatches", "learning_rate", "temperature"),
 )
 st.page_link("pages/gspo.py", label="Next: GSPO moves the ratio to the sequence", icon="➡️")

@@ -24,7 +24,8 @@ st.markdown(
 )
 formula(
     "The length-normalised sequence ratio",
-    r"s_i(\theta) = \Big(\frac{\pi_\theta(y_i\mid x)}{\pi_{\text{old}}(y_i\mid x)}\Big)^{1/|y_i|} = \exp\Big(\frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}\Big)",
+    [r"s_i(\theta) = \Big(\frac{\pi_\theta(y_i\mid x)}{\pi_{\text{old}}(y_i\mid x)}\Big)^{1/|y_i|}",
+     r"= \exp\Big(\frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}\Big)"],
     gspo_sequence_ratio,
 )
 formula(

@@ -58,7 +58,8 @@ formula(
 formula(
     "RL: the reward, with a KL leash to the reference",
     [r"\max_\theta\; \mathbb{E}_{y\sim\pi_\theta}\big[R(x,y)\big] - \beta\, \mathrm{KL}\big(\pi_\theta \,\|\, \pi_{\text{ref}}\big)",
-     r"r_t = -\beta\, k(t) \;\; (t < T), \qquad r_T = \mathrm{clip}(R, -c_R, c_R) - \beta\, k(T)"],
+     r"r_t = -\beta\, k(t) \quad (t < T)",
+     r"r_T = \mathrm{clip}(R, -c_R, c_R) - \beta\, k(T)"],
     kl_penalized_token_rewards,
     "In PPO-style training the penalty is paid token by token (k(t) a per-token KL estimate) and the reward "
     "model's score arrives only on the last token: the reward is sparse, which is what advantages must fix.",

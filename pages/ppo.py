@@ -29,7 +29,8 @@ st.markdown(
 )
 formula(
     "Per-token rewards",
-    r"r_t = -\beta\,\big(\log \pi_{\text{old}}(a_t\mid s_t) - \log \pi_{\text{ref}}(a_t\mid s_t)\big) + \mathbb{1}[t = T]\;\mathrm{clip}(R, -c_R, c_R)",
+    [r"r_t = -\beta\,k_1(t) + \mathbb{1}[t = T]\;\mathrm{clip}(R, -c_R, c_R)",
+     r"k_1(t) = \log \pi_{\text{old}}(a_t\mid s_t) - \log \pi_{\text{ref}}(a_t\mid s_t)"],
     kl_penalized_token_rewards,
 )
 formula(
@@ -41,7 +42,8 @@ formula(
 )
 formula(
     "The clipped surrogate",
-    r"\mathcal{L}_t = -\min\big(\rho_t A_t,\; \mathrm{clip}(\rho_t, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\, A_t\big)",
+    [r"\mathcal{L}_t = -\min\big(\rho_t A_t,\; \mathrm{clip}(\rho_t, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\, A_t\big)",
+     r"\rho_t = \frac{\pi_\theta(a_t\mid s_t)}{\pi_{\text{old}}(a_t\mid s_t)}"],
     clipped_surrogate_loss,
 )
 st.markdown(
@@ -56,7 +58,8 @@ Where the gradient survives (the six cases of the clipped objective):
 )
 formula(
     "The critic's loss, with value clipping",
-    r"\mathcal{L}_V = \tfrac12 \max\Big(\big(V - R_t\big)^2,\; \big(\mathrm{clip}(V, V_{\text{old}} - \varepsilon_v, V_{\text{old}} + \varepsilon_v) - R_t\big)^2\Big)",
+    [r"\mathcal{L}_V = \tfrac12 \max\Big(\big(V - R_t\big)^2,\; \big(V^{\text{clip}} - R_t\big)^2\Big)",
+     r"V^{\text{clip}} = \mathrm{clip}\big(V,\; V_{\text{old}} - \varepsilon_v,\; V_{\text{old}} + \varepsilon_v\big)"],
     clipped_value_loss,
 )
 ratio_is_one()

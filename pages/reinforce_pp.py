@@ -26,14 +26,16 @@ st.markdown(
 )
 formula(
     "REINFORCE++: return-to-go, then global whitening",
-    [r"G_{i,t} = \sum_{t'\ge t} \gamma^{\,t'-t} r_{i,t'}, \qquad r_{i,t} = -\beta\,k_1(i,t) + \mathbb{1}[t = T_i]\,R_i",
+    [r"r_{i,t} = -\beta\,k_1(i,t) + \mathbb{1}[t = T_i]\,R_i",
+     r"G_{i,t} = \sum_{t'\ge t} \gamma^{\,t'-t} r_{i,t'}",
      r"A_{i,t} = \frac{G_{i,t} - \mathrm{mean}_{\text{batch}}(G)}{\mathrm{std}_{\text{batch}}(G) + \epsilon}"],
     reinforce_pp_advantages,
 )
 formula(
     "Whitening over every valid token of the batch",
-    r"\mathrm{whiten}(x) = \frac{x - \bar x}{\sigma_x + \epsilon}, \quad \bar x,\ \sigma_x \text{ over all } (i,t) \text{ with } m_{i,t} = 1",
+    r"\mathrm{whiten}(x) = \frac{x - \bar x}{\sigma_x + \epsilon}",
     masked_whiten,
+    "The mean and standard deviation run over every valid token (i, t) of the batch, whatever its prompt.",
 )
 formula(
     "REINFORCE++-baseline: a group baseline, then the same global whitening",
@@ -59,7 +61,7 @@ st.markdown(
 live_lab(
     "reinforce_pp",
     {"REINFORCE++": "reinforce_pp", "REINFORCE++-baseline": "reinforce_pp_baseline"},
-    ("num_generations", "prompts_per_step", "gamma", "beta", "kl_estimator", "epsilon", "epsilon_high",
+    ("num_generations", "prompts_per_step", "gamma", "beta", "kl_estimator", "kl_in", "epsilon", "epsilon_high",
      "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "loss_agg_mode"),
 )
 st.page_link("pages/vapo.py", label="Next: VAPO and VC-PPO repair the critic", icon="➡️")

@@ -24,7 +24,8 @@ st.markdown(
 )
 formula(
     "The leave-one-out advantage",
-    [r"\hat A_i = R_i - \frac{1}{G-1}\sum_{j\ne i} R_j = \frac{G}{G-1}\Big(R_i - \frac1G \sum_j R_j\Big)",
+    [r"\hat A_i = R_i - \frac{1}{G-1}\sum_{j\ne i} R_j",
+     r"= \frac{G}{G-1}\Big(R_i - \frac1G \sum_j R_j\Big)",
      r"R_i = R(x, y_i) - \beta \sum_t \log\frac{\pi_\theta(y_{i,t}\mid\cdot)}{\pi_{\text{ref}}(y_{i,t}\mid\cdot)}"],
     rloo_advantages,
     "The second form shows the kinship with GRPO and Dr. GRPO: the mean-centred reward, rescaled, and never "
@@ -32,7 +33,8 @@ formula(
 )
 formula(
     "REINFORCE on the whole response",
-    r"\mathcal{L} = -\frac{1}{B}\sum_i \hat A_i \,\log\pi_\theta(y_i\mid x) = -\frac{1}{B}\sum_i \hat A_i \sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})",
+    [r"\mathcal{L} = -\frac{1}{B}\sum_i \hat A_i \,\log\pi_\theta(y_i\mid x)",
+     r"= -\frac{1}{B}\sum_i \hat A_i \sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})"],
     vanilla_pg_loss,
     "Per token the loss is −Â·log π; summing it over each response (`seq-mean-token-sum`) makes it the "
     "log-probability of the whole sequence.",

@@ -41,13 +41,15 @@ st.markdown(
 formula(
     "Decoupled GAE: one λ for the actor, another for the critic",
     [r"A_t = \sum_{l\ge0} (\gamma\lambda_{\text{actor}})^l\, \delta_{t+l}, \qquad \lambda_{\text{actor}} = 0.95",
-     r"R_t = A^{(\lambda_{\text{critic}})}_t + V(s_t), \qquad \lambda_{\text{critic}} = 1 \;\Rightarrow\; R_t = \sum_{t'\ge t} \gamma^{\,t'-t} r_{t'}"],
+     r"R_t = A^{(\lambda_{\text{critic}})}_t + V(s_t)",
+     r"\lambda_{\text{critic}} = 1 \;\Rightarrow\; R_t = \sum_{t'\ge t} \gamma^{\,t'-t} r_{t'}"],
     gae,
     "The same function, called twice: once with λ_actor for the advantages, once with λ_critic for the targets.",
 )
 formula(
     "Length-adaptive λ",
-    r"\sum_{t\ge0} \lambda^t = \frac{1}{1-\lambda} = \alpha\,|y| \quad\Longrightarrow\quad \lambda_{\text{actor}} = 1 - \frac{1}{\alpha\,|y|}",
+    [r"\sum_{t\ge0} \lambda^t = \frac{1}{1-\lambda} = \alpha\,|y|",
+     r"\Longrightarrow\quad \lambda_{\text{actor}} = 1 - \frac{1}{\alpha\,|y|}"],
     length_adaptive_lambda,
 )
 formula(
@@ -59,8 +61,10 @@ formula(
 )
 formula(
     "Positive-sample NLL",
-    r"\mathcal{L}_{\text{NLL}} = -\frac{1}{\sum_{y_i \in \mathcal{T}^+} |y_i|}\sum_{y_i \in \mathcal{T}^+}\sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t}), \qquad \mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}",
+    [r"\mathcal{L}_{\text{NLL}} = -\frac{\sum_{i \in \mathcal{T}^+}\sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\sum_{i \in \mathcal{T}^+} |y_i|}",
+     r"\mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}"],
     positive_nll_loss,
+    r"$\mathcal{T}^+$ holds the batch's responses with the highest reward.",
 )
 ratio_is_one()
 st.markdown(

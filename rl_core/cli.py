@@ -145,9 +145,13 @@ def _sweep(args) -> int:
         )
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out {args.out} is a file; give a folder")
+        (args.out / "runs").mkdir(parents=True, exist_ok=True)  # before training: a folder we cannot write fails now
         spec = {"task": args.task, "algos": algos, "seeds": args.seeds, "steps": args.steps,
                 "grid": args.grid, "overrides": args.overrides}
         sweep = Sweep(planned, RunStore(args.db), workers=args.workers, cache_dir=args.cache_dir, spec=spec)
+    except OSError as error:
+        print(f"error: --out {args.out}: {error.strerror}", file=sys.stderr)
+        return 2
     except (ValueError, StoreError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -161,10 +165,11 @@ def _sweep(args) -> int:
         for run in runs:
             if not run.active and run.id not in reported:
                 reported.add(run.id)
+                seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
                 success = f", final success {run.final['success_rate']:.3f}" if run.final else ""
                 error = f": {run.error}" if run.error else ""
-                bar.write(f"{run.label} seed {run.seed}: {run.status} after {run.steps_done} steps, "
-                          f"{run.wall_time:.1f} s{success}{error}", file=sys.stderr)
+                bar.write(f"{run.label} seed {run.seed}: {run.status} after {run.steps_done} steps{seconds}{success}"
+                          f"{error}", file=sys.stderr)
 
     try:
         runs = sweep.run(report)
@@ -180,7 +185,6 @@ def _sweep(args) -> int:
 
 def _write_sweep(store: RunStore, runs: list[StoredRun], out: Path) -> list[dict]:
     """runs/<group>-seed<N>.csv per run, runs.csv (one row per run) and summary.csv (per group) under `out`."""
-    (out / "runs").mkdir(parents=True, exist_ok=True)
     rows = []
     for run in runs:
         records = store.steps(run.id)

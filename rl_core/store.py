@@ -33,7 +33,7 @@ from pathlib import Path
 
 import platformdirs
 
-from rl_core.config import AlgoConfig, RunConfig
+from rl_core.config import RunConfig
 
 STATUSES = ("queued", "running", "finished", "failed", "stopped", "interrupted")
 ACTIVE_STATUSES = ("queued", "running")
@@ -139,11 +139,6 @@ class StoredRun:
             return math.nan
         return (self.finished_at or time.time()) - self.started_at
 
-    def run_config(self) -> RunConfig:
-        """The configuration the run was trained with."""
-        fields = dict(self.config)
-        return RunConfig(algo=AlgoConfig(**fields.pop("algo")), **fields)
-
 
 class RunStore:
     """The runs in one SQLite file. Safe to share between threads; each process opens its own `RunStore`."""
@@ -151,10 +146,13 @@ class RunStore:
     def __init__(self, path: str | Path | None = None, recover: bool = True):
         self.path = Path(path) if path is not None else default_db_path()
         self._local = threading.local()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._migrate(self._connection())
-        if recover:
-            self.recover()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._migrate(self._connection())
+            if recover:
+                self.recover()
+        except (OSError, sqlite3.Error) as error:
+            raise StoreError(f"cannot open the run store {self.path}: {error}") from error
 
     # ------------------------------------------------------------------ connections
     def _connection(self) -> sqlite3.Connection:
@@ -211,7 +209,9 @@ class RunStore:
     # ------------------------------------------------------------------ writing
     def create_sweep(self, spec: dict) -> int:
         with self._write() as db:
-            return db.execute("INSERT INTO sweeps (created_at, spec) VALUES (?, ?)", (time.time(), json.dumps(spec))).lastrowid
+            return db.execute(
+                "INSERT INTO sweeps (created_at, spec) VALUES (?, ?)", (time.time(), json.dumps(spec))
+            ).lastrowid
 
     def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None) -> int:
         """A queued run owned by this process; returns its id."""
@@ -219,7 +219,8 @@ class RunStore:
         with self._write() as db:
             return db.execute(
                 "INSERT INTO runs (sweep_id, label, task, algo, seed, variant, config, status, steps_total, "
-                "created_at, heartbeat_at, owner_pid, owner_host) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                "created_at, heartbeat_at, owner_pid, owner_host) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
                 (sweep_id, label, run.task, run.algo.name, run.seed, json.dumps(variant or {}),
                  json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST),
             ).lastrowid

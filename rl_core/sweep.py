@@ -1,10 +1,10 @@
 """Sweeps: every (preset, grid value, seed) run of a comparison trained in worker processes, one run per worker
 at a time, every record written to the run store as it comes.
 
-Processes, not threads: a training step is mostly Python and small tensor ops that hold the GIL, so only
-processes fill several cores. Workers are spawned (not forked: forking a process that already runs torch or
-Streamlit threads can deadlock) and use one intra-op thread each, since tiny matrices gain nothing from a
-second thread and a sweep already gives every core a run of its own.
+Processes, not threads: a step of a tiny model is mostly Python overhead around small tensor ops, which runs
+under the GIL, so only processes fill several cores. Workers are spawned, not forked (forking a process that
+already runs torch or Streamlit threads can deadlock), and use one intra-op thread each: tiny matrices gain
+nothing from a second thread, and a sweep already gives every core a run of its own.
 
 Warm starts first. Runs that differ only in the preset or a knob share an SFT checkpoint and a reward model
 (cached on disk per task, model, seed, noise and SFT steps). The sweep trains each distinct one once, in a
@@ -18,6 +18,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -56,12 +57,12 @@ def parse_grid(assignments: Sequence[str]) -> dict[str, list]:
         name, sep, text = assignment.partition("=")
         name = name.strip()
         if not sep or not name or not text.strip():
-            raise ValueError(f"--grid {assignment!r} is not of the form knob=value1,value2,…")
+            raise ValueError(f"grid {assignment!r} is not of the form knob=value1,value2,…")
         if name in grid:
-            raise ValueError(f"--grid names {name} twice; list all its values in one --grid {name}=…")
+            raise ValueError(f"the grid names {name} twice; list all its values at once, {name}=value1,value2,…")
         values = [parse_overrides([f"{name}={value}"])[name] for value in text.split(",") if value.strip()]
         if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"--grid {assignment!r} repeats a value of {name}")
+            raise ValueError(f"grid {assignment!r} repeats a value of {name}")
         grid[name] = values
     return grid
 
@@ -176,7 +177,7 @@ class Sweep:
                   report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
         # A future maps to the runs it stands for: a warm start to every run sharing it, a training to one.
         pending: dict[Future, list[int]] = {
-            pool.submit(_warm_start, runs[ids[0]].run, self.cache_dir): ids for ids in by_key.values()
+            _submit(pool, _warm_start, runs[ids[0]].run, self.cache_dir): ids for ids in by_key.values()
         }
         warm_starts = set(pending)
         while pending:
@@ -193,7 +194,7 @@ class Sweep:
                     future.result()
                     if future in warm_starts:
                         for run_id in ids:
-                            pending[pool.submit(_train, run_id, runs[run_id].run, self.cache_dir)] = [run_id]
+                            pending[_submit(pool, _train, run_id, runs[run_id].run, self.cache_dir)] = [run_id]
                 except BrokenProcessPool as error:  # a worker was killed: the pool and every run in it are gone
                     self.store.settle(ids, "interrupted", f"a worker process died: {error}")
                 except Exception as error:  # noqa: BLE001 - a warm start failed: so do the runs that need it
@@ -206,6 +207,21 @@ class Sweep:
                 report(self.store.runs(self.run_ids))
 
 
+def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
+    """`pool.submit`, with SIGINT ignored meanwhile when called from the main thread.
+
+    Ctrl+C reaches every process of the terminal's group, and the parent turns it into a stop request. A worker
+    the pool starts inside this call inherits the ignored signal through exec (a Python handler would not
+    survive it), so it never dies of a Ctrl+C, not even while it is still importing torch."""
+    if threading.current_thread() is not threading.main_thread():
+        return pool.submit(fn, *args)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 # ---------------------------------------------------------------------------------------------- in the workers
 _stop_event = None  # the sweep's stop event, shared with the parent
 _store: RunStore | None = None
@@ -213,9 +229,6 @@ _store: RunStore | None = None
 
 def _init_worker(stop_event, db_path: str) -> None:
     global _stop_event, _store
-    # Ctrl+C reaches every process of the terminal's group; the parent turns it into a stop request, and the
-    # workers end their runs cleanly instead of dying mid-step.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     transformers_logging.disable_progress_bar()
     _stop_event = stop_event

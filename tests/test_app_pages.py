@@ -13,6 +13,8 @@ import pytest
 from streamlit.runtime.caching import clear_session_resource_cache
 from streamlit.testing.v1 import AppTest
 
+from ui.lab import training_slots
+
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 ALGORITHM_PAGES = {  # page file → the lab's key
     "policy_gradient": "pg",
@@ -173,12 +175,38 @@ def test_two_sessions_never_see_each_others_runs(open_page):
     assert chart_points(first)["Reward and success rate"] == 2
 
 
+@pytest.fixture
+def one_training_at_a_time(monkeypatch):
+    """The process-wide cap set to 1 (the cap is built once from the environment, so rebuild it around the test)."""
+    monkeypatch.setenv("RLHF_LAB_MAX_TRAININGS", "1")
+    training_slots.clear()
+    yield
+    training_slots.clear()
+
+
+def long_run(at: AppTest, lab: str) -> None:
+    at.select_slider(key=f"{lab}:steps").set_value(500).run()
+    at.select_slider(key=f"{lab}:sft_steps").set_value(50).run()
+    at.button(key=f"{lab}:train").click().run()
+
+
+@pytest.mark.timeout(TRAINING_TIMEOUT + 60)
+def test_a_training_beyond_the_cap_waits_in_the_queue_and_says_so(open_page, one_training_at_a_time):
+    first, second = open_page("grpo"), open_page("ppo")
+    long_run(first, "grpo")
+    long_run(second, "ppo")
+    second.run()
+    assert any(note.value.startswith("queued: 1 training is running…") for note in second.info)
+    second.button(key="ppo:stop").click().run()
+    job = second.session_state["ppo:runs"][-1]
+    assert job.join(1.0) and job.snapshot().status == "stopped"
+    assert first.session_state["grpo:runs"][-1].active, "the running one is untouched"
+
+
 @pytest.mark.timeout(TRAINING_TIMEOUT + 60)
 def test_a_closed_session_stops_its_training(open_page):
     at = open_page("grpo")
-    at.select_slider(key="grpo:steps").set_value(500).run()
-    at.select_slider(key="grpo:sft_steps").set_value(50).run()
-    at.button(key="grpo:train").click().run()
+    long_run(at, "grpo")
     job = at.session_state["grpo:runs"][-1]
     assert job.active
     # What Streamlit does when a browser session disconnects: release the session's cached resources.

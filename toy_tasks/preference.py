@@ -39,14 +39,22 @@ MARK = "!"
 
 
 def typo(name: str, rng: random.Random) -> str:
-    """`name` with one letter replaced, dropped or doubled."""
+    """`name` with one letter replaced, dropped, or inserted (at any place, the front included)."""
     i = rng.randrange(len(name))
     edit = rng.randrange(3)
     if edit == 0:
         return name[:i] + rng.choice(string.ascii_lowercase.replace(name[i], "")) + name[i + 1 :]
-    if edit == 1 and len(name) > 1:
+    if edit == 1:
         return name[:i] + name[i + 1 :]
-    return name[:i] + name[i] + name[i:]
+    return name[:i] + rng.choice(string.ascii_lowercase) + name[i:]
+
+
+def distractor(name: str, rng: random.Random, max_length: int) -> str:
+    """A bad response to compare against: usually a cheer with a typo, sometimes junk of up to `max_length`
+    characters drawn from the name's letters (either case) and marks."""
+    if rng.random() < 0.75:
+        return typo(name, rng).capitalize() + MARK * rng.randint(0, MAX_MARKS)
+    return "".join(rng.choices(name + name.upper() + MARK, k=rng.randint(1, max_length)))
 
 
 def _name(prompt: str) -> str:
@@ -84,9 +92,11 @@ class PreferenceTask(ToyTask):
     max_new_tokens: ClassVar[int] = 12
     default_demo_noise: ClassVar[float] = 0.5
     reward_model_preset: ClassVar[str] = "tiny"
-    n_pairs: ClassVar[int] = 2000
+    n_pairs: ClassVar[int] = 3000
     label_noise: ClassVar[float] = 0.1  # fraction of preference labels flipped, as human labellers disagree
-    rm_steps: ClassVar[int] = 150
+    distractor_fraction: ClassVar[float] = 0.4
+    rm_steps: ClassVar[int] = 300
+    rm_batch_size: ClassVar[int] = 64
     rm_learning_rate: ClassVar[float] = 3e-3
 
     def __init__(self) -> None:
@@ -104,13 +114,10 @@ class PreferenceTask(ToyTask):
         marks = MARK * rng.randint(1, MAX_MARKS)
         if rng.random() >= noise:
             return name.capitalize() + marks
-        # The plausible slips: a flat reply, a forgotten capital letter, a typo in the name.
-        slip = rng.randrange(3)
-        if slip == 0:
+        # The plausible slips: a flat reply, or a forgotten capital letter.
+        if rng.random() < 0.5:
             return name.capitalize()
-        if slip == 1:
-            return name + marks
-        return typo(name, rng).capitalize() + marks
+        return name + marks
 
     def preference_pairs(self, n: int, rng: random.Random, label_noise: float) -> list[PreferencePair]:
         """`n` pairs of demonstrations (the SFT policy's distribution), gold-ranked, a `label_noise` fraction flipped."""
@@ -118,6 +125,8 @@ class PreferenceTask(ToyTask):
         while len(pairs) < n:
             prompt = self.sample_prompts(1, rng)[0]
             a, b = (self.demonstration(prompt, rng, self.default_demo_noise) for _ in range(2))
+            if rng.random() < self.distractor_fraction:
+                b = distractor(_name(prompt), rng, self.max_new_tokens)
             qa, qb = gold_quality(prompt, a), gold_quality(prompt, b)
             if qa == qb:
                 continue  # a tie carries no preference
@@ -129,7 +138,8 @@ class PreferenceTask(ToyTask):
 
     def _cache_folder(self, cache_dir: Path, seed: int) -> Path:
         settings = json.dumps(
-            [self.reward_model_preset, self.n_pairs, self.label_noise, self.rm_steps, self.rm_learning_rate,
+            [self.reward_model_preset, self.n_pairs, self.label_noise, self.distractor_fraction, self.rm_steps, self.rm_batch_size,
+             self.rm_learning_rate,
              self.default_demo_noise, MAX_MARKS]
         )
         digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
@@ -153,6 +163,7 @@ class PreferenceTask(ToyTask):
             self.tokenizer,
             preset=self.reward_model_preset,
             steps=self.rm_steps,
+            batch_size=self.rm_batch_size,
             learning_rate=self.rm_learning_rate,
             seed=seed,
             device=device,

@@ -65,14 +65,15 @@ CHARTS: tuple[Chart, ...] = (
     Chart(
         "Clip fraction",
         (
-            Series("clip_frac_low", "low side (ρ < 1−ε_low, A < 0)"),
-            Series("clip_frac_high", "high side (ρ > 1+ε_high, A > 0)"),
-            Series("dual_clip_frac", "dual clip (A < 0, ρ > c)"),
-            Series("seq_clip_frac_low", "per sequence, low side"),
-            Series("seq_clip_frac_high", "per sequence, high side"),
+            Series("clip_frac_low", "low side"),
+            Series("clip_frac_high", "high side"),
+            Series("dual_clip_frac", "dual clip"),
+            Series("seq_clip_frac_low", "per response, low"),
+            Series("seq_clip_frac_high", "per response, high"),
         ),
-        "Share of tokens (and, for GSPO, of responses) on which a clip is active given the sign of A. "
-        "It stays at exactly 0 with a single update per batch: the ratio is then 1.",
+        "Share of tokens (and, for GSPO, of responses) on which a clip is active given the sign of A: low side "
+        "ρ < 1−ε_low with A < 0, high side ρ > 1+ε_high with A > 0, dual clip A < 0 with ρ > c. It stays at "
+        "exactly 0 with a single update per batch: the ratio is then 1.",
     ),
     Chart(
         "Advantages",
@@ -178,7 +179,8 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
                 type="scatter",
                 x=steps,
                 y=values,
-                mode="lines+markers" if len(steps) < 30 else "lines",
+                # Markers for short runs, and where NaN gaps would leave isolated values without a line to draw.
+                mode="lines+markers" if len(steps) < 30 or None in values else "lines",
                 name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
                 line=dict(
                     color=colour,
@@ -189,9 +191,9 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
             ))
     layout = dict(
         title=dict(text=chart.title, font=dict(size=15)),
-        height=300,
-        margin=dict(l=10, r=10, t=40, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11)),
+        height=320,
+        margin=dict(l=10, r=10, t=75, b=10),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=11)),
         xaxis=dict(title=dict(text="step")),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
     )

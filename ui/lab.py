@@ -106,11 +106,12 @@ def live_lab(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
         return
     labels = _labels(runs)
     overlays = _comparison_picker(page, runs, labels)
-    live = current.active
-    if live:
-        st.fragment(run_every=REFRESH_SECONDS)(_dashboard)(page, current, overlays, labels, live)
+    # `busy` was read once for the whole run: if the job ends in between, the live dashboard sees it and reruns
+    # the app, so controls drawn disabled are never left that way.
+    if busy:
+        st.fragment(run_every=REFRESH_SECONDS)(_dashboard)(page, current, overlays, labels, busy)
     else:
-        _dashboard(page, current, overlays, labels, live)
+        _dashboard(page, current, overlays, labels, busy)
         _download(page, [current, *overlays], labels)
 
 
@@ -288,9 +289,9 @@ def _dashboard(page: str, job: Job, overlays: list[Job], labels: dict[int, str],
 
 def _progress(snap: JobSnapshot) -> None:
     if snap.status == "queued":
+        running = "1 training is" if snap.waiting_for == 1 else f"{snap.waiting_for} trainings are"
         st.info(
-            f"queued: {snap.waiting_for} trainings are running… this run starts as soon as one of them ends.",
-            icon="⏳",
+            f"queued: {running} running… this run starts as soon as a slot frees up.", icon=":material/hourglass_top:"
         )
     elif snap.phase is not None:
         phase, done, total = snap.phase
@@ -320,7 +321,8 @@ def _headline(snap: JobSnapshot) -> None:
              "clip fraction": "clip_frac", "response length": "response_length"}
     for column, (label, key) in zip(st.columns(len(shown)), shown.items()):
         if key in latest:
-            column.metric(label, f"{latest[key]:.3f}", f"{latest[key] - first[key]:+.3f} since step {first['step']}")
+            column.metric(label, f"{latest[key]:.3f}", f"{latest[key] - first[key]:+.3f}",
+                          help=f"At step {latest['step']}; the arrow shows the change since step {first['step']}.")
 
 
 def _token_view(page: str, snap: JobSnapshot) -> None:

@@ -12,7 +12,7 @@ import streamlit as st
 def formula(title: str, latex: str | list[str], implementation: Callable, explanation: str = "") -> None:
     """The formula (st.latex) with what it means on the left, the rl_core function that runs it on the right."""
     st.markdown(f"##### {title}")
-    left, right = st.columns([5, 6], gap="medium")
+    left, right = st.columns([6, 5], gap="medium")
     with left:
         for line in [latex] if isinstance(latex, str) else latex:
             st.latex(line)
@@ -20,7 +20,7 @@ def formula(title: str, latex: str | list[str], implementation: Callable, explan
             st.markdown(explanation)
     with right:
         st.caption(f"`{implementation.__module__}.{implementation.__qualname__}`, the code the lab runs")
-        st.code(inspect.getsource(implementation), language="python")
+        st.code(inspect.getsource(implementation), language="python", wrap_lines=True)
 
 
 def ratio_is_one() -> None:
@@ -32,5 +32,5 @@ def ratio_is_one() -> None:
         "epoch on has the policy moved away from the one that sampled the data. That is why this preset "
         "reuses each batch (epochs × minibatches > 1); set both to 1 in the lab and watch the clip fraction "
         "drop to zero.",
-        icon="⚠️",
+        icon=":material/warning:",
     )

@@ -82,7 +82,7 @@ def token_html(samples: list[dict], colour_by: str) -> str:
                 f'<span title="{html.escape(tip)}" style="background:{_background(colouring, value, scale)};'
                 f'padding:2px 3px;margin:0 1px;border-radius:3px">{text}</span>'
             )
-        verdict = "✅ solved" if sample["success"] else "❌ not solved"
+        verdict = "✓ solved" if sample["success"] else "✗ not solved"
         if sample["truncated"]:
             verdict += ", cut at the length limit"
         rows.append(

@@ -1,0 +1,92 @@
+"""Sweep speed-up: the same runs trained by one worker process per core, and by a single worker one after another.
+
+The sweep (by default 3 presets × 3 seeds of the default task, 40 steps each) is run twice with
+`python -m rl_core sweep`, first with `--workers 1`, then with `--workers N` (default: every core), and each
+invocation is timed end to end: interpreter start, worker spawn, training, evaluation, CSVs. Both use one fresh
+model cache whose SFT checkpoints are trained beforehand, so neither pays for them and the two differ only in how
+the runs are spread over processes. The load average is read before and after each timing: other work on the
+machine shares the cores and skews the ratio.
+
+Run from the repository root:
+    python bench/sweep_speedup.py bench/results/sweep_speedup.json [--algos grpo,rloo,reinforce_pp] [--seeds 3]
+                                  [--steps 40] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The engine is imported from the repository root, which a script in bench/ does not have on its path.
+sys.path.insert(0, str(ROOT))
+
+from rl_core.sweep import default_workers  # noqa: E402
+
+TARGET_RATIO = 0.6
+
+
+def sweep(arguments: list[str], scratch: Path, workers: int, tag: str) -> dict:
+    """One timed `sweep` invocation; its summary table is echoed."""
+    command = [sys.executable, "-m", "rl_core", "sweep", *arguments, "--workers", str(workers),
+               "--db", str(scratch / "runs.sqlite"), "--out", str(scratch / tag)]
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, env={**os.environ, "RLHF_LAB_CACHE": str(scratch / "cache")},
+                            capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    print(result.stdout)
+    return {"workers": workers, "seconds": seconds, "load_before": load_before, "load_after": os.getloadavg(),
+            "command": command}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("report", type=Path, help="where to write the JSON report")
+    parser.add_argument("--algos", default="grpo,rloo,reinforce_pp")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=default_workers(), help="workers of the parallel sweep")
+    args = parser.parse_args()
+    arguments = ["--algos", args.algos, "--seeds", str(args.seeds), "--steps", str(args.steps)]
+    with tempfile.TemporaryDirectory(prefix="sweep-speedup-") as folder:
+        scratch = Path(folder)
+        print("training the SFT checkpoints both sweeps start from …", flush=True)
+        sweep(["--algos", args.algos.split(",")[0], "--seeds", str(args.seeds), "--steps", "1"], scratch,
+              args.workers, "warm-up")
+        serial = sweep(arguments, scratch, 1, "serial")
+        parallel = sweep(arguments, scratch, args.workers, "parallel")
+    ratio = parallel["seconds"] / serial["seconds"]
+    report = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count(),
+                    "usable_cores": default_workers()},
+        "sweep": {"algos": args.algos.split(","), "seeds": args.seeds, "steps": args.steps},
+        "serial": serial,
+        "parallel": parallel,
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+    }
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(json.dumps(report, indent=2) + "\n")
+    runs = len(args.algos.split(",")) * args.seeds
+    for name, timing in (("one after another", serial), ("in parallel", parallel)):
+        load = ", ".join(f"{value:.2f}" for value in timing["load_before"])
+        print(f"{runs} runs × {args.steps} steps, {timing['workers']} worker(s), {name}: {timing['seconds']:.1f} s "
+              f"(load average before: {load})")
+    verdict = "meets" if ratio <= TARGET_RATIO else "misses"
+    print(f"parallel / serial = {ratio:.2f} ({verdict} the ≤ {TARGET_RATIO} target); report: {args.report}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from ui.compare import compare_page
+
+compare_page()

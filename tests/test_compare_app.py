@@ -1,0 +1,162 @@
+"""The Compare page under AppTest: it renders with its controls, refuses bad knobs by name, shows and deletes the
+runs of a store, draws valid figures, and its Run button trains a sweep whose runs land in the store.
+
+AppTest has no browser, so `run_every` never fires: the tests poll the store and call `at.run()`.
+"""
+
+import time
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.store import RunStore
+from rl_core.sweep import default_workers
+from toy_tasks import DEFAULT_TASK
+from ui.compare import CURVES, band_figure, live_sweeps
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "compare.py")
+TIMEOUT = 120
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> RunStore:
+    """An empty run store that the page (and any worker it spawns) uses."""
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    return RunStore()
+
+
+def open_page() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    return at
+
+
+SAMPLE = {"prompt": "ab", "response": "ba", "tokens": ["b", "a", "<eos>"], "reward": 1.0, "success": True,
+          "truncated": False, "advantages": [0.5, 0.5, 0.5], "ratios": [1.0, 1.1, 0.9], "clipped": [False] * 3,
+          "entropies": [0.2, 0.1, 0.0]}
+
+
+def table(at: AppTest, column: str):
+    """The first table on the page with this column, as a DataFrame (AppTest does not expose a table's key)."""
+    return next(frame.value for frame in at.dataframe if column in frame.value.columns)
+
+
+def stored_run(store: RunStore, algo: str, seed: int, sweep_id: int | None = None) -> int:
+    """A finished three-step run, as a sweep would have written it."""
+    run_id = store.add_run(RunConfig(algo=get_preset(algo), task="reverse", steps=3, seed=seed), algo,
+                           sweep_id=sweep_id)
+    store.start_run(run_id)
+    for step in (1, 2, 3):
+        store.add_step(run_id, {"step": step, "success_rate": 0.3 * step, "reward_mean": 0.3 * step,
+                                "entropy": 1.0 / step, "kl_exact": 0.01 * step, "clip_frac": 0.0,
+                                "response_length": 5.0, "elapsed": 0.2 * step, "samples": [SAMPLE]})
+    store.finish_run(run_id, "finished", final={"success_rate": 0.9})
+    return run_id
+
+
+def test_the_page_renders_its_controls_on_an_empty_store(store):
+    at = open_page()
+    assert at.selectbox(key="compare:task").value == DEFAULT_TASK
+    assert [at.number_input(key=f"compare:{name}").value for name in ("seeds", "steps")] == [3, 40]
+    assert at.number_input(key="compare:workers").value == default_workers()
+    assert at.number_input(key="compare:sft_steps").value == RunConfig.sft_steps
+    assert at.radio(key="compare:mode").value == "Presets side by side" and at.text_area(key="compare:extra")
+    assert at.multiselect(key="compare:presets").value == ["grpo", "rloo", "reinforce_pp"]
+    assert not at.button(key="compare:run").disabled and at.button(key="compare:stop").disabled
+    assert "9 runs: 3 groups × 3 seeds" in " ".join(c.value for c in at.caption)
+    assert "The store is empty." in [c.value for c in at.caption]
+    at.radio(key="compare:mode").set_value("One preset, several values of a knob").run()
+    assert at.selectbox(key="compare:knob").value == "beta" and at.text_input(key="compare:values").value
+    assert not at.error
+
+
+@pytest.mark.parametrize(
+    "widget, key, value, message",
+    [
+        ("text_area", "compare:extra", "epsilon=1.5", "epsilon=1.5 is out of range"),
+        ("text_area", "compare:extra", "bogus=1", "unknown knob 'bogus'"),
+        ("multiselect", "compare:presets", [], "algos is empty"),
+    ],
+)
+def test_bad_input_names_the_knob_and_disables_run(store, widget, key, value, message):
+    at = open_page()
+    getattr(at, widget)(key=key).set_value(value).run()
+    assert not at.exception
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+    assert at.button(key="compare:run").disabled
+
+
+def test_a_bad_grid_value_names_the_knob(store):
+    at = open_page()
+    at.radio(key="compare:mode").set_value("One preset, several values of a knob").run()
+    at.text_input(key="compare:values").set_value("0, -0.5").run()
+    assert any("beta=-0.5 is out of range" in e.value for e in at.error)
+
+
+def test_stored_runs_are_listed_shown_and_deleted(store):
+    sweep_id = store.create_sweep({"algos": ["grpo", "rloo"]})
+    runs = [stored_run(store, algo, seed, sweep_id) for algo in ("grpo", "rloo") for seed in (0, 1)]
+    loose = stored_run(store, "ppo", 0)  # a run outside the latest sweep: listed, not shown at first
+    at = open_page()
+    listing = table(at, "date")
+    assert listing["run"].tolist() == [loose, *runs[::-1]] and set(listing["status"]) == {"finished"}
+    # a new session shows the latest sweep: one curve per group, a summary row per group
+    summary = table(at, "final success")
+    assert summary["group"].tolist() == ["grpo", "rloo"] and summary["seeds"].tolist() == [2, 2]
+    assert summary["final success"].tolist() == [0.9, 0.9]
+    assert len(at.get("plotly_chart")) == len(CURVES)
+    assert any("✓ solved" in m.value for m in at.markdown)  # the latest step's samples of the first run
+    assert [b.label for b in at.get("download_button")] == ["Summary table (CSV)",
+                                                            "Every step's metrics (CSV)"]
+
+    at.multiselect(key="compare:stored").set_value([loose]).run()
+    at.button(key="compare:reopen").click().run()
+    assert table(at, "final success")["group"].tolist() == ["ppo"]
+
+    at.multiselect(key="compare:stored").set_value([loose, runs[0]]).run()
+    at.button(key="compare:delete").click().run()
+    assert not at.exception
+    assert sorted(r.id for r in store.runs()) == runs[1:] and store.steps(loose) == []
+    assert table(at, "date")["run"].tolist() == runs[1:][::-1]
+    assert any("Deleted 2 run(s)." in i.value for i in at.info)
+
+
+def test_the_band_figures_pass_plotly_validation():
+    groups = {"grpo": [[{"step": 1, "entropy": 1.0}, {"step": 2, "entropy": 0.8}], [{"step": 1, "entropy": 0.9}]],
+              "rloo": [[{"step": 1, "entropy": 1.1}]]}
+    figure = band_figure("entropy", groups)
+    go.Figure(figure.to_dict())  # validates every property
+    mean = [t for t in figure.data if t.name == "grpo"][0]
+    assert list(mean.x) == [1, 2] and list(mean.y) == [0.95, 0.8]
+    assert sum(t.fill == "tonexty" for t in figure.data) == 1  # a band only where there are several seeds
+
+
+@pytest.mark.slow
+def test_run_from_the_page_trains_a_sweep_into_the_store(store):
+    at = open_page()
+    at.multiselect(key="compare:presets").set_value(["grpo", "rloo"]).run()
+    at.number_input(key="compare:seeds").set_value(1).run()
+    at.number_input(key="compare:steps").set_value(2).run()
+    at.number_input(key="compare:sft_steps").set_value(10).run()
+    at.text_area(key="compare:extra").set_value("prompts_per_step=2\nnum_generations=2\nppo_epochs=1").run()
+    at.button(key="compare:run").click().run()
+    assert not at.exception, at.exception
+    runs = store.runs()
+    assert [(r.label, r.seed) for r in runs] == [("grpo", 0), ("rloo", 0)]
+    assert at.button(key="compare:run").disabled
+    deadline = time.monotonic() + 600
+    try:
+        while any(run.active for run in store.runs()):
+            assert time.monotonic() < deadline, [(r.status, r.steps_done) for r in store.runs()]
+            time.sleep(1)
+        at.run()
+    finally:
+        for sweep in list(live_sweeps().values()):
+            sweep.stop()
+    assert [(r.status, r.steps_done) for r in store.runs()] == [("finished", 2), ("finished", 2)]
+    assert table(at, "final success")["group"].tolist() == ["grpo", "rloo"]
+    assert not at.button(key="compare:run").disabled

@@ -1,0 +1,175 @@
+"""The run store: schema and its version, a run's life written and read back, several processes writing at once,
+and a writer killed mid-run leaving a consistent file whose run is marked interrupted on the next open."""
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.store import SCHEMA_VERSION, STALE_AFTER, Heartbeat, RunStore, StoreError
+
+# A writer process: one run, `steps` records (with samples) written `pause` seconds apart, then finished.
+WRITER = """
+import sys, time
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.store import RunStore
+db, steps, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+store = RunStore(db)
+run_id = store.add_run(RunConfig(algo=get_preset("grpo"), task="reverse", steps=steps), label="grpo")
+store.start_run(run_id)
+for step in range(1, steps + 1):
+    store.add_step(run_id, {"step": step, "success_rate": step / steps, "samples": [{"response": "x" * 40}] * 4})
+    time.sleep(pause)
+store.finish_run(run_id, "finished", final={"success_rate": 1.0})
+"""
+
+
+def writer(db, steps: int, pause: float = 0.0) -> subprocess.Popen:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db), str(steps), str(pause)],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def steps_written(db) -> int:
+    runs = RunStore(db, recover=False).runs() if db.exists() else []
+    return runs[0].steps_done if runs else 0
+
+
+def tiny_run(steps: int = 3, seed: int = 0) -> RunConfig:
+    return RunConfig(algo=get_preset("rloo", beta=0.1), task="reverse", steps=steps, seed=seed)
+
+
+def test_a_new_store_has_the_current_schema_in_wal_mode(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    db = sqlite3.connect(store.path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"sweeps", "runs", "steps"} <= tables
+    RunStore(store.path)  # reopening an up-to-date file changes nothing
+
+
+def test_a_store_that_cannot_be_opened_is_refused_by_name(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreError, match="cannot open the run store .*file/runs.sqlite"):
+        RunStore(tmp_path / "file" / "runs.sqlite")
+
+
+def test_a_store_from_a_newer_schema_is_refused_by_name(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    RunStore(path)
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError, match=f"{path}.*schema version {SCHEMA_VERSION + 1}"):
+        RunStore(path)
+
+
+def test_a_run_is_written_as_it_goes_and_read_back(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    sweep_id = store.create_sweep({"algos": ["rloo"]})
+    run_id = store.add_run(tiny_run(), label="rloo · beta=0.1", variant={"beta": 0.1}, sweep_id=sweep_id)
+    queued = store.run(run_id)
+    assert (queued.status, queued.steps_done, queued.owner_pid, queued.active) == ("queued", 0, os.getpid(), True)
+    assert store.latest_sweep() == sweep_id and [r.id for r in store.runs(sweep_id=sweep_id)] == [run_id]
+
+    store.start_run(run_id)
+    for step in (1, 2, 3):
+        store.add_step(run_id, {"step": step, "reward_mean": step / 3, "response_length_correct": float("nan"),
+                                "samples": [{"prompt": "ab", "response": f"r{step}"}]})
+        assert store.run(run_id).steps_done == step
+    store.finish_run(run_id, "finished", final={"success_rate": 0.75})
+
+    run = store.run(run_id)
+    assert (run.status, run.label, run.algo, run.seed, run.variant) == ("finished", "rloo · beta=0.1", "rloo", 0,
+                                                                        {"beta": 0.1})
+    assert run.final == {"success_rate": 0.75} and run.error is None and not run.active
+    assert run.config["algo"]["beta"] == 0.1 and run.config["steps"] == 3
+    assert run.wall_time >= 0
+    steps = store.steps(run_id)
+    assert [s["step"] for s in steps] == [1, 2, 3] and "samples" not in steps[0]
+    assert steps[2]["response_length_correct"] != steps[2]["response_length_correct"]  # NaN comes back as NaN
+    assert [s["step"] for s in store.steps(run_id, after=1)] == [2, 3]
+    assert store.samples(run_id) == [{"prompt": "ab", "response": "r3"}]
+    assert store.samples(run_id, step=1)[0]["response"] == "r1"
+
+
+def test_delete_takes_the_steps_along_and_keeps_active_runs(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    done, training = store.add_run(tiny_run(), "rloo"), store.add_run(tiny_run(seed=1), "rloo")
+    store.start_run(done)
+    store.add_step(done, {"step": 1, "samples": []})
+    store.finish_run(done, "failed", error="ValueError: boom")
+    store.start_run(training)
+    assert store.delete([done, training]) == 1
+    assert [r.id for r in store.runs()] == [training] and store.steps(done) == []
+    with pytest.raises(KeyError):
+        store.run(done)
+    with pytest.raises(ValueError, match="status='running' does not end a run"):
+        store.finish_run(training, "running")
+
+
+def test_settle_ends_only_runs_still_active(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    finished, queued = store.add_run(tiny_run(), "rloo"), store.add_run(tiny_run(seed=1), "rloo")
+    store.finish_run(finished, "finished")
+    assert store.settle([finished, queued], "stopped") == [queued]
+    assert [r.status for r in store.runs()] == ["finished", "stopped"]
+
+
+def test_a_stale_heartbeat_marks_a_run_interrupted_and_a_fresh_one_does_not(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    stale, fresh = store.add_run(tiny_run(), "rloo"), store.add_run(tiny_run(seed=1), "rloo")
+    with sqlite3.connect(store.path) as db:  # this process is alive, but its heartbeat on `stale` is old
+        db.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time() - STALE_AFTER - 1, stale))
+    assert store.recover() == [stale]
+    assert store.run(stale).status == "interrupted" and "no sign of life" in store.run(stale).error
+    assert store.run(fresh).status == "queued"
+
+
+def test_the_heartbeat_thread_refreshes_this_process_runs(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = store.add_run(tiny_run(), "rloo")
+    before = store.run(run_id).heartbeat_at
+    with Heartbeat(store, interval=0.05):
+        time.sleep(0.3)
+    assert store.run(run_id).heartbeat_at > before
+
+
+def test_processes_writing_at_once_lose_nothing(tmp_path):
+    db, writers, steps = tmp_path / "runs.sqlite", 4, 60
+    processes = [writer(db, steps) for _ in range(writers)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+        assert "locked" not in stderr
+    store = RunStore(db)
+    runs = store.runs()
+    assert len(runs) == writers and all(r.status == "finished" and r.steps_done == steps for r in runs)
+    assert all([s["step"] for s in store.steps(r.id)] == list(range(1, steps + 1)) for r in runs)
+
+
+def test_a_writer_killed_mid_run_leaves_its_steps_and_is_marked_interrupted(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    process = writer(db, steps=10_000, pause=0.01)
+    deadline = time.monotonic() + 60
+    while steps_written(db) < 5:
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "the writer wrote nothing"
+        time.sleep(0.05)
+    process.kill()  # SIGKILL: no cleanup of any kind
+    process.wait()
+    store = RunStore(db)
+    [run] = store.runs()
+    assert run.status == "interrupted" and f"pid {process.pid}" in run.error
+    assert 5 <= run.steps_done < 10_000
+    assert [s["step"] for s in store.steps(run.id)] == list(range(1, run.steps_done + 1))
+    with sqlite3.connect(db) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -1,0 +1,179 @@
+"""Sweeps: planning and its refusals, the outcome summary, the `sweep` command end to end, and Stop."""
+
+import csv
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rl_core.cli import main
+from rl_core.store import RunStore
+from rl_core.summary import format_table, run_outcome, summarise
+from rl_core.sweep import Sweep, parse_grid, plan_sweep, warm_start_key
+
+ROOT = Path(__file__).resolve().parents[1]
+# Two prompts × two responses, one update per step, a short warm start: a run takes seconds.
+QUICK = ["--set", "prompts_per_step=2", "--set", "num_generations=2", "--set", "ppo_epochs=1",
+         "--set", "num_minibatches=1", "--sft-steps", "20"]
+
+
+def sweep_command(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
+    """`python -m rl_core sweep …` in a subprocess with its own model cache and run store under tmp_path."""
+    env = {**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}
+    return subprocess.run(
+        [sys.executable, "-m", "rl_core", "sweep", "--db", str(tmp_path / "runs.sqlite"), "--out",
+         str(tmp_path / "out"), *arguments],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open() as file:
+        return list(csv.DictReader(file))
+
+
+def test_grid_values_are_typed_per_knob_and_refused_by_name():
+    assert parse_grid(["beta=0, 0.1", "dual_clip=none,3"]) == {"beta": [0.0, 0.1], "dual_clip": [None, 3.0]}
+    assert parse_grid(["loss_agg_mode=token-mean,seq-mean-token-mean"])["loss_agg_mode"][1] == "seq-mean-token-mean"
+    for bad, message in [("beta", "not of the form"), ("bogus=1,2", "unknown knob 'bogus'"),
+                         ("use_critic=maybe", "use_critic='maybe' is not a boolean"), ("beta=0.1,0.1", "repeats")]:
+        with pytest.raises(ValueError, match=message):
+            parse_grid([bad])
+
+
+def test_a_plan_crosses_presets_grid_values_and_seeds():
+    planned = plan_sweep(["grpo", "rloo"], range(2), "reverse", 5, overrides={"prompts_per_step": 4},
+                         grid={"beta": [0.0, 0.1]}, sft_steps=10)
+    assert [(p.label, p.run.seed) for p in planned][:3] == [("grpo · beta=0.0", 0), ("grpo · beta=0.0", 1),
+                                                            ("grpo · beta=0.1", 0)]
+    assert len(planned) == 8 and all(p.run.algo.prompts_per_step == 4 and p.run.sft_steps == 10 for p in planned)
+    assert [p.run.algo.beta for p in planned if p.run.algo.name == "rloo"] == [0.0, 0.0, 0.1, 0.1]
+    assert len({warm_start_key(p.run) for p in planned}) == 2  # one SFT checkpoint per seed, shared by all
+
+
+@pytest.mark.parametrize(
+    "algos, kwargs, message",
+    [
+        (["nope"], {}, "algorithm 'nope' is unknown"),
+        (["grpo", "grpo"], {}, "lists a preset twice"),
+        (["grpo"], {"grid": {"epsilon": [0.2, 1.5]}}, "epsilon=1.5 is out of range"),
+        (["grpo"], {"overrides": {"beta": 0.1}, "grid": {"beta": [0.0]}}, "beta is both set and swept"),
+        (["grpo"], {"model": "huge"}, "model='huge' is unknown"),
+        ([], {}, "algos is empty"),
+    ],
+)
+def test_a_plan_refuses_bad_input_by_name(algos, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plan_sweep(algos, range(1), "reverse", 5, **kwargs)
+
+
+def test_outcomes_and_their_summary_across_seeds(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    planned = plan_sweep(["grpo"], range(3), "reverse", 3)
+    rows = []
+    for index, p in enumerate(planned):
+        run_id = store.add_run(p.run, p.label)
+        store.start_run(run_id)
+        records = [{"step": s, "success_rate": (s + index) / 4, "elapsed": 0.5 * s, "kl_exact": 0.1 * index,
+                    "entropy": 1.0} for s in (1, 2, 3)]
+        for record in records:
+            store.add_step(run_id, record)
+        store.finish_run(run_id, "finished", final={"success_rate": 0.8 + 0.1 * (index == 2)})
+        outcome = run_outcome(store.run(run_id), store.steps(run_id))
+        rows.append({"label": p.label, "algo": "grpo", **outcome})
+    # seed 0 never reaches 90 % (3/4 at best), seed 1 at step 3 (4/4), seed 2 at step 2 (4/4)
+    assert [r["steps_to_target"] for r in rows][1:] == [3, 2] and math.isnan(rows[0]["steps_to_target"])
+    [summary] = summarise(rows)
+    assert summary["seeds"] == 3 and summary["reached_target"] == 2
+    assert summary["steps_to_target_mean"] == 2.5 and summary["seconds_to_target_mean"] == 1.25
+    assert summary["final_success_mean"] == pytest.approx(0.8333, abs=1e-4)
+    assert summary["kl_final_std"] == pytest.approx(0.1)
+    table = format_table([summary]).splitlines()
+    assert table[0].split()[:2] == ["group", "seeds"] and "2.5 ± 0.71 (2/3)" in table[2]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--algos", "grpo,nope"], "algorithm 'nope' is unknown; allowed: pg, ppo"),
+        (["--algos", "grpo", "--grid", "beta=-1,0"], "beta=-1.0 is out of range"),
+        (["--algos", "grpo", "--grid", "bogus=1,2"], "unknown knob 'bogus'"),
+        (["--algos", "grpo", "--grid", "beta"], "is not of the form knob=value1,value2"),
+        (["--algos", "grpo", "--set", "beta=0.1", "--grid", "beta=0,0.1"], "beta is both set and swept"),
+        (["--algos", "grpo", "--seeds", "0"], "--seeds 0 is out of range"),
+        (["--algos", "grpo", "--workers", "0"], "workers=0 is out of range"),
+        (["--algos", "grpo", "--task", "nope"], "task 'nope' is unknown"),
+        (["--algos", "grpo", "--steps", "0"], "steps=0 is out of range"),
+    ],
+)
+def test_bad_sweep_input_is_refused_with_exit_2(arguments, message, tmp_path, capsys):
+    code = main(["sweep", "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out"), *arguments])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "summary.csv").exists()
+
+
+def test_an_out_path_that_is_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "out").write_text("")
+    code = main(["sweep", "--algos", "grpo", "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_sweep_command_writes_csvs_and_prints_the_summary(tmp_path):
+    result = sweep_command(tmp_path, "--algos", "grpo,rloo", "--seeds", "2", "--steps", "3", "--workers", "2", *QUICK)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    for name in ("grpo-seed0", "grpo-seed1", "rloo-seed0", "rloo-seed1"):
+        steps = read_csv(out / "runs" / f"{name}.csv")
+        assert [row["step"] for row in steps] == ["1", "2", "3"] and "kl_exact" in steps[0] and "elapsed" in steps[0]
+    assert [(r["label"], r["status"]) for r in read_csv(out / "runs.csv")] == [
+        ("grpo", "finished"), ("grpo", "finished"), ("rloo", "finished"), ("rloo", "finished")]
+    summary = read_csv(out / "summary.csv")
+    assert [(r["label"], r["seeds"]) for r in summary] == [("grpo", "2"), ("rloo", "2")]
+    assert all(0 <= float(r["final_success_mean"]) <= 1 and float(r["wall_time_mean"]) > 0 for r in summary)
+    table = result.stdout.splitlines()
+    assert table[0].split()[:3] == ["group", "seeds", "final"] and "KL at end" in table[0]
+    assert [line.split()[0] for line in table[2:]] == ["grpo", "rloo"]
+    assert result.stderr.count(": finished after 3 steps") == 4
+    runs = RunStore(tmp_path / "runs.sqlite").runs()
+    assert len(runs) == 4 and {r.owner_pid for r in runs} != {os.getpid()}
+
+
+@pytest.mark.slow
+def test_a_grid_sweep_runs_every_value_of_the_knob(tmp_path):
+    result = sweep_command(tmp_path, "--algos", "rloo", "--grid", "beta=0,0.3", "--seeds", "1", "--steps", "2", *QUICK)
+    assert result.returncode == 0, result.stderr
+    for value in ("0.0", "0.3"):
+        steps = read_csv(tmp_path / "out" / "runs" / f"rloo_beta={value}-seed0.csv")
+        assert {row["beta"] for row in steps} == {value}
+    summary = read_csv(tmp_path / "out" / "summary.csv")
+    assert [r["label"] for r in summary] == ["rloo · beta=0.0", "rloo · beta=0.3"]
+    assert [line.split()[:3] for line in result.stdout.splitlines()[2:]] == [["rloo", "·", "beta=0.0"],
+                                                                           ["rloo", "·", "beta=0.3"]]
+
+
+@pytest.mark.slow
+def test_stop_ends_every_run_between_steps(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    planned = plan_sweep(["grpo", "rloo", "reinforce_pp"], range(1), "reverse", 100_000, sft_steps=0,
+                         overrides={"prompts_per_step": 2, "num_generations": 2})
+    sweep = Sweep(planned, store, workers=2)
+    thread = threading.Thread(target=sweep.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while sum(run.steps_done for run in store.runs(sweep.run_ids)) < 3:
+        assert time.monotonic() < deadline and thread.is_alive(), [(r.status, r.error) for r in store.runs()]
+        time.sleep(0.2)
+    sweep.stop()
+    thread.join(120)
+    assert not thread.is_alive()
+    runs = store.runs(sweep.run_ids)
+    assert all(run.status == "stopped" for run in runs), [(r.status, r.error) for r in runs]
+    assert all(run.steps_done < 100_000 for run in runs) and sum(run.steps_done for run in runs) >= 3

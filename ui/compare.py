@@ -1,0 +1,380 @@
+"""The Compare page: presets (or values of one knob) side by side over several seeds, trained in parallel worker
+processes by `rl_core.sweep`, followed live through the run store, summarised and exported; below, every run in
+the store, to reopen or delete.
+
+Where things live:
+
+* A sweep's coordinator is a daemon thread of the server; it touches only its `Sweep` and the store, never
+  `st.*`. Live sweeps are kept in a process-wide registry, so a reloaded page (a new session) can still stop one.
+* The page never asks a sweep how it is doing: it reads the store, which the workers write, once a second
+  (`@st.fragment(run_every=…)`) while a shown run is active. Step records are cached in the session and read
+  incrementally, so a refresh parses only the steps that are new.
+* The runs on the charts are a list of run ids in session state; a new session starts with the latest sweep in
+  the store. Closing the tab does not stop a sweep: its runs are in the store, and reloading the page while it
+  trains finds it still training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import threading
+from datetime import datetime
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.colors import hex_to_rgb
+
+from rl_core.algorithms import PRESETS
+from rl_core.config import AlgoConfig, RunConfig, parse_overrides
+from rl_core.store import RunStore, StoredRun, StoreError
+from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
+from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
+from toy_tasks import DEFAULT_TASK, TASKS
+from ui.charts import RUN_COLOURS, thin
+from ui.knobs import KNOBS
+from ui.tokens import COLOURINGS, token_html
+
+REFRESH_SECONDS = 1.0
+DEFAULT_PRESETS = ("grpo", "rloo", "reinforce_pp")
+MODES = ("Presets side by side", "One preset, several values of a knob")
+SWEEPABLE = tuple(f.name for f in dataclasses.fields(AlgoConfig) if f.name not in ("name", "title", "summary"))
+CURVES = {  # record field → chart title
+    "success_rate": "Success rate",
+    "reward_mean": "Reward",
+    "entropy": "Token entropy",
+    "kl_exact": "KL to the reference (exact, per token)",
+    "clip_frac": "Clip fraction",
+    "response_length": "Response length (tokens)",
+}
+# The chart toolbar (on hover) keeps its camera button, which saves the chart as a PNG in the browser.
+PLOT_CONFIG = {
+    "displaylogo": False,
+    "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "rlhf-lab-compare"},
+}
+
+
+@st.cache_resource(show_spinner=False)
+def live_sweeps() -> dict[int, Sweep]:
+    """Sweep id → the sweeps this server is running; a sweep's thread removes it when it ends."""
+    return {}
+
+
+def compare_page() -> None:
+    st.title("Compare and ablate")
+    st.markdown(
+        "Train several presets, or one preset with several values of a knob, on the same task and over several "
+        "seeds. Every run trains in its own worker process, so a sweep uses every core. The curves show the "
+        "mean over seeds with a band from the lowest to the highest seed; the table summarises each group. "
+        "Runs are kept in a run store on disk, so they survive a reload or a restart and can be compared with "
+        "later ones."
+    )
+    try:
+        store = RunStore()  # opening it marks runs whose process has gone as interrupted
+    except StoreError as error:
+        st.error(f"{error}. Set RLHF_LAB_DB to a writable file to use another store.")
+        return
+    shown: list[int] = st.session_state.setdefault("compare:shown", _latest_sweep(store))
+    runs = store.runs(shown)
+    live = any(run.active for run in runs)
+    planned, workers = _controls(live)
+    _buttons(planned, workers, runs, live)
+    if runs:
+        refresh = REFRESH_SECONDS if live else None
+        st.fragment(run_every=refresh)(_dashboard)(shown, live)
+    else:
+        st.caption("Press **Run** to start a comparison, or reopen stored runs below.")
+    _stored_runs(store)
+
+
+def _latest_sweep(store: RunStore) -> list[int]:
+    latest = store.latest_sweep()
+    return [] if latest is None else [run.id for run in store.runs(sweep_id=latest)]
+
+
+# ---------------------------------------------------------------------------------------------- controls
+def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
+    """The comparison the controls describe, or None with the refusal shown; and the number of workers."""
+    task = st.selectbox(
+        "task", list(TASKS), index=list(TASKS).index(DEFAULT_TASK), key="compare:task", disabled=disabled,
+        format_func=lambda name: f"{name}: {TASKS[name].description}",
+    )
+    mode = st.radio("compare", MODES, key="compare:mode", horizontal=True, disabled=disabled)
+    grid: list[str] = []  # as `--grid` takes it: ["knob=value1,value2,…"]
+    if mode == MODES[0]:
+        algos = st.multiselect(
+            "presets", list(PRESETS), default=list(DEFAULT_PRESETS), key="compare:presets", disabled=disabled,
+            format_func=lambda name: f"{name}: {PRESETS[name].title}",
+        )
+    else:
+        preset, knob, values = st.columns([1, 1, 2])
+        algos = [preset.selectbox("preset", list(PRESETS), index=list(PRESETS).index("grpo"),
+                                  key="compare:preset", disabled=disabled)]
+        knob_name = knob.selectbox("knob", SWEEPABLE, index=SWEEPABLE.index("beta"), key="compare:knob",
+                                   disabled=disabled)
+        grid_text = values.text_input(
+            "values (comma-separated)", "0, 0.04, 0.2", key="compare:values", disabled=disabled,
+            help="Every value becomes one group of runs; 'none' switches an optional knob off.",
+        )
+        grid = [f"{knob_name}={grid_text}"]
+        if knob_name in KNOBS:
+            st.caption(f"**{KNOBS[knob_name].label}**: {KNOBS[knob_name].help}")
+    seeds, steps, workers = st.columns(3)
+    n_seeds = seeds.number_input("seeds", 1, 10, 3, key="compare:seeds", disabled=disabled,
+                                 help="Seeds 0 … N−1 of every group: the band on the charts spans them.")
+    n_steps = steps.number_input("steps", 1, 2000, 40, key="compare:steps", disabled=disabled)
+    n_workers = workers.number_input(
+        "workers", 1, 64, default_workers(), key="compare:workers", disabled=disabled,
+        help="Runs trained at once, each in its own process; more workers than cores only slows each run down.",
+    )
+    with st.expander("More settings"):
+        sft_steps = st.number_input(
+            "SFT steps", 0, 5000, RunConfig.sft_steps, key="compare:sft_steps", disabled=disabled,
+            help="Supervised warm start before RL, trained once per seed and cached.",
+        )
+        extra = st.text_area(
+            "knobs for every run, one knob=value per line", "", key="compare:extra", disabled=disabled,
+            placeholder="prompts_per_step=4\nlearning_rate=0.002",
+        )
+    try:
+        planned = plan_sweep(
+            algos, range(int(n_seeds)), task, int(n_steps),
+            overrides=parse_overrides([line for line in extra.splitlines() if line.strip()]),
+            grid=parse_grid(grid),
+            sft_steps=int(sft_steps),
+        )
+    except ValueError as error:  # the engine names the knob, preset or value it refuses
+        st.error(f"This comparison cannot run: {error}")
+        return None, int(n_workers)
+    groups = len({p.label for p in planned})
+    st.caption(f"{len(planned)} runs: {groups} groups × {int(n_seeds)} seeds, {min(int(n_workers), len(planned))} "
+               "at a time.")
+    return planned, int(n_workers)
+
+
+def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRun], live: bool) -> None:
+    registry = live_sweeps()
+    sweep = next((registry[run.sweep_id] for run in runs if run.sweep_id in registry), None)
+    run_column, stop_column, _ = st.columns([1, 1, 5])
+    if run_column.button("Run", key="compare:run", type="primary", disabled=live or planned is None,
+                         help="Train every run of the comparison; the charts follow them live."):
+        _start(planned, workers)
+        st.rerun()
+    stop_column.button("Stop", key="compare:stop", disabled=sweep is None or sweep.stopping,
+                       on_click=sweep.stop if sweep else None,
+                       help="End every run of the sweep after its current step.")
+    if live and sweep is None:
+        st.caption("These runs are trained by another process (e.g. `python -m rl_core sweep`), which alone can "
+                   "stop them.")
+
+
+def _start(planned: list[PlannedRun], workers: int) -> None:
+    registry = live_sweeps()
+    sweep = Sweep(planned, RunStore(), workers=workers)
+    registry[sweep.sweep_id] = sweep
+    threading.Thread(target=_coordinate, args=(sweep, registry), name=f"sweep-{sweep.sweep_id}", daemon=True).start()
+    st.session_state["compare:shown"] = list(sweep.run_ids)
+
+
+def _coordinate(sweep: Sweep, registry: dict[int, Sweep]) -> None:
+    """The sweep's thread: train, then leave the registry. Never calls Streamlit."""
+    try:
+        sweep.run()
+    finally:
+        registry.pop(sweep.sweep_id, None)
+
+
+# ---------------------------------------------------------------------------------------------- dashboard
+def _dashboard(shown: list[int], live: bool) -> None:
+    """Read the shown runs from the store and redraw progress, charts and summary."""
+    store = RunStore(recover=False)
+    runs = store.runs(shown)
+    records = _records(store, runs)
+    _progress(runs, records)
+    groups: dict[str, list[list[dict]]] = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(records[run.id])
+    curves = [key for key in CURVES
+              if any(_finite(record.get(key)) for seeds in groups.values() for run in seeds for record in run)]
+    for row in range(0, len(curves), 2):
+        for column, key in zip(st.columns(2), curves[row : row + 2]):
+            column.plotly_chart(band_figure(key, groups), key=f"compare:chart:{key}", config=PLOT_CONFIG)
+    if curves:
+        st.caption("Lines: the mean over seeds at each step; bands: from the lowest to the highest seed. To save a "
+                   "chart as a PNG, hover it and press the camera button in its toolbar.")
+    _summary(runs, records, live)
+    _samples(store, runs)
+    if live and not any(run.active for run in runs):
+        st.rerun()  # the sweep just ended: a full rerun re-enables the controls and stops this refresh
+
+
+def _records(store: RunStore, runs: list[StoredRun]) -> dict[int, list[dict]]:
+    """Run id → its step records, reading from the store only the steps not yet in the session's cache."""
+    cache: dict[int, list[dict]] = st.session_state.setdefault("compare:records", {})
+    for stale in set(cache) - {run.id for run in runs}:
+        del cache[stale]
+    for run in runs:
+        have = cache.setdefault(run.id, [])
+        if run.steps_done > len(have):
+            have.extend(store.steps(run.id, after=have[-1]["step"] if have else 0))
+    return {run.id: cache[run.id] for run in runs}
+
+
+def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
+    table = pd.DataFrame([
+        {
+            "run": run.id,
+            "group": run.label,
+            "seed": run.seed,
+            "status": run.status,
+            "progress": run.steps_done / run.steps_total,
+            "steps": f"{run.steps_done}/{run.steps_total}",
+            "success (latest step)": records[run.id][-1].get("success_rate") if records[run.id] else None,
+            "seconds": None if math.isnan(run.wall_time) else run.wall_time,
+            "error": run.error or "",
+        }
+        for run in runs
+    ])
+    st.dataframe(table, hide_index=True, key="compare:progress", column_config={
+        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+        "success (latest step)": st.column_config.NumberColumn(format="%.2f"),
+        "seconds": st.column_config.NumberColumn(format="%.1f"),
+    })
+    if any(run.status == "queued" for run in runs):
+        st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
+
+
+def band_figure(key: str, groups: dict[str, list[list[dict]]]) -> go.Figure:
+    """One curve per group: the mean over its seeds of `key` at every step, in a min–max band."""
+    traces = []
+    for index, (label, seeds) in enumerate(groups.items()):
+        colour = RUN_COLOURS[index % len(RUN_COLOURS)]
+        by_step: dict[int, list[float]] = {}
+        for records in seeds:
+            for record in records:
+                if _finite(record.get(key)):
+                    by_step.setdefault(record["step"], []).append(record[key])
+        points = thin([(step, values) for step, values in sorted(by_step.items())])
+        if not points:
+            continue
+        steps = [step for step, _ in points]
+        if len(seeds) > 1:
+            traces.append(dict(type="scatter", x=steps, y=[max(v) for _, v in points], mode="lines",
+                               line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
+            traces.append(dict(type="scatter", x=steps, y=[min(v) for _, v in points], mode="lines", fill="tonexty",
+                               fillcolor="rgba({}, {}, {}, 0.2)".format(*hex_to_rgb(colour)),
+                               line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
+        traces.append(dict(type="scatter", x=steps, y=[sum(v) / len(v) for _, v in points],
+                           mode="lines+markers" if len(steps) < 30 else "lines", name=label,
+                           line=dict(color=colour, width=2), marker=dict(size=5)))
+    layout = dict(
+        title=dict(text=CURVES[key], font=dict(size=15)),
+        height=320,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11)),
+        xaxis=dict(title=dict(text="step")),
+        uirevision=key,  # keep zoom and hidden traces across the live refreshes
+    )
+    # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.
+    return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) -> None:
+    rows = [run_row(run, records[run.id]) for run in runs]
+    summary = summarise(rows)
+    st.subheader("Summary")
+    table = {"group": [s["label"] for s in summary], "seeds": [s["seeds"] for s in summary],
+             f"reached {SUCCESS_TARGET:.0%}": [s["reached_target"] for s in summary]}
+    for name, title in OUTCOMES.items():
+        table[title] = [s[f"{name}_mean"] for s in summary]
+        table[f"{title} ±"] = [s[f"{name}_std"] for s in summary]
+    st.dataframe(pd.DataFrame(table), hide_index=True, key="compare:summary",
+                 column_config={title: st.column_config.NumberColumn(format="%.3g")
+                                for name in OUTCOMES for title in (OUTCOMES[name], f"{OUTCOMES[name]} ±")})
+    st.caption(
+        f"Mean and ± sample standard deviation over seeds; click a column header to sort. Final success: the "
+        f"trained policy on 256 fresh prompts (empty until a run finishes). Steps and seconds to "
+        f"{SUCCESS_TARGET:.0%}: the first step whose batch got there, averaged over the seeds that did. KL and "
+        "entropy: the last step's. Wall time: setup included."
+    )
+    if live:  # a download button resends its whole file on every refresh
+        st.caption("The CSV downloads appear when the runs have ended.")
+        return
+    summary_csv, metrics_csv = io.StringIO(), io.StringIO()
+    write_csv(summary_csv, summary)
+    write_csv(metrics_csv, [
+        {"run": run.id, "group": run.label, "algo": run.algo, "seed": run.seed, **run.variant, **record}
+        for run in runs for record in records[run.id]
+    ], first=("run", "group", "algo", "seed", "step"))
+    table_column, metrics_column = st.columns(2)
+    table_column.download_button("Summary table (CSV)", summary_csv.getvalue(), "compare-summary.csv", "text/csv",
+                                 key="compare:download_summary", on_click="ignore", icon=":material/download:")
+    metrics_column.download_button("Every step's metrics (CSV)", metrics_csv.getvalue(), "compare-metrics.csv",
+                                   "text/csv", key="compare:download_metrics", on_click="ignore",
+                                   icon=":material/download:")
+
+
+def _samples(store: RunStore, runs: list[StoredRun]) -> None:
+    with st.expander("Samples of a run's latest step"):
+        names = {run.id: f"#{run.id} {run.label} · seed {run.seed}" for run in runs}
+        run_id = st.selectbox("run", list(names), format_func=names.get, key="compare:sample_run")
+        colour_by = st.radio("colour tokens by", list(COLOURINGS), key="compare:colour_by", horizontal=True)
+        samples = store.samples(run_id) if run_id is not None else []
+        if samples:
+            st.caption(COLOURINGS[colour_by].legend)
+            st.markdown(token_html(samples, colour_by), unsafe_allow_html=True)
+        else:
+            st.caption("No samples recorded for this run yet.")
+
+
+# ---------------------------------------------------------------------------------------------- stored runs
+def _stored_runs(store: RunStore) -> None:
+    st.header("Stored runs")
+    st.caption(f"Every run of every comparison, newest first, kept in `{store.path}`.")
+    notice = st.session_state.pop("compare:notice", None)
+    if notice:
+        st.info(notice)
+    runs = store.runs()[::-1]
+    if not runs:
+        st.caption("The store is empty.")
+        return
+    st.dataframe(pd.DataFrame([
+        {
+            "run": run.id,
+            "status": run.status,
+            "task": run.task,
+            "group": run.label,
+            "algo": run.algo,
+            "seed": run.seed,
+            "steps": f"{run.steps_done}/{run.steps_total}",
+            "date": datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M"),
+        }
+        for run in runs
+    ]), hide_index=True, key="compare:stored_table")
+    labels = {run.id: f"#{run.id} {run.label} · seed {run.seed} · {run.task} ({run.status})" for run in runs}
+    chosen = st.multiselect("runs", list(labels), format_func=labels.get, key="compare:stored",
+                            placeholder="choose runs to reopen or delete")
+    reopen, delete, _ = st.columns([1, 1, 4])
+    reopen.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),
+                  help="Overlay these runs, grouped by preset and knob values, in place of the current ones.")
+    delete.button("Delete", key="compare:delete", disabled=not chosen, on_click=_delete, args=(store, chosen),
+                  help="Remove these runs and their metrics from the store (runs still training are kept).")
+
+
+def _reopen(run_ids: list[int]) -> None:
+    st.session_state["compare:shown"] = sorted(run_ids)
+
+
+def _delete(store: RunStore, run_ids: list[int]) -> None:
+    deleted = store.delete(run_ids)
+    kept = len(run_ids) - deleted
+    st.session_state["compare:notice"] = f"Deleted {deleted} run(s)." + (
+        f" {kept} still training and kept." if kept else "")
+    st.session_state["compare:stored"] = []
+    st.session_state["compare:shown"] = [run.id for run in store.runs(st.session_state.get("compare:shown", []))]
