@@ -12,7 +12,7 @@ import torch
 from rl_core import advantages as adv
 from rl_core import losses
 from rl_core.config import AlgoConfig
-from rl_core.masking import masked_whiten
+from rl_core.masking import masked_mean, masked_whiten
 
 
 @dataclass
@@ -87,6 +87,6 @@ def policy_loss(
     if algo.policy_loss == "clip":
         return losses.clipped_surrogate_loss(logp, old_logp, advantages, algo.epsilon, algo.epsilon_high, algo.dual_clip)
     # GSPO uses one advantage per sequence: every token of a response carries the same value.
-    sequence_advantages = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    sequence_advantages = masked_mean(advantages, mask, dim=-1)
     gspo = losses.gspo_loss if algo.policy_loss == "gspo" else losses.gspo_token_loss
     return gspo(logp, old_logp, sequence_advantages, mask, algo.epsilon, algo.epsilon_high)

@@ -256,7 +256,10 @@ class Trainer:
         """K epochs × minibatches of policy (and critic) updates on one batch of experience."""
         algo = self.algo
         size = len(batch.prompts)
-        positive = rewards >= rewards.max() if algo.positive_nll_coef > 0 else None
+        positive = None
+        if algo.positive_nll_coef > 0:
+            # VAPO imitates its best responses; when every reward is equal there is no best one to imitate.
+            positive = (rewards >= rewards.max()) & (rewards.max() > rewards.min())
         sums: dict[str, float] = {}
         updates = 0
         for _ in range(algo.ppo_epochs):
@@ -320,12 +323,15 @@ class Trainer:
         self.optimizer.step()
         with torch.no_grad():
             ratio = torch.exp(logp.detach() - old_logp)
-            clips = clip_fractions(ratio, advantages, mask, algo.epsilon, algo.epsilon_high, algo.dual_clip)
-            if algo.policy_loss in ("gspo", "gspo_token"):
+            if self._clips_sequences:
+                # GSPO clips whole responses, so its clip fractions count responses, not tokens.
                 seq_ratio = gspo_sequence_ratio(logp.detach(), old_logp, mask)[:, None]
-                seq_adv = ((advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]
-                seq_clips = clip_fractions(seq_ratio, seq_adv, torch.ones_like(seq_ratio), algo.epsilon, algo.epsilon_high)
-                clips |= {f"seq_{k}": v for k, v in seq_clips.items()}
+                seq_mask = (mask.sum(-1, keepdim=True) > 0).float()
+                clips = clip_fractions(
+                    seq_ratio, masked_mean(advantages, mask, dim=-1)[:, None], seq_mask, algo.epsilon, algo.epsilon_high
+                )
+            else:
+                clips = clip_fractions(ratio, advantages, mask, algo.epsilon, algo.epsilon_high, algo.dual_clip)
             return {
                 **parts,
                 "total_loss": total.item(),
@@ -344,9 +350,15 @@ class Trainer:
         rows = torch.arange(n, device=self.device)
         part = batch.select(rows)
         logits = response_logits(self.policy, part, self.algo.temperature)
-        ratio = torch.exp(token_logprobs(logits, part.response_ids) - old_logp[rows])
+        logp = token_logprobs(logits, part.response_ids)
+        ratio = torch.exp(logp - old_logp[rows])
         adv = advantages[rows]
-        clipped = ((ratio > 1 + self.algo.epsilon_high) & (adv > 0)) | ((ratio < 1 - self.algo.epsilon) & (adv < 0))
+        # A token is clipped when its clip is active given the sign of A; for GSPO its response's ratio decides.
+        unit_ratio = ratio
+        if self._clips_sequences:
+            sequence_ratio = gspo_sequence_ratio(logp, old_logp[rows], part.response_mask)
+            unit_ratio = sequence_ratio[:, None].expand_as(ratio)
+        clipped = ((unit_ratio > 1 + self.algo.epsilon_high) & (adv > 0)) | ((unit_ratio < 1 - self.algo.epsilon) & (adv < 0))
         views = []
         for i in range(n):
             length = int(part.response_mask[i].sum().item())
@@ -379,6 +391,10 @@ class Trainer:
             "reward_mean": sum(scores.rewards) / n_prompts,
             "response_length": rollout.lengths.mean().item(),
         }
+
+    @property
+    def _clips_sequences(self) -> bool:
+        return self.algo.policy_loss in ("gspo", "gspo_token")
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, folder: str | Path) -> Path:

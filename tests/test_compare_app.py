@@ -160,3 +160,10 @@ def test_run_from_the_page_trains_a_sweep_into_the_store(store):
     assert [(r.status, r.steps_done) for r in store.runs()] == [("finished", 2), ("finished", 2)]
     assert table(at, "final success")["group"].tolist() == ["grpo", "rloo"]
     assert not at.button(key="compare:run").disabled
+
+
+def test_the_router_opens_the_compare_page(store):
+    at = AppTest.from_file(str(Path(PAGE).parents[1] / "app.py"), default_timeout=TIMEOUT).run()
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["Compare and ablate"]

@@ -68,10 +68,9 @@ CHARTS: tuple[Chart, ...] = (
             Series("clip_frac_low", "low side"),
             Series("clip_frac_high", "high side"),
             Series("dual_clip_frac", "dual clip"),
-            Series("seq_clip_frac_low", "per response, low"),
-            Series("seq_clip_frac_high", "per response, high"),
         ),
-        "Share of tokens (and, for GSPO, of responses) on which a clip is active given the sign of A: low side "
+        "Share of tokens (for GSPO: of responses, since it clips whole responses) on which a clip is active given "
+        "the sign of A: low side "
         "ρ < 1−ε_low with A < 0, high side ρ > 1+ε_high with A > 0, dual clip A < 0 with ρ > c. It stays at "
         "exactly 0 with a single update per batch: the ratio is then 1.",
     ),

@@ -99,7 +99,7 @@ class JobSnapshot:
     setup: dict  # what prepare() reported, e.g. the value-pretraining explained variance
     error: str | None
     waiting_for: int  # trainings running elsewhere while this one is queued
-    elapsed: float  # seconds since the job was started
+    elapsed: float  # seconds since the job was created (and started: the lab does both at once)
 
     @property
     def active(self) -> bool:
@@ -141,7 +141,6 @@ class Job:
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     def start(self) -> "Job":
-        self._started = time.monotonic()
         self._thread.start()
         return self
 
