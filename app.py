@@ -3,6 +3,11 @@ one file under pages/."""
 
 import streamlit as st
 
+from rl_core.algorithms import PRESETS
+from rl_core.config import RunConfig
+from toy_tasks import DEFAULT_TASK
+from ui.jobs import warm_default_start
+
 st.set_page_config(page_title="RLHF policy optimisation lab", page_icon=":material/tune:", layout="wide")
 
 NAVIGATION = {
@@ -28,4 +33,6 @@ NAVIGATION = {
     ],
 }
 
+# The default page's first Train should not wait for a supervised warm start: build it while the learner reads.
+warm_default_start(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
 st.navigation(NAVIGATION).run()

@@ -296,22 +296,32 @@ def trl_python(venv_root: Path) -> Path:
     return python
 
 
-def median_after_warmup(values: list[float], warmup: int) -> float:
-    return statistics.median(values[warmup:])
-
-
-def measure_ours(trainer: Trainer, steps: int) -> dict:
+def measure_ours(args) -> dict:
+    """Our grpo preset with the comparison's knobs, from the SFT policy."""
+    trainer = make_trainer("grpo", args.seeds[0], args.cache_dir, **COMPARISON_KNOBS)
+    trainer.prepare()
     walls, cpus = [], []
-    for _, wall, cpu in tqdm(timed_steps(trainer), total=steps, desc="ours: grpo", unit="step", leave=False, file=sys.stderr):
+    steps = tqdm(timed_steps(trainer), total=args.comparison_steps, desc="ours: grpo", unit="step", leave=False,
+                 file=sys.stderr)
+    for _, wall, cpu in steps:
         walls.append(wall)
         cpus.append(cpu)
-        if len(walls) == steps:
+        if len(walls) == args.comparison_steps:
             break
+    steps.close()
     return {"step_seconds": walls, "step_cpu_seconds": cpus}
 
 
-def measure_trl(trainer: Trainer, workdir: Path, args) -> dict:
-    """TRL's GRPOTrainer, in its own virtualenv, on a copy of `trainer`'s current policy and its tokenizer."""
+def measure_trl(args) -> dict:
+    """TRL's GRPOTrainer, in its own virtualenv, from the same SFT policy with the same tokenizer."""
+    trainer = make_trainer("grpo", args.seeds[0], args.cache_dir, **COMPARISON_KNOBS)
+    trainer.prepare()
+    python = trl_python(args.trl_venv)
+    with tempfile.TemporaryDirectory(prefix="bench-trl-") as folder:
+        return _run_trl(python, trainer, Path(folder), args)
+
+
+def _run_trl(python: Path, trainer: Trainer, workdir: Path, args) -> dict:
     model_dir = workdir / "policy"
     trainer.policy.save_pretrained(model_dir)
     trainer.tokenizer.save_pretrained(model_dir)
@@ -332,11 +342,10 @@ def measure_trl(trainer: Trainer, workdir: Path, args) -> dict:
     (workdir / "spec.json").write_text(json.dumps(spec))
     script = workdir / "trl_grpo.py"
     script.write_text(TRL_SCRIPT)
-    python = trl_python(args.trl_venv)
     # Offline: the model and tokenizer are local folders, and nothing else may be fetched.
     env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
                         "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}
-    print(f"TRL: {args.comparison_steps} steps in a subprocess (imports take a while)", file=sys.stderr)
+    print(f"TRL: {args.comparison_steps} steps in a subprocess (its imports take a while)", file=sys.stderr)
     done = subprocess.run([str(python), str(script), str(workdir / "spec.json")], capture_output=True, text=True,
                           env=env, cwd=workdir, timeout=args.trl_timeout)
     if done.returncode:
@@ -345,43 +354,50 @@ def measure_trl(trainer: Trainer, workdir: Path, args) -> dict:
 
 
 def compare_with_trl(args) -> dict:
-    seed = args.seeds[0]
-    trainer = make_trainer("grpo", seed, args.cache_dir, **COMPARISON_KNOBS)
-    trainer.prepare()
+    """Alternate TRL and ours for a few rounds and pool the steps after each block's warm-up: the load of a shared
+    machine drifts over minutes, and alternating spreads that drift over both sides alike."""
+    rounds = {"trl": [], "ours": []}
+    for _ in tqdm(range(args.comparison_rounds), desc="TRL comparison", unit="round", file=sys.stderr):
+        for name in rounds:
+            load = load_average()
+            block = measure_trl(args) if name == "trl" else measure_ours(args)
+            block["load_average"] = [load, load_average()]
+            rounds[name].append(block)
+    warmup = args.comparison_warmup
     sides = {}
-    with tempfile.TemporaryDirectory(prefix="bench-trl-") as folder:
-        # TRL starts from the SFT policy before ours trains it, so both sample the same kind of responses.
-        load_trl = load_average()
-        sides["trl"] = measure_trl(trainer, Path(folder), args)
-        sides["trl"]["load_average"] = [load_trl, load_average()]
-    load_ours = load_average()
-    sides["ours"] = measure_ours(trainer, args.comparison_steps)
-    sides["ours"]["load_average"] = [load_ours, load_average()]
-    for side in sides.values():
-        side["step_s_median"] = median_after_warmup(side["step_seconds"], args.comparison_warmup)
-        side["step_cpu_s_median"] = median_after_warmup(side["step_cpu_seconds"], args.comparison_warmup)
-        side["step_s_min"] = min(side["step_seconds"][args.comparison_warmup :])
+    for name, blocks in rounds.items():
+        walls = [s for block in blocks for s in block["step_seconds"][warmup:]]
+        cpus = [s for block in blocks for s in block["step_cpu_seconds"][warmup:]]
+        sides[name] = {
+            "step_s_median": statistics.median(walls),
+            "step_s_min": min(walls),
+            "step_cpu_s_median": statistics.median(cpus),
+            "rounds": blocks,
+        }
     return {
-        "workload": {**COMPARISON_KNOBS, "task": DEFAULT_TASK, "model": "tiny", "seed": seed,
-                     "steps": args.comparison_steps, "warmup_steps_skipped": args.comparison_warmup,
+        "workload": {**COMPARISON_KNOBS, "task": DEFAULT_TASK, "model": "tiny", "seed": args.seeds[0],
+                     "steps": args.comparison_steps, "warmup_steps_skipped": warmup, "rounds": args.comparison_rounds,
                      "threads": torch.get_num_threads()},
         **sides,
+        "trl_versions": rounds["trl"][0]["versions"],
         "ratio_trl_over_ours": sides["trl"]["step_s_median"] / sides["ours"]["step_s_median"],
         "ratio_trl_over_ours_cpu": sides["trl"]["step_cpu_s_median"] / sides["ours"]["step_cpu_s_median"],
     }
 
 
 def print_comparison(result: dict) -> None:
-    print(f"\nGRPO step, {result['workload']['steps']} steps, first {result['workload']['warmup_steps_skipped']} skipped, "
-          f"{result['workload']['threads']} thread(s)")
-    print(f"{'':<6}{'wall s/step':>12}{'min':>8}{'CPU s/step':>12}  load average (start → end)")
+    work = result["workload"]
+    print(f"\nGRPO step vs TRL {result['trl_versions']['trl']}: {work['rounds']} alternating round(s) of "
+          f"{work['steps']} steps per side, first {work['warmup_steps_skipped']} of each left out, "
+          f"{work['threads']} thread(s)")
+    print(f"{'':<6}{'wall s/step':>12}{'min':>8}{'CPU s/step':>12}  load average at the start of each round")
     for name in ("ours", "trl"):
         side = result[name]
-        loads = " → ".join(" ".join(f"{x:.2f}" for x in load) for load in side["load_average"])
+        loads = " | ".join(" ".join(f"{x:.2f}" for x in block["load_average"][0]) for block in side["rounds"])
         print(f"{name:<6}{side['step_s_median']:>12.4f}{side['step_s_min']:>8.4f}{side['step_cpu_s_median']:>12.4f}  {loads}")
     ratio, cpu_ratio = result["ratio_trl_over_ours"], result["ratio_trl_over_ours_cpu"]
     verdict = "met" if ratio >= 2 else "not met"
-    print(f"TRL / ours: {ratio:.2f}× wall, {cpu_ratio:.2f}× CPU (target ≥ 2×: {verdict})")
+    print(f"TRL / ours: {ratio:.2f}× wall, {cpu_ratio:.2f}× CPU (target ≥ 2× wall: {verdict})")
 
 
 # ---------------------------------------------------------------------- main
@@ -410,7 +426,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-presets", action="store_true", help="only compare with TRL's GRPOTrainer")
     parser.add_argument("--skip-trl", action="store_true", help="skip the comparison with TRL's GRPOTrainer")
     parser.add_argument("--comparison-steps", type=int, default=30, help="steps of each side of the comparison")
-    parser.add_argument("--comparison-warmup", type=int, default=5, help="first steps left out of the medians")
+    parser.add_argument("--comparison-warmup", type=int, default=5, help="first steps of each block left out")
+    parser.add_argument("--comparison-rounds", type=int, default=3, help="alternating TRL/ours rounds (default 3)")
     parser.add_argument("--trl-venv", type=Path, default=Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv",
                         help="folder of the throwaway virtualenvs holding TRL (default: %(default)s)")
     parser.add_argument("--trl-timeout", type=float, default=900.0, help="seconds before the TRL run is abandoned")
@@ -418,6 +435,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.comparison_steps <= args.comparison_warmup:
         parser.error("--comparison-steps must exceed --comparison-warmup")
+    if args.comparison_rounds < 1:
+        parser.error("--comparison-rounds must be at least 1")
     return args
 
 

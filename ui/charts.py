@@ -156,13 +156,19 @@ def has_data(chart: Chart, runs: list[ChartRun]) -> bool:
 def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
     traces = []
     overlay = len(runs) > 1
+    # One run: a colour per series. Several runs: a colour per run and a dash per series.
+    def style(run_index: int, series_index: int) -> tuple[str, str]:
+        if overlay:
+            return RUN_COLOURS[run_index % len(RUN_COLOURS)], DASHES[series_index % len(DASHES)]
+        return RUN_COLOURS[series_index % len(RUN_COLOURS)], "solid"
+
     for index, run in enumerate(runs):
-        colour = RUN_COLOURS[index % len(RUN_COLOURS)]
         records = thin(run.records)
         steps = [r["step"] for r in records]
         prefix = f"{run.label} · " if overlay else ""
         if chart.band:
             mean, std = chart.band
+            colour, _ = style(index, [s.key for s in chart.series].index(mean))
             upper = [None if _value(r, mean) is None else r[mean] + (_value(r, std) or 0) for r in records]
             lower = [None if _value(r, mean) is None else r[mean] - (_value(r, std) or 0) for r in records]
             traces.append(dict(type="scatter", x=steps, y=upper, mode="lines", line=dict(width=0),
@@ -174,6 +180,7 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
             values = [_value(r, series.key) for r in records]
             if all(v is None for v in values):
                 continue
+            colour, dash = style(index, series_index)
             traces.append(dict(
                 type="scatter",
                 x=steps,
@@ -183,7 +190,7 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
                 name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
                 line=dict(
                     color=colour,
-                    dash=DASHES[series_index % len(DASHES)],
+                    dash=dash,
                     width=3.5 if series.key == emphasised else 1.8,
                 ),
                 marker=dict(size=5),

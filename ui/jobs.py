@@ -209,3 +209,17 @@ class Job:
             status = "stopped"
         self._set(status=status, error=error, phase=None)
 
+
+
+_warm_start_begun = threading.Event()
+
+
+def warm_default_start(run: RunConfig) -> None:
+    """Build the default run's SFT policy (and reward model) once per server process, in the background.
+
+    The first Train of a fresh install then loads a cached checkpoint instead of spending seconds on the SFT
+    warm start while the learner waits for the first chart point. RLHF_LAB_WARM_START=0 turns it off."""
+    if _warm_start_begun.is_set() or os.environ.get("RLHF_LAB_WARM_START") == "0":
+        return
+    _warm_start_begun.set()
+    threading.Thread(target=lambda: Trainer(run).prepare(), name="sft-warm-start", daemon=True).start()
