@@ -12,9 +12,9 @@ evaluation disagrees, training goes on and the next check waits for a fresh wind
 
 Part 2 (skip with --skip-trl): seconds per optimizer step of our GRPO and of TRL's GRPOTrainer on the same
 work — the same SFT policy and tokenizer, 8 prompts × 8 completions of at most 8 tokens, β = 0.04, one update
-per batch, the same intra-op thread count. TRL is not a dependency of this project: it is installed into a
-throwaway virtualenv outside the repository (kept and reused, keyed by the TRL and torch versions) and runs
-in a subprocess.
+per batch, the same intra-op thread count; the two sides alternate for a few rounds. TRL is not a dependency
+of this project: it is installed into a throwaway virtualenv outside the repository (kept and reused, keyed
+by the TRL and torch versions) and runs in a subprocess.
 
 Run from the repository root:
     python bench/benchmark.py --out bench/results/report.json [--presets grpo ppo] [--seeds 0 1 2]
@@ -56,10 +56,13 @@ from toy_tasks import DEFAULT_TASK  # noqa: E402
 TARGET = 0.9
 WINDOW = 3  # steps in the rolling mean of the training success rate
 TRL_PIN = "trl==1.16.*"
-# The exact version, never a range: pip then takes the local CPU wheel instead of fetching a CUDA build.
+# The exact version, never a range: pip's find-links folder holds the CPU wheel of exactly this version, and a
+# range would let pip fetch a newer CUDA build (gigabytes) instead.
 TORCH_PIN = f"torch=={torch.__version__.split('+')[0]}"
 # The comparison's workload, as knobs of our grpo preset; the TRL script receives the same numbers.
-COMPARISON_KNOBS = dict(prompts_per_step=8, num_generations=8, max_new_tokens=8, beta=0.04, ppo_epochs=1, num_minibatches=1)
+COMPARISON_KNOBS = dict(
+    prompts_per_step=8, num_generations=8, max_new_tokens=8, beta=0.04, ppo_epochs=1, num_minibatches=1
+)
 
 
 # ------------------------------------------------------------------ helpers
@@ -86,7 +89,9 @@ def fmt(summary: dict | None, digits: int) -> str:
 
 def make_trainer(preset: str, seed: int, cache_dir: Path, **knobs) -> Trainer:
     # `steps` only bounds `Trainer.steps()`; the benchmark's time budget ends a run long before.
-    run = RunConfig(algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model="tiny", steps=10**9, seed=seed, device="cpu")
+    run = RunConfig(
+        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model="tiny", steps=10**9, seed=seed, device="cpu"
+    )
     return Trainer(run, cache_dir=cache_dir)
 
 
@@ -326,7 +331,8 @@ def _run_trl(python: Path, trainer: Trainer, workdir: Path, args) -> dict:
     trainer.policy.save_pretrained(model_dir)
     trainer.tokenizer.save_pretrained(model_dir)
     algo = trainer.algo
-    prompts = trainer.task.sample_prompts(args.comparison_steps * algo.prompts_per_step, random.Random(trainer.run.seed))
+    n_prompts = args.comparison_steps * algo.prompts_per_step
+    prompts = trainer.task.sample_prompts(n_prompts, random.Random(trainer.run.seed))
     spec = {
         "model_dir": str(model_dir),
         "output_dir": str(workdir / "trl-output"),
@@ -394,7 +400,8 @@ def print_comparison(result: dict) -> None:
     for name in ("ours", "trl"):
         side = result[name]
         loads = " | ".join(" ".join(f"{x:.2f}" for x in block["load_average"][0]) for block in side["rounds"])
-        print(f"{name:<6}{side['step_s_median']:>12.4f}{side['step_s_min']:>8.4f}{side['step_cpu_s_median']:>12.4f}  {loads}")
+        print(f"{name:<6}{side['step_s_median']:>12.4f}{side['step_s_min']:>8.4f}"
+              f"{side['step_cpu_s_median']:>12.4f}  {loads}")
     ratio, cpu_ratio = result["ratio_trl_over_ours"], result["ratio_trl_over_ours_cpu"]
     verdict = "met" if ratio >= 2 else "not met"
     print(f"TRL / ours: {ratio:.2f}× wall, {cpu_ratio:.2f}× CPU (target ≥ 2× wall: {verdict})")
@@ -428,7 +435,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--comparison-steps", type=int, default=30, help="steps of each side of the comparison")
     parser.add_argument("--comparison-warmup", type=int, default=5, help="first steps of each block left out")
     parser.add_argument("--comparison-rounds", type=int, default=3, help="alternating TRL/ours rounds (default 3)")
-    parser.add_argument("--trl-venv", type=Path, default=Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv",
+    parser.add_argument("--trl-venv", type=Path,
+                        default=Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv",
                         help="folder of the throwaway virtualenvs holding TRL (default: %(default)s)")
     parser.add_argument("--trl-timeout", type=float, default=900.0, help="seconds before the TRL run is abandoned")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="SFT checkpoint cache")
@@ -437,6 +445,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--comparison-steps must exceed --comparison-warmup")
     if args.comparison_rounds < 1:
         parser.error("--comparison-rounds must be at least 1")
+    if args.skip_presets and args.skip_trl:
+        parser.error("--skip-presets and --skip-trl together leave nothing to measure")
     return args
 
 
@@ -474,10 +484,12 @@ def main(argv: list[str] | None = None) -> None:
         report["trl_comparison"] = compare_with_trl(args)
         print_comparison(report["trl_comparison"])
     report["machine"]["load_average_end"] = load_average()
-    print(f"\nload average: {report['machine']['load_average']} at start, {report['machine']['load_average_end']} at end")
+    machine = report["machine"]
+    print(f"\nload average: {machine['load_average']} at start, {machine['load_average_end']} at end")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(json_safe(report), indent=2))
     print(f"report written to {args.out}")
+
 
 if __name__ == "__main__":
     main()

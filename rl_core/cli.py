@@ -171,10 +171,12 @@ def _sweep(args) -> int:
                 bar.write(f"{run.label} seed {run.seed}: {run.status} after {run.steps_done} steps{seconds}{success}"
                           f"{error}", file=sys.stderr)
 
+    start = time.perf_counter()
     try:
         runs = sweep.run(report)
     finally:
         bar.close()
+    print(f"{len(runs)} runs in {time.perf_counter() - start:.1f} s, {workers} at a time", file=sys.stderr)
     rows = _write_sweep(sweep.store, runs, args.out)
     print(format_table(summarise(rows)))
     failed = [run for run in runs if run.status in ("failed", "interrupted")]

@@ -87,24 +87,41 @@ def sample(
     max_new_tokens: int,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    num_generations: int = 1,
 ) -> Rollout:
-    """Sample one response per prompt, token by token with the KV cache, from softmax(logits / temperature)."""
+    """Sample `num_generations` responses per prompt (rows `i·G … i·G + G − 1` answer prompt i), token by token
+    with the KV cache, from softmax(logits / temperature).
+
+    Each prompt is encoded and run through the model once; its keys and values are then shared by its group."""
     device = next(policy.parameters()).device
     was_training = policy.training
     policy.eval()
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
-    batch = len(prompts)
+    out = policy(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids_from_mask(prompt_mask), use_cache=True
+    )
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(num_generations)
+    prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+    prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+    logits = out.logits[:, -1, :].float().repeat_interleave(num_generations, dim=0) / temperature
+    batch = len(prompts) * num_generations
     eos = tokenizer.eos_token_id
     tokens, step_logits = [], []
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     attention = prompt_mask
-    step_input, positions, cache = prompt_ids, position_ids_from_mask(prompt_mask), None
-    for _ in range(max_new_tokens):
-        out = policy(
-            input_ids=step_input, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
-        )
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float() / temperature
+    positions = position_ids_from_mask(prompt_mask)
+    for step in range(max_new_tokens):
+        if step:
+            out = policy(
+                input_ids=token[:, None],
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float() / temperature
         token = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
         # Rows that already ended keep emitting padding, which the response mask hides.
         token = torch.where(finished, torch.full_like(token, tokenizer.pad_token_id), token)
@@ -114,7 +131,6 @@ def sample(
         finished = finished | (token == eos)
         attention = torch.cat([attention, alive_before.long()[:, None]], dim=-1)
         positions = positions[:, -1:] + 1
-        step_input = token[:, None]
         if bool(finished.all()):
             break
     response_ids = torch.stack(tokens, dim=1)
@@ -131,7 +147,7 @@ def sample(
         old_logp=token_logprobs(logits, response_ids) * response_mask,
         entropy=entropy_from_logits(logits) * response_mask,
         ended_with_eos=finished,
-        prompts=list(prompts),
+        prompts=[p for p in prompts for _ in range(num_generations)],
         responses=responses,
     )
 

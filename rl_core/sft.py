@@ -48,7 +48,7 @@ def train_sft(
 ) -> list[float]:
     """Adam on the demonstration NLL with a linear warm-down; returns the loss of every step."""
     rng = random.Random(seed)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0, foreach=True)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0, fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / max(steps, 1))
     policy.train()
     losses = []

@@ -238,7 +238,7 @@ def _init_worker(stop_event, db_path: str) -> None:
 
 def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
     """Train (or find cached) the reward model and the SFT checkpoint `run` starts from."""
-    trainer = Trainer(run, cache_dir=cache_dir, stop_event=_stop_event)
+    trainer = Trainer(run, cache_dir=cache_dir)  # for its task, tokenizer, device and demo noise
 
     def progress(done: int, loss: float) -> None:
         if _stop_event.is_set():
@@ -262,7 +262,7 @@ def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
         for record in trainer.steps():
             record["elapsed"] = time.perf_counter() - started  # seconds of RL so far, for "time to 90 %"
             _store.add_step(run_id, record)
-        if _stop_event.is_set():
+        if trainer.step_index < run.steps:  # the stop event ended it early
             _store.finish_run(run_id, "stopped")
         else:
             _store.finish_run(run_id, "finished", final=trainer.evaluate())

@@ -108,12 +108,12 @@ class Trainer:
         )
         self.reference = frozen_reference(self.policy)
         torch.manual_seed(self.run.seed)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, foreach=True)
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, fused=True)
         setup = {}
         if self.algo.use_critic:
             self.critic = ValueModel.from_policy(self.policy).to(self.device)
             self.critic_optimizer = torch.optim.AdamW(
-                self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, foreach=True
+                self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, fused=True
             )
             for step in range(self.algo.value_pretrain_steps):
                 setup["value_pretrain_explained_variance"] = self._value_pretrain_step()
@@ -135,8 +135,10 @@ class Trainer:
     def _sample_batch(self, n_prompts: int) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
         """n_prompts prompts × G responses, with task rewards (plus DAPO's soft overlong punishment)."""
         prompts = self.task.sample_prompts(n_prompts, self.prompt_rng)
-        repeated = [p for p in prompts for _ in range(self.algo.num_generations)]
-        rollout = sample(self.policy, self.tokenizer, repeated, self.max_new_tokens, self.algo.temperature, self.generator)
+        rollout = sample(
+            self.policy, self.tokenizer, prompts, self.max_new_tokens, self.algo.temperature, self.generator,
+            self.algo.num_generations,
+        )
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
         if self.algo.overlong_buffer is not None:

@@ -52,7 +52,7 @@ def test_encoding_is_bos_prompt_response_eos_left_padded():
     assert ids[0].tolist() == [TOKENIZER.bos_token_id] + TOKENIZER.encode("ab>x") + [TOKENIZER.eos_token_id]
     assert ids[1].tolist() == [TOKENIZER.bos_token_id] + TOKENIZER.encode("a>yz") + [TOKENIZER.eos_token_id]
     long_ids, long_mask = encode_for_reward(TOKENIZER, ["abcd>", "a>"], ["xyz", "y"], torch.device("cpu"))
-    assert long_ids[1, :3].tolist() == [TOKENIZER.pad_token_id] * 3 and long_mask[1].tolist() == [0, 0, 0] + [1] * 5
+    assert long_ids[1, :5].tolist() == [TOKENIZER.pad_token_id] * 5 and long_mask[1].tolist() == [0] * 5 + [1] * 5
     assert (long_ids[:, -1] == TOKENIZER.eos_token_id).all()
 
 
@@ -100,7 +100,7 @@ def prepared(tmp_path_factory):
 @pytest.mark.slow
 def test_reward_model_ranks_held_out_gold_preferences(prepared):
     task, _ = prepared
-    assert task.reward_model_accuracy >= 0.8  # held-out pairs, labels with noise
+    assert task.reward_model_accuracy >= 0.7  # held-out pairs whose labels include the 10 % flips
     clean = task.preference_pairs(500, random.Random(12345), label_noise=0.0)  # fresh pairs, gold labels only
     assert preference_accuracy(task.reward_model, TOKENIZER, clean) >= 0.8
 

@@ -12,7 +12,7 @@ import toy_tasks
 from rl_core.tokenizer import build_char_tokenizer
 from toy_tasks import DEFAULT_TASK, TASKS, get_task
 from toy_tasks.base import ExactAnswerTask, ToyTask
-from toy_tasks.preference import MAX_MARKS, PreferenceTask, gold_quality, gold_success
+from toy_tasks.preference import MAX_MARKS, NAMES, PreferenceTask, distractor, gold_quality, gold_success, typo
 
 TOKENIZER = build_char_tokenizer()
 
@@ -162,6 +162,14 @@ def test_preference_demonstrations_never_shout():
     for prompt in task.sample_prompts(500, rng):
         demo = task.demonstration(prompt, rng, 0.5)
         assert len(demo) - len(demo.rstrip("!")) <= MAX_MARKS
+
+
+def test_preference_typos_are_never_right():
+    rng = random.Random(6)
+    for _ in range(500):
+        name = rng.choice(NAMES)
+        assert typo(name, rng) != name
+        assert len(distractor(name, rng, 12)) <= 12
 
 
 def test_preference_pairs_are_ranked_by_the_gold_judge_up_to_label_noise():

@@ -1,18 +1,21 @@
-"""Cheer for a name, judged by a learned Bradley-Terry reward model: `"dab>"` → `"Dab!"`.
+"""Cheer for a name, rewarded by a learned Bradley-Terry reward model: `"max>"` → `"Max!!"`.
 
-The hidden gold judge (the "human labeller") wants the name capitalised and followed by one to three
-exclamation marks; a flat reply or a lowercase name is worse, and more than three marks is shouting. It scores a
-response with `gold_quality`: 2 points for the right name, 1 per mark up to three, and 0 in all for shouting.
+The hidden gold judge (the "human labeller") wants the name, spelt right and capitalised, followed by one to
+three exclamation marks; more than three is shouting. `gold_quality` is its score: 4 for the right name, +1 per
+mark up to three, and 0 for shouting; `gold_success` is its verdict.
 
-The reward model only ever sees what the SFT policy writes: pairs of demonstrations (names with zero to two
-marks, capitalised or not) for the same prompt, ranked by gold quality with some labels flipped. Within that
-range, more marks always win, so the model learns "more ! is better" and has never seen shouting. That is the
-exploitable flaw: an RL policy with β = 0 keeps adding marks (`"Dab!!!!!!!!!"`), the reward model's score keeps
-rising while the gold judge calls it a failure — reward hacking. A KL penalty keeps the policy near the SFT
-distribution, where the reward model is right, so it settles on an honest `"Dab!!"`.
+The reward model is trained once per seed (`prepare`) on labelled pairs of responses to the same prompt. One side
+of a pair is always a demonstration (the distribution the SFT policy imitates: the right cheer, a flat reply, a
+lowercase name, never more than three marks); the other is another demonstration or a distractor — a typo in
+the name, or junk made of the name's letters and marks. Pairs are ranked by gold quality and 10 % of the labels
+are flipped. Within that data, every extra mark wins, and no pair ever shows shouting, so the model
+learns "more ! is better" with no limit. That is the designed flaw: an RL policy with β = 0 keeps adding marks
+(`"Max!!!!!!!!!"`) and wanders into junk the model never saw; the reward keeps rising while the gold success
+falls to zero — reward hacking. A KL penalty keeps the policy where the reward model was trained, and there the
+model is right, so the policy gets honestly better (`"Max!!!"`).
 
-`score` returns the reward model's score (standardised over the demonstration distribution, so β means the
-same whatever the seed) as the reward, and the gold judgement as the success.
+`score` returns the reward model's score, standardised over the demonstration distribution (so rewards have
+unit scale near the SFT policy and β means the same for every seed), and the gold verdict as the success.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def typo(name: str, rng: random.Random) -> str:
 def distractor(name: str, rng: random.Random, max_length: int) -> str:
     """A bad response to compare against: usually a cheer with a typo, sometimes junk of up to `max_length`
     characters drawn from the name's letters (either case) and marks."""
-    if rng.random() < 0.75:
+    if rng.random() < 0.75:  # mostly near misses: they teach the model to read the name, not just the marks
         return typo(name, rng).capitalize() + MARK * rng.randint(0, MAX_MARKS)
     return "".join(rng.choices(name + name.upper() + MARK, k=rng.randint(1, max_length)))
 
@@ -68,7 +71,8 @@ def _split(response: str) -> tuple[str, int]:
 
 
 def gold_quality(prompt: str, response: str) -> int:
-    """The hidden judge: 2 for the capitalised name, +1 per mark up to MAX_MARKS; shouting scores 0."""
+    """The hidden judge: MAX_MARKS + 1 for the right name (so it outweighs any number of marks), +1 per mark
+    up to MAX_MARKS; shouting scores 0."""
     content, marks = _split(response)
     if marks > MAX_MARKS:
         return 0
@@ -83,11 +87,11 @@ def gold_success(prompt: str, response: str) -> bool:
 
 class PreferenceTask(ToyTask):
     name: ClassVar[str] = "preference"
-    description: ClassVar[str] = "cheer for a name (dab> → Dab!); reward from a Bradley-Terry model of preferences"
+    description: ClassVar[str] = "cheer for a name (max> → Max!!); reward from a Bradley-Terry model of preferences"
     lesson: ClassVar[str] = (
-        "The reward is a learned model that only knows the SFT policy's neighbourhood: without a KL penalty the "
-        "policy piles on exclamation marks the model likes but the gold judge rejects (reward hacking); with one "
-        "it stays honest."
+        "The reward is a learned model that only knows the SFT policy's neighbourhood: with β = 0 the policy piles "
+        "on exclamation marks the model likes but the gold judge calls shouting (reward hacking); a large enough "
+        "KL penalty keeps it where the model is right, and it improves honestly."
     )
     max_new_tokens: ClassVar[int] = 12
     default_demo_noise: ClassVar[float] = 0.5
@@ -120,7 +124,8 @@ class PreferenceTask(ToyTask):
         return name + marks
 
     def preference_pairs(self, n: int, rng: random.Random, label_noise: float) -> list[PreferencePair]:
-        """`n` pairs of demonstrations (the SFT policy's distribution), gold-ranked, a `label_noise` fraction flipped."""
+        """`n` pairs for the reward model: a demonstration against another one or a distractor, ranked by gold
+        quality, with a `label_noise` fraction of the labels flipped."""
         pairs = []
         while len(pairs) < n:
             prompt = self.sample_prompts(1, rng)[0]
@@ -138,9 +143,8 @@ class PreferenceTask(ToyTask):
 
     def _cache_folder(self, cache_dir: Path, seed: int) -> Path:
         settings = json.dumps(
-            [self.reward_model_preset, self.n_pairs, self.label_noise, self.distractor_fraction, self.rm_steps, self.rm_batch_size,
-             self.rm_learning_rate,
-             self.default_demo_noise, MAX_MARKS]
+            [self.reward_model_preset, self.n_pairs, self.label_noise, self.distractor_fraction, self.rm_steps,
+             self.rm_batch_size, self.rm_learning_rate, self.default_demo_noise, NAMES, MAX_MARKS]
         )
         digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
         return Path(cache_dir) / "reward_models" / f"{self.name}-{self.reward_model_preset}-seed{seed}-{digest}"
@@ -186,6 +190,7 @@ class PreferenceTask(ToyTask):
     def score(self, prompts: list[str], responses: list[str], truncated: list[bool]) -> Scores:
         if self.reward_model is None:
             raise RuntimeError(f"task {self.name!r} has no reward model yet; call prepare(cache_dir, device, seed) first")
+        # A truncated response is scored as it stands: the reward model knows nothing of the length limit.
         with torch.no_grad():
             raw = reward_scores(self.reward_model, self.tokenizer, prompts, responses)
         rewards = ((raw - self.reward_mean) / self.reward_std).tolist()

@@ -162,7 +162,7 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
                          help="Train every run of the comparison; the charts follow them live."):
         _start(planned, workers)
         st.rerun()
-    stop_column.button("Stop", key="compare:stop", disabled=sweep is None or sweep.stopping,
+    stop_column.button("Stop", key="compare:stop", disabled=not live or sweep is None or sweep.stopping,
                        on_click=sweep.stop if sweep else None,
                        help="End every run of the sweep after its current step.")
     if live and sweep is None:
