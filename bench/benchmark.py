@@ -87,10 +87,11 @@ def fmt(summary: dict | None, digits: int) -> str:
     return text
 
 
-def make_trainer(preset: str, seed: int, cache_dir: Path, **knobs) -> Trainer:
+def make_trainer(preset: str, seed: int, cache_dir: Path, samples_per_record: int = 4, **knobs) -> Trainer:
     # `steps` only bounds `Trainer.steps()`; the benchmark's time budget ends a run long before.
     run = RunConfig(
-        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model="tiny", steps=10**9, seed=seed, device="cpu"
+        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model="tiny", steps=10**9, seed=seed, device="cpu",
+        samples_per_record=samples_per_record,
     )
     return Trainer(run, cache_dir=cache_dir)
 
@@ -302,8 +303,9 @@ def trl_python(venv_root: Path) -> Path:
 
 
 def measure_ours(args) -> dict:
-    """Our grpo preset with the comparison's knobs, from the SFT policy."""
-    trainer = make_trainer("grpo", args.seeds[0], args.cache_dir, **COMPARISON_KNOBS)
+    """Our grpo preset with the comparison's knobs, from the SFT policy. TRL builds no per-token sample views
+    for a dashboard, so for the same work ours builds none either."""
+    trainer = make_trainer("grpo", args.seeds[0], args.cache_dir, samples_per_record=0, **COMPARISON_KNOBS)
     trainer.prepare()
     walls, cpus = [], []
     steps = tqdm(timed_steps(trainer), total=args.comparison_steps, desc="ours: grpo", unit="step", leave=False,
