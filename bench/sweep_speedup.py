@@ -7,9 +7,9 @@ model cache whose SFT checkpoints are trained beforehand, so neither pays for th
 the runs are spread over processes. With `--repeats R` the two alternate R times and the fastest of each counts.
 
 The load average is read before and after each timing. Other work on the machine shares the cores and skews the
-ratio, the more so on Linux with autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`): every
-terminal session gets an equal share of the CPU, so while other sessions are busy a sweep's workers, which live
-in one session, share that one session's share and cannot run any faster than one worker.
+ratio, the more so on Linux with autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`): the CPU is
+shared equally between sessions first, and a sweep's workers live in one session, so while another session keeps
+one of two cores busy, two workers get about one core between them.
 
 Run from the repository root:
     python bench/sweep_speedup.py bench/results/sweep_speedup.json [--algos grpo,rloo,reinforce_pp] [--seeds 3]

@@ -35,7 +35,7 @@ class PreferencePair:
 def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> torch.Tensor:
     """L = −mean_i log σ(r_c,i − r_r,i): the negative log-likelihood of the labels under Bradley-Terry.
 
-    Equal scores cost log 2 per pair; the gradient raises r_c and lowers r_r, by σ(r_r − r_c) each."""
+    Equal scores cost log 2 per pair; the gradient raises r_c and lowers r_r, each by σ(r_r − r_c) / n_pairs."""
     return -F.logsigmoid(chosen_rewards - rejected_rewards).mean()
 
 
@@ -101,7 +101,7 @@ def train_reward_model(
         raise ValueError(f"holdout_fraction={holdout_fraction!r} is out of range; allowed: 0 < fraction < 1")
     rng = random.Random(seed)
     shuffled = rng.sample(pairs, len(pairs))
-    n_holdout = max(1, round(holdout_fraction * len(pairs)))
+    n_holdout = min(len(pairs) - 1, max(1, round(holdout_fraction * len(pairs))))
     held_out, train = shuffled[:n_holdout], shuffled[n_holdout:]
     torch.manual_seed(seed)
     model = build_value_model(preset, tokenizer).to(device)

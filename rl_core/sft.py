@@ -7,6 +7,7 @@ and renamed into place, so an interrupted run never leaves a half-written checkp
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import random
 import shutil
@@ -79,9 +80,11 @@ def sft_policy(
 ) -> GPT2LMHeadModel:
     """The SFT policy for this (task, preset, seed, noise, steps), trained once and then loaded from the cache."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    # The architecture's hash is part of the key, so a changed preset never loads a stale checkpoint.
-    architecture = hashlib.sha1(model_config(model_preset, tokenizer).to_json_string().encode()).hexdigest()[:8]
-    name = f"{task.name}-{model_preset}-{architecture}-seed{seed}-noise{demo_noise:g}-steps{steps}"
+    # The architecture and the task's code are part of the key, so a changed preset or a task whose
+    # demonstrations changed never loads a stale checkpoint.
+    fingerprint = model_config(model_preset, tokenizer).to_json_string() + inspect.getsource(inspect.getmodule(type(task)))
+    version = hashlib.sha1(fingerprint.encode()).hexdigest()[:10]
+    name = f"{task.name}-{model_preset}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
     folder = cache_dir / "sft" / name
     if (folder / "config.json").exists():
         try:

@@ -100,18 +100,18 @@ def test_prompts_and_demonstrations_are_encodable(name):
 
 def test_reverse_scores():
     task = get_task("reverse")
-    prompts = ["abc>"] * 5
-    responses = ["cba", "abc", "cb", "cbaa", "cba"]
+    prompts = ["b2D>"] * 5
+    responses = ["D2b", "b2D", "D2", "D2bb", "D2b"]
     scores = task.score(prompts, responses, [False, False, False, False, True])
     assert scores.rewards == [1.0, 0.0, 0.0, 0.0, 0.0]
     assert scores.successes == [True, False, False, False, False]
 
 
-def test_reverse_prompts_have_three_different_letters():
+def test_reverse_codes_are_letter_digit_capital_and_the_slip_is_a_copy():
     task = get_task("reverse")
     for prompt in task.sample_prompts(200, random.Random(0)):
-        assert prompt.endswith(">") and len(set(prompt[:3])) == 3
-        assert task.demonstration(prompt, random.Random(0), 1.0) == prompt[:3]  # the slip is a copy
+        assert prompt[0].islower() and prompt[1].isdigit() and prompt[2].isupper() and prompt[3:] == ">"
+        assert task.demonstration(prompt, random.Random(0), 1.0) == prompt[:3]
 
 
 def test_shift_scores():

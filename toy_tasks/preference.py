@@ -98,7 +98,7 @@ class PreferenceTask(ToyTask):
     reward_model_preset: ClassVar[str] = "tiny"
     n_pairs: ClassVar[int] = 3000
     label_noise: ClassVar[float] = 0.1  # fraction of preference labels flipped, as human labellers disagree
-    distractor_fraction: ClassVar[float] = 0.4
+    distractor_fraction: ClassVar[float] = 0.4  # pairs whose second response is a typo or junk
     rm_steps: ClassVar[int] = 300
     rm_batch_size: ClassVar[int] = 64
     rm_learning_rate: ClassVar[float] = 3e-3
@@ -189,7 +189,9 @@ class PreferenceTask(ToyTask):
 
     def score(self, prompts: list[str], responses: list[str], truncated: list[bool]) -> Scores:
         if self.reward_model is None:
-            raise RuntimeError(f"task {self.name!r} has no reward model yet; call prepare(cache_dir, device, seed) first")
+            raise RuntimeError(
+                f"task {self.name!r} has no reward model yet; call prepare(cache_dir, device, seed) first"
+            )
         # A truncated response is scored as it stands: the reward model knows nothing of the length limit.
         with torch.no_grad():
             raw = reward_scores(self.reward_model, self.tokenizer, prompts, responses)

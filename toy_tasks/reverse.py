@@ -1,8 +1,11 @@
-"""Reverse three different letters: `"abc>"` → `"cba"`.
+"""Reverse a three-character code: `"b2D>"` → `"D2b"`.
 
-The sloppy demonstrations copy the letters instead of reversing them (`"abc>"` → `"abc"`). The two modes agree
-on the middle letter and part at the first one, so the SFT policy commits to a mode with its first token: the
-per-token advantages show that the first and last letters carry the decision while the middle one is free.
+A code is a lowercase letter, a digit and an uppercase letter. The sloppy demonstrations copy the code instead of
+reversing it (`"b2D>"` → `"b2D"`). The two modes agree on the middle character and part at the first one, so the
+SFT policy commits to a mode with its first token: the per-token advantages show that the first and last
+characters carry the decision while the middle one is free. Each position has its own kind of character so that a
+tiny model can find "the uppercase letter" by what it is rather than by where it is, and learns the task by SFT
+within a few hundred steps.
 """
 
 from __future__ import annotations
@@ -12,28 +15,27 @@ from typing import ClassVar
 
 from toy_tasks.base import ExactAnswerTask
 
-ALPHABET = "abcde"
-LENGTH = 3
+CHARACTER_CLASSES = ("abcd", "1234", "ABCD")  # first, middle and last character of a code
 
 
 class ReverseTask(ExactAnswerTask):
     name: ClassVar[str] = "reverse"
-    description: ClassVar[str] = "reverse three different letters (abc> → cba); reward 1 for the exact reversal"
+    description: ClassVar[str] = "reverse a three-character code (b2D> → D2b); reward 1 for the exact reversal"
     lesson: ClassVar[str] = (
         "The SFT policy mixes a right mode (reverse) and a wrong one (copy) and picks between them with its first "
-        "letter; RL shifts that single choice, so watch the advantages concentrate on the first and last tokens."
+        "character; RL shifts that single choice, so watch the advantages concentrate on the first and last tokens."
     )
     max_new_tokens: ClassVar[int] = 8
-    default_demo_noise: ClassVar[float] = 0.65
+    default_demo_noise: ClassVar[float] = 0.6
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
-        # Different letters guarantee that copying is always wrong, so a demonstration's noise is its error rate.
-        return ["".join(rng.sample(ALPHABET, LENGTH)) + ">" for _ in range(n)]
+        # Three different kinds of character make copying always wrong, so a demonstration's noise is its error rate.
+        return ["".join(rng.choice(kind) for kind in CHARACTER_CLASSES) + ">" for _ in range(n)]
 
     def answer(self, prompt: str) -> str:
-        return prompt[:LENGTH][::-1]
+        return prompt[: len(CHARACTER_CLASSES)][::-1]
 
     def demonstration(self, prompt: str, rng: random.Random, noise: float) -> str:
         if rng.random() < noise:
-            return prompt[:LENGTH]  # the plausible slip: copy the letters in their original order
+            return prompt[: len(CHARACTER_CLASSES)]  # the plausible slip: copy the code in its original order
         return self.answer(prompt)
