@@ -22,14 +22,14 @@ NAVIGATION = {
         st.Page("pages/vapo.py", title="VAPO / VC-PPO", icon=":material/filter_7:"),
     ],
     "Labs": [
-        st.Page("pages/labs_clip.py", title="Clip lab", icon="✂️"),
-        st.Page("pages/labs_gae.py", title="GAE lab", icon="⏳"),
-        st.Page("pages/labs_kl.py", title="KL lab", icon="📏"),
-        st.Page("pages/labs_advantages.py", title="Advantage lab", icon="⚖️"),
-        st.Page("pages/labs_aggregation.py", title="Aggregation lab", icon="🧮"),
+        st.Page("pages/labs_clip.py", title="Clip lab", icon=":material/content_cut:"),
+        st.Page("pages/labs_gae.py", title="GAE lab", icon=":material/timeline:"),
+        st.Page("pages/labs_kl.py", title="KL lab", icon=":material/straighten:"),
+        st.Page("pages/labs_advantages.py", title="Advantage lab", icon=":material/balance:"),
+        st.Page("pages/labs_aggregation.py", title="Aggregation lab", icon=":material/functions:"),
     ],
     "Compare": [
-        st.Page("pages/compare.py", title="Compare and ablate", icon="📊"),
+        st.Page("pages/compare.py", title="Compare and ablate", icon=":material/compare_arrows:"),
     ],
 }
 

@@ -32,6 +32,12 @@ PAGES = {  # URL path → a heading the page shows once it has rendered
     "rloo": "RLOO: REINFORCE Leave-One-Out",
     "reinforce_pp": "REINFORCE++",
     "vapo": "VAPO and VC-PPO: repairing the critic",
+    "labs_clip": "Clip lab: where the clipped surrogate stops pushing",
+    "labs_gae": "GAE lab: how a reward at the end reaches the first token",
+    "labs_kl": "KL lab: three estimators of one KL",
+    "labs_advantages": "Advantage lab: one group of rewards, four baselines",
+    "labs_aggregation": "Aggregation lab: how much one token weighs",
+    "compare": "Compare and ablate",
 }
 RENDER_TIMEOUT_MS = 60_000  # the first page also imports torch and transformers
 TRAINING_TIMEOUT_MS = 300_000
