@@ -121,3 +121,17 @@ def test_metric_history_stays_bounded_and_evenly_spaced():
     assert steps[0] == 1
     gaps = {b - a for a, b in zip(steps, steps[1:])}
     assert gaps == {history.stride}
+
+
+def test_a_live_lab_run_is_kept_in_the_run_store(jobs, tmp_path, monkeypatch):
+    from rl_core.store import RunStore
+
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    job = Job(tiny_run(steps=3), TrainingSlots(2), label="GRPO · grpo page #1").start()
+    jobs.append(job)
+    assert job.join(120)
+    stored = RunStore(tmp_path / "runs.sqlite").runs()
+    assert [(run.label, run.status, run.steps_done) for run in stored] == [("GRPO · grpo page #1", "finished", 3)]
+    steps = RunStore(tmp_path / "runs.sqlite").steps(stored[0].id)
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert steps[-1]["reward_mean"] == job.snapshot().records[-1]["reward_mean"]

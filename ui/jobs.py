@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from rl_core.config import RunConfig
+from rl_core.store import RunStore, StoreError
 from rl_core.trainer import Trainer, TrainingStopped
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
@@ -126,6 +127,7 @@ class Job:
     slots: TrainingSlots
     settings: dict = field(default_factory=dict)  # the knob values the learner chose, for labels and CSV
     number: int = 0  # the run's number on its page
+    label: str = ""  # how the run is listed in the run store, next to the Compare page's runs
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self):
@@ -191,22 +193,35 @@ class Job:
             self._samples = record.get("samples", [])
 
     def _work(self) -> None:
-        status, error = "finished", None
+        status, error, final = "finished", None, None
+        store = run_id = None
         try:
             with self.slots.hold(self.stop_event) as acquired:
                 if acquired:
                     self._set(status="preparing")
+                    # Every run is kept in the run store as it goes: it outlives the session and can be compared.
+                    store = RunStore()
+                    run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab")
                     trainer = Trainer(self.run, stop_event=self.stop_event)
                     setup = trainer.prepare(self._on_progress)
+                    store.start_run(run_id)
                     self._set(status="training", phase=None, setup=setup)
                     for record in trainer.steps():
                         self._add(record)
+                        store.add_step(run_id, record)
+                    if not self.stop_event.is_set():
+                        final = trainer.evaluate()
         except TrainingStopped:
             pass
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
             status, error = "failed", f"{type(exc).__name__}: {exc}"
         if status == "finished" and self.stop_event.is_set():
             status = "stopped"
+        if run_id is not None:
+            try:
+                store.finish_run(run_id, status, final=final, error=error)
+            except StoreError as exc:
+                error = error or str(exc)
         self._set(status=status, error=error, phase=None)
 
 

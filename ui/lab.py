@@ -211,7 +211,8 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
     settings = {"variant": PRESETS[variant].title} | {
         name: values[name] for name in ("task", "model", *RUN_KNOBS, *WARM_START_KNOBS, *knobs)
     }
-    job = Job(run, training_slots(), settings=settings, number=number).start()
+    label = f"{PRESETS[variant].title} · {page} page #{number}"
+    job = Job(run, training_slots(), settings=settings, number=number, label=label).start()
     jobs = session_jobs()
     jobs[:] = [j for j in jobs if j.active] + [job]
     runs.append(job)
