@@ -1,6 +1,7 @@
 """Training speed and sample efficiency of every preset, and our GRPO step next to TRL's GRPOTrainer.
 
-Part 1, per preset on the default task (tiny model, CPU), for each seed: the setup (SFT warm start, cached on
+Part 1, per preset on the default task (tiny model on the CPU unless --model/--device say otherwise; --set
+overrides knobs of every preset), for each seed: the setup (SFT warm start, cached on
 disk, and anything else `Trainer.prepare()` does) is timed on its own, then training runs until the policy
 reaches the target success rate or the time budget is spent. Reported: median wall and CPU seconds per step,
 completion tokens per second, success of the SFT policy and at the end (`Trainer.evaluate()`, 256 fresh
@@ -19,6 +20,8 @@ by the TRL and torch versions) and runs in a subprocess.
 Run from the repository root:
     python bench/benchmark.py --out bench/results/report.json [--presets grpo ppo] [--seeds 0 1 2]
                               [--max-seconds 60] [--full-budget] [--skip-trl | --skip-presets]
+    python bench/benchmark.py --out bench/results/gpu.json --model gpt2 --device cuda --skip-trl \
+                              --set learning_rate=1e-4
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rl_core.algorithms import PRESETS, get_preset  # noqa: E402
 from rl_core.cli import json_safe  # noqa: E402
-from rl_core.config import RunConfig  # noqa: E402
+from rl_core.config import RunConfig, parse_overrides  # noqa: E402
+from rl_core.models import MODEL_PRESETS  # noqa: E402
 from rl_core.sft import default_cache_dir  # noqa: E402
 from rl_core.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
@@ -87,10 +91,11 @@ def fmt(summary: dict | None, digits: int) -> str:
     return text
 
 
-def make_trainer(preset: str, seed: int, cache_dir: Path, samples_per_record: int = 4, **knobs) -> Trainer:
+def make_trainer(preset: str, seed: int, cache_dir: Path, samples_per_record: int = 4, model: str = "tiny",
+                 device: str = "cpu", **knobs) -> Trainer:
     # `steps` only bounds `Trainer.steps()`; the benchmark's time budget ends a run long before.
     run = RunConfig(
-        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model="tiny", steps=10**9, seed=seed, device="cpu",
+        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model=model, steps=10**9, seed=seed, device=device,
         samples_per_record=samples_per_record,
     )
     return Trainer(run, cache_dir=cache_dir)
@@ -111,7 +116,10 @@ def timed_steps(trainer: Trainer):
 # ------------------------------------------------------- part 1: per preset
 def measure_run(preset: str, seed: int, args) -> dict:
     load_before = load_average()
-    trainer = make_trainer(preset, seed, args.cache_dir)
+    trainer = make_trainer(preset, seed, args.cache_dir, model=args.model, device=args.device, **args.knobs)
+    on_cuda = trainer.device.type == "cuda"
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats(trainer.device)
     bar = tqdm(total=args.max_seconds, desc=f"{preset} seed {seed}: setup", unit="s", leave=False, file=sys.stderr,
                bar_format="{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
     start = time.perf_counter()
@@ -167,6 +175,7 @@ def measure_run(preset: str, seed: int, args) -> dict:
         "rejected_checks": rejected_checks,
         "load_average_before": load_before,
         "load_average_after": load_average(),
+        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated(trainer.device) / 2**30 if on_cuda else None,
         "step_seconds": walls,
         "training_success": successes,
     }
@@ -174,7 +183,7 @@ def measure_run(preset: str, seed: int, args) -> dict:
 
 def summarise(runs: list[dict]) -> dict:
     keys = ("setup_s", "step_s_median", "step_cpu_s_median", "tokens_per_s", "success_start", "success_end",
-            "steps_to_target", "seconds_to_target")
+            "steps_to_target", "seconds_to_target", "peak_gpu_memory_gib")
     summary = {k: spread([r[k] for r in runs]) for k in keys}
     summary["reached"] = f"{sum(r['reached'] for r in runs)}/{len(runs)}"
     return summary
@@ -193,6 +202,8 @@ def print_preset_table(results: dict[str, dict]) -> None:
         ("reached", 8, lambda name, s: s["reached"]),
         ("setup s", 18, lambda name, s: fmt(s["setup_s"], 1)),
     ]
+    if any(result["summary"]["peak_gpu_memory_gib"] for result in results.values()):
+        columns.append(("GPU GiB", 16, lambda name, s: fmt(s["peak_gpu_memory_gib"], 2)))
     print("  ".join(f"{title:<{width}}" for title, width, _ in columns))
     for name, result in results.items():
         print("  ".join(f"{cell(name, result['summary']):<{width}}" for _, width, cell in columns))
@@ -418,6 +429,7 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "load_average": load_average(),
     }
 
@@ -432,6 +444,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--full-budget", action="store_true",
                         help="keep training to --max-seconds after the target is reached (success at the end then "
                              "shows whether the policy stays there)")
+    parser.add_argument("--model", default="tiny", choices=list(MODEL_PRESETS),
+                        help="model preset of part 1 (default tiny; the TRL comparison always uses tiny)")
+    parser.add_argument("--device", default="cpu", help="device of part 1: cpu (default), cuda, cuda:N, mps, auto")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
+                        help="override a knob of every preset in part 1 (repeatable), e.g. --set learning_rate=1e-4")
     parser.add_argument("--skip-presets", action="store_true", help="only compare with TRL's GRPOTrainer")
     parser.add_argument("--skip-trl", action="store_true", help="skip the comparison with TRL's GRPOTrainer")
     parser.add_argument("--comparison-steps", type=int, default=30, help="steps of each side of the comparison")
@@ -449,6 +466,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--comparison-rounds must be at least 1")
     if args.skip_presets and args.skip_trl:
         parser.error("--skip-presets and --skip-trl together leave nothing to measure")
+    try:
+        args.knobs = parse_overrides(args.overrides)
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
@@ -457,14 +478,17 @@ def run_presets(report: dict, args) -> None:
     report["sft_warm_start_s"] = {}
     for seed in tqdm(args.seeds, desc="SFT warm start", unit="seed", file=sys.stderr):
         start = time.perf_counter()
-        make_trainer("grpo", seed, args.cache_dir).prepare()  # every preset starts from the same SFT policy
+        # Every preset starts from the same SFT policy.
+        make_trainer("grpo", seed, args.cache_dir, model=args.model, device=args.device).prepare()
         report["sft_warm_start_s"][seed] = time.perf_counter() - start
     runs = [(preset, seed) for preset in args.presets for seed in args.seeds]
     for preset, seed in tqdm(runs, desc="runs", unit="run", file=sys.stderr):
         report["presets"].setdefault(preset, {"runs": []})["runs"].append(measure_run(preset, seed, args))
     for result in report["presets"].values():
         result["summary"] = summarise(result["runs"])
-    print(f"\n{DEFAULT_TASK}, tiny model, CPU, seeds {' '.join(map(str, args.seeds))}: median (min–max)")
+    knobs = "".join(f", {name}={value}" for name, value in args.knobs.items())
+    print(f"\n{DEFAULT_TASK}, {args.model} model, {args.device}{knobs}, seeds {' '.join(map(str, args.seeds))}: "
+          "median (min–max)")
     print_preset_table(report["presets"])
     sft = ", ".join(f"seed {seed}: {seconds:.1f}" for seed, seconds in report["sft_warm_start_s"].items())
     print(f"SFT warm start (trained once, then cached), s: {sft}")
@@ -475,7 +499,8 @@ def main(argv: list[str] | None = None) -> None:
     transformers_logging.disable_progress_bar()  # the benchmark's bars are the only ones
     report = {
         "machine": machine_info(),
-        "settings": {"task": DEFAULT_TASK, "model": "tiny", "device": "cpu", "target_success": TARGET,
+        "settings": {"task": DEFAULT_TASK, "model": args.model, "device": args.device, "knobs": args.knobs,
+                     "target_success": TARGET,
                      "rolling_window": WINDOW, "max_seconds": args.max_seconds, "full_budget": args.full_budget,
                      "seeds": args.seeds},
         "presets": {},

@@ -28,14 +28,17 @@ class ModelPreset:
     # Intra-op threads on a CPU: tiny matrices gain nothing from a second thread and lose a lot when two
     # trainings share two cores; None leaves torch's default.
     cpu_threads: int | None
+    # Peak learning rate of the SFT warm start from random weights. The small presets learn fastest near 3e-3;
+    # the 124M shape stalls there (caesar, 200 steps: demonstration NLL 1.46 at 3e-3 against 0.81 at 3e-4).
+    sft_learning_rate: float
 
 
 MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in (
-        ModelPreset("tiny", 2, 64, 2, 64, "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU", 1),
-        ModelPreset("small", 4, 128, 4, 64, "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower", 1),
-        ModelPreset("gpt2", 12, 768, 12, 1024, "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU", None),
+        ModelPreset("tiny", 2, 64, 2, 64, "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU", 1, 3e-3),
+        ModelPreset("small", 4, 128, 4, 64, "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower", 1, 3e-3),
+        ModelPreset("gpt2", 12, 768, 12, 1024, "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU", None, 3e-4),
     )
 }
 
@@ -54,8 +57,10 @@ def model_config(preset: str, tokenizer: PreTrainedTokenizerBase) -> GPT2Config:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        # GPT-2's tanh-approximated GELU, computed by one fused kernel instead of a chain of Python-level ops.
-        activation_function="gelu_pytorch_tanh",
+        # The exact (erf) GELU rather than GPT-2's tanh approximation: the two differ by at most 5e-4, the weights
+        # are trained from scratch anyway, and on a CPU torch's erf kernel runs about 4× faster (0.18 vs 0.81 ms
+        # for a 832 × 256 activation on one thread).
+        activation_function="gelu",
         # Dropout would make the ratio differ from 1 on the first, on-policy update.
         resid_pdrop=0.0,
         embd_pdrop=0.0,
@@ -102,6 +107,7 @@ class ValueModel(nn.Module):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
         ).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
 

@@ -95,7 +95,8 @@ def sample(
     Each prompt is encoded and run through the model once; its keys and values are then shared by its group."""
     device = next(policy.parameters()).device
     was_training = policy.training
-    policy.eval()
+    if was_training:  # switching modes walks every module: only when dropout is actually on
+        policy.eval()
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
     out = policy(
         input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids_from_mask(prompt_mask), use_cache=True
@@ -136,7 +137,8 @@ def sample(
     response_ids = torch.stack(tokens, dim=1)
     response_mask = attention[:, prompt_ids.shape[1] :].float()
     logits = torch.stack(step_logits, dim=1)
-    policy.train(was_training)
+    if was_training:
+        policy.train()
     responses = tokenizer.batch_decode(response_ids.cpu().tolist(), skip_special_tokens=True)
     return Rollout(
         sequences=torch.cat([prompt_ids, response_ids], dim=1),
@@ -179,6 +181,7 @@ def response_logits(model: GPT2LMHeadModel, batch: TokenBatch, temperature: floa
         input_ids=batch.sequences,
         attention_mask=batch.attention_mask,
         position_ids=position_ids_from_mask(batch.attention_mask),
+        use_cache=False,  # one pass over whole sequences: keys and values are never needed again
     )
     start = batch.prompt_length - 1
     return out.logits[:, start : start + batch.response_mask.shape[1], :].float() / temperature

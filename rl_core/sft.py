@@ -19,7 +19,7 @@ import platformdirs
 import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.models import build_policy, load_policy, model_config
+from rl_core.models import MODEL_PRESETS, build_policy, load_policy, model_config
 from rl_core.rollout import encode_pairs, response_logits, token_logprobs
 from toy_tasks.base import ToyTask
 
@@ -43,8 +43,8 @@ def train_sft(
     steps: int,
     demo_noise: float,
     seed: int,
+    learning_rate: float,
     batch_size: int = 64,
-    learning_rate: float = 3e-3,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Adam on the demonstration NLL with a linear warm-down; returns the loss of every step."""
@@ -80,9 +80,14 @@ def sft_policy(
 ) -> GPT2LMHeadModel:
     """The SFT policy for this (task, preset, seed, noise, steps), trained once and then loaded from the cache."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    # The architecture and the task's code are part of the key, so a changed preset or a task whose
-    # demonstrations changed never loads a stale checkpoint.
-    fingerprint = model_config(model_preset, tokenizer).to_json_string() + inspect.getsource(inspect.getmodule(type(task)))
+    # The architecture, its SFT learning rate and the task's code are part of the key, so a changed preset or a
+    # task whose demonstrations changed never loads a stale checkpoint.
+    learning_rate = MODEL_PRESETS[model_preset].sft_learning_rate
+    fingerprint = (
+        model_config(model_preset, tokenizer).to_json_string()
+        + f"lr={learning_rate}"
+        + inspect.getsource(inspect.getmodule(type(task)))
+    )
     version = hashlib.sha1(fingerprint.encode()).hexdigest()[:10]
     name = f"{task.name}-{model_preset}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
     folder = cache_dir / "sft" / name
@@ -93,7 +98,7 @@ def sft_policy(
             shutil.rmtree(folder, ignore_errors=True)  # unreadable: train it again
     torch.manual_seed(seed)
     policy = build_policy(model_preset, tokenizer).to(device)
-    train_sft(policy, tokenizer, task, steps, demo_noise, seed, progress=progress)
+    train_sft(policy, tokenizer, task, steps, demo_noise, seed, learning_rate=learning_rate, progress=progress)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     policy.save_pretrained(staging)  # safetensors: written from device tensors directly

@@ -106,12 +106,15 @@ class Trainer:
             self.cache_dir,
             progress=lambda done, loss: progress("sft", done, self.run.sft_steps),
         )
+        # Eval mode for all of RL: dropout stays off (the first update's ratios must be 1, as with TRL's
+        # disable_dropout), and the sampler never has to switch modes around a rollout.
+        self.policy.eval()
         self.reference = frozen_reference(self.policy)
         torch.manual_seed(self.run.seed)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, fused=True)
         setup = {}
         if self.algo.use_critic:
-            self.critic = ValueModel.from_policy(self.policy).to(self.device)
+            self.critic = ValueModel.from_policy(self.policy).to(self.device).eval()
             self.critic_optimizer = torch.optim.AdamW(
                 self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, fused=True
             )

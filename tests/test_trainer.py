@@ -1,5 +1,6 @@
 """The training loop: records, stopping, reproducibility, failure modes and checkpoints (fast runs)."""
 
+import dataclasses
 import math
 import threading
 
@@ -9,6 +10,7 @@ import torch
 from rl_core import sft
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig
+from rl_core.models import MODEL_PRESETS
 from rl_core.trainer import Trainer, TrainingError
 from toy_tasks import DEFAULT_TASK
 
@@ -121,6 +123,23 @@ def test_sft_checkpoint_is_cached_on_disk(tmp_path, monkeypatch):
     second.prepare()
     for a, b in zip(first.policy.parameters(), second.policy.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_sft_trains_at_the_model_presets_learning_rate_and_caches_per_rate(tmp_path, monkeypatch):
+    rates = []
+    real_train_sft = sft.train_sft
+
+    def spy(*args, **kwargs):
+        rates.append(kwargs["learning_rate"])
+        return real_train_sft(*args, **kwargs)
+
+    monkeypatch.setattr(sft, "train_sft", spy)
+    run = dataclasses.replace(small_run(), sft_steps=3)
+    Trainer(run, cache_dir=tmp_path).prepare()
+    Trainer(run, cache_dir=tmp_path).prepare()  # cached: no second SFT at the same rate
+    monkeypatch.setitem(MODEL_PRESETS, "tiny", dataclasses.replace(MODEL_PRESETS["tiny"], sft_learning_rate=1e-4))
+    Trainer(run, cache_dir=tmp_path).prepare()  # a checkpoint trained at another rate is not reused
+    assert rates == [3e-3, 1e-4]
 
 
 def test_checkpoint_round_trip_resumes_the_same_curve(tmp_path):
