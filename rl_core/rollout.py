@@ -98,18 +98,48 @@ def sample(
     if was_training:  # switching modes walks every module: only when dropout is actually on
         policy.eval()
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    # Inference mode skips autograd's bookkeeping on every op: a third off each decoding call of a small model.
+    # What leaves the loop goes through a functional op (stack, cat, clone) below, outside inference mode, so the
+    # Rollout holds ordinary tensors that a loss may use.
+    with torch.inference_mode():
+        tokens, step_logits, alive, finished = _decode(
+            policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator, num_generations
+        )
+    prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+    prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+    response_ids = torch.stack(tokens, dim=1)
+    response_mask = torch.stack(alive, dim=1).float()
+    logits = torch.stack(step_logits, dim=1)
+    if was_training:
+        policy.train()
+    responses = tokenizer.batch_decode(response_ids.cpu().tolist(), skip_special_tokens=True)
+    return Rollout(
+        sequences=torch.cat([prompt_ids, response_ids], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+        prompt_length=prompt_ids.shape[1],
+        response_mask=response_mask,
+        logits=logits,
+        old_logp=token_logprobs(logits, response_ids) * response_mask,
+        entropy=entropy_from_logits(logits) * response_mask,
+        ended_with_eos=finished.clone(),  # the one field no functional op has copied out of inference mode
+        prompts=[p for p in prompts for _ in range(num_generations)],
+        responses=responses,
+    )
+
+
+def _decode(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator, num_generations):
+    """The token-by-token loop of `sample` → `(tokens, logits / temperature, response mask, finished)`, one
+    entry per step in the first three; `finished` [B] says which rows emitted EOS."""
     out = policy(
         input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids_from_mask(prompt_mask), use_cache=True
     )
     cache = out.past_key_values
     cache.batch_repeat_interleave(num_generations)
-    prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
     prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
     logits = out.logits[:, -1, :].float().repeat_interleave(num_generations, dim=0) / temperature
-    batch = len(prompts) * num_generations
     eos = tokenizer.eos_token_id
-    tokens, step_logits = [], []
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    tokens, step_logits, alive = [], [], []
+    finished = torch.zeros(prompt_mask.shape[0], dtype=torch.bool, device=prompt_mask.device)
     attention = prompt_mask
     positions = position_ids_from_mask(prompt_mask)
     for step in range(max_new_tokens):
@@ -128,30 +158,13 @@ def sample(
         token = torch.where(finished, torch.full_like(token, tokenizer.pad_token_id), token)
         tokens.append(token)
         step_logits.append(logits)
-        alive_before = ~finished
+        alive.append(~finished)
         finished = finished | (token == eos)
-        attention = torch.cat([attention, alive_before.long()[:, None]], dim=-1)
+        attention = torch.cat([attention, alive[-1].long()[:, None]], dim=-1)
         positions = positions[:, -1:] + 1
         if bool(finished.all()):
             break
-    response_ids = torch.stack(tokens, dim=1)
-    response_mask = attention[:, prompt_ids.shape[1] :].float()
-    logits = torch.stack(step_logits, dim=1)
-    if was_training:
-        policy.train()
-    responses = tokenizer.batch_decode(response_ids.cpu().tolist(), skip_special_tokens=True)
-    return Rollout(
-        sequences=torch.cat([prompt_ids, response_ids], dim=1),
-        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
-        prompt_length=prompt_ids.shape[1],
-        response_mask=response_mask,
-        logits=logits,
-        old_logp=token_logprobs(logits, response_ids) * response_mask,
-        entropy=entropy_from_logits(logits) * response_mask,
-        ended_with_eos=finished,
-        prompts=[p for p in prompts for _ in range(num_generations)],
-        responses=responses,
-    )
+    return tokens, step_logits, alive, finished
 
 
 def encode_pairs(
@@ -176,15 +189,25 @@ def encode_pairs(
 
 
 def response_logits(model: GPT2LMHeadModel, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Logits `[B, T, V]` (divided by the sampling temperature) that predict each response token."""
+    """Logits `[B, T, V]` (divided by the sampling temperature) that predict each response token.
+
+    The last column predicts nothing that was sampled, so it is left out of the pass."""
+    attention_mask = batch.attention_mask[:, :-1]
     out = model(
-        input_ids=batch.sequences,
-        attention_mask=batch.attention_mask,
-        position_ids=position_ids_from_mask(batch.attention_mask),
+        input_ids=batch.sequences[:, :-1],
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,  # one pass over whole sequences: keys and values are never needed again
     )
-    start = batch.prompt_length - 1
-    return out.logits[:, start : start + batch.response_mask.shape[1], :].float() / temperature
+    return out.logits[:, batch.prompt_length - 1 :, :].float() / temperature
+
+
+def frozen_response_logits(model: GPT2LMHeadModel, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+    """`response_logits` of a model that is not being trained (the reference): computed in inference mode, which
+    skips autograd's bookkeeping, and copied out so that a loss may use them."""
+    with torch.inference_mode():
+        logits = response_logits(model, batch, temperature)
+    return logits.clone()
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

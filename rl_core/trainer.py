@@ -41,7 +41,7 @@ from rl_core.metrics import (
 )
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
 from rl_core.rewards import kl_penalized_token_rewards, soft_overlong_punishment
-from rl_core.rollout import Rollout, response_logits, sample, token_logprobs
+from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
 from rl_core.sft import default_cache_dir, sft_policy
 from rl_core.tokenizer import build_char_tokenizer
@@ -225,7 +225,7 @@ class Trainer:
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
         old_logp = batch.old_logp  # as sampled: on the first update the ratio is 1 up to float rounding
         with torch.no_grad():
-            ref_logits = response_logits(self.reference, batch, algo.temperature)
+            ref_logits = frozen_response_logits(self.reference, batch, algo.temperature)
             ref_logp = token_logprobs(ref_logits, batch.response_ids)
             old_values = self._critic_values(batch) if self.critic is not None else None
             kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
