@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 import os
 import random
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +24,17 @@ from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 from rl_core.models import MODEL_PRESETS, build_policy, load_policy, model_config
 from rl_core.rollout import encode_pairs, response_logits, token_logprobs
 from toy_tasks.base import ToyTask
+
+
+# One lock per checkpoint folder: a thread that asks for a checkpoint another thread of this process is training
+# (the app's background warm start, say) waits for it instead of training a second copy on the same cores.
+_checkpoint_locks: dict[Path, threading.Lock] = {}
+_checkpoint_locks_guard = threading.Lock()
+
+
+def _checkpoint_lock(folder: Path) -> threading.Lock:
+    with _checkpoint_locks_guard:
+        return _checkpoint_locks.setdefault(folder, threading.Lock())
 
 
 def default_cache_dir() -> Path:
@@ -91,6 +104,19 @@ def sft_policy(
     version = hashlib.sha1(fingerprint.encode()).hexdigest()[:10]
     name = f"{task.name}-{model_preset}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
     folder = cache_dir / "sft" / name
+    lock = _checkpoint_lock(folder.resolve())
+    while not lock.acquire(timeout=0.25):
+        if progress is not None:
+            progress(0, math.nan)  # still waiting: the caller may stop here
+    try:
+        return _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress)
+    finally:
+        lock.release()
+
+
+def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress):
+    """The checkpoint in `folder` if it is readable, else a newly trained one written there (temporary folder, then
+    a rename)."""
     if (folder / "config.json").exists():
         try:
             return load_policy(folder).to(device)

@@ -11,7 +11,7 @@ from rl_core import sft
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig
 from rl_core.models import MODEL_PRESETS
-from rl_core.trainer import Trainer, TrainingError
+from rl_core.trainer import Trainer, TrainingError, TrainingStopped
 from toy_tasks import DEFAULT_TASK
 
 # Every metric the spec asks each step to report (names as recorded).
@@ -140,6 +140,47 @@ def test_sft_trains_at_the_model_presets_learning_rate_and_caches_per_rate(tmp_p
     monkeypatch.setitem(MODEL_PRESETS, "tiny", dataclasses.replace(MODEL_PRESETS["tiny"], sft_learning_rate=1e-4))
     Trainer(run, cache_dir=tmp_path).prepare()  # a checkpoint trained at another rate is not reused
     assert rates == [3e-3, 1e-4]
+
+
+def test_a_checkpoint_being_trained_in_another_thread_is_waited_for_not_trained_twice(tmp_path, monkeypatch):
+    calls = []
+    entered, release = threading.Event(), threading.Event()
+    real_train_sft = sft.train_sft
+
+    def slow_train_sft(*args, **kwargs):
+        calls.append(threading.current_thread().name)
+        entered.set()
+        release.wait(10)
+        return real_train_sft(*args, **kwargs)
+
+    monkeypatch.setattr(sft, "train_sft", slow_train_sft)
+    run = dataclasses.replace(small_run(), sft_steps=3)
+    first = Trainer(run, cache_dir=tmp_path)
+    warm_start = threading.Thread(target=first.prepare, name="warm-start")
+    warm_start.start()
+    assert entered.wait(10)
+    waits = []
+    second = Trainer(run, cache_dir=tmp_path)
+    waiter = threading.Thread(target=lambda: second.prepare(lambda *p: waits.append(p)), name="train")
+    waiter.start()
+    waiter.join(0.6)
+    assert waiter.is_alive() and ("sft", 0, 3) in waits, "the second caller waits, and says so"
+    release.set()
+    warm_start.join(10)
+    waiter.join(10)
+    assert calls == ["warm-start"]
+    for a, b in zip(first.policy.parameters(), second.policy.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_caller_waiting_for_a_checkpoint_can_be_stopped(tmp_path, monkeypatch):
+    held = threading.Lock()
+    held.acquire()  # as if another thread were training this checkpoint
+    monkeypatch.setattr(sft, "_checkpoint_lock", lambda folder: held)
+    trainer = Trainer(dataclasses.replace(small_run(), sft_steps=3), cache_dir=tmp_path)
+    threading.Timer(0.5, trainer.stop_event.set).start()
+    with pytest.raises(TrainingStopped, match="stopped during sft"):
+        trainer.prepare()
 
 
 def test_checkpoint_round_trip_resumes_the_same_curve(tmp_path):
