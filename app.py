@@ -1,5 +1,5 @@
 """The app's router: `streamlit run app.py`. Each section of the sidebar is one entry of NAVIGATION; a page is
-one file under pages/."""
+one file under app_pages/ (not pages/, which Streamlit reserves for its legacy page folder)."""
 
 import streamlit as st
 
@@ -12,24 +12,24 @@ st.set_page_config(page_title="RLHF policy optimisation lab", page_icon=":materi
 
 NAVIGATION = {
     "Walk-through": [
-        st.Page("pages/overview.py", title="Overview", icon=":material/map:", default=True),
-        st.Page("pages/policy_gradient.py", title="Policy Gradient", icon=":material/looks_one:"),
-        st.Page("pages/ppo.py", title="PPO", icon=":material/looks_two:"),
-        st.Page("pages/grpo.py", title="GRPO · DAPO · Dr. GRPO", icon=":material/looks_3:"),
-        st.Page("pages/gspo.py", title="GSPO", icon=":material/looks_4:"),
-        st.Page("pages/rloo.py", title="RLOO", icon=":material/looks_5:"),
-        st.Page("pages/reinforce_pp.py", title="REINFORCE++", icon=":material/looks_6:"),
-        st.Page("pages/vapo.py", title="VAPO / VC-PPO", icon=":material/filter_7:"),
+        st.Page("app_pages/overview.py", title="Overview", icon=":material/map:", default=True),
+        st.Page("app_pages/policy_gradient.py", title="Policy Gradient", icon=":material/looks_one:"),
+        st.Page("app_pages/ppo.py", title="PPO", icon=":material/looks_two:"),
+        st.Page("app_pages/grpo.py", title="GRPO · DAPO · Dr. GRPO", icon=":material/looks_3:"),
+        st.Page("app_pages/gspo.py", title="GSPO", icon=":material/looks_4:"),
+        st.Page("app_pages/rloo.py", title="RLOO", icon=":material/looks_5:"),
+        st.Page("app_pages/reinforce_pp.py", title="REINFORCE++", icon=":material/looks_6:"),
+        st.Page("app_pages/vapo.py", title="VAPO / VC-PPO", icon=":material/filter_7:"),
     ],
     "Labs": [
-        st.Page("pages/labs_clip.py", title="Clip lab", icon=":material/content_cut:"),
-        st.Page("pages/labs_gae.py", title="GAE lab", icon=":material/timeline:"),
-        st.Page("pages/labs_kl.py", title="KL lab", icon=":material/straighten:"),
-        st.Page("pages/labs_advantages.py", title="Advantage lab", icon=":material/balance:"),
-        st.Page("pages/labs_aggregation.py", title="Aggregation lab", icon=":material/functions:"),
+        st.Page("app_pages/labs_clip.py", title="Clip lab", icon=":material/content_cut:"),
+        st.Page("app_pages/labs_gae.py", title="GAE lab", icon=":material/timeline:"),
+        st.Page("app_pages/labs_kl.py", title="KL lab", icon=":material/straighten:"),
+        st.Page("app_pages/labs_advantages.py", title="Advantage lab", icon=":material/balance:"),
+        st.Page("app_pages/labs_aggregation.py", title="Aggregation lab", icon=":material/functions:"),
     ],
     "Compare": [
-        st.Page("pages/compare.py", title="Compare and ablate", icon=":material/compare_arrows:"),
+        st.Page("app_pages/compare.py", title="Compare and ablate", icon=":material/compare_arrows:"),
     ],
 }
 

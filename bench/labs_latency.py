@@ -34,7 +34,7 @@ SLIDERS = {
 
 def measure(page: str, reruns: int) -> dict:
     slider, value_at = SLIDERS[page]
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "app_pages" / f"{page}.py"), default_timeout=120)
     start = time.perf_counter()
     at.run()
     first = time.perf_counter() - start

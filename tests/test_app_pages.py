@@ -39,7 +39,7 @@ def open_page():
         at = AppTest.from_file(APP, default_timeout=60)
         at.run()
         if page != "overview":
-            at.switch_page(f"pages/{page}.py").run()
+            at.switch_page(f"app_pages/{page}.py").run()
         assert not at.exception, at.exception
         apps.append(at)
         return at
@@ -142,8 +142,8 @@ def test_variant_switch_loads_that_presets_defaults(open_page):
 def test_knob_values_survive_a_page_switch(open_page):
     at = open_page("grpo")
     at.select_slider(key="grpo:num_generations").set_value(4).run()
-    at.switch_page("pages/ppo.py").run()
-    at.switch_page("pages/grpo.py").run()
+    at.switch_page("app_pages/ppo.py").run()
+    at.switch_page("app_pages/grpo.py").run()
     assert at.select_slider(key="grpo:num_generations").value == 4
 
 

@@ -18,7 +18,7 @@ from rl_core.sweep import default_workers
 from toy_tasks import DEFAULT_TASK
 from ui.compare import CURVES, band_figure, live_sweeps
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "compare.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "app_pages" / "compare.py")
 TIMEOUT = 120
 
 
@@ -164,6 +164,6 @@ def test_run_from_the_page_trains_a_sweep_into_the_store(store):
 
 def test_the_router_opens_the_compare_page(store):
     at = AppTest.from_file(str(Path(PAGE).parents[1] / "app.py"), default_timeout=TIMEOUT).run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("app_pages/compare.py").run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Compare and ablate"]

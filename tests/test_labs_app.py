@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-PAGES = Path(__file__).resolve().parents[1] / "pages"
+PAGES = Path(__file__).resolve().parents[1] / "app_pages"
 # The first run of a fresh script imports torch and plotly; later reruns are fast.
 TIMEOUT = 120
 
@@ -76,6 +76,6 @@ def test_advantage_page_starts_with_grpo_numbers_for_one_success_in_four():
 def test_the_router_lists_every_lab():
     at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=TIMEOUT).run()
     for page in ("labs_clip", "labs_gae", "labs_kl", "labs_advantages", "labs_aggregation"):
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(f"app_pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.title[0].value.split(":")[0].endswith("lab")

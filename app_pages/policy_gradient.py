@@ -58,4 +58,4 @@ live_lab(
     ("use_baseline", "prompts_per_step", "learning_rate", "temperature", "gamma", "beta", "kl_estimator",
      "loss_agg_mode", "entropy_coef", "ppo_epochs", "num_minibatches"),
 )
-st.page_link("pages/ppo.py", label="Next: PPO reuses each batch safely", icon="➡️")
+st.page_link("app_pages/ppo.py", label="Next: PPO reuses each batch safely", icon="➡️")

@@ -80,4 +80,4 @@ live_lab(
      "cliprange_value", "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "beta",
      "loss_agg_mode"),
 )
-st.page_link("pages/overview.py", label="Back to the overview", icon="↩️")
+st.page_link("app_pages/overview.py", label="Back to the overview", icon="↩️")

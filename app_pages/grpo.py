@@ -114,4 +114,4 @@ live_lab(
      "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "cov_fraction", "entropy_coef", "ppo_epochs",
      "num_minibatches", "learning_rate", "temperature"),
 )
-st.page_link("pages/gspo.py", label="Next: GSPO moves the ratio to the sequence", icon="➡️")
+st.page_link("app_pages/gspo.py", label="Next: GSPO moves the ratio to the sequence", icon="➡️")

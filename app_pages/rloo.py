@@ -55,4 +55,4 @@ live_lab(
     ("num_generations", "prompts_per_step", "beta", "kl_estimator", "policy_loss", "loss_agg_mode",
      "learning_rate", "temperature", "entropy_coef", "ppo_epochs", "num_minibatches", "epsilon", "epsilon_high"),
 )
-st.page_link("pages/reinforce_pp.py", label="Next: REINFORCE++ normalises over the batch", icon="➡️")
+st.page_link("app_pages/reinforce_pp.py", label="Next: REINFORCE++ normalises over the batch", icon="➡️")

@@ -80,4 +80,4 @@ live_lab(
      "target_kl", "ppo_epochs", "num_minibatches", "learning_rate", "critic_learning_rate", "cliprange_value",
      "vf_coef", "prompts_per_step", "temperature", "entropy_coef", "loss_agg_mode"),
 )
-st.page_link("pages/grpo.py", label="Next: GRPO drops the critic", icon="➡️")
+st.page_link("app_pages/grpo.py", label="Next: GRPO drops the critic", icon="➡️")

@@ -99,4 +99,4 @@ st.markdown(
     "press **Train** and watch reward, entropy, KL, clipping, advantages and the sampled tokens update every "
     "second. A finished run stays on screen; earlier runs can be overlaid and downloaded."
 )
-st.page_link("pages/policy_gradient.py", label="Start with the policy gradient", icon="➡️")
+st.page_link("app_pages/policy_gradient.py", label="Start with the policy gradient", icon="➡️")

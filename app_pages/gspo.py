@@ -61,4 +61,4 @@ live_lab(
     ("policy_loss", "epsilon", "epsilon_high", "num_generations", "prompts_per_step", "beta", "kl_estimator",
      "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef"),
 )
-st.page_link("pages/rloo.py", label="Next: RLOO drops importance sampling", icon="➡️")
+st.page_link("app_pages/rloo.py", label="Next: RLOO drops importance sampling", icon="➡️")

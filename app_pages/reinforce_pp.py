@@ -64,4 +64,4 @@ live_lab(
     ("num_generations", "prompts_per_step", "gamma", "beta", "kl_estimator", "kl_in", "epsilon", "epsilon_high",
      "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "loss_agg_mode"),
 )
-st.page_link("pages/vapo.py", label="Next: VAPO and VC-PPO repair the critic", icon="➡️")
+st.page_link("app_pages/vapo.py", label="Next: VAPO and VC-PPO repair the critic", icon="➡️")

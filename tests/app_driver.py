@@ -1,0 +1,145 @@
+"""Driving the real app: `streamlit run app.py` on 127.0.0.1 and Debian's Chromium through Playwright.
+
+Shared by the browser test and `bench/app_latency.py`. Never `playwright install`: the browser is
+/usr/bin/chromium (`apt-get install chromium`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+RENDER_TIMEOUT_MS = 60_000  # the first page also imports torch and transformers
+TRAINING_TIMEOUT_MS = 300_000
+HAS_CHART_POINTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .some(gd => (gd.data || []).some(trace => (trace.x || []).length > 0))"""
+COUNT_PROGRESS_CHANGES = """(ms) => new Promise(resolve => {
+    const read = () => document.querySelector('[data-testid="stProgress"]')?.innerText ?? null;
+    let last = read(), changes = 0;
+    const timer = setInterval(() => {
+        const text = read();
+        if (text !== null && text !== last) { changes++; last = text; }
+    }, 50);
+    setTimeout(() => { clearInterval(timer); resolve(changes); }, ms);
+})"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_app(log_path: Path, env: dict | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`(url, server process)` of the app on a free loopback port; the server's output goes to `log_path`."""
+    port = free_port()
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
+             "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
+             "--server.fileWatcherType=none"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else os.environ | env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the app did not start:\n{log_path.read_text()[-4000:]}") from None
+                time.sleep(0.5)
+        yield url, server
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@contextlib.contextmanager
+def browser_page():
+    """A fresh Chromium page, 1400 × 1000."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_FLAGS)
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        finally:
+            browser.close()
+
+
+def open_page(page, url: str, heading: str) -> None:
+    page.goto(url)
+    page.get_by_text(heading, exact=True).first.wait_for(timeout=RENDER_TIMEOUT_MS)
+
+
+def press_train(page) -> float:
+    """Click Train and wait until the previous run's charts are gone; returns the monotonic time of the click."""
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train", exact=True).click()
+    clicked = time.monotonic()
+    # A previous run's charts stay up until the rerun after the click replaces them.
+    page.wait_for_function(f"() => !({HAS_CHART_POINTS})()", timeout=30_000, polling=50)
+    return clicked
+
+
+def first_point_latency(page) -> float:
+    """Click Train and return the seconds until the new run's chart shows a point."""
+    clicked = press_train(page)
+    page.wait_for_function(HAS_CHART_POINTS, timeout=TRAINING_TIMEOUT_MS, polling=50)
+    return time.monotonic() - clicked
+
+
+def progress_redraws(page, seconds: float = 10.0) -> float:
+    """Redraws per second of the dashboard, counted in the browser as changes of the progress bar's text
+    (step count and elapsed seconds, so every redraw while training changes it)."""
+    return page.evaluate(COUNT_PROGRESS_CHANGES, int(seconds * 1000)) / seconds
+
+
+def metric_value(page, label: str) -> float | None:
+    """The number an `st.metric` with this label shows, or None while there is none."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    metric = page.get_by_test_id("stMetric").filter(has_text=label).get_by_test_id("stMetricValue")
+    if not metric.count():
+        return None
+    try:
+        return float(metric.first.inner_text(timeout=1000))
+    except (ValueError, PlaywrightTimeout):  # not a number yet, or redrawn between the count and the read
+        return None
+
+
+def screenshot(page, path: Path) -> None:
+    """The whole page: Streamlit scrolls an inner container, so grow the viewport to its height first."""
+    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(max(height, 1000), 16000)})
+    page.screenshot(path=path)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def set_slider(page, label: str, keys: str, shown: str) -> None:
+    """Move a slider with the keyboard and wait until the server has the new value."""
+    slider = page.get_by_test_id("stSlider").filter(has_text=label)
+    for key in keys.split():
+        slider.get_by_role("slider").press(key)
+    slider.get_by_test_id("stSliderThumbValue").get_by_text(shown, exact=True).wait_for()
+    time.sleep(1)  # the value reaches the server a moment after the thumb moves
+
+
+def stop_run(page) -> None:
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_text("Stopped after").wait_for(timeout=30_000)
