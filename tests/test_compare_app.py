@@ -4,6 +4,11 @@ runs of a store, draws valid figures, and its Run button trains a sweep whose ru
 AppTest has no browser, so `run_every` never fires: the tests poll the store and call `at.run()`.
 """
 
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +23,8 @@ from rl_core.sweep import default_workers
 from toy_tasks import DEFAULT_TASK
 from ui.compare import CURVES, band_figure, live_sweeps
 
-PAGE = str(Path(__file__).resolve().parents[1] / "app_pages" / "compare.py")
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = str(ROOT / "app_pages" / "compare.py")
 TIMEOUT = 120
 
 
@@ -167,3 +173,47 @@ def test_the_router_opens_the_compare_page(store):
     at.switch_page("app_pages/compare.py").run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Compare and ablate"]
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_mid_way_leaves_finished_runs_intact_and_the_rest_marked(store, tmp_path):
+    """The coordinator and its workers die at once (SIGKILL to the whole process group, as when the app is killed);
+    the next session finds the finished run whole and every other run marked interrupted, none left 'running'."""
+    command = [sys.executable, "-m", "rl_core", "sweep", "--algos", "grpo,rloo", "--seeds", "2", "--steps", "300",
+               "--workers", "1", "--db", os.environ["RLHF_LAB_DB"], "--out", str(tmp_path / "out"),
+               "--set", "prompts_per_step=2", "--set", "num_generations=2", "--set", "ppo_epochs=1",
+               "--set", "num_minibatches=1", "--sft-steps", "20"]
+    sweep = subprocess.Popen(command, cwd=ROOT, env=os.environ | {"RLHF_LAB_CACHE": str(tmp_path / "cache")},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            assert sweep.poll() is None, sweep.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, [(r.status, r.steps_done) for r in store.runs()]
+            runs = store.runs()
+            running = [r for r in runs if r.status == "running" and r.steps_done >= 5]
+            if running and any(r.status == "finished" for r in runs):
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+
+    reopened = RunStore()  # what a restarted app opens
+    runs = reopened.runs()
+    finished = [r for r in runs if r.status == "finished"]
+    interrupted = [r for r in runs if r.status == "interrupted"]
+    assert finished and len(finished) + len(interrupted) == 4, [(r.status, r.steps_done) for r in runs]
+    for run in finished:
+        assert run.steps_done == 300 and run.final is not None
+        assert [s["step"] for s in reopened.steps(run.id)] == list(range(1, 301))
+    [cut] = [r for r in interrupted if r.id == running[0].id]
+    assert running[0].steps_done <= cut.steps_done < 300
+    for run in interrupted:
+        assert [s["step"] for s in reopened.steps(run.id)] == list(range(1, run.steps_done + 1))
+    with sqlite3.connect(os.environ["RLHF_LAB_DB"]) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    at = open_page()
+    listing = table(at, "date")
+    assert dict(zip(listing["run"], listing["status"])) == {r.id: r.status for r in runs}
