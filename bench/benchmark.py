@@ -139,7 +139,7 @@ def measure_run(preset: str, seed: int, args) -> dict:
         tokens.append(record["tokens_per_second"] * record["step_time"])  # the step's completion tokens
         successes.append(record["success_rate"])
         step = len(walls)
-        bar.update(wall)
+        bar.update(min(wall, bar.total - bar.n))  # the last step may overrun the budget; the bar stops full
         bar.set_postfix_str(f"step {step}, success {record['success_rate']:.2f}")
         if reached is None and step >= next_check and statistics.fmean(successes[-WINDOW:]) >= TARGET:
             evaluation = trainer.evaluate()
