@@ -84,8 +84,10 @@ def browser_page():
 
 
 def open_page(page, url: str, heading: str) -> None:
+    """Go to the page and wait until it shows its heading and no element is still a loading placeholder."""
     page.goto(url)
     page.get_by_text(heading, exact=True).first.wait_for(timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=RENDER_TIMEOUT_MS)
 
 
 def press_train(page) -> float:
