@@ -143,16 +143,6 @@ def _decode(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperat
     attention = prompt_mask
     positions = position_ids_from_mask(prompt_mask)
     for step in range(max_new_tokens):
-        if step:
-            out = policy(
-                input_ids=token[:, None],
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :].float() / temperature
         token = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
         # Rows that already ended keep emitting padding, which the response mask hides.
         token = torch.where(finished, torch.full_like(token, tokenizer.pad_token_id), token)
@@ -160,10 +150,15 @@ def _decode(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperat
         step_logits.append(logits)
         alive.append(~finished)
         finished = finished | (token == eos)
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
         attention = torch.cat([attention, alive[-1].long()[:, None]], dim=-1)
         positions = positions[:, -1:] + 1
-        if bool(finished.all()):
-            break
+        out = policy(
+            input_ids=token[:, None], attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float() / temperature
     return tokens, step_logits, alive, finished
 
 

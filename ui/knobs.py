@@ -12,10 +12,9 @@ from typing import get_args
 
 import streamlit as st
 
-from rl_core.config import AlgoConfig, CovMode, KLEstimator, KLPlacement, LossAggMode, PolicyLoss, RunConfig
+from rl_core.config import CovMode, KLEstimator, KLPlacement, LossAggMode, PolicyLoss, RunConfig
 
 RUN_FIELDS = frozenset(RunConfig.__dataclass_fields__) - {"algo"}
-ALGO_FIELDS = frozenset(AlgoConfig.__dataclass_fields__)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from rl_core.models import MODEL_PRESETS
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui.charts import CHARTS, ChartRun, figure, has_data
 from ui.jobs import SETUP_PHASES, Job, JobSnapshot, TrainingSlots
-from ui.knobs import ALGO_FIELDS, KNOBS, render_knob
+from ui.knobs import KNOBS, render_knob
 from ui.tokens import COLOURINGS, token_html
 
 REFRESH_SECONDS = 1.0
