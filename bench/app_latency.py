@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from app_driver import (  # noqa: E402
-    HAS_CHART_POINTS,
+    TRAINING_TIMEOUT_MS,
     browser_page,
     first_point_latency,
     metric_value,
@@ -39,6 +39,7 @@ from app_driver import (  # noqa: E402
     serve_app,
     set_slider,
     stop_run,
+    wait_for_chart_points,
 )
 
 HEADING = "GRPO, with DAPO and Dr. GRPO"
@@ -89,13 +90,13 @@ def measure(args) -> dict:
         time.sleep(args.read_seconds)
 
         clicked = press_train(page)
-        page.wait_for_function(HAS_CHART_POINTS, timeout=300_000, polling=50)
+        wait_for_chart_points(page)
         result["first_point_cold_s"] = time.monotonic() - clicked
         result["success_90_s"] = seconds_to_success(page, clicked)
-        page.get_by_text(FINISHED).wait_for(timeout=300_000)
+        page.get_by_text(FINISHED).wait_for(timeout=TRAINING_TIMEOUT_MS)
 
         result["first_point_warm_s"] = first_point_latency(page)
-        page.get_by_text(FINISHED).wait_for(timeout=300_000)
+        page.get_by_text(FINISHED).wait_for(timeout=TRAINING_TIMEOUT_MS)
 
         set_slider(page, "training steps", "End", "500")
         first_point_latency(page)

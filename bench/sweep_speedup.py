@@ -95,8 +95,9 @@ def page_sweep(algos: list[str], seeds: int, steps: int, workers: int, scratch: 
     while any(run.active for run in store.runs()):
         time.sleep(0.2)
     seconds = time.perf_counter() - start
-    statuses = {run.status for run in store.runs()}
-    if statuses != {"finished"} or len(store.runs()) != len(algos) * seeds:
+    runs = store.runs()
+    statuses = {run.status for run in runs}
+    if statuses != {"finished"} or len(runs) != len(algos) * seeds:
         raise SystemExit(f"the page's sweep ended with {statuses}")
     return {"workers": workers, "seconds": seconds}
 

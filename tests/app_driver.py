@@ -99,10 +99,14 @@ def press_train(page) -> float:
     return clicked
 
 
+def wait_for_chart_points(page) -> None:
+    page.wait_for_function(HAS_CHART_POINTS, timeout=TRAINING_TIMEOUT_MS, polling=50)
+
+
 def first_point_latency(page) -> float:
     """Click Train and return the seconds until the new run's chart shows a point."""
     clicked = press_train(page)
-    page.wait_for_function(HAS_CHART_POINTS, timeout=TRAINING_TIMEOUT_MS, polling=50)
+    wait_for_chart_points(page)
     return time.monotonic() - clicked
 
 
