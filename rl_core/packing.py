@@ -1,0 +1,88 @@
+"""Teacher-forced passes over a prefix tree: each distinct prompt once, followed by the responses that answer it.
+
+A GRPO batch is G responses to each prompt, right-padded to the longest response. Run as a padded `[B, P + T]`
+batch, every prompt goes through the model G times and every response is as long as the longest one. Here each
+distinct prompt opens one sequence, its responses follow one after another, and a 4-D attention mask lets a
+response token see its prompt and the earlier tokens of its own response, nothing else. Positions restart after
+the prompt for each response. Every logit is then exactly the one a padded pass gives (float rounding aside),
+for a fraction of the tokens: 8 prompts × 8 responses of the default task run 296 tokens instead of 768.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PROMPT, FILLER = -1, -2  # owners of prompt and of filler positions; a response's positions are owned by its row
+# A prompt's responses go on in a further sequence (the prompt repeated) beyond this length, so attention, which
+# costs the square of a sequence's length, stays cheap when many long responses share a prompt.
+MAX_SEQUENCE_LENGTH = 256
+
+
+@dataclass
+class PrefixTree:
+    """The packed layout of a batch: `U` sequences of length `L`, one per distinct prompt (or more, for long ones)."""
+
+    input_ids: torch.Tensor  # [U, L]
+    position_ids: torch.Tensor  # [U, L]
+    attention_mask: torch.Tensor  # [U, 1, L, L] bool: True where a query position may attend a key position
+    logit_index: torch.Tensor  # [B, T]: flat index into [U·L] of the position whose logits predict response token t
+
+
+def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int,
+                response_mask: torch.Tensor) -> PrefixTree:
+    """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.rollout`) into a prefix tree.
+
+    Response token t of a row is predicted at its prompt's last position (t = 0) or at its own token t − 1; a
+    response's last token predicts nothing sampled and is left out. Columns past a response's end point at its
+    prompt's last position: their logits are finite and the response mask hides them."""
+    device = sequences.device
+    response_columns = response_mask.shape[1]
+    prompt_ids, prompt_mask = sequences[:, :prompt_length], attention_mask[:, :prompt_length].long()
+    fed = (response_mask.sum(-1).long() - 1).tolist()  # response tokens that go in as inputs, per row
+    prompt_real = prompt_mask.sum(-1).tolist()
+    budget = max(MAX_SEQUENCE_LENGTH, prompt_length + response_columns)
+    # Rows in the order given; each joins the sequence open for its prompt, or opens one if that would grow too long.
+    open_sequence: dict[tuple[int, ...], int] = {}
+    first_rows, lengths, sequence_of_row, start_of_row = [], [], [], []
+    for row, key in enumerate(map(tuple, torch.cat([prompt_ids, prompt_mask], dim=1).tolist())):
+        sequence = open_sequence.get(key)
+        if sequence is None or lengths[sequence] + fed[row] > budget:
+            sequence = open_sequence[key] = len(first_rows)
+            first_rows.append(row)
+            lengths.append(prompt_real[row])
+        sequence_of_row.append(sequence)
+        start_of_row.append(lengths[sequence])
+        lengths[sequence] += fed[row]
+    length = max(lengths)
+    group = torch.tensor(sequence_of_row, device=device)
+    start = torch.tensor(start_of_row, device=device)
+    first_row = torch.tensor(first_rows, device=device)
+    prompt_lengths = prompt_mask[first_row].sum(-1)  # [U]
+
+    input_ids = torch.zeros((len(first_rows), length), dtype=torch.long, device=device)
+    position_ids = torch.zeros_like(input_ids)
+    owner = torch.full_like(input_ids, FILLER)
+    # Prompts without their left padding.
+    columns = torch.arange(prompt_length, device=device)[None, :] - (prompt_length - prompt_lengths)[:, None]
+    u, column = (columns >= 0).nonzero(as_tuple=True)
+    input_ids[u, columns[u, column]] = prompt_ids[first_row[u], column]
+    position_ids[u, columns[u, column]] = columns[u, column]
+    owner[u, columns[u, column]] = PROMPT
+    # Responses, each continuing the positions of its prompt.
+    steps = torch.arange(response_columns, device=device)[None, :]
+    row, t = (steps < torch.tensor(fed, device=device)[:, None]).nonzero(as_tuple=True)
+    target = (group[row], start[row] + t)
+    input_ids[target] = sequences[row, prompt_length + t]
+    position_ids[target] = prompt_lengths[group[row]] + t
+    owner[target] = row
+
+    causal = torch.ones((length, length), dtype=torch.bool, device=device).tril()
+    keys, queries = owner[:, None, :], owner[:, :, None]
+    allowed = causal & ((keys == PROMPT) | (keys == queries))  # filler queries see the prompt: no empty softmax row
+
+    prompt_last = prompt_lengths[group][:, None] - 1
+    response_lengths = response_mask.sum(-1, keepdim=True)
+    column = torch.where((steps > 0) & (steps < response_lengths), start[:, None] + steps - 1, prompt_last)
+    return PrefixTree(input_ids, position_ids, allowed[:, None], group[:, None] * length + column)

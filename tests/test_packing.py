@@ -1,0 +1,89 @@
+"""The prefix-tree layout by hand on a small batch, and its logits and gradients against a padded pass."""
+
+import pytest
+import torch
+
+from rl_core import packing
+from rl_core.models import build_policy, position_ids_from_mask
+from rl_core.rollout import TokenBatch, response_logits, token_logprobs
+from rl_core.tokenizer import build_char_tokenizer
+
+PAD = 0
+
+
+def batch_of(prompts: list[list[int]], responses: list[list[int]]) -> TokenBatch:
+    """Rows `[left-padded prompt | right-padded response]` from token lists."""
+    width, columns = max(map(len, prompts)), max(map(len, responses))
+    sequences = [[PAD] * (width - len(p)) + p + r + [PAD] * (columns - len(r)) for p, r in zip(prompts, responses)]
+    mask = [[0] * (width - len(p)) + [1] * (len(p) + len(r)) + [0] * (columns - len(r)) for p, r in zip(prompts, responses)]
+    return TokenBatch(
+        sequences=torch.tensor(sequences),
+        attention_mask=torch.tensor(mask),
+        prompt_length=width,
+        response_mask=torch.tensor([[1.0] * len(r) + [0.0] * (columns - len(r)) for r in responses]),
+    )
+
+
+def test_layout_of_a_small_batch_worked_out_by_hand():
+    # Rows 0 and 2 answer prompt [5, 6]; row 1 answers [7]. Response lengths 3, 2 and 1.
+    batch = batch_of([[5, 6], [7], [5, 6]], [[10, 11, 12], [20, 21], [30]])
+    tree = packing.prefix_tree(batch.sequences, batch.attention_mask, batch.prompt_length, batch.response_mask)
+    # Sequence 0 is prompt [5, 6] (first seen in row 0), sequence 1 is prompt [7]. A response's last token is never
+    # an input, so row 2's only token is predicted by its prompt alone.
+    assert tree.input_ids.tolist() == [[5, 6, 10, 11], [7, 20, 0, 0]]
+    assert tree.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 0, 0]]
+    T, F = True, False
+    assert tree.attention_mask[:, 0].tolist() == [
+        [[T, F, F, F], [T, T, F, F], [T, T, T, F], [T, T, T, T]],
+        [[T, F, F, F], [T, T, F, F], [T, F, T, F], [T, F, T, T]],  # fillers see the prompt and earlier fillers
+    ]
+    # Flat indices into [2 × 4]: row 0's tokens at the prompt's last position, then at its tokens 10 and 11; past a
+    # response's end, the prompt's last position again.
+    assert tree.logit_index.tolist() == [[1, 2, 3], [4, 5, 4], [1, 1, 1]]
+
+
+def random_batch():
+    """Six rows: three distinct prompts of different lengths, each answered by two rows that are not next to each
+    other, with responses of lengths 1 to 5."""
+    generator = torch.Generator().manual_seed(0)
+    prompts = [[1, 8, 9], [1, 4], [1, 6, 7, 3], [1, 8, 9], [1, 4], [1, 6, 7, 3]]
+    lengths = [5, 1, 3, 2, 4, 5]
+    responses = [torch.randint(3, 40, (n,), generator=generator).tolist() for n in lengths]
+    return batch_of(prompts, responses)
+
+
+def padded_logits(model, batch: TokenBatch) -> torch.Tensor:
+    """The independent route: the whole padded batch with its 2-D mask, logits read at columns P − 1 … P + T − 2."""
+    out = model(input_ids=batch.sequences, attention_mask=batch.attention_mask,
+                position_ids=position_ids_from_mask(batch.attention_mask))
+    start = batch.prompt_length - 1
+    return out.logits[:, start : start + batch.response_mask.shape[1]]
+
+
+@pytest.mark.parametrize(
+    ("max_length", "packed_shape"),
+    [
+        (256, (3, 4 + 4 + 2)),  # one sequence per prompt: the longest is [1, 6, 7, 3] then 4 and 2 fed tokens
+        (6, (4, 4 + 4)),  # at most max(6, P + T) = 9: that prompt's second response opens a sequence of its own
+    ],
+)
+def test_tree_logits_and_gradients_equal_those_of_a_padded_pass(monkeypatch, max_length, packed_shape):
+    monkeypatch.setattr(packing, "MAX_SEQUENCE_LENGTH", max_length)
+    torch.manual_seed(0)
+    policy = build_policy("tiny", build_char_tokenizer())
+    batch = random_batch()
+    mask = batch.response_mask
+
+    def loss_and_grads(logits):
+        policy.zero_grad()
+        loss = (token_logprobs(logits, batch.response_ids) * mask).sum()
+        loss.backward()
+        return [p.grad.clone() for p in policy.parameters()]
+
+    tree = response_logits(policy, batch)
+    padded = padded_logits(policy, batch)
+    assert tree.shape == padded.shape
+    torch.testing.assert_close(tree * mask[..., None], padded * mask[..., None], atol=1e-5, rtol=1e-5)
+    for from_tree, from_padded in zip(loss_and_grads(tree), loss_and_grads(padded_logits(policy, batch))):
+        torch.testing.assert_close(from_tree, from_padded, atol=1e-5, rtol=1e-4)
+    assert batch.prefix_tree.input_ids.shape == packed_shape
