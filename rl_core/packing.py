@@ -14,19 +14,27 @@ from dataclasses import dataclass
 
 import torch
 
+from rl_core.models import position_ids_from_mask
+
 PROMPT, FILLER = -1, -2  # owners of prompt and of filler positions; a response's positions are owned by its row
 # A prompt's responses go on in a further sequence (the prompt repeated) beyond this length, so attention, which
 # costs the square of a sequence's length, stays cheap when many long responses share a prompt.
 MAX_SEQUENCE_LENGTH = 256
+# Packing pays for its 4-D mask, which costs attention its fastest kernels, only when it runs at most this share of
+# the tokens of the padded batch; otherwise the padded batch is run as it is.
+PACKING_GAIN = 0.75
 
 
 @dataclass
 class PrefixTree:
-    """The packed layout of a batch: `U` sequences of length `L`, one per distinct prompt (or more, for long ones)."""
+    """The packed layout of a batch: `U` sequences of length `L`, one per distinct prompt (or more, for long ones);
+    or the padded batch itself where packing would gain little."""
 
     input_ids: torch.Tensor  # [U, L]
     position_ids: torch.Tensor  # [U, L]
-    attention_mask: torch.Tensor  # [U, 1, L, L] bool: True where a query position may attend a key position
+    # [U, 1, L, L] bool, True where a query position may attend a key position; or, for an unpacked batch, its
+    # [B, L] 2-D mask
+    attention_mask: torch.Tensor
     logit_index: torch.Tensor  # [B, T]: flat index into [U·L] of the position whose logits predict response token t
 
 
@@ -56,6 +64,16 @@ def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_le
         start_of_row.append(lengths[sequence])
         lengths[sequence] += fed[row]
     length = max(lengths)
+    steps = torch.arange(response_columns, device=device)[None, :]
+    response_lengths = response_mask.sum(-1, keepdim=True)
+    width = prompt_length + max(fed)
+    if len(first_rows) * length > PACKING_GAIN * len(fed) * width:
+        # Few prompts are shared (G = 1, say): the padded batch, cut after its last input, with a 2-D mask, runs
+        # hardly more tokens and lets attention take its faster path (causal, when no prompt is padded).
+        mask = torch.cat([prompt_mask, prompt_mask.new_ones((len(fed), width - prompt_length))], dim=1)
+        column = torch.where(steps < response_lengths, prompt_length - 1 + steps, prompt_length - 1)
+        row_start = torch.arange(len(fed), device=device)[:, None] * width
+        return PrefixTree(sequences[:, :width], position_ids_from_mask(mask), mask, row_start + column)
     group = torch.tensor(sequence_of_row, device=device)
     start = torch.tensor(start_of_row, device=device)
     first_row = torch.tensor(first_rows, device=device)
@@ -71,7 +89,6 @@ def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_le
     position_ids[u, columns[u, column]] = columns[u, column]
     owner[u, columns[u, column]] = PROMPT
     # Responses, each continuing the positions of its prompt.
-    steps = torch.arange(response_columns, device=device)[None, :]
     row, t = (steps < torch.tensor(fed, device=device)[:, None]).nonzero(as_tuple=True)
     target = (group[row], start[row] + t)
     input_ids[target] = sequences[row, prompt_length + t]
@@ -80,9 +97,9 @@ def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_le
 
     causal = torch.ones((length, length), dtype=torch.bool, device=device).tril()
     keys, queries = owner[:, None, :], owner[:, :, None]
-    allowed = causal & ((keys == PROMPT) | (keys == queries))  # filler queries see the prompt: no empty softmax row
+    # Filler queries see the prompt, so that no softmax row is empty; nothing reads them.
+    allowed = (causal & ((keys == PROMPT) | (keys == queries)))[:, None]
 
     prompt_last = prompt_lengths[group][:, None] - 1
-    response_lengths = response_mask.sum(-1, keepdim=True)
     column = torch.where((steps > 0) & (steps < response_lengths), start[:, None] + steps - 1, prompt_last)
-    return PrefixTree(input_ids, position_ids, allowed[:, None], group[:, None] * length + column)
+    return PrefixTree(input_ids, position_ids, allowed, group[:, None] * length + column)

@@ -42,14 +42,16 @@ def test_layout_of_a_small_batch_worked_out_by_hand():
     assert tree.logit_index.tolist() == [[1, 2, 3], [4, 5, 4], [1, 1, 1]]
 
 
-def random_batch():
+def batch_with_responses(prompts: list[list[int]], lengths: list[int]) -> TokenBatch:
+    generator = torch.Generator().manual_seed(0)
+    return batch_of(prompts, [torch.randint(3, 40, (n,), generator=generator).tolist() for n in lengths])
+
+
+def shared_prompts_batch():
     """Six rows: three distinct prompts of different lengths, each answered by two rows that are not next to each
     other, with responses of lengths 1 to 5."""
-    generator = torch.Generator().manual_seed(0)
     prompts = [[1, 8, 9], [1, 4], [1, 6, 7, 3], [1, 8, 9], [1, 4], [1, 6, 7, 3]]
-    lengths = [5, 1, 3, 2, 4, 5]
-    responses = [torch.randint(3, 40, (n,), generator=generator).tolist() for n in lengths]
-    return batch_of(prompts, responses)
+    return batch_with_responses(prompts, [5, 1, 3, 2, 4, 5])
 
 
 def padded_logits(model, batch: TokenBatch) -> torch.Tensor:
@@ -60,18 +62,10 @@ def padded_logits(model, batch: TokenBatch) -> torch.Tensor:
     return out.logits[:, start : start + batch.response_mask.shape[1]]
 
 
-@pytest.mark.parametrize(
-    ("max_length", "packed_shape"),
-    [
-        (256, (3, 4 + 4 + 2)),  # one sequence per prompt: the longest is [1, 6, 7, 3] then 4 and 2 fed tokens
-        (6, (4, 4 + 4)),  # at most max(6, P + T) = 9: that prompt's second response opens a sequence of its own
-    ],
-)
-def test_tree_logits_and_gradients_equal_those_of_a_padded_pass(monkeypatch, max_length, packed_shape):
-    monkeypatch.setattr(packing, "MAX_SEQUENCE_LENGTH", max_length)
+def assert_tree_pass_equals_padded_pass(batch: TokenBatch) -> None:
+    """Logits where the response mask is 1, and the gradients of a masked loss, agree between the two routes."""
     torch.manual_seed(0)
     policy = build_policy("tiny", build_char_tokenizer())
-    batch = random_batch()
     mask = batch.response_mask
 
     def loss_and_grads(logits):
@@ -86,4 +80,42 @@ def test_tree_logits_and_gradients_equal_those_of_a_padded_pass(monkeypatch, max
     torch.testing.assert_close(tree * mask[..., None], padded * mask[..., None], atol=1e-5, rtol=1e-5)
     for from_tree, from_padded in zip(loss_and_grads(tree), loss_and_grads(padded_logits(policy, batch))):
         torch.testing.assert_close(from_tree, from_padded, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("max_length", "packed_shape"),
+    [
+        (256, (3, 4 + 4 + 2)),  # one sequence per prompt: the longest is [1, 6, 7, 3] then 4 and 2 fed tokens
+        (6, (4, 4 + 4)),  # at most max(6, P + T) = 9: that prompt's second response opens a sequence of its own
+    ],
+)
+def test_tree_logits_and_gradients_equal_those_of_a_padded_pass(monkeypatch, max_length, packed_shape):
+    monkeypatch.setattr(packing, "MAX_SEQUENCE_LENGTH", max_length)
+    batch = shared_prompts_batch()
+    assert_tree_pass_equals_padded_pass(batch)
     assert batch.prefix_tree.input_ids.shape == packed_shape
+    assert batch.prefix_tree.attention_mask.dim() == 4
+
+
+@pytest.mark.parametrize(
+    ("prompts", "all_ones"),
+    [
+        ([[1, 8, 9], [1, 4, 4], [1, 6, 7]], True),  # no padding: causal attention needs no mask at all
+        ([[1, 8, 9], [1, 4, 4, 2], [1, 6, 7, 3]], False),  # the first prompt left-padded, masked by the 2-D mask
+    ],
+)
+def test_single_responses_run_as_the_padded_batch_itself(prompts, all_ones):
+    """One response per prompt: packing would run as many tokens, so the tree is the batch, cut after its last
+    input (the longest response's fourth token)."""
+    batch = batch_with_responses(prompts, [2, 5, 1])
+    assert_tree_pass_equals_padded_pass(batch)
+    tree = batch.prefix_tree
+    width = batch.prompt_length + 4
+    assert torch.equal(tree.input_ids, batch.sequences[:, :width])
+    assert tree.attention_mask.dim() == 2 and bool(tree.attention_mask.all()) == all_ones
+    p = batch.prompt_length
+    assert tree.logit_index.tolist() == [
+        [p - 1, p, p - 1, p - 1, p - 1],
+        [width + p - 1 + t for t in range(5)],
+        [2 * width + p - 1] * 5,
+    ]
