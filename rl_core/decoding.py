@@ -47,11 +47,11 @@ class KVDecoder:
             causal = torch.ones((width, width), dtype=torch.bool, device=real.device).tril()
             # Padding positions also see themselves, so that no softmax row is empty; nothing reads them.
             prompt_attention = (causal & real[:, None, None, :]) | torch.eye(width, dtype=torch.bool, device=real.device)
-        self.first_logits = self._forward(prompt_ids, positions, prompt_attention, is_causal=self.key_mask is None)
+        prompt_logits = self._forward(prompt_ids, positions, prompt_attention, is_causal=self.key_mask is None)
         self.next_position = positions[:, -1:] + 1
         rows = torch.arange(prompts, device=prompt_ids.device).repeat_interleave(num_generations)
-        self.first_logits = self.first_logits[rows]
-        self.keep(rows)
+        self.first_logits = prompt_logits[rows]
+        self.keep(rows)  # each prompt's keys and values, once per row of its group
 
     def keep(self, rows: torch.Tensor) -> None:
         """Go on with the given rows (a bool mask, or indices over the current rows, possibly repeated)."""

@@ -77,17 +77,18 @@ def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_le
     group = torch.tensor(sequence_of_row, device=device)
     start = torch.tensor(start_of_row, device=device)
     first_row = torch.tensor(first_rows, device=device)
-    prompt_lengths = prompt_mask[first_row].sum(-1)  # [U]
+    prompt_lengths = torch.tensor([prompt_real[row] for row in first_rows], device=device)  # [U]
 
     input_ids = torch.zeros((len(first_rows), length), dtype=torch.long, device=device)
     position_ids = torch.zeros_like(input_ids)
     owner = torch.full_like(input_ids, FILLER)
     # Prompts without their left padding.
-    columns = torch.arange(prompt_length, device=device)[None, :] - (prompt_length - prompt_lengths)[:, None]
-    u, column = (columns >= 0).nonzero(as_tuple=True)
-    input_ids[u, columns[u, column]] = prompt_ids[first_row[u], column]
-    position_ids[u, columns[u, column]] = columns[u, column]
-    owner[u, columns[u, column]] = PROMPT
+    shifted = torch.arange(prompt_length, device=device)[None, :] - (prompt_length - prompt_lengths)[:, None]
+    u, prompt_column = (shifted >= 0).nonzero(as_tuple=True)
+    packed_column = shifted[u, prompt_column]
+    input_ids[u, packed_column] = prompt_ids[first_row[u], prompt_column]
+    position_ids[u, packed_column] = packed_column
+    owner[u, packed_column] = PROMPT
     # Responses, each continuing the positions of its prompt.
     row, t = (steps < torch.tensor(fed, device=device)[:, None]).nonzero(as_tuple=True)
     target = (group[row], start[row] + t)
