@@ -1,0 +1,86 @@
+"""One-click experiments: each file in this package reproduces one claim of a paper as arms that differ only in
+the knobs the claim is about, run over seeds, with the effect computed from the runs' per-step records.
+
+A file defines `EXPERIMENT`, an `Experiment`; importing this package registers every file, so a new experiment is
+a new small file. Running them (worker processes, the run store, `summary.json`) is `rl_core.experiments.runner`'s
+job; this module only says what an experiment *is* and how its verdict follows from its measured effects.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Records = list[dict]  # one run's per-step records, as `Trainer.steps()` yields them
+Direction = Literal["positive", "negative"]
+Verdict = Literal["shown", "weak", "not shown"]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of the comparison: a preset and the knobs it overrides."""
+
+    label: str
+    preset: str
+    overrides: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A claim, the arms that test it, and how to read the effect off their records.
+
+    `effect(records_by_arm)` turns one seed's runs (arm label → records) into one number whose sign the claim
+    predicts (`expected`). `knobs` names every knob in which the arms' configurations differ — a test checks that
+    they differ in exactly these."""
+
+    name: str
+    title: str
+    claim: str  # one sentence
+    source: str  # paper (and seed article) the claim comes from
+    arms: tuple[Arm, ...]
+    knobs: tuple[str, ...]
+    task: str
+    steps: int
+    metric: str  # what the effect measures, with its unit, e.g. "entropy (nats/token), ε_high 0.28 minus 0.2"
+    effect: Callable[[Mapping[str, Records]], float]
+    expected: Direction
+    model: str = "tiny"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    run_fields: Mapping[str, object] = field(default_factory=dict)  # other RunConfig fields (sft_steps, …)
+    pages: tuple[str, ...] = ()  # the app pages whose "See it happen" panel offers it
+    charts: tuple[str, ...] = ()  # record keys to draw, arms overlaid with seed bands
+
+
+def verdict(effects: Sequence[float], expected: Direction) -> Verdict:
+    """"shown" when every seed's effect has the expected sign, "weak" when only their mean does, else "not shown".
+
+    A NaN effect (the metric never appeared) counts against the claim."""
+    sign = 1.0 if expected == "positive" else -1.0
+    signed = [sign * e for e in effects]
+    if signed and all(not math.isnan(s) and s > 0 for s in signed):
+        return "shown"
+    finite = [s for s in signed if not math.isnan(s)]
+    if finite and statistics.fmean(finite) > 0:
+        return "weak"
+    return "not shown"
+
+
+EXPERIMENTS: dict[str, Experiment] = {}
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name.startswith("_") or _module.ispkg:
+        continue
+    _experiment = getattr(importlib.import_module(f"{__name__}.{_module.name}"), "EXPERIMENT", None)
+    if _experiment is not None:
+        EXPERIMENTS[_experiment.name] = _experiment
+
+
+def get_experiment(name: str) -> Experiment:
+    if name not in EXPERIMENTS:
+        raise ValueError(f"experiment {name!r} is unknown; allowed: {', '.join(EXPERIMENTS) or 'none yet'}")
+    return EXPERIMENTS[name]
