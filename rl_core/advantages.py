@@ -1,5 +1,5 @@
-"""Advantage estimators: reward-to-go, GAE (plain, decoupled, length-adaptive), and the group baselines of
-GRPO, Dr. GRPO, RLOO and REINFORCE++.
+"""Advantage estimators: reward-to-go, GAE (plain, decoupled, length-adaptive), the group baselines of
+GRPO, Dr. GRPO, RLOO and REINFORCE++, the advantage-normalisation selector, and MaxRL.
 
 Group members are contiguous: response `i` belongs to group `i // G`. Token-level results are 0 on padding.
 """
@@ -23,6 +23,12 @@ def _group_deviations(groups: torch.Tensor) -> torch.Tensor:
     by the group's first one before averaging, so the mean's rounding error cannot leave a residue)."""
     shifted = groups - groups[:, :1]
     return shifted - shifted.mean(dim=1, keepdim=True)
+
+
+def _group_std(groups: torch.Tensor) -> torch.Tensor:
+    """The unbiased (`1/(G−1)`) std of each row of `[B // G, G]`, `[B // G, 1]`; 0 for a group of one."""
+    deviations = _group_deviations(groups)
+    return (deviations.pow(2).sum(dim=1, keepdim=True) / max(groups.shape[1] - 1, 1)).sqrt()
 
 
 def broadcast_to_tokens(seq_values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -93,9 +99,8 @@ def grpo_advantages(R: torch.Tensor, group_size: int, eps: float = 1e-6) -> torc
     implementations (TRL, verl and OpenRLHF all call `torch.std`). A group of equal rewards gets exactly 0,
     and so does a group of one (G = 1).
     """
-    deviations = _group_deviations(as_groups(R, group_size))
-    std = (deviations.pow(2).sum(dim=1, keepdim=True) / max(group_size - 1, 1)).sqrt()
-    return (deviations / (std + eps)).reshape(R.shape)
+    groups = as_groups(R, group_size)
+    return (_group_deviations(groups) / (_group_std(groups) + eps)).reshape(R.shape)
 
 
 def dr_grpo_advantages(R: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -123,3 +128,49 @@ def reinforce_pp_baseline_advantages(R: torch.Tensor, mask: torch.Tensor, group_
     """REINFORCE++-baseline: `R_i − mean_group(R)` broadcast to the tokens of `y_i`, then whitened over all
     valid tokens of the batch as in `reinforce_pp_advantages`."""
     return masked_whiten(broadcast_to_tokens(dr_grpo_advantages(R, group_size), mask), mask)
+
+
+ADV_NORM_MEANS = ("group", "leave_one_out", "batch", "none")
+ADV_NORM_STDS = ("group", "batch", "none")
+
+
+def normalized_advantages(R: torch.Tensor, group_size: int, mean: str, std: str, eps: float = 1e-6) -> torch.Tensor:
+    """The advantage-normalisation selector (after AReaL's NormConfig): `Â_i = (R_i − b_i) / (s_i + ε)`, `[B]`.
+
+    `b_i` (mean): `group` the mean of `y_i`'s group; `leave_one_out` the mean of the other G − 1 members
+    (= `G/(G−1)·(R_i − mean_g)` in total); `batch` the mean over the whole batch; `none` 0.
+    `s_i` (std): `group` the std of the group's rewards, `batch` the std of the batch's rewards (both unbiased,
+    `1/(n−1)`, as GRPO's); `none` divides by nothing (ε is not added either).
+    GRPO is (group, group), Dr. GRPO (group, none), RLOO (leave_one_out, none), Lite PPO (group, batch).
+    """
+    if mean not in ADV_NORM_MEANS:
+        raise ValueError(f"adv_norm_mean={mean!r} is not allowed; choose one of: {', '.join(ADV_NORM_MEANS)}")
+    if std not in ADV_NORM_STDS:
+        raise ValueError(f"adv_norm_std={std!r} is not allowed; choose one of: {', '.join(ADV_NORM_STDS)}")
+    groups = as_groups(R, group_size)  # validates G before any branch
+    if mean == "group":
+        centred = dr_grpo_advantages(R, group_size)
+    elif mean == "leave_one_out":
+        centred = rloo_advantages(R, group_size)
+    elif mean == "batch":
+        centred = masked_deviation(R, torch.ones_like(R))
+    else:
+        centred = R
+    if std == "none":
+        return centred
+    # The batch's std is that of one group holding the whole batch.
+    scale = _group_std(groups if std == "group" else R.reshape(1, -1))
+    return centred / (scale.expand_as(groups).reshape(R.shape) + eps)
+
+
+def maxrl_advantages(R: torch.Tensor, group_size: int) -> torch.Tensor:
+    """MaxRL: `Â_i = (R_i − mean_g) / mean_g`, dividing by the group's success rate (for rewards in [0, 1]), `[B]`;
+    0 for a group with `mean_g = 0`. A correct answer gets `(1 − p)/p` with p the group's success rate — G − 1 for a
+    prompt solved once in G draws: the estimate of `∇log P(success) = ∇P/P` rather than of `∇P`, which puts
+    the weight on the hard prompts.
+    """
+    groups = as_groups(R, group_size)
+    success_rate = groups.mean(dim=1, keepdim=True)
+    deviations = _group_deviations(groups)
+    safe = torch.where(success_rate == 0, 1.0, success_rate)
+    return torch.where(success_rate == 0, 0.0, deviations / safe).reshape(R.shape)

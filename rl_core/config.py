@@ -17,6 +17,12 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | entropy_coef | — | entropy_coeff | c_ent |
 | positive_nll_coef | — | — | μ (VAPO) |
 | overlong_buffer | — | overlong_buffer.len | L_cache |
+| policy_loss = cispo / sapo / dppo_tv | loss_type = cispo / sapo | policy_loss.loss_mode = cispo / — / dppo_tv | |
+| epsilon_high (cispo) | epsilon_high (the cap) | clip_ratio_high (two-sided) | ε_max |
+| sapo_tau_pos, sapo_tau_neg | (SAPO temperatures) | — | τ_pos, τ_neg |
+| kl_gradient | use_bias_correction_kl (is_corrected) | kl_loss_type k3+ (k2_grad) | sg / straight-through |
+| adv_norm_std | scale_rewards (group / batch / none) | norm_adv_by_std_in_grpo | std level |
+| rollout_is_mode, rollout_is_level, rollout_is_threshold | vllm_importance_sampling_mode, _cap | rollout_correction.rollout_is, rollout_is_threshold | TIS / MIS, C |
 """
 
 from __future__ import annotations
@@ -25,14 +31,22 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args, get_type_hints
 
-AdvantageEstimator = Literal["reward_to_go", "gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
-PolicyLoss = Literal["vanilla", "clip", "gspo", "gspo_token"]
+AdvantageEstimator = Literal[
+    "reward_to_go", "gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "maxrl"
+]
+PolicyLoss = Literal["vanilla", "clip", "gspo", "gspo_token", "cispo", "sapo", "dppo_tv"]
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"]
 KLEstimator = Literal["k1", "k2", "k3"]
 KLPlacement = Literal["reward", "loss"]
 CovMode = Literal["none", "clip_cov", "kl_cov"]
+KLGradient = Literal["plain", "is_corrected", "k2_grad"]
+AdvNormMean = Literal["group", "leave_one_out", "batch", "none"]
+AdvNormStd = Literal["group", "batch", "none"]
+RolloutISMode = Literal["none", "truncate", "mask"]
+RolloutISLevel = Literal["token", "sequence", "geometric"]
 
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "maxrl")
+MAX_ROLLOUT_STALENESS = 8
 
 
 @dataclass(frozen=True)
@@ -55,17 +69,27 @@ class AlgoConfig:
     lam_critic: float | None = None  # decoupled GAE (VC-PPO): critic targets with their own λ
     length_adaptive_alpha: float | None = None  # VAPO: λ_actor = 1 − 1/(α·|y|)
     whiten_advantages: bool = False
+    # the normalisation of the group-normalised estimator `grpo` (mean, std): GRPO (group, group), Lite PPO (group, batch)
+    adv_norm_mean: AdvNormMean = "group"
+    adv_norm_std: AdvNormStd = "group"
     # KL to the reference
     beta: float = 0.0
     kl_estimator: KLEstimator = "k3"
     kl_in: KLPlacement = "loss"
     target_kl: float | None = None  # adaptive β (PPO-penalty) when set
     reward_clip: float | None = 5.0
+    kl_gradient: KLGradient = "plain"  # the KL term in the loss: k3, ρ·k3 (importance-corrected), k3 with k2's gradient
     # policy loss
     policy_loss: PolicyLoss = "clip"
     epsilon: float = 0.2
     epsilon_high: float = 0.2
     dual_clip: float | None = None
+    cispo_two_sided: bool = False  # CISPO's weight clamped to [1−ε, 1+ε_high] (verl) instead of capped at ε_high (TRL)
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+    dppo_delta_low: float = 0.15
+    dppo_delta_high: float = 0.15
+    dppo_ratio_cap: float = 20.0
     loss_agg_mode: LossAggMode = "token-mean"
     entropy_coef: float = 0.0
     ppo_epochs: int = 2
@@ -88,6 +112,11 @@ class AlgoConfig:
     cov_mode: CovMode = "none"
     cov_fraction: float = 2e-4
     kl_cov_coef: float = 1.0
+    # behaviour-policy correction: sample with the policy of k steps ago, reweight by π_old/μ (TIS caps, MIS drops)
+    rollout_staleness: int = 0
+    rollout_is_mode: RolloutISMode = "none"
+    rollout_is_level: RolloutISLevel = "token"
+    rollout_is_threshold: float = 2.0
 
     def replace(self, **overrides) -> "AlgoConfig":
         """A copy with some knobs changed, validated; unknown knob names are refused."""
@@ -161,6 +190,35 @@ class AlgoConfig:
             _require(
                 self.num_generations >= 2, "num_generations", self.num_generations, "≥ 2 with dynamic_sampling"
             )
+        if self.policy_loss == "cispo" and not self.cispo_two_sided:
+            _require(self.epsilon_high >= 1, "epsilon_high", self.epsilon_high, "the CISPO weight cap ε_max ≥ 1 (e.g. 5)")
+        _require(self.sapo_tau_pos > 0, "sapo_tau_pos", self.sapo_tau_pos, "τ_pos > 0")
+        _require(self.sapo_tau_neg > 0, "sapo_tau_neg", self.sapo_tau_neg, "τ_neg > 0")
+        _require(0 < self.dppo_delta_low < 1, "dppo_delta_low", self.dppo_delta_low, "0 < δ_low < 1 (a probability change)")
+        _require(0 < self.dppo_delta_high < 1, "dppo_delta_high", self.dppo_delta_high, "0 < δ_high < 1 (a probability change)")
+        _require(self.dppo_ratio_cap >= 1, "dppo_ratio_cap", self.dppo_ratio_cap, "c ≥ 1")
+        if self.kl_gradient != "plain":
+            _require(
+                self.kl_in == "loss" and self.kl_estimator == "k3",
+                "kl_gradient",
+                self.kl_gradient,
+                "plain unless the KL is k3 in the loss (kl_in=loss, kl_estimator=k3)",
+            )
+        if (self.adv_norm_mean, self.adv_norm_std) != ("group", "group"):
+            _require(
+                self.advantage_estimator == "grpo",
+                "advantage_estimator",
+                self.advantage_estimator,
+                "grpo when adv_norm_mean / adv_norm_std are changed (Dr. GRPO is grpo with adv_norm_std=none, "
+                "RLOO grpo with adv_norm_mean=leave_one_out, adv_norm_std=none)",
+            )
+        _require(
+            0 <= self.rollout_staleness <= MAX_ROLLOUT_STALENESS,
+            "rollout_staleness",
+            self.rollout_staleness,
+            f"an integer from 0 to {MAX_ROLLOUT_STALENESS} (steps between the sampler's policy and the trainer's)",
+        )
+        _require(self.rollout_is_threshold > 0, "rollout_is_threshold", self.rollout_is_threshold, "C > 0")
 
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:

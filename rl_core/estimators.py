@@ -46,9 +46,18 @@ def _gae(algo: AlgoConfig, x: AdvantageInputs):
 
 def _group(formula):
     def estimate(algo: AlgoConfig, x: AdvantageInputs):
-        return adv.broadcast_to_tokens(formula(x.sequence_rewards, x.group_size), x.mask), None
+        return adv.broadcast_to_tokens(formula(algo, x.sequence_rewards, x.group_size), x.mask), None
 
     return estimate
+
+
+def _normalized(mean: str | None = None, std: str | None = None):
+    """A group estimator of the normalisation selector: fixed (mean, std), or the config's knobs where None."""
+
+    def formula(algo: AlgoConfig, R: torch.Tensor, group_size: int) -> torch.Tensor:
+        return adv.normalized_advantages(R, group_size, mean or algo.adv_norm_mean, std or algo.adv_norm_std)
+
+    return formula
 
 
 def _reinforce_pp(algo: AlgoConfig, x: AdvantageInputs):
@@ -62,9 +71,12 @@ def _reinforce_pp_baseline(algo: AlgoConfig, x: AdvantageInputs):
 ADVANTAGE_ESTIMATORS = {
     "reward_to_go": _reward_to_go,
     "gae": _gae,
-    "grpo": _group(adv.grpo_advantages),
-    "dr_grpo": _group(adv.dr_grpo_advantages),
-    "rloo": _group(adv.rloo_advantages),
+    # GRPO's estimator is the selector itself (group, group by default; Lite PPO sets std=batch); Dr. GRPO and
+    # RLOO are two of its fixed settings.
+    "grpo": _group(_normalized()),
+    "dr_grpo": _group(_normalized("group", "none")),
+    "rloo": _group(_normalized("leave_one_out", "none")),
+    "maxrl": _group(lambda algo, R, group_size: adv.maxrl_advantages(R, group_size)),
     "reinforce_pp": _reinforce_pp,
     "reinforce_pp_baseline": _reinforce_pp_baseline,
 }
@@ -78,15 +90,36 @@ def estimate_advantages(algo: AlgoConfig, x: AdvantageInputs) -> tuple[torch.Ten
     return advantages, returns
 
 
+def _gspo(formula):
+    def loss(algo: AlgoConfig, logp, old_logp, advantages, mask):
+        # GSPO uses one advantage per sequence: every token of a response carries the same value.
+        sequence_advantages = masked_mean(advantages, mask, dim=-1)
+        return formula(logp, old_logp, sequence_advantages, mask, algo.epsilon, algo.epsilon_high)
+
+    return loss
+
+
+POLICY_LOSSES = {
+    "vanilla": lambda algo, logp, old_logp, advantages, mask: losses.vanilla_pg_loss(logp, advantages),
+    "clip": lambda algo, logp, old_logp, advantages, mask: losses.clipped_surrogate_loss(
+        logp, old_logp, advantages, algo.epsilon, algo.epsilon_high, algo.dual_clip
+    ),
+    "gspo": _gspo(losses.gspo_loss),
+    "gspo_token": _gspo(losses.gspo_token_loss),
+    "cispo": lambda algo, logp, old_logp, advantages, mask: losses.cispo_loss(
+        logp, old_logp, advantages, algo.epsilon_high, algo.epsilon if algo.cispo_two_sided else None
+    ),
+    "sapo": lambda algo, logp, old_logp, advantages, mask: losses.sapo_loss(
+        logp, old_logp, advantages, algo.sapo_tau_pos, algo.sapo_tau_neg
+    ),
+    "dppo_tv": lambda algo, logp, old_logp, advantages, mask: losses.dppo_loss(
+        logp, old_logp, advantages, algo.dppo_delta_low, algo.dppo_delta_high, algo.dppo_ratio_cap
+    ),
+}
+
+
 def policy_loss(
     algo: AlgoConfig, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
     """Per-token policy loss `[B, T]` of the configured kind (GSPO's per-sequence loss broadcast to tokens)."""
-    if algo.policy_loss == "vanilla":
-        return losses.vanilla_pg_loss(logp, advantages)
-    if algo.policy_loss == "clip":
-        return losses.clipped_surrogate_loss(logp, old_logp, advantages, algo.epsilon, algo.epsilon_high, algo.dual_clip)
-    # GSPO uses one advantage per sequence: every token of a response carries the same value.
-    sequence_advantages = masked_mean(advantages, mask, dim=-1)
-    gspo = losses.gspo_loss if algo.policy_loss == "gspo" else losses.gspo_token_loss
-    return gspo(logp, old_logp, sequence_advantages, mask, algo.epsilon, algo.epsilon_high)
+    return POLICY_LOSSES[algo.policy_loss](algo, logp, old_logp, advantages, mask)

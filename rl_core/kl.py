@@ -1,7 +1,8 @@
 """Per-token estimators of KL(π_θ ‖ π_ref) from sampled tokens, and the exact per-state KL.
 
 With `log r_t = log π_ref(a_t|s_t) − log π_θ(a_t|s_t)` and `a_t ~ π_θ(·|s_t)`:
-k1 and k3 are unbiased for the KL, k2 is biased; k2 and k3 are never negative.
+k1 and k3 are unbiased for the KL, k2 is biased; k2 and k3 are never negative. In the loss, what matters is the
+gradient: `KL_GRADIENTS` offers k3 as it is, importance-corrected, or with k2's gradient.
 """
 
 from __future__ import annotations
@@ -28,6 +29,27 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.expm1(log_ratio) - log_ratio
 
 
+def kl_k3_is_corrected(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """`ρ_t · k3_t` with `ρ_t = π_θ/π_old` (TRL `use_bias_correction_kl`, DeepSeek-V3.2's unbiased KL).
+
+    The tokens were sampled from π_old, so k3 alone estimates the KL of π_old's samples, not π_θ's; weighted by
+    ρ its value is unbiased for KL(π_θ‖π_ref). As in the paper and TRL, ρ keeps its gradient: then
+    `∂(ρ·k3)/∂log π_θ = ρ·(k3 + 1 − r) = ρ·k1`, the importance-weighted sample of the true gradient
+    `E_{π_θ}[k1·∇log π_θ]`. (Plain k3's gradient, `(1 − r)·∇log π_θ`, is the gradient of the reverse KL.)
+    """
+    return torch.exp(logp - old_logp) * kl_k3(logp, ref_logp)
+
+
+def kl_k3_with_k2_grad(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3's value with k2's gradient (verl's straight-through `k3+`): `k3 + k2 − sg[k2]`.
+
+    The value stays the unbiased, non-negative k3; the gradient w.r.t. log π_θ is k2's, `log π_θ − log π_ref`
+    (= k1), whose expectation on-policy is the true gradient of KL(π_θ‖π_ref).
+    """
+    k2 = kl_k2(logp, ref_logp)
+    return kl_k3(logp, ref_logp).detach() + k2 - k2.detach()
+
+
 def kl_exact(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
     """`Σ_v π_θ(v|s_t) (log π_θ(v|s_t) − log π_ref(v|s_t))` over the last (vocabulary) dim: `[B,T,V]` → `[B,T]`.
 
@@ -44,3 +66,5 @@ KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] =
     "k2": kl_k2,
     "k3": kl_k3,
 }
+
+KL_GRADIENTS = ("plain", "is_corrected", "k2_grad")  # the `kl_gradient` knob: how the KL term in the loss is built

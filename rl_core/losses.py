@@ -1,5 +1,5 @@
 """Per-token losses (minimised): policy-gradient surrogates (vanilla, PPO clip with dual clip, GSPO and
-GSPO-token), entropy, the clipped critic loss, VAPO's positive-sample NLL, and the token selections of
+GSPO-token, and the 2025–26 successors CISPO, SAPO and DPPO-Binary-TV), entropy, the clipped critic loss, VAPO's positive-sample NLL, and the token selections of
 Clip-Cov / KL-Cov.
 
 Policy losses return `[B, T]`; `aggregation.aggregate_loss` reduces them to a scalar over the valid tokens.
@@ -92,6 +92,75 @@ def gspo_token_loss(
     ratio = sequence_ratio[:, None] * torch.exp(logp - logp.detach())
     loss = _clipped_objective(ratio, seq_advantages[:, None], epsilon_low, epsilon_high)
     return torch.where(mask > 0, loss, 0.0)
+
+
+def cispo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_high: float,
+    epsilon_low: float | None = None,
+) -> torch.Tensor:
+    """CISPO (MiniMax-M1): `L_t = −sg[min(ρ_t, ε_max)] · A_t · log π_θ(a_t|s_t)` with `ε_max = epsilon_high`
+    (TRL's `loss_type="cispo"`; MiniMax and TRL use ε_max = 5).
+
+    With `epsilon_low` given, the weight is clamped to `[1−ε_low, 1+ε_high]` instead (verl's CISPO).
+    Gradient: `−sg[w_t]·A_t·∇log π_θ` on every token — the weight is clipped, the gradient is never switched off,
+    where PPO's clip zeroes it once the clipped branch wins.
+    """
+    ratio = torch.exp(logp - old_logp).detach()
+    if epsilon_low is None:
+        weight = ratio.clamp(max=epsilon_high)
+    else:
+        weight = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    return -weight * advantages * logp
+
+
+def sapo_gate(ratio: torch.Tensor, tau: float | torch.Tensor) -> torch.Tensor:
+    """SAPO's soft gate `g_τ(ρ) = (4/τ)·σ(τ(ρ − 1))`: its slope `dg/dρ = 4σ(1−σ)` is 1 at ρ = 1 (plain policy
+    gradient on-policy) and decays smoothly on both sides, where PPO's clip cuts it to 0."""
+    return (4 / tau) * torch.sigmoid(tau * (ratio - 1))
+
+
+def sapo_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, tau_pos: float, tau_neg: float
+) -> torch.Tensor:
+    """SAPO (soft adaptive policy optimisation): `L_t = −A_t · g_τ(ρ_t)` with τ = τ_pos if `A_t > 0` else τ_neg
+    (defaults 1.0 and 1.05: negative tokens' gate decays faster, since pushing a token down spreads mass over
+    the whole vocabulary). Gradient w.r.t. log π: `−A_t·ρ_t·4σ(1−σ)`, σ = σ(τ(ρ_t − 1)) — exactly `−A_t` at ρ = 1.
+    """
+    tau = torch.where(advantages > 0, tau_pos, tau_neg)
+    return -advantages * sapo_gate(torch.exp(logp - old_logp), tau)
+
+
+def dppo_tv_mask(
+    p: torch.Tensor, p_old: torch.Tensor, advantages: torch.Tensor, delta_low: float, delta_high: float
+) -> torch.Tensor:
+    """DPPO-Binary-TV's trust region in probability: bool `[B, T]`, True where the token is kept:
+    `p − p_old ≤ δ_high` if `A_t > 0`, else `p − p_old ≥ −δ_low` (a token leaves the region only by moving its
+    probability — not its ratio — too far in the direction its advantage pushes)."""
+    change = p - p_old
+    return torch.where(advantages > 0, change <= delta_high, change >= -delta_low)
+
+
+def dppo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    delta_low: float,
+    delta_high: float,
+    ratio_cap: float,
+) -> torch.Tensor:
+    """DPPO-Binary-TV (verl `dppo_tv`): `L_t = −m_t · A_t · sg[min(ρ_t, c)] · log π_θ(a_t|s_t)` with the detached
+    mask `m_t` of `dppo_tv_mask` (δ = 0.15) and c = 20.
+
+    A rare token (p_old = 0.01 → p = 0.05) has ratio 5 — PPO clips it — while its probability moved by 0.04,
+    inside DPPO's band: DPPO keeps its gradient `−A_t·min(ρ_t, c)·∇log π_θ`.
+    """
+    with torch.no_grad():
+        keep = dppo_tv_mask(logp.exp(), old_logp.exp(), advantages, delta_low, delta_high)
+        weight = torch.exp(logp - old_logp).clamp(max=ratio_cap)
+    return torch.where(keep, -weight * advantages * logp, 0.0)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

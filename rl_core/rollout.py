@@ -49,6 +49,9 @@ class Rollout(TokenBatch):
     ended_with_eos: torch.Tensor  # [B] bool
     prompts: list[str]
     responses: list[str]  # decoded text, without EOS
+    # [B, T] log μ of the sampled tokens when the sampler μ is not π_old (a stale copy of the policy): then
+    # `old_logp`, `logits` and `entropy` are π_old's, from a teacher-forced pass. None: μ = π_old.
+    behaviour_logp: torch.Tensor | None = None
 
     @property
     def truncated(self) -> torch.Tensor:
@@ -73,6 +76,7 @@ class Rollout(TokenBatch):
             ended_with_eos=self.ended_with_eos[rows],
             prompts=[self.prompts[i] for i in index],
             responses=[self.responses[i] for i in index],
+            behaviour_logp=None if self.behaviour_logp is None else self.behaviour_logp[rows],
         )
         if len(index) >= len(self.prompts) and "prefix_tree" in self.__dict__:
             # As large as this batch (a shuffle of it, say): its packed layout serves, re-indexed, at no extra cost.

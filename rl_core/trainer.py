@@ -6,12 +6,15 @@ yields one plain-dict record per RL step. Nothing here draws anything: the CLI a
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import random
 import shutil
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,16 +24,10 @@ from rl_core import kl as kl_estimators
 from rl_core.advantages import reward_to_go
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import RunConfig
-from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
+from rl_core.estimators import AdvantageInputs, estimate_advantages
 from rl_core.kl_control import adaptive_beta
-from rl_core.losses import (
-    clip_cov_detach_mask,
-    clipped_value_loss,
-    entropy_from_logits,
-    gspo_sequence_ratio,
-    kl_cov_penalty_mask,
-    positive_nll_loss,
-)
+from rl_core.loss_terms import LossInputs, loss_parts, policy_per_token
+from rl_core.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
 from rl_core.masking import masked_mean
 from rl_core.metrics import (
     advantage_stats,
@@ -42,12 +39,14 @@ from rl_core.metrics import (
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
 from rl_core.rewards import kl_penalized_token_rewards, soft_overlong_punishment
 from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
+from rl_core.rollout_correction import masked_is, sequence_is_weights, token_is_weights, truncated_is
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
 from rl_core.sft import default_cache_dir, sft_policy
 from rl_core.tokenizer import build_char_tokenizer
 from toy_tasks import get_task
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+RARE_TOKEN_PROBABILITY = 0.1  # π_old(a_t) below this counts as a rare token in `silenced_rare_frac`
 
 
 class TrainingError(RuntimeError):
@@ -81,6 +80,7 @@ class Trainer:
         self.generator = torch.Generator(device=self.device).manual_seed(run.seed)
         self.policy = self.reference = self.critic = None
         self.optimizer = self.critic_optimizer = None
+        self._sampler, self._snapshots, self._snapshot_step = None, None, None  # rollout_staleness > 0
 
     # ------------------------------------------------------------------ setup
     def prepare(self, progress: Progress | None = None) -> dict:
@@ -139,7 +139,7 @@ class Trainer:
         """n_prompts prompts × G responses, with task rewards (plus DAPO's soft overlong punishment)."""
         prompts = self.task.sample_prompts(n_prompts, self.prompt_rng)
         rollout = sample(
-            self.policy, self.tokenizer, prompts, self.max_new_tokens, self.algo.temperature, self.generator,
+            self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self.algo.temperature, self.generator,
             self.algo.num_generations,
         )
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
@@ -188,6 +188,53 @@ class Trainer:
         merged = _concat_rollouts([k[0] for k in kept]).select(rows)
         return merged, torch.cat([k[1] for k in kept])[rows], torch.cat([k[2] for k in kept])[rows], stats
 
+    def _behaviour_policy(self):
+        """The sampler μ: the policy itself, or with `rollout_staleness = k` its copy from k steps ago (early on,
+        the oldest kept), loaded from a queue of the last k + 1 steps' weights."""
+        k = self.algo.rollout_staleness
+        if k == 0:
+            return self.policy
+        if self._sampler is None:
+            self._sampler = copy.deepcopy(self.policy)
+            self._snapshots = deque(maxlen=k + 1)
+        if self._snapshot_step != self.step_index:
+            self._snapshots.append({name: t.detach().clone() for name, t in self.policy.state_dict().items()})
+            self._sampler.load_state_dict(self._snapshots[0])
+            self._snapshot_step = self.step_index
+        return self._sampler
+
+    def _with_trainer_logprobs(self, batch: Rollout) -> Rollout:
+        """A batch sampled by a stale μ, seen by the trainer: π_old's logits, log-probs and entropy from a
+        teacher-forced pass of the current policy, μ's log-probs kept as `behaviour_logp`."""
+        mask = batch.response_mask
+        logits = frozen_response_logits(self.policy, batch, self.algo.temperature)
+        trainer_batch = dataclasses.replace(
+            batch,
+            logits=logits,
+            old_logp=token_logprobs(logits, batch.response_ids) * mask,
+            entropy=entropy_from_logits(logits) * mask,
+            behaviour_logp=batch.old_logp,
+        )
+        trainer_batch.__dict__["prefix_tree"] = batch.prefix_tree  # the same tokens: the packed layout serves
+        return trainer_batch
+
+    def _rollout_mismatch(self, batch: Rollout) -> dict:
+        """How far the sampler μ is from π_old: the mismatch KL `mean(log μ − log π_old)` (k1 of KL(μ‖π_old) on
+        μ's samples) and the importance weights' min / max / median / 95th percentile and capped (TIS) or
+        dropped (MIS) fraction, at the configured level."""
+        mask, level = batch.response_mask, self.algo.rollout_is_level
+        weights = _rollout_is_raw_weights(batch.old_logp, batch.behaviour_logp, mask, level)
+        valid = weights[mask > 0] if level == "token" else weights[mask.sum(-1) > 0]
+        p50, p95 = torch.quantile(valid, torch.tensor([0.5, 0.95], device=valid.device)).tolist()
+        return {
+            "rollout_mismatch_kl": masked_mean(batch.behaviour_logp - batch.old_logp, mask).item(),
+            "rollout_is_weight_min": valid.min().item(),
+            "rollout_is_weight_max": valid.max().item(),
+            "rollout_is_weight_p50": p50,
+            "rollout_is_weight_p95": p95,
+            "rollout_is_capped_frac": (valid > self.algo.rollout_is_threshold).float().mean().item(),
+        }
+
     # ----------------------------------------------------------------- critic
     def _critic_values(self, batch: Rollout) -> torch.Tensor:
         """V(s_t) `[B, T]` at the state before each response token (read where its logits are read)."""
@@ -221,6 +268,9 @@ class Trainer:
         start = time.perf_counter()
         algo = self.algo
         batch, rewards, successes, stats = self._collect()
+        if algo.rollout_staleness:
+            batch = self._with_trainer_logprobs(batch)
+            stats |= self._rollout_mismatch(batch)
         mask = batch.response_mask
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
         old_logp = batch.old_logp  # as sampled: on the first update the ratio is 1 up to float rounding
@@ -289,37 +339,19 @@ class Trainer:
         if algo.cov_mode == "clip_cov":
             detach = clip_cov_detach_mask(logp, advantages, mask, algo.cov_fraction, 1.0, 5.0, self.generator)
             logp = torch.where(detach, logp.detach(), logp)
-        pg_loss = aggregate_loss(policy_loss(algo, logp, old_logp, advantages, mask), mask, algo.loss_agg_mode, self.max_new_tokens)
-        total = pg_loss
-        parts = {"policy_loss": pg_loss.item()}
-        if algo.kl_in == "loss" and self.beta > 0:
-            kl_term = self.beta * aggregate_loss(
-                kl_estimators.KL_ESTIMATORS[algo.kl_estimator](logp, ref_logp), mask, algo.loss_agg_mode, self.max_new_tokens
-            )
-            total = total + kl_term
-            parts["kl_loss"] = kl_term.item()
-        if algo.cov_mode == "kl_cov":
-            selected = kl_cov_penalty_mask(logp, advantages, mask, algo.cov_fraction).float()
-            cov_term = algo.kl_cov_coef * aggregate_loss(
-                (logp - old_logp).abs() * selected, mask, algo.loss_agg_mode, self.max_new_tokens
-            )
-            total = total + cov_term
-            parts["kl_cov_loss"] = cov_term.item()
-        if algo.entropy_coef > 0:
-            entropy_term = -algo.entropy_coef * aggregate_loss(
-                entropy_from_logits(logits), mask, algo.loss_agg_mode, self.max_new_tokens
-            )
-            total = total + entropy_term
-            parts["entropy_loss"] = entropy_term.item()
-        if positive is not None:
-            nll_term = algo.positive_nll_coef * positive_nll_loss(logp, mask, positive)
-            total = total + nll_term
-            parts["positive_nll_loss"] = nll_term.item()
+        inputs = LossInputs(
+            algo, logits, logp, old_logp, ref_logp, advantages, mask, self.beta, self.max_new_tokens, positive,
+            self._rollout_weights(part, old_logp, mask),
+        )
+        parts = loss_parts(inputs)
+        total = sum(parts.values())
+        parts = {k: v.item() for k, v in parts.items()}
         if not torch.isfinite(total):
             raise TrainingError(
                 f"step {self.step_index + 1}: the loss became {total.item()} "
                 f"({', '.join(f'{k}={v:.4g}' for k, v in parts.items())}); lower learning_rate or check the knobs"
             )
+        silenced = self._silenced_fractions(inputs)
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm).item()
@@ -344,7 +376,31 @@ class Trainer:
                 "grad_norm": grad_norm,
                 "ratio_mean": masked_mean(ratio, mask).item(),
                 **clips,
+                **silenced,
             }
+
+    def _rollout_weights(self, part, old_logp, mask) -> torch.Tensor | None:
+        """TIS / MIS weights `sg[w]` of the policy loss (`[B, T]` per token, `[B, 1]` per response), or None when
+        π_old sampled the batch itself or no correction is asked for."""
+        mode, level = self.algo.rollout_is_mode, self.algo.rollout_is_level
+        if part.behaviour_logp is None or mode == "none":
+            return None
+        weights = _rollout_is_raw_weights(old_logp, part.behaviour_logp, mask, level)
+        correct = truncated_is if mode == "truncate" else masked_is
+        weights = correct(weights, self.algo.rollout_is_threshold)
+        return weights if level == "token" else weights[:, None]
+
+    def _silenced_fractions(self, x: LossInputs) -> dict:
+        """Where the policy loss's gradient w.r.t. log π_θ is exactly 0 although A ≠ 0 (PPO's active clip,
+        DPPO's mask, MIS's dropped samples; never CISPO or SAPO): `silenced_frac` of the valid tokens, and
+        `silenced_rare_frac`, the share of valid tokens that are rare (π_old(a_t) < 0.1) and silenced."""
+        (gradient,) = torch.autograd.grad(policy_per_token(x).sum(), x.logp, retain_graph=True)
+        silenced = (gradient == 0) & (x.advantages != 0)
+        rare = x.old_logp < math.log(RARE_TOKEN_PROBABILITY)
+        return {
+            "silenced_frac": masked_mean(silenced.float(), x.mask).item(),
+            "silenced_rare_frac": masked_mean((silenced & rare).float(), x.mask).item(),
+        }
 
     @torch.no_grad()
     def _sample_views(self, batch, rewards, successes, old_logp, advantages) -> list[dict]:
@@ -446,6 +502,13 @@ class Trainer:
         self.beta = state["beta"]
         self.prompt_rng.setstate(state["prompt_rng"])
         self.generator.set_state(state["generator"].cpu())
+
+
+def _rollout_is_raw_weights(old_logp, behaviour_logp, mask, level: str) -> torch.Tensor:
+    """π_old/μ per token `[B, T]`, or per response `[B]` (`sequence`: the product, `geometric`: its per-token mean)."""
+    if level == "token":
+        return token_is_weights(old_logp, behaviour_logp)
+    return sequence_is_weights(old_logp, behaviour_logp, mask, geometric=level == "geometric")
 
 
 def _concat_rollouts(parts: list[Rollout]) -> Rollout:
