@@ -1,0 +1,88 @@
+"""Rollout staleness: the sampler is the policy of k steps ago, π_old is recomputed by the trainer, and the
+mismatch between them is measured and corrected."""
+
+import pytest
+import torch
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.trainer import Trainer
+from toy_tasks import DEFAULT_TASK
+
+MISMATCH_KEYS = {
+    "rollout_mismatch_kl",
+    "rollout_is_weight_min",
+    "rollout_is_weight_max",
+    "rollout_is_weight_p50",
+    "rollout_is_weight_p95",
+    "rollout_is_capped_frac",
+}
+
+
+def _trainer(steps: int, **overrides) -> Trainer:
+    algo = get_preset("grpo", prompts_per_step=4, learning_rate=3e-3, **overrides)
+    trainer = Trainer(RunConfig(algo=algo, task=DEFAULT_TASK, steps=steps, seed=3))
+    trainer.prepare()
+    return trainer
+
+
+def _weights(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_the_sampler_is_the_policy_of_k_steps_ago():
+    trainer = _trainer(5, rollout_staleness=2)
+    history = []
+    for step in range(5):
+        history.append(_weights(trainer.policy))
+        trainer.step()
+        expected = history[max(0, step - 2)]
+        assert all(torch.equal(a, b) for a, b in zip(_weights(trainer._sampler), expected)), f"step {step + 1}"
+    assert not all(torch.equal(a, b) for a, b in zip(history[-1], history[2]))
+
+
+def test_without_staleness_no_mismatch_is_reported():
+    record = next(_trainer(1).steps())
+    assert not MISMATCH_KEYS & set(record)
+
+
+def test_stale_samples_are_reweighted_from_a_recomputed_pi_old():
+    trainer = _trainer(4, rollout_staleness=2, rollout_is_mode="truncate", ppo_epochs=1, num_minibatches=1)
+    records = list(trainer.steps())
+    assert MISMATCH_KEYS <= set(records[0])
+    # Step 1 samples with the current policy: μ = π_old up to the rounding of two different passes.
+    assert records[0]["rollout_is_weight_min"] == pytest.approx(1.0, abs=1e-4)
+    assert records[0]["rollout_is_weight_max"] == pytest.approx(1.0, abs=1e-4)
+    # Later the sampler lags: weights spread, and the mismatch KL (k1 of KL(μ‖π_old) on μ's samples) is positive.
+    last = records[-1]
+    assert last["rollout_is_weight_min"] < 0.99 < 1.01 < last["rollout_is_weight_max"]
+    assert last["rollout_mismatch_kl"] > 0
+    # π_old is the trainer's own snapshot, so one update per batch still starts at ratio 1.
+    assert all(r["ratio_mean"] == pytest.approx(1.0, abs=1e-5) for r in records)
+
+
+def test_masked_is_silences_the_samples_it_drops():
+    trainer = _trainer(4, rollout_staleness=3, rollout_is_mode="mask", rollout_is_threshold=1.001)
+    records = list(trainer.steps())
+    assert records[-1]["rollout_is_capped_frac"] > 0
+    assert records[-1]["silenced_frac"] > 0
+
+
+@pytest.mark.parametrize(
+    "overrides, knob",
+    [
+        (dict(rollout_staleness=9), "rollout_staleness"),
+        (dict(rollout_staleness=-1), "rollout_staleness"),
+        (dict(rollout_is_threshold=0.0), "rollout_is_threshold"),
+        (dict(rollout_is_mode="clip"), "rollout_is_mode"),
+        (dict(rollout_is_level="prefix"), "rollout_is_level"),
+        (dict(kl_gradient="is_corrected", kl_estimator="k2"), "kl_gradient"),
+        (dict(policy_loss="cispo", epsilon_high=0.28), "epsilon_high"),
+        (dict(policy_loss="dppo_tv", dppo_delta_low=0.0), "dppo_delta_low"),
+        (dict(policy_loss="sapo", sapo_tau_neg=0.0), "sapo_tau_neg"),
+        (dict(dppo_ratio_cap=0.5), "dppo_ratio_cap"),
+    ],
+)
+def test_bad_successor_knobs_are_refused_by_name(overrides, knob):
+    with pytest.raises(ValueError, match=knob):
+        get_preset("grpo", **overrides)
