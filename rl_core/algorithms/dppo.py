@@ -1,5 +1,6 @@
 from rl_core.algorithms.grpo import PRESET as GRPO
 
+# DPPO changes only the trust region: GRPO's advantages, KL and aggregation stay.
 PRESET = GRPO.replace(
     name="dppo",
     title="DPPO (Binary-TV)",
@@ -8,6 +9,4 @@ PRESET = GRPO.replace(
     dppo_delta_low=0.15,
     dppo_delta_high=0.15,
     dppo_ratio_cap=20.0,
-    beta=0.0,
-    loss_agg_mode="token-mean",
 )

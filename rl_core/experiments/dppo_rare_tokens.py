@@ -1,0 +1,33 @@
+"""DPPO's trust region is in probability: a rare token whose ratio leaves PPO's range has barely moved, and keeps
+its gradient."""
+
+from rl_core.experiments import Arm, Experiment
+from rl_core.experiments._successor_measures import mean_over_steps
+
+SHARED = dict(
+    prompts_per_step=8, num_generations=8, learning_rate=1e-3, ppo_epochs=4, num_minibatches=2,
+    advantage_estimator="grpo", loss_agg_mode="token-mean", beta=0.0, temperature=1.0, dual_clip=None,
+    epsilon=0.2, epsilon_high=0.2, dppo_delta_low=0.15, dppo_delta_high=0.15, dppo_ratio_cap=20.0,
+)
+
+EXPERIMENT = Experiment(
+    name="dppo_rare_tokens",
+    title="DPPO masks rare tokens less than PPO's ratio clip",
+    claim="A rare token (π_old < 0.1) whose ratio leaves [0.8, 1.2] has moved its probability by little: PPO's "
+          "ratio clip silences it, DPPO-Binary-TV's probability band (±0.15) keeps it learning.",
+    source="DPPO (Rethinking the Trust Region in LLM RL, 2026); verl loss_mode='dppo_tv'",
+    arms=(
+        Arm("PPO clip", "grpo", {**SHARED, "policy_loss": "clip"}),
+        Arm("DPPO-TV", "grpo", {**SHARED, "policy_loss": "dppo_tv"}),
+    ),
+    knobs=("policy_loss",),
+    task="caesar",
+    steps=40,
+    metric="share of valid tokens that are rare (π_old < 0.1) and silenced, PPO's minus DPPO's",
+    effect=lambda runs: mean_over_steps(runs["PPO clip"], "silenced_rare_frac")
+    - mean_over_steps(runs["DPPO-TV"], "silenced_rare_frac"),
+    expected="positive",
+    run_fields={"sft_steps": 200},
+    pages=("beyond_grpo",),
+    charts=("silenced_rare_frac", "silenced_frac", "success_rate"),
+)
