@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from rl_core.config import AlgoConfig
+from rl_core.loss_terms import LOSS_TERMS
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -97,13 +98,7 @@ CHARTS: tuple[Chart, ...] = (
     ),
     Chart(
         "Loss parts",
-        (
-            Series("policy_loss", "policy term"),
-            Series("kl_loss", "KL term"),
-            Series("entropy_loss", "entropy term"),
-            Series("positive_nll_loss", "positive-sample NLL"),
-            Series("kl_cov_loss", "KL-Cov term"),
-        ),
+        tuple(Series(term.name, term.label) for term in LOSS_TERMS),  # the engine's list of loss terms
         "The terms of the minimised loss, not their total: with group-normalised advantages the policy term is "
         "≈ 0 at every step by construction, so a falling total says nothing about learning. Watch the reward.",
     ),
