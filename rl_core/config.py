@@ -114,6 +114,7 @@ class AlgoConfig:
     kl_cov_coef: float = 1.0
     # behaviour-policy correction: sample with the policy of k steps ago, reweight by π_old/μ (TIS caps, MIS drops)
     rollout_staleness: int = 0
+    rollout_temperature: float | None = None  # a sampler that differs from the trainer: μ samples at this temperature
     rollout_is_mode: RolloutISMode = "none"
     rollout_is_level: RolloutISLevel = "token"
     rollout_is_threshold: float = 2.0
@@ -218,6 +219,8 @@ class AlgoConfig:
             self.rollout_staleness,
             f"an integer from 0 to {MAX_ROLLOUT_STALENESS} (steps between the sampler's policy and the trainer's)",
         )
+        if self.rollout_temperature is not None:
+            _require(self.rollout_temperature > 0, "rollout_temperature", self.rollout_temperature, "> 0, or none")
         _require(self.rollout_is_threshold > 0, "rollout_is_threshold", self.rollout_is_threshold, "C > 0")
 
 

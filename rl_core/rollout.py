@@ -49,7 +49,7 @@ class Rollout(TokenBatch):
     ended_with_eos: torch.Tensor  # [B] bool
     prompts: list[str]
     responses: list[str]  # decoded text, without EOS
-    # [B, T] log μ of the sampled tokens when the sampler μ is not π_old (a stale copy of the policy): then
+    # [B, T] log μ of the sampled tokens when the sampler μ is not π_old (a stale copy, another temperature): then
     # `old_logp`, `logits` and `entropy` are π_old's, from a teacher-forced pass. None: μ = π_old.
     behaviour_logp: torch.Tensor | None = None
 

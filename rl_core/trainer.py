@@ -139,8 +139,8 @@ class Trainer:
         """n_prompts prompts × G responses, with task rewards (plus DAPO's soft overlong punishment)."""
         prompts = self.task.sample_prompts(n_prompts, self.prompt_rng)
         rollout = sample(
-            self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self.algo.temperature, self.generator,
-            self.algo.num_generations,
+            self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self._behaviour_temperature,
+            self.generator, self.algo.num_generations,
         )
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
@@ -203,8 +203,17 @@ class Trainer:
             self._snapshot_step = self.step_index
         return self._sampler
 
+    @property
+    def _behaviour_temperature(self) -> float:
+        return self.algo.temperature if self.algo.rollout_temperature is None else self.algo.rollout_temperature
+
+    @property
+    def _behaviour_differs(self) -> bool:
+        """Whether the sampler μ may differ from π_old: a stale copy, or another sampling temperature."""
+        return self.algo.rollout_staleness > 0 or self._behaviour_temperature != self.algo.temperature
+
     def _with_trainer_logprobs(self, batch: Rollout) -> Rollout:
-        """A batch sampled by a stale μ, seen by the trainer: π_old's logits, log-probs and entropy from a
+        """A batch sampled by μ (stale, or at another temperature), seen by the trainer: π_old's logits, log-probs and entropy from a
         teacher-forced pass of the current policy, μ's log-probs kept as `behaviour_logp`."""
         mask = batch.response_mask
         logits = frozen_response_logits(self.policy, batch, self.algo.temperature)
@@ -268,7 +277,7 @@ class Trainer:
         start = time.perf_counter()
         algo = self.algo
         batch, rewards, successes, stats = self._collect()
-        if algo.rollout_staleness:
+        if self._behaviour_differs:
             batch = self._with_trainer_logprobs(batch)
             stats |= self._rollout_mismatch(batch)
         mask = batch.response_mask

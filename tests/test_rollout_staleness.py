@@ -61,6 +61,14 @@ def test_stale_samples_are_reweighted_from_a_recomputed_pi_old():
     assert all(r["ratio_mean"] == pytest.approx(1.0, abs=1e-5) for r in records)
 
 
+def test_a_sampler_at_another_temperature_is_corrected_from_the_first_step():
+    trainer = _trainer(1, rollout_temperature=1.5, rollout_is_mode="truncate", ppo_epochs=1, num_minibatches=1)
+    record = next(trainer.steps())
+    assert record["rollout_mismatch_kl"] > 0.01
+    assert record["rollout_is_weight_min"] < 0.9 and record["rollout_is_weight_max"] > 1.1
+    assert record["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
 def test_masked_is_silences_the_samples_it_drops():
     trainer = _trainer(4, rollout_staleness=3, rollout_is_mode="mask", rollout_is_threshold=1.001)
     records = list(trainer.steps())
@@ -74,6 +82,7 @@ def test_masked_is_silences_the_samples_it_drops():
         (dict(rollout_staleness=9), "rollout_staleness"),
         (dict(rollout_staleness=-1), "rollout_staleness"),
         (dict(rollout_is_threshold=0.0), "rollout_is_threshold"),
+        (dict(rollout_temperature=0.0), "rollout_temperature"),
         (dict(rollout_is_mode="clip"), "rollout_is_mode"),
         (dict(rollout_is_level="prefix"), "rollout_is_level"),
         (dict(kl_gradient="is_corrected", kl_estimator="k2"), "kl_gradient"),
