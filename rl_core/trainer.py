@@ -24,7 +24,7 @@ from rl_core import kl as kl_estimators
 from rl_core.advantages import reward_to_go
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import RunConfig
-from rl_core.estimators import AdvantageInputs, estimate_advantages
+from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
 from rl_core.kl_control import adaptive_beta
 from rl_core.loss_terms import LossInputs, loss_parts, policy_per_token
 from rl_core.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
@@ -429,6 +429,13 @@ class Trainer:
             sequence_ratio = gspo_sequence_ratio(logp, old_logp[rows], part.response_mask)
             unit_ratio = sequence_ratio[:, None].expand_as(ratio)
         clipped = ((unit_ratio > 1 + self.algo.epsilon_high) & (adv > 0)) | ((unit_ratio < 1 - self.algo.epsilon) & (adv < 0))
+        # Silenced: the configured policy loss gives the token no gradient although A ≠ 0 (PPO's clip, DPPO's mask;
+        # never CISPO or SAPO) — `clipped` is PPO's rule whatever the loss, so the two side by side show the difference.
+        with torch.enable_grad():
+            leaf = logp.detach().requires_grad_()
+            loss = policy_loss(self.algo, leaf, old_logp[rows], adv, part.response_mask)
+            (gradient,) = torch.autograd.grad(loss.sum(), leaf)
+        silenced = (gradient == 0) & (adv != 0)
         views = []
         for i in range(n):
             length = int(part.response_mask[i].sum().item())
@@ -444,6 +451,7 @@ class Trainer:
                     "advantages": adv[i, :length].tolist(),
                     "ratios": ratio[i, :length].tolist(),
                     "clipped": clipped[i, :length].tolist(),
+                    "silenced": silenced[i, :length].tolist(),
                     "entropies": part.entropy[i, :length].tolist(),
                 }
             )

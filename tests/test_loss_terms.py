@@ -74,3 +74,18 @@ def test_trainer_records_the_active_terms_and_their_sum():
     names = ("policy_loss", "kl_loss", "entropy_loss")
     assert set(names) <= set(record) and "kl_cov_loss" not in record and "positive_nll_loss" not in record
     assert record["total_loss"] == pytest.approx(sum(record[n] for n in names), abs=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["clip", "cispo"])
+def test_token_views_mark_the_tokens_the_loss_silences(loss):
+    """PPO's clip silences exactly the tokens it clips; CISPO (same range, two-sided) silences none of them."""
+    algo = get_preset(
+        "grpo", prompts_per_step=4, policy_loss=loss, cispo_two_sided=True, epsilon_high=0.2, learning_rate=1e-2,
+        ppo_epochs=4, num_minibatches=2,
+    )
+    records = list(Trainer(RunConfig(algo=algo, task=DEFAULT_TASK, steps=3, seed=3, samples_per_record=16)).steps())
+    views = [v for r in records for v in r["samples"]]
+    clipped = [c for v in views for c in v["clipped"]]
+    silenced = [s for v in views for s in v["silenced"]]
+    assert any(clipped)
+    assert silenced == (clipped if loss == "clip" else [False] * len(clipped))
