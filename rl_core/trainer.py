@@ -213,8 +213,8 @@ class Trainer:
         return self.algo.rollout_staleness > 0 or self._behaviour_temperature != self.algo.temperature
 
     def _with_trainer_logprobs(self, batch: Rollout) -> Rollout:
-        """A batch sampled by μ (stale, or at another temperature), seen by the trainer: π_old's logits, log-probs and entropy from a
-        teacher-forced pass of the current policy, μ's log-probs kept as `behaviour_logp`."""
+        """A batch sampled by μ (stale, or at another temperature), seen by the trainer: π_old's logits, log-probs
+        and entropy from a teacher-forced pass of the current policy, μ's log-probs kept as `behaviour_logp`."""
         mask = batch.response_mask
         logits = frozen_response_logits(self.policy, batch, self.algo.temperature)
         trainer_batch = dataclasses.replace(
@@ -282,7 +282,7 @@ class Trainer:
             stats |= self._rollout_mismatch(batch)
         mask = batch.response_mask
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
-        old_logp = batch.old_logp  # as sampled: on the first update the ratio is 1 up to float rounding
+        old_logp = batch.old_logp  # as sampled (or recomputed): on the first update the ratio is 1 up to rounding
         with torch.no_grad():
             ref_logits = frozen_response_logits(self.reference, batch, algo.temperature)
             ref_logp = token_logprobs(ref_logits, batch.response_ids)
