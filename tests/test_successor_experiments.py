@@ -8,7 +8,7 @@ import pytest
 from rl_core.algorithms import get_preset
 from rl_core.experiments import get_experiment
 
-NAMES = ("cispo_keeps_gradients", "dppo_rare_tokens", "rollout_staleness")
+NAMES = ("cispo_keeps_gradients", "dppo_rare_tokens", "rollout_staleness", "rollout_correction")
 
 
 @pytest.mark.parametrize("name", NAMES)
