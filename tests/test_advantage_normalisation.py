@@ -81,3 +81,14 @@ def test_changed_normalisation_needs_the_grpo_estimator():
         get_preset("rloo", adv_norm_std="batch")
     with pytest.raises(ValueError, match="adv_norm_mean"):
         get_preset("grpo", adv_norm_mean="median")
+
+
+@pytest.mark.parametrize(
+    "preset, formula", [("grpo", adv.grpo_advantages), ("dr_grpo", adv.dr_grpo_advantages), ("rloo", adv.rloo_advantages)]
+)
+def test_existing_presets_keep_their_advantages_through_the_selector(preset, formula):
+    algo = get_preset(preset)
+    G = algo.num_generations
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0] * (8 // G) * 2)[: 4 * G] * 0.7
+    expected = formula(rewards, G)
+    assert torch.equal(_estimate(preset, rewards)[:, 0], expected)
