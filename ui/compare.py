@@ -270,7 +270,7 @@ def band_figure(key: str, groups: dict[str, list[list[dict]]]) -> go.Figure:
                            mode="lines+markers" if len(steps) < 30 else "lines", name=label,
                            line=dict(color=colour, width=2), marker=dict(size=5)))
     layout = dict(
-        title=dict(text=CURVES[key], font=dict(size=15)),
+        title=dict(text=CURVES.get(key, key), font=dict(size=15)),  # an experiment may chart any record key
         height=320,
         margin=dict(l=10, r=10, t=40, b=10),
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11)),

@@ -10,7 +10,7 @@ SHARED = dict(
     advantage_estimator="grpo", policy_loss="clip", epsilon=0.2, epsilon_high=0.2,
     loss_agg_mode="seq-mean-token-mean", kl_estimator="k3", kl_in="loss", target_kl=None, temperature=1.0,
 )
-BETA = 0.3
+BETA = 0.6
 
 EXPERIMENT = Experiment(
     name="reward_hacking",
