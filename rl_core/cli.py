@@ -174,12 +174,8 @@ def _sweep(args) -> int:
         spec = {"task": args.task, "algos": algos, "seeds": args.seeds, "steps": args.steps,
                 "grid": args.grid, "overrides": args.overrides}
         sweep = Sweep(planned, RunStore(args.db), workers=args.workers, cache_dir=args.cache_dir, spec=spec)
-    except OSError as error:
-        print(f"error: --out {args.out}: {error.strerror}", file=sys.stderr)
-        return 2
-    except (ValueError, StoreError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError, StoreError) as error:
+        return _refuse(error, args.out)
     workers = min(sweep.workers, len(planned))
     print(f"{len(planned)} runs, {workers} at a time; the run store is {sweep.store.path}", file=sys.stderr)
     progress = SweepProgress(planned)
@@ -195,6 +191,13 @@ def _sweep(args) -> int:
     if failed:
         print(f"error: {len(failed)} of {len(runs)} runs did not finish; see their lines above", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _refuse(error: Exception, out: Path | None) -> int:
+    """Bad input or an unwritable folder, in one line; exit status 2."""
+    message = f"--out {out}: {error.strerror}" if isinstance(error, OSError) else str(error)
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def _write_sweep(store: RunStore, runs: list[StoredRun], out: Path) -> list[dict]:
@@ -228,12 +231,8 @@ def _experiment(args) -> int:
             raise ValueError(f"--steps {args.steps} is out of range; allowed: an integer ≥ 1")
         run = ExperimentRun(experiment, args.out, RunStore(args.db), seeds=args.seeds, workers=args.workers,
                             cache_dir=args.cache_dir, steps=args.steps, model=args.model, device=args.device)
-    except OSError as error:
-        print(f"error: --out {args.out}: {error.strerror}", file=sys.stderr)
-        return 2
-    except (ValueError, StoreError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError, StoreError) as error:
+        return _refuse(error, args.out)
     planned = [arm_run.planned for arm_run in run.arm_runs]
     print(f"{experiment.title}: {len(planned)} runs ({len(experiment.arms)} arms × {len(run.seeds)} seeds), "
           f"{min(run.sweep.workers, len(planned))} at a time; the run store is {run.sweep.store.path}", file=sys.stderr)

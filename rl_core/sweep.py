@@ -219,6 +219,10 @@ class SweepProgress:
         self.reported: set[int] = set()
 
     def __call__(self, runs: list[StoredRun]) -> None:
+        # Until the warm starts are done every run is queued and the bar stands still: say so.
+        statuses = [run.status for run in runs]
+        self.bar.set_postfix_str(f"{statuses.count('running')} running, {statuses.count('queued')} queued",
+                                 refresh=False)
         self.bar.update(sum(run.steps_done for run in runs) - self.bar.n)
         for run in runs:
             if not run.active and run.id not in self.reported:

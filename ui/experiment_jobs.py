@@ -16,14 +16,12 @@ from rl_core.experiments import Experiment
 from rl_core.experiments.runner import ExperimentRun
 from rl_core.sft import default_cache_dir
 from rl_core.store import RunStore
-from ui.jobs import TrainingSlots
-
-ACTIVE_STATUSES = ("queued", "running")
+from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots
 
 
 @dataclass(frozen=True)
 class ExperimentSnapshot:
-    status: str  # queued, running, finished, stopped, failed
+    status: str  # queued, training, finished, stopped, failed
     place: int | None  # place in the queue for training slots while queued (1: next)
     running_elsewhere: int  # slots held by other trainings while queued
     arms: dict[int, str]  # run id → arm label, once the runs are in the store
@@ -36,7 +34,7 @@ class ExperimentSnapshot:
         return self.status in ACTIVE_STATUSES
 
 
-class ExperimentJob:
+class ExperimentJob(BackgroundJob):
     """One experiment over its seeds; it takes `workers` training slots at once and trains that many runs at a
     time. `stop()` ends it after the current step of every run (or leaves the queue)."""
 
@@ -54,24 +52,11 @@ class ExperimentJob:
         self._error: str | None = None
         self._thread = threading.Thread(target=self._work, name=f"experiment-{experiment.name}", daemon=True)
 
-    def start(self) -> "ExperimentJob":
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         self.stop_event.set()
         with self._lock:
             if self._run is not None:
                 self._run.stop()
-
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def active(self) -> bool:
-        with self._lock:
-            return self._status in ACTIVE_STATUSES
 
     def snapshot(self) -> ExperimentSnapshot:
         with self._lock:
@@ -94,7 +79,7 @@ class ExperimentJob:
                     # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
                     run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers, **self.options)
                     with self._lock:
-                        self._run, self._status = run, "running"
+                        self._run, self._status = run, "training"
                     if self.stop_event.is_set():  # Stop pressed while the runs were being written
                         run.stop()
                     summary = run.run()

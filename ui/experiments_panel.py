@@ -122,7 +122,7 @@ def _status_line(snapshot: ExperimentSnapshot) -> str:
                 "other trainings); it starts by itself.")
     if snapshot.status == "finished" and snapshot.summary:
         return f"finished in {snapshot.summary['wall_time']:.0f} s."
-    return {"running": "running…", "finished": "finished.", "stopped": "stopped; the effect needs every run.",
+    return {"training": "training…", "finished": "finished.", "stopped": "stopped; the effect needs every run.",
             "failed": "failed."}[snapshot.status]
 
 

@@ -127,8 +127,31 @@ class JobSnapshot:
         return (self.steps_total - self.steps_done) * sum(recent) / len(recent)
 
 
+class BackgroundJob:
+    """What the app's jobs share: a daemon thread (`_thread`) that writes only to its job, under `_lock`, and a
+    `_status` that is active while it is one of ACTIVE_STATUSES."""
+
+    _thread: threading.Thread
+    _lock: threading.Lock
+    _status: str
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; True if it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def active(self) -> bool:
+        with self._lock:
+            return self._status in ACTIVE_STATUSES
+
+
 @dataclass(eq=False)
-class Job:
+class Job(BackgroundJob):
     """One training run in its own daemon thread; `stop()` ends it after the current step."""
 
     run: RunConfig
@@ -150,22 +173,8 @@ class Job:
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
-    def start(self) -> "Job":
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         self.stop_event.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread to end; True if it has."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def active(self) -> bool:
-        with self._lock:
-            return self._status in ACTIVE_STATUSES
 
     def snapshot(self) -> JobSnapshot:
         with self._lock:
