@@ -123,7 +123,7 @@ def main() -> None:
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": platform.platform(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({default_workers()} cores)",
         "workers": args.workers,
         "seeds": args.seeds,
         "fresh_cache": args.cache_dir is None,
