@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE
+from ui.compare import CURVES
 from ui.experiment_jobs import ExperimentJob
 from ui.experiments_panel import experiments_for
 from ui.jobs import TrainingSlots
@@ -57,7 +58,7 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     at.run()
     assert not at.exception, at.exception
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    assert [c["layout"]["title"]["text"] for c in charts] == list(experiment.charts)
+    assert [c["layout"]["title"]["text"] for c in charts] == [CURVES.get(key, key) for key in experiment.charts]
     for chart in charts:
         names = [trace.get("name") for trace in chart["data"] if trace.get("showlegend", True)]
         assert names == [arm.label for arm in experiment.arms]
