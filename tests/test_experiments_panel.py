@@ -14,7 +14,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from rl_core.experiments import EXPERIMENTS, get_experiment
-from rl_core.experiments.runner import SUMMARY_FILE
+from rl_core.experiments.runner import SUMMARY_FILE, records_file
+from rl_core.records import read_jsonl
 from ui.compare import CURVES
 from ui.experiment_jobs import ExperimentJob
 from ui.experiments_panel import experiments_for
@@ -69,6 +70,12 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     assert any("finished in" in m.value for m in at.markdown)
     table = at.dataframe[0].value
     assert list(table["arm"]) == [arm.label for arm in experiment.arms] and list(table["seeds"]) == [2, 2]
+    # two steps per run: the start (first 5 steps) and the end (last 10) are both the mean of all four records
+    for arm in experiment.arms:
+        runs = [read_jsonl(job.out / records_file(arm, seed)) for seed in (0, 1)]
+        mean = sum(r[experiment.charts[0]] for records in runs for r in records) / 4
+        cell = table.loc[table["arm"] == arm.label, experiment.charts[0]].item()
+        assert cell == f"{mean:.3g} → {mean:.3g}"
 
 
 def test_a_queued_learner_is_told_its_place():

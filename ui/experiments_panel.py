@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from rl_core.experiments import EXPERIMENTS, Experiment
+from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import effect_sentence, seed_effects, summarise_effects
 from rl_core.store import RunStore, StoreError
 from rl_core.sweep import default_workers
@@ -111,6 +112,8 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
         st.success(effect_sentence(experiment, summary))
         st.dataframe(_arm_table(experiment, groups), hide_index=True,
                      key=f"{page}:experiment:{experiment.name}:table")
+        st.caption("Each charted metric from its mean over the first 5 steps to its mean over the last 10, "
+                   "averaged over seeds.")
         st.caption(f"Records and summary.json: `{snapshot.out}`. Command line: `python -m rl_core experiment "
                    f"{experiment.name} --out DIR`.")
 
@@ -132,14 +135,14 @@ def _ordinal(n: int) -> str:
 
 
 def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> pd.DataFrame:
-    """Per arm: each charted metric over the last ten steps, mean over seeds."""
+    """Per arm: each charted metric at the start (first 5 steps) and at the end (last 10), mean over seeds."""
     rows = []
     for label, seeds in groups.items():
         row = {"arm": label, "seeds": len(seeds)}
         for key in experiment.charts:
-            values = [r[key] for records in seeds for r in records[-10:]
-                      if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
-            row[f"{key} (last 10 steps)"] = sum(values) / len(values) if values else None
+            start = mean_over_steps([r for records in seeds for r in records[:5]], key)
+            end = mean_over_steps([r for records in seeds for r in records[-10:]], key)
+            row[key] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
         rows.append(row)
     return pd.DataFrame(rows)
 
