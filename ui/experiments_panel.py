@@ -19,7 +19,7 @@ from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import effect_sentence, seed_effects, summarise_effects
 from rl_core.store import RunStore, StoreError
 from rl_core.sweep import default_workers
-from ui.compare import PLOT_CONFIG, band_figure
+from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.lab import session_jobs, training_slots
 
@@ -142,7 +142,7 @@ def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> p
         for key in experiment.charts:
             start = mean_over_steps([r for records in seeds for r in records[:5]], key)
             end = mean_over_steps([r for records in seeds for r in records[-10:]], key)
-            row[key] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
+            row[CURVES.get(key, key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -71,8 +71,8 @@ def plan_experiment(
         raise ValueError(f"seeds lists a seed twice: {' '.join(map(str, seeds))}")
     labels = [arm.label for arm in experiment.arms]
     files = {records_file(arm, 0) for arm in experiment.arms}
-    if len(experiment.arms) < 2 or len(files) != len(labels):
-        raise ValueError(f"experiment {experiment.name!r} needs two or more arms with distinct labels: {labels}")
+    if not labels or len(files) != len(labels):
+        raise ValueError(f"experiment {experiment.name!r} needs arms with distinct labels (as file names): {labels}")
     get_task(experiment.task)  # ValueError naming the allowed tasks
     model = model or experiment.model
     if model not in MODEL_PRESETS:
