@@ -164,3 +164,15 @@ def test_a_value_argparse_refuses_is_one_line_too(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "argument --seeds: invalid int value: 'x'" in err
+
+
+def test_the_command_runs_an_experiment_and_prints_its_verdict(tmp_path, capsys):
+    name = "gspo_clipping"  # no reward model to train: the quickest of today's
+    assert main(["experiment", name, "--seeds", "0", "--steps", "2", "--db", str(tmp_path / "runs.sqlite"),
+                 "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    written = read_summary(tmp_path / "out")
+    assert f"seed 0: effect {written['effects']['0']:+.4g}" in out
+    assert f"verdict: {written['verdict']}; records and summary.json in {tmp_path / 'out'}" in out
+    runs = RunStore(tmp_path / "runs.sqlite").runs()
+    assert [run.status for run in runs] == ["finished"] * 2 and {run.steps_done for run in runs} == {2}
