@@ -174,7 +174,7 @@ class ExperimentRun:
             **self.describe(),
             "model": self.arm_runs[0].planned.run.model,
             "steps": self.arm_runs[0].planned.run.steps,
-            "device": self.arm_runs[0].planned.run.device,
+            "device": str(select_device(self.arm_runs[0].planned.run.device)),  # what "auto" chose
             "seeds": self.seeds,
             "sweep_id": self.sweep.sweep_id,
             "runs": rows,
