@@ -25,16 +25,16 @@ from rl_core.trainer import Trainer, TrainingError
 from toy_tasks import DEFAULT_TASK, TASKS
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Bad arguments are refused in one line naming the argument, exit status 2 (argparse adds its usage)."""
+class Parser(argparse.ArgumentParser):
+    """argparse, with a refusal on one line of its own (`error: …`, exit 2) instead of the usage block."""
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m rl_core", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="python -m rl_core", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("algos", help="list the algorithm presets")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")

@@ -63,7 +63,7 @@ class ExperimentJob(BackgroundJob):
             queued = self._status == "queued"
             return ExperimentSnapshot(
                 status=self._status,
-                place=self.slots.place(self) if queued else None,
+                place=self.slots.queue_place(self) if queued else None,
                 running_elsewhere=self.slots.running if queued else 0,
                 arms={} if self._run is None else {i: a.arm.label for i, a in self._run.runs_by_id.items()},
                 summary=self._summary,
@@ -74,7 +74,7 @@ class ExperimentJob(BackgroundJob):
     def _work(self) -> None:
         status, summary, error = "stopped", None, None
         try:
-            with self.slots.hold(self.stop_event, self.workers, owner=self) as acquired:
+            with self.slots.hold(self.stop_event, self.workers, ticket=self) as acquired:
                 if acquired:
                     # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
                     run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers, **self.options)

@@ -101,7 +101,8 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     for run in runs:
         groups[snapshot.arms[run.id]].append(records[run.id])
     for column, key in zip(st.columns(len(experiment.charts)), experiment.charts):
-        column.plotly_chart(band_figure(key, groups), key=f"{page}:experiment:{experiment.name}:{key}",
+        # An experiment may chart any record key; the Compare page's title where it has one.
+        column.plotly_chart(band_figure(key, groups, CURVES.get(key, key)), key=f"{page}:experiment:{experiment.name}:{key}",
                             config=PLOT_CONFIG)
     finished = {}
     for run in runs:

@@ -45,35 +45,35 @@ class TrainingSlots:
         with self._condition:
             return self._running
 
-    def place(self, owner: object) -> int | None:
-        """`owner`'s place in the queue (1: it starts next), None when it is not waiting."""
-        with self._condition:
-            return self._waiting.index(owner) + 1 if owner in self._waiting else None
-
     @contextmanager
-    def hold(self, stop_event: threading.Event, count: int = 1, owner: object | None = None) -> Iterator[bool]:
-        """Wait for `count` free slots, taken together (an experiment's worker processes); yields False (without
-        a slot) if `stop_event` is set while waiting. `owner` names the place in the queue for `place`."""
-        if not 1 <= count <= self.limit:
-            raise ValueError(f"count={count} is out of range; allowed: 1 … {self.limit} (RLHF_LAB_MAX_TRAININGS)")
-        ticket = object() if owner is None else owner
+    def hold(self, stop_event, slots: int = 1, ticket: object | None = None) -> Iterator[bool]:
+        """Wait for `slots` free slots, taken together (an experiment's worker processes); yields False (without
+        them) if `stop_event` is set while waiting. `ticket` names this request for `queue_place` while it waits."""
+        if not 1 <= slots <= self.limit:
+            raise ValueError(f"workers={slots} is out of range; allowed: 1 to {self.limit} (the server's cap)")
+        ticket = object() if ticket is None else ticket
         with self._condition:
             self._waiting.append(ticket)
             # A timed wait, so that a Stop pressed while queued is noticed without anyone notifying us.
-            while not stop_event.is_set() and (self._waiting[0] is not ticket or self._running + count > self.limit):
+            while not stop_event.is_set() and (self._waiting[0] is not ticket or self._running + slots > self.limit):
                 self._condition.wait(timeout=0.1)
             self._waiting.remove(ticket)
             acquired = not stop_event.is_set()
             if acquired:
-                self._running += count
+                self._running += slots
             self._condition.notify_all()
         try:
             yield acquired
         finally:
             if acquired:
                 with self._condition:
-                    self._running -= count
+                    self._running -= slots
                     self._condition.notify_all()
+
+    def queue_place(self, ticket: object) -> int | None:
+        """1 for the next to start, 2 for the one after, …; None if `ticket` is not waiting."""
+        with self._condition:
+            return next((i + 1 for i, t in enumerate(self._waiting) if t is ticket), None)
 
 
 class MetricHistory:
