@@ -99,7 +99,8 @@ def markdown(report: dict) -> str:
         mean = "—" if math.isnan(row["effect_mean"]) else f"{row['effect_mean']:+.3g} ± {row['effect_std']:.2g}"
         wall = f"{row['wall_time']:.0f}" + ("" if row["within_target"] in (None, True) else " (over target)")
         lines.append(f"| {row['experiment']} | {row['model']} | {row['steps']} | {' | '.join(cells)} | {mean} | "
-                     f"{row['verdict']} | {wall} | {row['cpu_seconds']:.0f} | {row['load_average_before']:.1f} → {row['load_average_after']:.1f} |")
+                     f"{row['verdict']} | {wall} | {row['cpu_seconds']:.0f} | "
+                     f"{row['load_average_before']:.1f} → {row['load_average_after']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

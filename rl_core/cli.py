@@ -63,9 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--list", action="store_true", help="list the experiments, one a line, name first")
     experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 1 2)")
     experiment.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
-    experiment.add_argument("--workers", type=int, default=None,
-                            help=f"runs trained at once, one process each (default: the cores here, {default_workers()})")
-    experiment.add_argument("--model", help=f"replace the experiment's model preset, one of: {', '.join(MODEL_PRESETS)}")
+    experiment.add_argument("--workers", type=int, default=None, help="runs trained at once, one process each "
+                            f"(default: the cores here, {default_workers()})")
+    experiment.add_argument("--model", help="replace the experiment's model preset, one of: "
+                            f"{', '.join(MODEL_PRESETS)}")
     experiment.add_argument("--steps", type=int, help="replace the experiment's number of RL steps (a quick try)")
     experiment.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
@@ -248,5 +249,6 @@ def _experiment(args) -> int:
     print(f"verdict: {summary['verdict']}; records and summary.json in {args.out}")
     failed = [row for row in summary["runs"] if row["status"] in ("failed", "interrupted")]
     if failed:
-        print(f"error: {len(failed)} of {len(summary['runs'])} runs did not finish; see their lines above", file=sys.stderr)
+        print(f"error: {len(failed)} of {len(summary['runs'])} runs did not finish; see their lines above",
+              file=sys.stderr)
     return 1 if failed else 0

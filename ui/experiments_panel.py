@@ -100,10 +100,12 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     groups: dict[str, list[list[dict]]] = {arm.label: [] for arm in experiment.arms}
     for run in runs:
         groups[snapshot.arms[run.id]].append(records[run.id])
-    for column, key in zip(st.columns(len(experiment.charts)), experiment.charts):
-        # An experiment may chart any record key; the Compare page's title where it has one.
-        column.plotly_chart(band_figure(key, groups, CURVES.get(key, key)), key=f"{page}:experiment:{experiment.name}:{key}",
-                            config=PLOT_CONFIG)
+    charts = experiment.charts
+    for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
+        for column, key in zip(st.columns(2), charts[row : row + 2]):
+            # An experiment may chart any record key; it gets the Compare page's title where there is one.
+            column.plotly_chart(band_figure(key, groups, CURVES.get(key, key)), config=PLOT_CONFIG,
+                                key=f"{page}:experiment:{experiment.name}:{key}")
     finished = {}
     for run in runs:
         if run.status == "finished":
