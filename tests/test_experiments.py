@@ -77,8 +77,8 @@ def test_the_verdict_is_recomputed_from_the_stored_json_lines(name, tmp_path):
     for label, records in by_arm.items():
         assert [r["step"] for r in records] == list(range(1, steps + 1)), label
         assert all(r["samples"] for r in records), "each line keeps its samples, as train --metrics-out does"
-        for key in experiment.charts:
-            assert any(key in r for r in records), f"{name} charts {key!r}, which no record has"
+    for key in experiment.charts:  # some keys exist in one arm only (dynamic sampling's rounds)
+        assert any(key in r for records in by_arm.values() for r in records), f"{name} charts {key!r}, never recorded"
     effect = experiment.effect(by_arm)
     stored = math.nan if written["effects"]["0"] is None else written["effects"]["0"]
     assert same(stored, effect) and same(summary["effects"]["0"], effect)
