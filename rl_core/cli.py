@@ -1,10 +1,9 @@
-"""Command line: `python -m rl_core algos | tasks | train … | sweep …` (see `--help`)."""
+"""Command line: `python -m rl_core algos | tasks | train … | sweep … | experiment …` (see `--help`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
@@ -15,17 +14,27 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, parse_overrides
+from rl_core.experiments import EXPERIMENTS, get_experiment
+from rl_core.experiments.runner import ExperimentRun
 from rl_core.models import MODEL_PRESETS
+from rl_core.records import json_safe
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.summary import format_table, run_row, summarise, write_csv
-from rl_core.sweep import Sweep, default_workers, parse_grid, plan_sweep
+from rl_core.sweep import Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
 from rl_core.trainer import Trainer, TrainingError
 from toy_tasks import DEFAULT_TASK, TASKS
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a refusal on one line of its own (`error: …`, exit 2) instead of the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rl_core", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="python -m rl_core", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("algos", help="list the algorithm presets")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
@@ -47,6 +56,21 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     sweep.add_argument("--out", type=Path, required=True,
                        help="folder for runs/<group>-seed<N>.csv (per-step metrics), runs.csv and summary.csv")
+    experiment = commands.add_parser(
+        "experiment", help="reproduce a paper's claim: its arms × seeds in parallel, the effect and a verdict"
+    )
+    experiment.add_argument("name", nargs="?", help="the experiment (see --list)")
+    experiment.add_argument("--list", action="store_true", help="list the experiments, one a line, name first")
+    experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 1 2)")
+    experiment.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
+    experiment.add_argument("--workers", type=int, default=None, help="runs trained at once, one process each "
+                            f"(default: the cores here, {default_workers()})")
+    experiment.add_argument("--model", help="replace the experiment's model preset, one of: "
+                            f"{', '.join(MODEL_PRESETS)}")
+    experiment.add_argument("--steps", type=int, help="replace the experiment's number of RL steps (a quick try)")
+    experiment.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
+    experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
+    experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json")
     return parser
 
 
@@ -77,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "sweep":
         return _sweep(args)
+    if args.command == "experiment":
+        return _experiment(args)
     try:
         run = RunConfig(
             algo=get_preset(args.algo, **parse_overrides(args.overrides)),
@@ -149,33 +175,16 @@ def _sweep(args) -> int:
         spec = {"task": args.task, "algos": algos, "seeds": args.seeds, "steps": args.steps,
                 "grid": args.grid, "overrides": args.overrides}
         sweep = Sweep(planned, RunStore(args.db), workers=args.workers, cache_dir=args.cache_dir, spec=spec)
-    except OSError as error:
-        print(f"error: --out {args.out}: {error.strerror}", file=sys.stderr)
-        return 2
-    except (ValueError, StoreError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError, StoreError) as error:
+        return _refuse(error, args.out)
     workers = min(sweep.workers, len(planned))
     print(f"{len(planned)} runs, {workers} at a time; the run store is {sweep.store.path}", file=sys.stderr)
-    bar = tqdm(total=sum(p.run.steps for p in planned), desc="sweep", unit="step", file=sys.stderr)
-    reported: set[int] = set()
-
-    def report(runs: list[StoredRun]) -> None:
-        bar.update(sum(run.steps_done for run in runs) - bar.n)
-        for run in runs:
-            if not run.active and run.id not in reported:
-                reported.add(run.id)
-                seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
-                success = f", final success {run.final['success_rate']:.3f}" if run.final else ""
-                error = f": {run.error}" if run.error else ""
-                bar.write(f"{run.label} seed {run.seed}: {run.status} after {run.steps_done} steps{seconds}{success}"
-                          f"{error}", file=sys.stderr)
-
+    progress = SweepProgress(planned)
     start = time.perf_counter()
     try:
-        runs = sweep.run(report)
+        runs = sweep.run(progress)
     finally:
-        bar.close()
+        progress.close()
     print(f"{len(runs)} runs in {time.perf_counter() - start:.1f} s, {workers} at a time", file=sys.stderr)
     rows = _write_sweep(sweep.store, runs, args.out)
     print(format_table(summarise(rows)))
@@ -183,6 +192,13 @@ def _sweep(args) -> int:
     if failed:
         print(f"error: {len(failed)} of {len(runs)} runs did not finish; see their lines above", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _refuse(error: Exception, out: Path | None) -> int:
+    """Bad input or an unwritable folder, in one line; exit status 2."""
+    message = f"--out {out}: {error.strerror}" if isinstance(error, OSError) else str(error)
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def _write_sweep(store: RunStore, runs: list[StoredRun], out: Path) -> list[dict]:
@@ -201,12 +217,38 @@ def _write_sweep(store: RunStore, runs: list[StoredRun], out: Path) -> list[dict
     return rows
 
 
-def json_safe(value):
-    """The record with NaN/inf replaced by None, so every line is strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
+def _experiment(args) -> int:
+    if args.list:
+        for experiment in EXPERIMENTS.values():
+            print(f"{experiment.name:<22} {experiment.title}  [{experiment.task}; {len(experiment.arms)} arms]")
+        return 0
+    try:
+        if args.name is None:
+            raise ValueError(f"name an experiment (one of: {', '.join(EXPERIMENTS)}) or pass --list")
+        experiment = get_experiment(args.name)
+        if args.out is None:
+            raise ValueError("--out is required: the folder for the runs' JSON lines and summary.json")
+        if args.steps is not None and args.steps < 1:
+            raise ValueError(f"--steps {args.steps} is out of range; allowed: an integer ≥ 1")
+        run = ExperimentRun(experiment, args.out, RunStore(args.db), seeds=args.seeds, workers=args.workers,
+                            cache_dir=args.cache_dir, steps=args.steps, model=args.model, device=args.device)
+    except (OSError, ValueError, StoreError) as error:
+        return _refuse(error, args.out)
+    planned = [arm_run.planned for arm_run in run.arm_runs]
+    print(f"{experiment.title}: {len(planned)} runs ({len(experiment.arms)} arms × {len(run.seeds)} seeds), "
+          f"{min(run.sweep.workers, len(planned))} at a time; the run store is {run.sweep.store.path}", file=sys.stderr)
+    progress = SweepProgress(planned, description=experiment.name)
+    try:
+        summary = run.run(progress)
+    finally:
+        progress.close()
+    print(f"claim: {experiment.claim}")
+    for seed, effect in summary["effects"].items():
+        print(f"seed {seed}: effect {effect:+.4g}")
+    print(f"{summary['sentence']} ({summary['wall_time']:.0f} s)")
+    print(f"verdict: {summary['verdict']}; records and summary.json in {args.out}")
+    failed = [row for row in summary["runs"] if row["status"] in ("failed", "interrupted")]
+    if failed:
+        print(f"error: {len(failed)} of {len(summary['runs'])} runs did not finish; see their lines above",
+              file=sys.stderr)
+    return 1 if failed else 0

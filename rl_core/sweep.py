@@ -15,9 +15,11 @@ ones (one per seed) are trained in parallel.
 from __future__ import annotations
 
 import itertools
+import math
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import get_preset
@@ -205,6 +208,33 @@ class Sweep:
                     self.store.settle(pending.pop(future), "stopped")
             if report:
                 report(self.store.runs(self.run_ids))
+
+
+class SweepProgress:
+    """`sweep.run(progress)` draws a tqdm bar over the steps of every run and writes one line per run as it ends
+    (status, steps, seconds, final success, error); `close()` ends the bar."""
+
+    def __init__(self, planned: Sequence[PlannedRun], description: str = "sweep"):
+        self.bar = tqdm(total=sum(p.run.steps for p in planned), desc=description, unit="step", file=sys.stderr)
+        self.reported: set[int] = set()
+
+    def __call__(self, runs: list[StoredRun]) -> None:
+        # Until the warm starts are done every run is queued and the bar stands still: say so.
+        statuses = [run.status for run in runs]
+        self.bar.set_postfix_str(f"{statuses.count('running')} running, {statuses.count('queued')} queued",
+                                 refresh=False)
+        self.bar.update(sum(run.steps_done for run in runs) - self.bar.n)
+        for run in runs:
+            if not run.active and run.id not in self.reported:
+                self.reported.add(run.id)
+                seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
+                success = f", final success {run.final['success_rate']:.3f}" if run.final else ""
+                error = f": {run.error}" if run.error else ""
+                self.bar.write(f"{run.label} seed {run.seed}: {run.status} after {run.steps_done} steps{seconds}"
+                               f"{success}{error}", file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:

@@ -246,7 +246,7 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
 
-def band_figure(key: str, groups: dict[str, list[list[dict]]]) -> go.Figure:
+def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None = None) -> go.Figure:
     """One curve per group: the mean over its seeds of `key` at every step, in a min–max band."""
     traces = []
     for index, (label, seeds) in enumerate(groups.items()):
@@ -270,7 +270,7 @@ def band_figure(key: str, groups: dict[str, list[list[dict]]]) -> go.Figure:
                            mode="lines+markers" if len(steps) < 30 else "lines", name=label,
                            line=dict(color=colour, width=2), marker=dict(size=5)))
     layout = dict(
-        title=dict(text=CURVES[key], font=dict(size=15)),
+        title=dict(text=title or CURVES[key], font=dict(size=15)),
         height=320,
         margin=dict(l=10, r=10, t=40, b=10),
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11)),

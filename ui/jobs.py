@@ -46,26 +46,34 @@ class TrainingSlots:
             return self._running
 
     @contextmanager
-    def hold(self, stop_event: threading.Event) -> Iterator[bool]:
-        """Wait for a free slot; yields False (without a slot) if `stop_event` is set while waiting."""
-        ticket = object()
+    def hold(self, stop_event, slots: int = 1, ticket: object | None = None) -> Iterator[bool]:
+        """Wait for `slots` free slots, taken together (an experiment's worker processes); yields False (without
+        them) if `stop_event` is set while waiting. `ticket` names this request for `queue_place` while it waits."""
+        if not 1 <= slots <= self.limit:
+            raise ValueError(f"workers={slots} is out of range; allowed: 1 to {self.limit} (the server's cap)")
+        ticket = object() if ticket is None else ticket
         with self._condition:
             self._waiting.append(ticket)
             # A timed wait, so that a Stop pressed while queued is noticed without anyone notifying us.
-            while not stop_event.is_set() and (self._waiting[0] is not ticket or self._running >= self.limit):
+            while not stop_event.is_set() and (self._waiting[0] is not ticket or self._running + slots > self.limit):
                 self._condition.wait(timeout=0.1)
             self._waiting.remove(ticket)
             acquired = not stop_event.is_set()
             if acquired:
-                self._running += 1
+                self._running += slots
             self._condition.notify_all()
         try:
             yield acquired
         finally:
             if acquired:
                 with self._condition:
-                    self._running -= 1
+                    self._running -= slots
                     self._condition.notify_all()
+
+    def queue_place(self, ticket: object) -> int | None:
+        """1 for the next to start, 2 for the one after, …; None if `ticket` is not waiting."""
+        with self._condition:
+            return next((i + 1 for i, t in enumerate(self._waiting) if t is ticket), None)
 
 
 class MetricHistory:
@@ -119,8 +127,31 @@ class JobSnapshot:
         return (self.steps_total - self.steps_done) * sum(recent) / len(recent)
 
 
+class BackgroundJob:
+    """What the app's jobs share: a daemon thread (`_thread`) that writes only to its job, under `_lock`, and a
+    `_status` that is active while it is one of ACTIVE_STATUSES."""
+
+    _thread: threading.Thread
+    _lock: threading.Lock
+    _status: str
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; True if it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def active(self) -> bool:
+        with self._lock:
+            return self._status in ACTIVE_STATUSES
+
+
 @dataclass(eq=False)
-class Job:
+class Job(BackgroundJob):
     """One training run in its own daemon thread; `stop()` ends it after the current step."""
 
     run: RunConfig
@@ -142,22 +173,8 @@ class Job:
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
-    def start(self) -> "Job":
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         self.stop_event.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread to end; True if it has."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def active(self) -> bool:
-        with self._lock:
-            return self._status in ACTIVE_STATUSES
 
     def snapshot(self) -> JobSnapshot:
         with self._lock:

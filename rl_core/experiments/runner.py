@@ -1,0 +1,193 @@
+"""Running an experiment: every arm × seed is one run of a `Sweep` (worker processes, warm starts first, every
+record in the run store as it comes), then each run's records are written as JSON lines and the claim's verdict
+is computed from them into `summary.json`.
+
+The output folder:
+
+    DIR/runs/<arm>-seed<N>.jsonl   one record per step, as `train --metrics-out` writes them (plus `elapsed`)
+    DIR/summary.json               the experiment, its runs, the effect per seed, mean ± std, verdict, wall time
+
+The effect of a seed needs every arm of that seed finished; otherwise it is NaN (null in the file), which counts
+against the claim, so a stopped or failed experiment can never read as "shown".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.experiments import Arm, Experiment, Records, verdict
+from rl_core.models import MODEL_PRESETS, select_device
+from rl_core.records import json_safe, write_jsonl
+from rl_core.store import RunStore, StoredRun
+from rl_core.sweep import PlannedRun, Sweep
+from toy_tasks import get_task
+
+SUMMARY_FILE = "summary.json"
+RUNS_FOLDER = "runs"
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    """One planned run of an experiment: which arm, and the sweep's run for it."""
+
+    arm: Arm
+    planned: PlannedRun
+
+    @property
+    def seed(self) -> int:
+        return self.planned.run.seed
+
+
+def records_file(arm: Arm, seed: int) -> str:
+    """The run's JSON-lines file, relative to the output folder."""
+    stem = re.sub(r"[^\w.=+-]+", "_", arm.label).strip("_")
+    return f"{RUNS_FOLDER}/{stem}-seed{seed}.jsonl"
+
+
+def plan_experiment(
+    experiment: Experiment,
+    seeds: Sequence[int] | None = None,
+    steps: int | None = None,
+    model: str | None = None,
+    device: str = "auto",
+    sft_steps: int | None = None,
+) -> list[ArmRun]:
+    """Every arm × seed run, validated up front (ValueError names the knob or value refused).
+
+    `steps`, `model` and `sft_steps` replace the experiment's own, for a quick try or a bigger model."""
+    seeds = list(experiment.seeds if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("seeds is empty; allowed: at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds lists a seed twice: {' '.join(map(str, seeds))}")
+    labels = [arm.label for arm in experiment.arms]
+    files = {records_file(arm, 0) for arm in experiment.arms}
+    if not labels or len(files) != len(labels):
+        raise ValueError(f"experiment {experiment.name!r} needs arms with distinct labels (as file names): {labels}")
+    get_task(experiment.task)  # ValueError naming the allowed tasks
+    model = model or experiment.model
+    if model not in MODEL_PRESETS:
+        raise ValueError(f"model={model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+    select_device(device)  # ValueError naming the allowed devices
+    run_fields = {**experiment.run_fields, "model": model, "device": device,
+                  "steps": experiment.steps if steps is None else steps}
+    if sft_steps is not None:
+        run_fields["sft_steps"] = sft_steps
+    planned = []
+    for arm in experiment.arms:
+        config = get_preset(arm.preset, **arm.overrides)
+        variant = {knob: getattr(config, knob) for knob in experiment.knobs}
+        for seed in seeds:
+            run = RunConfig(algo=config, task=experiment.task, seed=seed, **run_fields)
+            run.validate()
+            planned.append(ArmRun(arm, PlannedRun(run, f"{experiment.name}: {arm.label}", variant)))
+    return planned
+
+
+def seed_effects(experiment: Experiment, records: Mapping[int, Mapping[str, Records]]) -> dict[int, float]:
+    """Seed → the experiment's effect on that seed's runs (arm label → records); NaN where an arm is missing."""
+    labels = [arm.label for arm in experiment.arms]
+    return {
+        seed: float(experiment.effect(by_arm)) if all(by_arm.get(label) for label in labels) else math.nan
+        for seed, by_arm in records.items()
+    }
+
+
+def summarise_effects(experiment: Experiment, effects: Mapping[int, float]) -> dict:
+    """Per-seed effects, their mean ± sample std (over the seeds that have one) and the verdict."""
+    finite = [e for e in effects.values() if not math.isnan(e)]
+    return {
+        "effects": {str(seed): effect for seed, effect in effects.items()},
+        "effect_mean": statistics.fmean(finite) if finite else math.nan,
+        "effect_std": statistics.stdev(finite) if len(finite) > 1 else (0.0 if finite else math.nan),
+        "seeds_with_expected_sign": sum(
+            (e > 0) if experiment.expected == "positive" else (e < 0) for e in finite
+        ),
+        "verdict": verdict(list(effects.values()), experiment.expected),
+    }
+
+
+def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
+    """The measured effect in one sentence, from the numbers."""
+    effects = summary["effects"]
+    mean, std = summary["effect_mean"], summary["effect_std"]
+    if math.isnan(mean):
+        return f"No seed finished every arm, so {experiment.metric} was not measured."
+    sign = "positive" if experiment.expected == "positive" else "negative"
+    per_seed = ", ".join("—" if math.isnan(e) else f"{e:+.3g}" for e in effects.values())
+    return (f"{experiment.metric}: {mean:+.3g} ± {std:.2g} over {len(effects)} seeds ({per_seed}); "
+            f"{summary['seeds_with_expected_sign']} of {len(effects)} {sign} as the claim expects, "
+            f"so the claim is {summary['verdict']}.")
+
+
+class ExperimentRun:
+    """An experiment planned and written to the store as queued runs; `run()` trains them and writes `out`.
+
+    `stop()` may come from any thread (the app's Stop button): every run ends after its current step."""
+
+    def __init__(self, experiment: Experiment, out: Path, store: RunStore, seeds: Sequence[int] | None = None,
+                 workers: int | None = None, cache_dir: Path | None = None, **plan_options):
+        self.experiment = experiment
+        self.arm_runs = plan_experiment(experiment, seeds, **plan_options)
+        self.out = Path(out)
+        if self.out.exists() and not self.out.is_dir():
+            raise ValueError(f"out={self.out} is a file; give a folder")
+        (self.out / RUNS_FOLDER).mkdir(parents=True, exist_ok=True)  # a folder we cannot write fails now
+        self.seeds = list(dict.fromkeys(arm_run.seed for arm_run in self.arm_runs))
+        spec = {"experiment": experiment.name, "seeds": self.seeds, "arms": [a.label for a in experiment.arms]}
+        self.sweep = Sweep([a.planned for a in self.arm_runs], store, workers=workers, cache_dir=cache_dir,
+                           spec=spec)
+        self.runs_by_id = dict(zip(self.sweep.run_ids, self.arm_runs))
+
+    def stop(self) -> None:
+        self.sweep.stop()
+
+    def run(self, report: Callable[[list[StoredRun]], None] | None = None) -> dict:
+        """Train every run (`report` as in `Sweep.run`), write the JSON lines and summary.json; return the summary."""
+        start = time.perf_counter()
+        runs = self.sweep.run(report)
+        wall_time = time.perf_counter() - start
+        store = self.sweep.store
+        records: dict[int, dict[str, Records]] = {seed: {} for seed in self.seeds}
+        rows = []
+        for run in runs:
+            arm_run = self.runs_by_id[run.id]
+            steps = store.steps(run.id)
+            path = records_file(arm_run.arm, run.seed)
+            write_jsonl(self.out / path, [{**record, "samples": store.samples(run.id, record["step"])}
+                                          for record in steps])
+            if run.status == "finished":
+                records[run.seed][arm_run.arm.label] = steps
+            rows.append({"arm": arm_run.arm.label, "seed": run.seed, "run_id": run.id, "status": run.status,
+                         "steps": run.steps_done, "wall_time": run.wall_time, "records": path,
+                         "error": run.error})
+        summary = {
+            **self.describe(),
+            "model": self.arm_runs[0].planned.run.model,
+            "steps": self.arm_runs[0].planned.run.steps,
+            "device": str(select_device(self.arm_runs[0].planned.run.device)),  # what "auto" chose
+            "seeds": self.seeds,
+            "sweep_id": self.sweep.sweep_id,
+            "runs": rows,
+            **summarise_effects(self.experiment, seed_effects(self.experiment, records)),
+            "wall_time": wall_time,
+        }
+        summary["sentence"] = effect_sentence(self.experiment, summary)
+        (self.out / SUMMARY_FILE).write_text(json.dumps(json_safe(summary), indent=2, ensure_ascii=False))
+        return summary
+
+    def describe(self) -> dict:
+        """What the experiment is, as summary.json states it."""
+        e = self.experiment
+        return {"experiment": e.name, "title": e.title, "claim": e.claim, "source": e.source, "task": e.task,
+                "metric": e.metric, "expected": e.expected, "knobs": list(e.knobs),
+                "arms": [{"label": a.label, "preset": a.preset, "overrides": dict(a.overrides)} for a in e.arms]}

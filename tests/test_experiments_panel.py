@@ -1,0 +1,125 @@
+"""The "See it happen" panel under AppTest: it lists a page's experiments, draws a finished experiment's arms with
+seed bands and states the effect the runner measured, tells a queued learner its place, and its Run button starts
+the experiment inside the training cap. The Compare page lists every experiment.
+
+AppTest has no browser, so `run_every` never fires: a finished job is placed in session state, as the page keeps
+it, after its thread has really trained (a short version: one seed, two steps).
+"""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from rl_core.experiments import EXPERIMENTS, get_experiment
+from rl_core.experiments.runner import SUMMARY_FILE, records_file
+from rl_core.records import read_jsonl
+from ui.compare import CURVES
+from ui.experiment_jobs import ExperimentJob
+from ui.experiments_panel import experiments_for
+from ui.jobs import TrainingSlots
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 120
+NAME = "gspo_clipping"
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+
+
+def panel(page: str) -> AppTest:
+    return AppTest.from_string(
+        f"from ui.experiments_panel import see_it_happen\nsee_it_happen({page!r})\n", default_timeout=TIMEOUT
+    )
+
+
+def test_a_page_lists_exactly_the_experiments_that_name_it():
+    page = get_experiment(NAME).pages[0]
+    at = panel(page).run()
+    assert not at.exception, at.exception
+    titles = [h.value for h in at.subheader]
+    assert titles == [e.title for e in experiments_for(page)] and get_experiment(NAME).title in titles
+    assert at.button(key=f"{page}:experiment:{NAME}:run").disabled is False
+    assert at.button(key=f"{page}:experiment:{NAME}:stop").disabled is True
+    empty = panel("no_such_page").run()
+    assert not empty.exception and not empty.header, "a page without experiments shows no panel"
+
+
+def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
+    experiment = get_experiment(NAME)
+    job = ExperimentJob(experiment, TrainingSlots(2), workers=2, seeds=[0, 1], steps=2, sft_steps=5).start()
+    assert job.join(600) and job.snapshot().status == "finished", job.snapshot().error
+    page = experiment.pages[0]
+    at = panel(page)
+    at.session_state[f"experiment:{NAME}"] = job
+    at.run()
+    assert not at.exception, at.exception
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    assert [c["layout"]["title"]["text"] for c in charts] == [CURVES.get(key, key) for key in experiment.charts]
+    for chart in charts:
+        names = [trace.get("name") for trace in chart["data"] if trace.get("showlegend", True)]
+        assert names == [arm.label for arm in experiment.arms]
+        assert sum(trace.get("fill") == "tonexty" for trace in chart["data"]) == len(experiment.arms), "seed bands"
+    # The sentence on the page is computed from the store; the runner's summary.json from its own pass.
+    written = json.loads((job.out / SUMMARY_FILE).read_text())
+    assert [s.value for s in at.success] == [written["sentence"]]
+    assert any("finished in" in m.value for m in at.markdown)
+    table = at.dataframe[0].value
+    assert list(table["arm"]) == [arm.label for arm in experiment.arms] and list(table["seeds"]) == [2, 2]
+    # two steps per run: the start (first 5 steps) and the end (last 10) are both the mean of all four records
+    for arm in experiment.arms:
+        runs = [read_jsonl(job.out / records_file(arm, seed)) for seed in (0, 1)]
+        mean = sum(r[experiment.charts[0]] for records in runs for r in records) / 4
+        cell = table.loc[table["arm"] == arm.label, CURVES.get(experiment.charts[0], experiment.charts[0])].item()
+        assert cell == f"{mean:.3g} → {mean:.3g}"
+
+
+def test_a_queued_learner_is_told_its_place():
+    slots = TrainingSlots(2)
+    release, held = threading.Event(), threading.Event()
+
+    def other_training():
+        with slots.hold(threading.Event()):
+            held.set()
+            release.wait(60)
+
+    threading.Thread(target=other_training, daemon=True).start()
+    assert held.wait(10)
+    job = ExperimentJob(get_experiment(NAME), slots, workers=2).start()  # needs both slots: waits
+    try:
+        at = panel(get_experiment(NAME).pages[0])
+        at.session_state[f"experiment:{NAME}"] = job
+        at.run()
+        assert not at.exception, at.exception
+        status = " ".join(m.value for m in at.markdown)
+        assert "queued, 1st in line for the training slots (1 in use by other trainings)" in status
+        assert at.button(key=f"{get_experiment(NAME).pages[0]}:experiment:{NAME}:run").disabled
+    finally:
+        job.stop()
+        release.set()
+    assert job.join(30) and job.snapshot().status == "stopped"
+
+
+def test_run_starts_the_experiment_and_stop_ends_it():
+    page = get_experiment(NAME).pages[0]
+    at = panel(page).run()
+    at.button(key=f"{page}:experiment:{NAME}:run").click().run()
+    job = at.session_state[f"experiment:{NAME}"]
+    try:
+        assert isinstance(job, ExperimentJob) and job.active
+        assert not at.button(key=f"{page}:experiment:{NAME}:stop").disabled
+        at.button(key=f"{page}:experiment:{NAME}:stop").click().run()
+    finally:
+        job.stop()
+    assert job.join(120) and job.snapshot().status == "stopped"
+
+
+def test_the_compare_page_lists_every_experiment():
+    at = AppTest.from_file(str(ROOT / "app_pages" / "compare.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    table = next(frame.value for frame in at.dataframe if "experiment" in frame.value.columns)
+    assert list(table["experiment"]) == list(EXPERIMENTS)

@@ -1,0 +1,162 @@
+""""See it happen": under a page, the experiments that back its claims. One click runs one (its arms over its
+seeds, in worker processes, inside the app's training cap); the arms are drawn with seed bands on the metrics
+that matter, and the measured effect is stated in one sentence.
+
+An experiment's job lives in `st.session_state["experiment:<name>"]`, so every page that offers it shows the same
+run, and in the session's job list, so closing the tab stops it. The charts are read from the run store, as on
+the Compare page; while a job is active they refresh in one `st.fragment(run_every=…)`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from rl_core.experiments import EXPERIMENTS, Experiment
+from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments.runner import effect_sentence, seed_effects, summarise_effects
+from rl_core.store import RunStore, StoreError
+from rl_core.sweep import default_workers
+from ui.compare import CURVES, PLOT_CONFIG, band_figure
+from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
+from ui.lab import session_jobs, training_slots
+
+REFRESH_SECONDS = 1.0
+
+
+def experiments_for(page: str) -> list[Experiment]:
+    return [e for e in EXPERIMENTS.values() if page in e.pages]
+
+
+def see_it_happen(page: str) -> None:
+    """The page's experiments, each with its claim, a Run button and, once run, its charts and effect."""
+    experiments = experiments_for(page)
+    if not experiments:
+        return
+    st.header("See it happen", anchor="see-it-happen")
+    st.caption("Each experiment trains two or more arms that differ only in the knobs the claim is about, over "
+               "several seeds, side by side. Lines are the mean over seeds, bands span the lowest to the highest "
+               "seed.")
+    for experiment in experiments:
+        job = st.session_state.get(f"experiment:{experiment.name}")
+        _controls(page, experiment, job)
+        if job is not None and job.active:
+            st.fragment(run_every=REFRESH_SECONDS)(_live)(page, experiment)
+        elif job is not None:
+            _results(page, experiment, job.snapshot())
+
+
+def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> None:
+    st.subheader(experiment.title)
+    st.markdown(f"**Claim.** {experiment.claim}  \n*Source:* {experiment.source}")
+    arms = " · ".join(f"**{arm.label}**" for arm in experiment.arms)
+    st.caption(f"Arms: {arms}, differing only in {', '.join(f'`{k}`' for k in experiment.knobs)}. Task "
+               f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
+               f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
+               f"(expected {experiment.expected}).")
+    run, stop, _ = st.columns([1, 1, 4])
+    active = job is not None and job.active
+    run.button("Run", key=f"{page}:experiment:{experiment.name}:run", type="primary", disabled=active,
+               on_click=_start, args=(experiment,),
+               help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs; a run of the page's lab or of "
+                    "another learner may make it wait its turn.")
+    stop.button("Stop", key=f"{page}:experiment:{experiment.name}:stop", disabled=not active,
+                on_click=job.stop if active else None, help="End every run after its current step.")
+
+
+def _start(experiment: Experiment) -> None:
+    slots = training_slots()
+    job = ExperimentJob(experiment, slots, workers=min(default_workers(), slots.limit))
+    session_jobs().append(job)
+    st.session_state[f"experiment:{experiment.name}"] = job.start()
+
+
+def _live(page: str, experiment: Experiment) -> None:
+    """An active experiment, redrawn every second; one full rerun when it ends."""
+    job = st.session_state[f"experiment:{experiment.name}"]
+    _results(page, experiment, job.snapshot())
+    if not job.active:
+        st.rerun()  # re-enables the Run button and stops this refresh
+
+
+def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) -> None:
+    st.markdown(f"**{experiment.title}**: {_status_line(snapshot)}")
+    if snapshot.error:
+        st.error(f"The experiment failed: {snapshot.error}")
+    if not snapshot.arms:
+        return
+    try:
+        store = RunStore(recover=False)
+    except StoreError as error:
+        st.error(str(error))
+        return
+    runs = store.runs(list(snapshot.arms))
+    records = {run.id: store.steps(run.id) for run in runs}
+    done = sum(run.steps_done for run in runs)
+    total = sum(run.steps_total for run in runs)
+    st.progress(done / total if total else 0.0, text=f"{done} of {total} steps")
+    groups: dict[str, list[list[dict]]] = {arm.label: [] for arm in experiment.arms}
+    for run in runs:
+        groups[snapshot.arms[run.id]].append(records[run.id])
+    charts = experiment.charts
+    for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
+        for column, key in zip(st.columns(2), charts[row : row + 2]):
+            # An experiment may chart any record key; it gets the Compare page's title where there is one.
+            column.plotly_chart(band_figure(key, groups, CURVES.get(key, key)), config=PLOT_CONFIG,
+                                key=f"{page}:experiment:{experiment.name}:{key}")
+    finished = {}
+    for run in runs:
+        if run.status == "finished":
+            finished.setdefault(run.seed, {})[snapshot.arms[run.id]] = records[run.id]
+    if snapshot.status == "finished":
+        summary = summarise_effects(experiment, seed_effects(experiment, finished))
+        st.success(effect_sentence(experiment, summary))
+        st.dataframe(_arm_table(experiment, groups), hide_index=True,
+                     key=f"{page}:experiment:{experiment.name}:table")
+        st.caption("Each charted metric from its mean over the first 5 steps to its mean over the last 10, "
+                   "averaged over seeds.")
+        st.caption(f"Records and summary.json: `{snapshot.out}`. Command line: `python -m rl_core experiment "
+                   f"{experiment.name} --out DIR`.")
+
+
+def _status_line(snapshot: ExperimentSnapshot) -> str:
+    if snapshot.status == "queued":
+        place = snapshot.place or 1
+        return (f"queued, {_ordinal(place)} in line for the training slots ({snapshot.running_elsewhere} in use by "
+                "other trainings); it starts by itself.")
+    if snapshot.status == "finished" and snapshot.summary:
+        return f"finished in {snapshot.summary['wall_time']:.0f} s."
+    return {"training": "training…", "finished": "finished.", "stopped": "stopped; the effect needs every run.",
+            "failed": "failed."}[snapshot.status]
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> pd.DataFrame:
+    """Per arm: each charted metric at the start (first 5 steps) and at the end (last 10), mean over seeds."""
+    rows = []
+    for label, seeds in groups.items():
+        row = {"arm": label, "seeds": len(seeds)}
+        for key in experiment.charts:
+            start = mean_over_steps([r for records in seeds for r in records[:5]], key)
+            end = mean_over_steps([r for records in seeds for r in records[-10:]], key)
+            row[CURVES.get(key, key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def experiment_list() -> None:
+    """Every experiment of the lab, for the Compare page: what it claims and where to run it."""
+    st.header("Experiments")
+    st.caption("One-click reproductions of the papers' claims. Each runs from the pages listed (the \"See it "
+               "happen\" panel) or from a terminal with `python -m rl_core experiment NAME --out DIR`.")
+    st.dataframe(pd.DataFrame([
+        {"experiment": e.name, "title": e.title, "claim": e.claim, "arms": " · ".join(a.label for a in e.arms),
+         "differing knobs": ", ".join(e.knobs), "task": e.task, "pages": ", ".join(e.pages)}
+        for e in EXPERIMENTS.values()
+    ]), hide_index=True, key="compare:experiments")
