@@ -1,8 +1,9 @@
-"""Command line: `python -m rl_core algos | tasks | train … | sweep …` (see `--help`)."""
+"""Command line: `python -m rl_core algos | tasks | train … | sweep … | export … | export-unipo …` (see `--help`)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -15,6 +16,7 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, parse_overrides
+from rl_core.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.models import MODEL_PRESETS
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.summary import format_table, run_row, summarise, write_csv
@@ -34,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(train)
     train.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
     train.add_argument("--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here")
+    train.add_argument("--unipo-out", type=Path,
+                       help="write the run in UNIPO's canonical log schema: .jsonl (a line per step) or .json")
     sweep = commands.add_parser(
         "sweep", help="train presets (or values of a knob) × seeds in parallel worker processes and compare them"
     )
@@ -47,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     sweep.add_argument("--out", type=Path, required=True,
                        help="folder for runs/<group>-seed<N>.csv (per-step metrics), runs.csv and summary.csv")
+    unipo = commands.add_parser(
+        "export-unipo", help="write a run of the run store in UNIPO's canonical log schema (validated)"
+    )
+    unipo.add_argument("--run", type=int, required=True, help="the run's id in the store")
+    unipo.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
+    unipo.add_argument("--out", type=Path, required=True, help="the .json file to write")
     return parser
 
 
@@ -77,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "sweep":
         return _sweep(args)
+    if args.command == "export-unipo":
+        return _export_unipo(args)
     try:
         run = RunConfig(
             algo=get_preset(args.algo, **parse_overrides(args.overrides)),
@@ -104,6 +116,11 @@ def _train(trainer: Trainer, args) -> int:
         bar.set_description(f"{phases[phase]} {done}/{total}", refresh=False)
 
     metrics_file = args.metrics_out.open("w") if args.metrics_out else None
+    try:
+        unipo = UnipoWriter(args.unipo_out, dataclasses.asdict(trainer.run)) if args.unipo_out else None
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     record = {}
     try:
         trainer.prepare(setup_progress)
@@ -114,6 +131,8 @@ def _train(trainer: Trainer, args) -> int:
             if metrics_file:
                 metrics_file.write(json.dumps(json_safe(record)) + "\n")
                 metrics_file.flush()
+            if unipo:
+                unipo.add(record)
     except TrainingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -123,6 +142,8 @@ def _train(trainer: Trainer, args) -> int:
         bar.close()
         if metrics_file:
             metrics_file.close()
+        if unipo:
+            unipo.close()
     if args.checkpoint:
         trainer.save_checkpoint(args.checkpoint)
     final = trainer.evaluate()
@@ -183,6 +204,28 @@ def _sweep(args) -> int:
     if failed:
         print(f"error: {len(failed)} of {len(runs)} runs did not finish; see their lines above", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _export_unipo(args) -> int:
+    """A stored run (every step's metrics and sample views) as one validated UNIPO document."""
+    if args.out.suffix != ".json":
+        print(f"error: --out {args.out}: the file must end in .json", file=sys.stderr)
+        return 2
+    try:
+        store = RunStore(args.db, recover=False)
+        run = store.run(args.run)
+        records = [record | {"samples": store.samples(run.id, record["step"])} for record in store.steps(run.id)]
+        document = unipo_document(run.config, records)
+        validate_unipo(document)
+        args.out.write_text(json.dumps(document))
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 2
+    except (ValueError, StoreError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: {len(records)} steps of run {run.id} ({run.label}), {args.out.stat().st_size} bytes")
+    return 0
 
 
 def _write_sweep(store: RunStore, runs: list[StoredRun], out: Path) -> list[dict]:
