@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, parse_overrides
+from rl_core.export_frameworks import FRAMEWORKS, export_config
 from rl_core.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.models import MODEL_PRESETS
 from rl_core.store import RunStore, StoredRun, StoreError
@@ -51,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     sweep.add_argument("--out", type=Path, required=True,
                        help="folder for runs/<group>-seed<N>.csv (per-step metrics), runs.csv and summary.csv")
+    export = commands.add_parser(
+        "export", help="a preset with overrides as TRL's GRPOConfig (Python) or verl's command-line overrides"
+    )
+    export.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
+    export.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
+                        help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
+    export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source) or verl (bash)")
+    export.add_argument("--task", default=DEFAULT_TASK, help="the task whose length limit max_new_tokens=None means")
+    export.add_argument("--out", type=Path, help="write here instead of printing")
     unipo = commands.add_parser(
         "export-unipo", help="write a run of the run store in UNIPO's canonical log schema (validated)"
     )
@@ -89,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return _sweep(args)
     if args.command == "export-unipo":
         return _export_unipo(args)
+    if args.command == "export":
+        return _export(args, argv if argv is not None else sys.argv[1:])
     try:
         run = RunConfig(
             algo=get_preset(args.algo, **parse_overrides(args.overrides)),
@@ -204,6 +217,25 @@ def _sweep(args) -> int:
     if failed:
         print(f"error: {len(failed)} of {len(runs)} runs did not finish; see their lines above", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _export(args, argv: list[str]) -> int:
+    try:
+        if args.task not in TASKS:
+            raise ValueError(f"task {args.task!r} is unknown; allowed: {', '.join(TASKS)}")
+        algo = get_preset(args.algo, **parse_overrides(args.overrides))
+        text = export_config(algo, args.format, args.task, command="python -m rl_core " + shlex.join(argv))
+        if args.out:
+            args.out.write_text(text)
+        else:
+            print(text, end="")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: --out {args.out}: {error.strerror}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _export_unipo(args) -> int:
