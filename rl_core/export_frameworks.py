@@ -77,9 +77,9 @@ def _trl_batch(k: dict, knob: str) -> Line | list[Line]:
 
 def _trl_advantages(k: dict, knob: str) -> Line:
     estimator = k[knob]
+    if estimator == "grpo" and "adv_norm_std" in k:
+        return "TRL's group-normalised advantage; its mean and scaling are set by adv_norm_mean, adv_norm_std"
     if estimator in ("grpo", "dr_grpo"):
-        if "adv_norm_std" in k:
-            return "the group baseline of TRL's GRPO; its scaling is set by adv_norm_std"
         return Set("scale_rewards", "group" if estimator == "grpo" else "none",
                    "(R − group mean) / group std" if estimator == "grpo" else "R − group mean, no std (Dr. GRPO)")
     if estimator == "rloo":
@@ -204,6 +204,23 @@ def _trl_rollout_is(k: dict, knob: str) -> Line | list[Line]:
             Set("vllm_importance_sampling_mode", f"{level}_{mode}")]
 
 
+def _reward_to_go_only(rule: Rule) -> Rule:
+    return unused_unless(lambda k: k["advantage_estimator"] == "reward_to_go", rule, "no reward-to-go")
+
+
+def _gae_only(rule: Rule) -> Rule:
+    return unused_unless(lambda k: k["advantage_estimator"] == "gae", rule, "no GAE")
+
+
+def _dppo_only(rule: Rule) -> Rule:
+    return unused_unless(lambda k: k["policy_loss"] == "dppo_tv", rule, "policy_loss is not dppo_tv")
+
+
+def _grpo_only(rule: Rule) -> Rule:
+    """The normalisation selector acts on the `grpo` estimator only; the others fix their own."""
+    return unused_unless(lambda k: k["advantage_estimator"] == "grpo", rule, "advantage_estimator is not grpo")
+
+
 def _critic_only(reason: str) -> Rule:
     return lambda k, knob: f"does not map: {reason}" + ("" if k["use_critic"] else " (unused here too)")
 
@@ -215,11 +232,11 @@ TRL_RULES: dict[str, Rule] = {
     "temperature": to("temperature"),
     "max_new_tokens": to("max_completion_length"),
     "advantage_estimator": _trl_advantages,
-    "use_baseline": no("only reward-to-go uses it, and GRPOConfig has no such estimator"),
+    "use_baseline": _reward_to_go_only(no("GRPOConfig has no reward-to-go estimator")),
     "gamma": lambda k, knob: "TRL's reward is one undiscounted number per completion (γ = 1)" if k[knob] == 1
     else "does not map: TRL's reward is undiscounted",
-    "lam": no("GRPOConfig has no GAE"),
-    "lam_critic": no("GRPOConfig has no GAE"),
+    "lam": _gae_only(no("GRPOConfig has no GAE")),
+    "lam_critic": _gae_only(no("GRPOConfig has no GAE")),
     "length_adaptive_alpha": off_or_no("GRPOConfig has no GAE", "GRPOConfig has no GAE", lambda v: v is None),
     "whiten_advantages": off_or_no("TRL does not whiten advantages", "TRL does not whiten advantages"),
     "beta": _trl_beta,
@@ -256,21 +273,21 @@ TRL_RULES: dict[str, Rule] = {
     "sapo_tau_neg": to("sapo_temperature_neg"),
     "cispo_two_sided": off_or_no("TRL's cispo caps the weight from above only",
                                  "TRL's cispo caps the weight from above only"),
-    "dppo_delta_low": no("TRL has no DPPO loss"),
-    "dppo_delta_high": no("TRL has no DPPO loss"),
-    "dppo_ratio_cap": no("TRL has no DPPO loss"),
+    "dppo_delta_low": _dppo_only(no("TRL has no DPPO loss")),
+    "dppo_delta_high": _dppo_only(no("TRL has no DPPO loss")),
+    "dppo_ratio_cap": _dppo_only(no("TRL has no DPPO loss")),
     "kl_gradient": _trl_kl_gradient,
     "rollout_staleness": off_or_no("TRL samples with the current policy", "TRL has no lagged sampler",
                                    lambda v: v == 0),
     "rollout_is_mode": _trl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": to("vllm_importance_sampling_clip_max"),
-    "adv_norm_mean": lambda k, knob: "TRL's baseline is the group mean" if k[knob] == "group"
-    else f"does not map: TRL's baseline is always the group mean, not {k[knob]}",
-    "adv_norm_std": to("scale_rewards"),
+    "adv_norm_mean": _grpo_only(lambda k, knob: "TRL's baseline is the group mean" if k[knob] == "group"
+                                else f"does not map: TRL's baseline is always the group mean, not {k[knob]}"),
+    "adv_norm_std": _grpo_only(to("scale_rewards")),
     "skip_no_signal_updates": off_or_no("TRL steps the optimiser on every batch too",
                                         "TRL steps the optimiser on every batch"),
-    "baseline": no("only reward-to-go uses it, and GRPOConfig has no such estimator"),
+    "baseline": _reward_to_go_only(no("GRPOConfig has no reward-to-go estimator")),
 }
 # The lab's optimiser and model, which no knob names but a faithful copy needs.
 TRL_ENGINE = (
@@ -298,8 +315,10 @@ def _verl_advantages(k: dict, knob: str) -> Line | list[Line]:
     estimator = k[knob]
     if estimator not in VERL_ESTIMATORS:
         return f"does not map: verl has no {estimator} estimator"
+    if estimator == "grpo" and (k.get("adv_norm_mean"), k.get("adv_norm_std")) == ("leave_one_out", "none"):
+        return Set("algorithm.adv_estimator", "rloo", "the selector's (leave-one-out, none) is RLOO")
     lines: list[Line] = [Set("algorithm.adv_estimator", VERL_ESTIMATORS[estimator])]
-    if estimator in ("grpo", "dr_grpo") and "adv_norm_std" not in k:
+    if estimator == "dr_grpo" or (estimator == "grpo" and "adv_norm_std" not in k):
         lines.append(Set("algorithm.norm_adv_by_std_in_grpo", estimator == "grpo"))
     return lines
 
@@ -450,10 +469,16 @@ def _verl_rollout_threshold(k: dict, knob: str) -> Line | list[Line]:
     return lines
 
 
-def _verl_adv_norm_std(k: dict, knob: str) -> Line:
-    if k[knob] == "batch":
+def _verl_adv_norm(k: dict, knob: str) -> Line:
+    mean, std = k.get("adv_norm_mean", "group"), k.get("adv_norm_std", "group")
+    if (mean, std) == ("leave_one_out", "none"):
+        return "set with advantage_estimator (verl's rloo)"
+    if knob == "adv_norm_mean":
+        return "verl's grpo baseline is the group mean" if mean == "group" else (
+            f"does not map: verl's grpo baseline is the group mean, not {mean}")
+    if std == "batch":
         return "does not map: verl's grpo divides by the group's std or by nothing"
-    return Set("algorithm.norm_adv_by_std_in_grpo", k[knob] == "group")
+    return Set("algorithm.norm_adv_by_std_in_grpo", std == "group")
 
 
 def _critic(rule: Rule) -> Rule:
@@ -467,7 +492,7 @@ VERL_RULES: dict[str, Rule] = {
     "temperature": to("actor_rollout_ref.rollout.temperature"),
     "max_new_tokens": to("data.max_response_length"),
     "advantage_estimator": _verl_advantages,
-    "use_baseline": no("only reward-to-go uses it, and verl has no such estimator"),
+    "use_baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
     "gamma": to("algorithm.gamma"),
     "lam": to("algorithm.lam"),
     "lam_critic": off_or_no("verl uses one λ for advantages and critic targets",
@@ -525,12 +550,11 @@ VERL_RULES: dict[str, Rule] = {
     "rollout_is_mode": _verl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": _verl_rollout_threshold,
-    "adv_norm_mean": lambda k, knob: "verl's grpo baseline is the group mean" if k[knob] == "group"
-    else f"does not map: verl's grpo baseline is the group mean, not {k[knob]}",
-    "adv_norm_std": _verl_adv_norm_std,
+    "adv_norm_mean": _grpo_only(_verl_adv_norm),
+    "adv_norm_std": _grpo_only(_verl_adv_norm),
     "skip_no_signal_updates": off_or_no("verl steps the optimiser on every batch too",
                                         "verl steps the optimiser on every batch"),
-    "baseline": no("only reward-to-go uses it, and verl has no such estimator"),
+    "baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
 }
 VERL_ENGINE = (Set(f"{ACTOR}.optim.weight_decay", 0.0, "the lab's AdamW has no weight decay"),)
 
@@ -584,11 +608,12 @@ def settings(algo: AlgoConfig | dict, framework: str, task: str | None = None) -
     return chosen
 
 
-def export_config(algo: AlgoConfig, framework: str, task: str | None = None, command: str = "") -> str:
+def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = None, command: str = "") -> str:
     """The configuration as TRL Python source (`trl`) or a bash script of verl overrides (`verl`)."""
     lines = knob_lines(algo, framework, task)
     settings(algo, framework, task)  # refuses an export that sets one field twice
-    title = f"the lab's {algo.title} (preset {algo.name}" + (f", task {task})" if task else ")")
+    values = algo if isinstance(algo, dict) else dataclasses.asdict(algo)
+    title = f"the lab's {values['title']} (preset {values['name']}" + (f", task {task})" if task else ")")
     made = [f"# Made by: {command}"] if command else []
     if framework == "trl":
         return "\n".join([

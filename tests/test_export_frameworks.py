@@ -110,6 +110,11 @@ def test_the_successor_knobs_map_by_name():
     k2 = _successor(beta=0.04, kl_gradient="k2_grad")
     assert settings(k2, "verl", TASK)["actor_rollout_ref.actor.kl_loss_type"] == "k3+"
     assert settings(_successor(kl_gradient="is_corrected"), "trl", TASK)["use_bias_correction_kl"] is True
+    rloo = settings(_successor(adv_norm_mean="leave_one_out", adv_norm_std="none"), "verl", TASK)
+    assert rloo["algorithm.adv_estimator"] == "rloo" and "algorithm.norm_adv_by_std_in_grpo" not in rloo
+    dr_grpo = _successor(advantage_estimator="dr_grpo", loss_agg_mode="seq-mean-token-sum-norm")
+    assert settings(dr_grpo, "trl", TASK)["scale_rewards"] == "none"  # the selector is unused outside grpo
+    assert settings(dr_grpo, "verl", TASK)["algorithm.norm_adv_by_std_in_grpo"] is False
     lite = _successor(adv_norm_std="batch", loss_agg_mode="token-mean")
     assert settings(lite, "trl", TASK)["scale_rewards"] == "batch"
     assert dict(knob_lines(lite, "verl", TASK))["adv_norm_std"][0].startswith("does not map")
