@@ -132,14 +132,15 @@ def sapo_curves(epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg
 
 
 def sapo_summary(table: pd.DataFrame) -> str:
+    """SAPO's and PPO's weights at a few ratios, read off the curves."""
     parts = []
     for sign, rows in table.groupby("sign", sort=False):
-        at_one = np.interp(1.0, rows["ratio"], rows["SAPO"])
-        half = rows[(rows["ratio"] > 1) & (rows["SAPO"] <= at_one / 2)]["ratio"]
-        where = f"halves by ρ = {half.min():.2f}" if not half.empty else "stays above half on this grid"
-        parts.append(f"{sign} (τ = {rows['tau'].iloc[0]:g}): weight {at_one:.3f} at ρ = 1, {where}")
-    return ("SAPO's weight is exactly 1 on-policy and decays smoothly, never cut: " + "; ".join(parts)
-            + ". PPO's weight is ρ inside the clip range and drops straight to 0 outside it.")
+        at = {r: (np.interp(r, rows["ratio"], rows["SAPO"]), np.interp(r, rows["ratio"], rows["PPO"]))
+              for r in (0.5, 1.0, 1.5, 2.5)}
+        parts.append(f"{sign} (τ = {rows['tau'].iloc[0]:g}): " + ", ".join(
+            f"ρ = {r:g} → SAPO {s:.2f} / PPO {p:.2f}" for r, (s, p) in at.items()))
+    return ("SAPO's weight is exactly 1 on-policy and changes smoothly, never cut to 0; " + "; ".join(parts)
+            + ". A larger τ makes it fall off sooner.")
 
 
 def sapo_figure(table: pd.DataFrame) -> go.Figure:
@@ -269,8 +270,10 @@ def kl_gradient_summary(table: pd.DataFrame) -> str:
     truth = table.iloc[0]
     parts = [f"{row['term']}: value {row['expected value']:.4f} (true {truth['expected value']:.4f}), gradient error "
              f"{row['gradient error']:.4f}" for _, row in table.iloc[1:].iterrows()]
-    best = table.iloc[1:].sort_values("gradient error").iloc[0]["term"]
-    return "; ".join(parts) + f". Closest to the true gradient here: {best}."
+    exact = table.iloc[1:][table.iloc[1:]["gradient error"] < 1e-9]["term"].tolist()
+    verdict = (f"Exactly the true gradient: {', '.join(exact)}." if exact
+               else "None of the terms has the true gradient here.")
+    return "; ".join(parts) + ". " + verdict
 
 
 def kl_gradient_figure(table: pd.DataFrame) -> go.Figure:
