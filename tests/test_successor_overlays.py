@@ -73,11 +73,12 @@ def test_kl_gradients_against_the_analytic_gradient_of_the_kl():
     assert on_policy.loc["k3 (plain)", "gradient error"] > 0.01  # but not the KL's gradient
     assert on_policy.loc["ρ·k3 (importance-corrected)", "gradient error"] < 1e-9
     assert on_policy.loc["k3 value, k2 gradient (k3+)", "gradient error"] < 1e-9
-    lagging = overlays.kl_gradients(logits, ref, logits - 0.5 * (logits - ref)).set_index("term")
+    lagging_table = overlays.kl_gradients(logits, ref, logits - 0.5 * (logits - ref))
+    lagging = lagging_table.set_index("term")
     assert lagging.loc["ρ·k3 (importance-corrected)", "expected value"] == pytest.approx(kl.item())
     assert lagging.loc["ρ·k3 (importance-corrected)", "gradient error"] < 1e-9
     assert lagging.loc["k3 value, k2 gradient (k3+)", "gradient error"] > 0.01  # k3+ needs on-policy samples
-    assert "Exactly the true gradient: ρ·k3 (importance-corrected)." in overlays.kl_gradient_summary(lagging)
+    assert "Exactly the true gradient: ρ·k3 (importance-corrected)." in overlays.kl_gradient_summary(lagging_table)
 
 
 @pytest.mark.parametrize("page, charts", [("labs_clip", 5), ("labs_kl", 3)])
