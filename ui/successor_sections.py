@@ -68,5 +68,9 @@ def kl_gradient_view(logits: torch.Tensor, ref_logits: torch.Tensor) -> None:
     old_logits = logits - lag * (logits - ref_logits)
     table = overlays.kl_gradients(logits, ref_logits, old_logits)
     st.plotly_chart(overlays.kl_gradient_figure(table), key="kl_gradient_chart")
-    st.dataframe(table, hide_index=True, key="kl_gradient_table")
+    st.dataframe(
+        table, hide_index=True, key="kl_gradient_table",
+        column_config={c: st.column_config.NumberColumn(format="%.2e" if c == "gradient error" else "%.4f")
+                       for c in table.columns if c != "term"},
+    )
     st.caption("What to notice: " + overlays.kl_gradient_summary(table))
