@@ -101,3 +101,22 @@ def test_the_beyond_grpo_page_renders_and_its_variants_load_their_presets():
     assert at.session_state["beyond:values"]["policy_loss"] == "cispo"
     assert at.session_state["beyond:values"]["epsilon_high"] == 5.0
     assert not at.exception, at.exception
+
+
+@pytest.mark.slow
+def test_the_beyond_grpo_page_trains_cispo_and_exports_it():
+    from test_app_pages import quick_settings, train
+
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/beyond_grpo.py").run()
+    at.radio(key="beyond:variant").set_value("CISPO").run()
+    quick_settings(at, "beyond")
+    try:
+        snap = train(at, "beyond")
+        assert snap.status == "finished" and len(snap.records) == 2
+        assert any("loss_type='cispo',  # policy_loss=cispo" in c.value for c in at.get("code"))
+    finally:
+        for job in at.session_state["beyond:runs"]:
+            job.stop()
+            job.join(5)
