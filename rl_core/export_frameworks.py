@@ -279,6 +279,8 @@ TRL_RULES: dict[str, Rule] = {
     "kl_gradient": _trl_kl_gradient,
     "rollout_staleness": off_or_no("TRL samples with the current policy", "TRL has no lagged sampler",
                                    lambda v: v == 0),
+    "rollout_temperature": off_or_no("TRL samples at the trainer's temperature",
+                                     "TRL samples at the temperature it trains with", lambda v: v is None),
     "rollout_is_mode": _trl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": to("vllm_importance_sampling_clip_max"),
@@ -547,6 +549,9 @@ VERL_RULES: dict[str, Rule] = {
     "rollout_staleness": off_or_no("verl samples with the current policy",
                                    "verl has no fixed sampling lag (its fully-async trainer bounds staleness)",
                                    lambda v: v == 0),
+    "rollout_temperature": off_or_no("verl samples at the trainer's temperature",
+                                     "verl samples at rollout.temperature, the temperature it trains with",
+                                     lambda v: v is None),
     "rollout_is_mode": _verl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": _verl_rollout_threshold,
@@ -557,6 +562,9 @@ VERL_RULES: dict[str, Rule] = {
     "baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
 }
 VERL_ENGINE = (Set(f"{ACTOR}.optim.weight_decay", 0.0, "the lab's AdamW has no weight decay"),)
+# DAPO's dynamic sampling and overlong buffer are read by verl's DAPO recipe, not by its main PPO trainer.
+VERL_RECIPE_KEYS = ("algorithm.filter_groups.", "reward_model.overlong_buffer.")
+VERL_ENTRY, VERL_DAPO_ENTRY = "verl.trainer.main_ppo", "recipe.dapo.main_dapo"
 
 RULES = {"trl": TRL_RULES, "verl": VERL_RULES}
 
@@ -630,6 +638,7 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
             ")",
             "",
         ])
+    dapo = any(str(field).startswith(VERL_RECIPE_KEYS) for field in settings(algo, framework, task))
     return "\n".join([
         f"# verl command-line overrides for {title}.",
         "# Every lab knob appears once below: as an override, or as a comment saying why it does not map.",
@@ -641,7 +650,8 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
         *(_verl_line(line, f"{knob}={algo_value}") for knob, xs, algo_value in _with_values(lines, algo, task)
           for line in xs),
         ")",
-        'python3 -m verl.trainer.main_ppo "${overrides[@]}" "$@"',
+        *(["# dynamic sampling / the overlong buffer need verl's DAPO recipe (verl-recipe: recipe/dapo)"] if dapo else []),
+        f'python3 -m {VERL_DAPO_ENTRY if dapo else VERL_ENTRY} "${{overrides[@]}}" "$@"',
         "",
     ])
 

@@ -127,13 +127,17 @@ def test_the_verl_script_parses_and_passes_each_override_once(tmp_path):
     done = subprocess.run(["bash", "-c", f'python3() {{ printf "%s\\n" "$@"; }}; source {script}'],
                           capture_output=True, text=True, check=True)
     arguments = done.stdout.splitlines()
-    assert arguments[:2] == ["-m", "verl.trainer.main_ppo"]
+    assert arguments[:2] == ["-m", "recipe.dapo.main_dapo"]  # dynamic sampling lives in verl's DAPO recipe
     overrides = dict(a.split("=", 1) for a in arguments[2:])
     assert len(overrides) == len(arguments) - 2  # no key twice
     assert overrides["actor_rollout_ref.actor.kl_loss_coef"] == "0.1"
     assert overrides["actor_rollout_ref.actor.use_kl_loss"] == "true"
     expected = settings(get_preset("dapo", beta=0.1), "verl", TASK)
     assert overrides.keys() == expected.keys()
+
+
+def test_a_preset_without_dapo_options_runs_verls_main_trainer():
+    assert export_config(PRESETS["grpo"], "verl", TASK).splitlines()[-1].startswith("python3 -m verl.trainer.main_ppo ")
 
 
 def test_export_refuses_bad_input_naming_the_knob(capsys):

@@ -115,3 +115,12 @@ def test_invalid_logs_are_refused_with_the_place_named(tmp_path):
         validate_unipo(document)
     assert main(["export-unipo", "--run", "1", "--db", str(tmp_path / "empty.sqlite"), "--out",
                  str(tmp_path / "x.json")]) == 2
+
+
+def test_train_writes_a_json_document_and_refuses_another_suffix(tmp_path):
+    out = tmp_path / "run.json"
+    assert main(["train", "--algo", "grpo", "--steps", "1", "--set", "prompts_per_step=2", "--unipo-out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    validate_unipo(document)
+    assert [e["step"] for e in document["entries"]] == [1]
+    assert main(["train", "--algo", "grpo", "--steps", "1", "--unipo-out", str(tmp_path / "run.txt")]) == 2
