@@ -222,7 +222,15 @@ def _grpo_only(rule: Rule) -> Rule:
 
 
 def _critic_only(reason: str) -> Rule:
-    return lambda k, knob: f"does not map: {reason}" + ("" if k["use_critic"] else " (unused here too)")
+    return unused_unless(lambda k: k["use_critic"], no(reason), "no critic")
+
+
+def _resampling_only(rule: Rule) -> Rule:
+    return unused_unless(lambda k: k["dynamic_sampling"], rule, "no dynamic sampling")
+
+
+def _cov_only(rule: Rule, modes: tuple[str, ...] = ("clip_cov", "kl_cov")) -> Rule:
+    return unused_unless(lambda k: k["cov_mode"] in modes, rule, f"cov_mode is not {' or '.join(modes)}")
 
 
 TRL_RULES: dict[str, Rule] = {
@@ -261,14 +269,14 @@ TRL_RULES: dict[str, Rule] = {
     "critic_init": _critic_only("GRPOConfig has no critic"),
     "positive_nll_coef": off_or_no("TRL has no positive-sample NLL term", "TRL has no positive-sample NLL term"),
     "dynamic_sampling": off_or_no("TRL keeps every group", "TRL keeps groups with equal rewards (advantage 0)"),
-    "max_resample_rounds": no("TRL never resamples a batch"),
+    "max_resample_rounds": _resampling_only(no("TRL never resamples a batch")),
     "overlong_filter": to("mask_truncated_completions"),
     "overlong_punishment": _overlong(_trl_overlong),
     "overlong_buffer": _overlong(_trl_overlong),
     "overlong_buffer_fraction": _overlong(_trl_overlong),
     "cov_mode": off_or_no("TRL has no Clip-Cov / KL-Cov", "TRL has no Clip-Cov / KL-Cov", lambda v: v == "none"),
-    "cov_fraction": no("TRL has no Clip-Cov / KL-Cov"),
-    "kl_cov_coef": no("TRL has no KL-Cov"),
+    "cov_fraction": _cov_only(no("TRL has no Clip-Cov / KL-Cov")),
+    "kl_cov_coef": _cov_only(no("TRL has no KL-Cov"), ("kl_cov",)),
     "sapo_tau_pos": to("sapo_temperature_pos"),
     "sapo_tau_neg": to("sapo_temperature_neg"),
     "cispo_two_sided": off_or_no("TRL's cispo caps the weight from above only",
@@ -527,18 +535,16 @@ VERL_RULES: dict[str, Rule] = {
     "dynamic_sampling": lambda k, knob: [
         Set("algorithm.filter_groups.enable", True, "verl's DAPO recipe"), Set("algorithm.filter_groups.metric", "acc")
     ] if k[knob] else "off here (verl's DAPO recipe: algorithm.filter_groups.enable)",
-    "max_resample_rounds": unused_unless(
-        lambda k: k["dynamic_sampling"],
-        lambda k, knob: Set("algorithm.filter_groups.max_num_gen_batches", k[knob] + 1, "batches sampled at most"),
-        "no dynamic sampling"),
+    "max_resample_rounds": _resampling_only(
+        lambda k, knob: Set("algorithm.filter_groups.max_num_gen_batches", k[knob] + 1, "batches sampled at most")),
     "overlong_filter": off_or_no("verl keeps truncated responses in the loss",
                                  "verl has no switch that masks truncated responses out of the loss"),
     "overlong_punishment": _overlong(_verl_overlong),
     "overlong_buffer": _overlong(_verl_overlong),
     "overlong_buffer_fraction": _overlong(_verl_overlong),
     "cov_mode": _verl_cov,
-    "cov_fraction": lambda k, knob: "set with cov_mode" if k["cov_mode"] != "none" else "unused here (cov_mode=none)",
-    "kl_cov_coef": lambda k, knob: "set with cov_mode" if k["cov_mode"] == "kl_cov" else "unused here (no KL-Cov)",
+    "cov_fraction": _cov_only(lambda k, knob: "set with cov_mode"),
+    "kl_cov_coef": _cov_only(lambda k, knob: "set with cov_mode", ("kl_cov",)),
     "sapo_tau_pos": to(f"{ACTOR}.tau_pos"),
     "sapo_tau_neg": to(f"{ACTOR}.tau_neg"),
     "cispo_two_sided": _verl_cispo_two_sided,
