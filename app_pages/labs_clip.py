@@ -6,6 +6,7 @@ import streamlit as st
 from rl_core.losses import clipped_surrogate_loss, gspo_sequence_ratio
 from ui import labs
 from ui.story import formula
+from ui.successor_sections import clip_lab_overlays
 
 st.title("Clip lab: where the clipped surrogate stops pushing")
 st.markdown(
@@ -40,6 +41,7 @@ st.caption(
     + labs.zero_gradient_summary(labs.zero_gradient_intervals(curves))
     + " Cases 1 and 6 are never clipped: there the unclipped term is the smaller one, so the `min` keeps it."
 )
+clip_lab_overlays(epsilon_low, epsilon_high)
 
 st.header("GSPO: one ratio for the whole response")
 st.markdown(

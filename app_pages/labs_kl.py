@@ -5,6 +5,7 @@ import streamlit as st
 from rl_core.kl import kl_exact, kl_k1, kl_k2, kl_k3
 from ui import labs
 from ui.story import formula
+from ui.successor_sections import kl_gradient_view
 
 st.title("KL lab: three estimators of one KL")
 st.markdown(
@@ -75,3 +76,4 @@ st.dataframe(
     key="kl_table",
 )
 st.caption("What to notice: " + labs.kl_summary(samples, exact, table))
+kl_gradient_view(logits, ref_logits)

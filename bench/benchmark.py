@@ -40,7 +40,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import platformdirs
 import torch
 import transformers
 from tqdm import tqdm
@@ -54,15 +53,12 @@ from rl_core.cli import json_safe  # noqa: E402
 from rl_core.config import RunConfig, parse_overrides  # noqa: E402
 from rl_core.models import MODEL_PRESETS  # noqa: E402
 from rl_core.sft import default_cache_dir  # noqa: E402
+from rl_core.trl_env import DEFAULT_ROOT as TRL_VENV_ROOT, trl_python  # noqa: E402
 from rl_core.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
 TARGET = 0.9
 WINDOW = 3  # steps in the rolling mean of the training success rate
-TRL_PIN = "trl==1.16.*"
-# The exact version, never a range: pip's find-links folder holds the CPU wheel of exactly this version, and a
-# range would let pip fetch a newer CUDA build (gigabytes) instead.
-TORCH_PIN = f"torch=={torch.__version__.split('+')[0]}"
 # The comparison's workload, as knobs of our grpo preset; the TRL script receives the same numbers.
 COMPARISON_KNOBS = dict(
     prompts_per_step=8, num_generations=8, max_new_tokens=8, beta=0.04, ppo_epochs=1, num_minibatches=1
@@ -294,25 +290,6 @@ TRL_SCRIPT = textwrap.dedent(
 )
 
 
-def trl_python(venv_root: Path) -> Path:
-    """The interpreter of a virtualenv holding TRL; created on first use and reused while the pins stay."""
-    pins = [TORCH_PIN, TRL_PIN]
-    venv = venv_root / "-".join(p.replace("==", "").replace(".*", "") for p in pins)
-    python = venv / "bin" / "python"
-    marker = venv / "installed.json"  # written last, so an interrupted install is redone rather than trusted
-    if marker.exists() and json.loads(marker.read_text()) == pins and python.exists():
-        return python
-    print(f"installing {' '.join(pins)} into {venv} (once; a few minutes)", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    # torch first and on its own: its exact pin selects the local CPU wheel, and TRL then finds it satisfied.
-    for pin in pins:
-        done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", pin], capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"pip install {pin} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    marker.write_text(json.dumps(pins))
-    return python
-
-
 def measure_ours(args) -> dict:
     """Our grpo preset with the comparison's knobs, from the SFT policy. TRL builds no per-token sample views
     for a dashboard, so for the same work ours builds none either."""
@@ -455,7 +432,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--comparison-warmup", type=int, default=5, help="first steps of each block left out")
     parser.add_argument("--comparison-rounds", type=int, default=3, help="alternating TRL/ours rounds (default 3)")
     parser.add_argument("--trl-venv", type=Path,
-                        default=Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv",
+                        default=TRL_VENV_ROOT,
                         help="folder of the throwaway virtualenvs holding TRL (default: %(default)s)")
     parser.add_argument("--trl-timeout", type=float, default=900.0, help="seconds before the TRL run is abandoned")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="SFT checkpoint cache")

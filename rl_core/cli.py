@@ -1,10 +1,13 @@
-"""Command line: `python -m rl_core algos | tasks | train … | sweep … | experiment …` (see `--help`)."""
+"""Command line: `python -m rl_core algos | tasks | train … | sweep … | experiment … | export … | export-unipo …`
+(see `--help`)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -16,6 +19,8 @@ from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, parse_overrides
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun
+from rl_core.export_frameworks import FRAMEWORKS, export_config
+from rl_core.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.models import MODEL_PRESETS
 from rl_core.records import json_safe
 from rl_core.store import RunStore, StoredRun, StoreError
@@ -43,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(train)
     train.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
     train.add_argument("--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here")
+    train.add_argument("--unipo-out", type=Path,
+                       help="write the run in UNIPO's canonical log schema: .jsonl (a line per step) or .json")
     sweep = commands.add_parser(
         "sweep", help="train presets (or values of a knob) × seeds in parallel worker processes and compare them"
     )
@@ -71,6 +78,21 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
     experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json")
+    export = commands.add_parser(
+        "export", help="a preset with overrides as TRL's GRPOConfig (Python) or verl's command-line overrides"
+    )
+    export.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
+    export.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
+                        help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
+    export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source) or verl (bash)")
+    export.add_argument("--task", default=DEFAULT_TASK, help="the task whose length limit max_new_tokens=None means")
+    export.add_argument("--out", type=Path, help="write here instead of printing")
+    unipo = commands.add_parser(
+        "export-unipo", help="write a run of the run store in UNIPO's canonical log schema (validated)"
+    )
+    unipo.add_argument("--run", type=int, required=True, help="the run's id in the store")
+    unipo.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
+    unipo.add_argument("--out", type=Path, required=True, help="the .json file to write")
     return parser
 
 
@@ -103,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         return _sweep(args)
     if args.command == "experiment":
         return _experiment(args)
+    if args.command == "export-unipo":
+        return _export_unipo(args)
+    if args.command == "export":
+        return _export(args, argv if argv is not None else sys.argv[1:])
     try:
         run = RunConfig(
             algo=get_preset(args.algo, **parse_overrides(args.overrides)),
@@ -130,6 +156,11 @@ def _train(trainer: Trainer, args) -> int:
         bar.set_description(f"{phases[phase]} {done}/{total}", refresh=False)
 
     metrics_file = args.metrics_out.open("w") if args.metrics_out else None
+    try:
+        unipo = UnipoWriter(args.unipo_out, dataclasses.asdict(trainer.run)) if args.unipo_out else None
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     record = {}
     try:
         trainer.prepare(setup_progress)
@@ -140,6 +171,8 @@ def _train(trainer: Trainer, args) -> int:
             if metrics_file:
                 metrics_file.write(json.dumps(json_safe(record)) + "\n")
                 metrics_file.flush()
+            if unipo:
+                unipo.add(record)
     except TrainingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -149,6 +182,8 @@ def _train(trainer: Trainer, args) -> int:
         bar.close()
         if metrics_file:
             metrics_file.close()
+        if unipo:
+            unipo.close()
     if args.checkpoint:
         trainer.save_checkpoint(args.checkpoint)
     final = trainer.evaluate()
@@ -199,6 +234,45 @@ def _refuse(error: Exception, out: Path | None) -> int:
     message = f"--out {out}: {error.strerror}" if isinstance(error, OSError) else str(error)
     print(f"error: {message}", file=sys.stderr)
     return 2
+def _export(args, argv: list[str]) -> int:
+    try:
+        if args.task not in TASKS:
+            raise ValueError(f"task {args.task!r} is unknown; allowed: {', '.join(TASKS)}")
+        algo = get_preset(args.algo, **parse_overrides(args.overrides))
+        text = export_config(algo, args.format, args.task, command="python -m rl_core " + shlex.join(argv))
+        if args.out:
+            args.out.write_text(text)
+        else:
+            print(text, end="")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: --out {args.out}: {error.strerror}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _export_unipo(args) -> int:
+    """A stored run (every step's metrics and sample views) as one validated UNIPO document."""
+    if args.out.suffix != ".json":
+        print(f"error: --out {args.out}: the file must end in .json", file=sys.stderr)
+        return 2
+    try:
+        store = RunStore(args.db, recover=False)
+        run = store.run(args.run)
+        records = [record | {"samples": store.samples(run.id, record["step"])} for record in store.steps(run.id)]
+        document = unipo_document(run.config, records)
+        validate_unipo(document)
+        args.out.write_text(json.dumps(document))
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 2
+    except (ValueError, StoreError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: {len(records)} steps of run {run.id} ({run.label}), {args.out.stat().st_size} bytes")
+    return 0
 
 
 def _write_sweep(store: RunStore, runs: list[StoredRun], out: Path) -> list[dict]:

@@ -309,7 +309,9 @@ class Trainer:
         if algo.target_kl is not None:
             sequence_kl = (kl_in_reward.sum(-1)).mean().item()
             self.beta = adaptive_beta(self.beta, sequence_kl, algo.target_kl)
-        record["samples"] = self._sample_views(batch, rewards, successes, old_logp, advantages)
+        record["samples"] = self._sample_views(
+            batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, old_values, returns
+        )
         elapsed = time.perf_counter() - start
         record["step_time"] = elapsed
         record["tokens_per_second"] = mask.sum().item() / elapsed
@@ -412,8 +414,12 @@ class Trainer:
         }
 
     @torch.no_grad()
-    def _sample_views(self, batch, rewards, successes, old_logp, advantages) -> list[dict]:
-        """A few responses token by token: advantage, ratio after this step's updates, clipped or not, entropy."""
+    def _sample_views(
+        self, batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, values, returns
+    ) -> list[dict]:
+        """A few responses token by token: advantage, ratio after this step's updates, clipped or not, entropy;
+        and what a run export needs: log-probabilities (now, as sampled, reference), token rewards, the
+        critic's values and targets (when there are any), the KL estimate and the objective `−L_t` per token."""
         n = min(self.run.samples_per_record, len(batch.prompts))
         if n == 0:
             return []
@@ -436,6 +442,12 @@ class Trainer:
             loss = policy_loss(self.algo, leaf, old_logp[rows], adv, part.response_mask)
             (gradient,) = torch.autograd.grad(loss.sum(), leaf)
         silenced = (gradient == 0) & (adv != 0)
+        token_kl = kl_estimators.KL_ESTIMATORS[self.algo.kl_estimator](logp, ref_logp[rows])
+        objective = -loss.detach()
+        per_token = {"old_log_probs": old_logp, "ref_log_probs": ref_logp, "rewards": token_rewards,
+                     "values": values, "returns": returns}
+        per_token = {k: v[rows] for k, v in per_token.items() if v is not None}
+        per_token |= {"log_probs": logp, "token_kl": token_kl, "token_objective": objective}
         views = []
         for i in range(n):
             length = int(part.response_mask[i].sum().item())
@@ -453,6 +465,8 @@ class Trainer:
                     "clipped": clipped[i, :length].tolist(),
                     "silenced": silenced[i, :length].tolist(),
                     "entropies": part.entropy[i, :length].tolist(),
+                    "ids": ids,
+                    **{k: v[i, :length].tolist() for k, v in per_token.items()},
                 }
             )
         return views

@@ -12,7 +12,19 @@ from typing import get_args
 
 import streamlit as st
 
-from rl_core.config import CovMode, KLEstimator, KLPlacement, LossAggMode, PolicyLoss, RunConfig
+from rl_core.config import (
+    AdvNormMean,
+    AdvNormStd,
+    CovMode,
+    KLEstimator,
+    KLGradient,
+    KLPlacement,
+    LossAggMode,
+    PolicyLoss,
+    RolloutISLevel,
+    RolloutISMode,
+    RunConfig,
+)
 
 RUN_FIELDS = frozenset(RunConfig.__dataclass_fields__) - {"algo"}
 
@@ -149,7 +161,9 @@ KNOBS: dict[str, Knob] = {
     "policy_loss": Knob(
         "policy loss",
         "vanilla: −A·log π (no ratio, meant for one on-policy update); clip: PPO's clipped token ratio; gspo: "
-        "one clipped, length-normalised ratio per response; gspo_token: GSPO's ratio with per-token gradients.",
+        "one clipped, length-normalised ratio per response; gspo_token: GSPO's ratio with per-token gradients; "
+        "cispo: a clipped, detached weight on −A·log π; sapo: a soft gate instead of the clip; dppo_tv: a trust "
+        "region in probability.",
         get_args(PolicyLoss),
     ),
     "epsilon": Knob(
@@ -255,6 +269,80 @@ KNOBS: dict[str, Knob] = {
         "Soft overlong punishment: within this many tokens of the limit the reward falls linearly to −1; 'off' "
         "adds no length penalty.",
         (None, 1, 2, 3, 4, 6),
+    ),
+    # ---------------------------------------------------------------- 2025–26 successors
+    "cispo_two_sided": Knob(
+        "CISPO two-sided clamp",
+        "Off: CISPO's weight is capped from above at ε_max = epsilon_high (MiniMax-M1, TRL). On: clamped to "
+        "[1 − ε_low, 1 + ε_high] (verl). Either way the token keeps its gradient.",
+    ),
+    "sapo_tau_pos": Knob(
+        "SAPO τ_pos · sapo_tau_pos",
+        "Temperature of SAPO's soft gate for A > 0: larger τ makes the gate fall off faster as the ratio leaves 1.",
+        (0.25, 0.5, 1.0, 1.05, 2.0, 4.0, 8.0),
+    ),
+    "sapo_tau_neg": Knob(
+        "SAPO τ_neg · sapo_tau_neg",
+        "Temperature of SAPO's soft gate for A < 0 (default a little above τ_pos: pushing a token down spreads "
+        "probability over the whole vocabulary, so it is damped sooner).",
+        (0.25, 0.5, 1.0, 1.05, 2.0, 4.0, 8.0),
+    ),
+    "dppo_delta_low": Knob(
+        "DPPO δ_low · dppo_delta_low",
+        "DPPO masks a token with A < 0 once its probability fell by more than δ_low (a change of probability, "
+        "not of ratio).",
+        (0.05, 0.1, 0.15, 0.2, 0.3, 0.5),
+    ),
+    "dppo_delta_high": Knob(
+        "DPPO δ_high · dppo_delta_high",
+        "DPPO masks a token with A > 0 once its probability rose by more than δ_high: a rare token can grow "
+        "many-fold before that happens.",
+        (0.05, 0.1, 0.15, 0.2, 0.3, 0.5),
+    ),
+    "dppo_ratio_cap": Knob(
+        "DPPO ratio cap c · dppo_ratio_cap",
+        "DPPO weighs a kept token by sg[min(ρ, c)]: the cap only guards against exploding ratios.",
+        (2.0, 5.0, 10.0, 20.0, 50.0),
+    ),
+    "kl_gradient": Knob(
+        "KL gradient · kl_gradient",
+        "plain: k3 as it is; is_corrected: ρ·k3, importance-weighted to the policy being trained (TRL "
+        "use_bias_correction_kl); k2_grad: k3's value with k2's gradient (verl k3+).",
+        get_args(KLGradient),
+    ),
+    "adv_norm_mean": Knob(
+        "advantage baseline · adv_norm_mean",
+        "What is subtracted from each reward: the group's mean, the mean of the other G−1 (leave-one-out, RLOO), "
+        "the batch mean, or nothing.",
+        get_args(AdvNormMean),
+    ),
+    "adv_norm_std": Knob(
+        "advantage scale · adv_norm_std",
+        "What the centred reward is divided by: the group's std (GRPO), the whole batch's std (Lite PPO), or "
+        "nothing (Dr. GRPO).",
+        get_args(AdvNormStd),
+    ),
+    "rollout_staleness": Knob(
+        "sampler lag k · rollout_staleness",
+        "Sample with the policy of k steps ago, as asynchronous trainers do: the ratio is then measured against "
+        "the wrong policy unless the loss is corrected.",
+        tuple(range(9)),
+    ),
+    "rollout_is_mode": Knob(
+        "rollout correction · rollout_is_mode",
+        "How π_old/μ (trainer over sampler) reweights the loss: none; truncate (TIS: cap the weight at C); "
+        "mask (MIS: drop tokens or responses whose weight exceeds C).",
+        get_args(RolloutISMode),
+    ),
+    "rollout_is_level": Knob(
+        "correction level · rollout_is_level",
+        "One weight per token, one per response (the product of its tokens'), or the response's geometric mean.",
+        get_args(RolloutISLevel),
+    ),
+    "rollout_is_threshold": Knob(
+        "correction threshold C · rollout_is_threshold",
+        "The cap (TIS) or the cut-off (MIS) of the importance weight.",
+        (1.2, 1.5, 2.0, 3.0, 5.0, 10.0),
     ),
 }
 

@@ -28,6 +28,7 @@ from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig
 from rl_core.models import MODEL_PRESETS
 from toy_tasks import DEFAULT_TASK, TASKS
+from ui.bridge import scale_exports, unipo_download
 from ui.charts import CHARTS, ChartRun, figure, has_data
 from ui.jobs import SETUP_PHASES, Job, JobSnapshot, TrainingSlots
 from ui.knobs import KNOBS, render_knob
@@ -100,6 +101,8 @@ def live_lab(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
         "Reset", key=f"{page}:reset", on_click=_reset, args=(page, variants, knobs),
         help="Stop any run, forget this page's runs and put every knob back to the preset's defaults.",
     )
+    if run is not None:
+        scale_exports(page, run)
 
     if current is None:
         st.caption("Press **Train** to start. The charts below fill in live, one point per RL step.")
@@ -113,6 +116,7 @@ def live_lab(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
     else:
         _dashboard(page, current, overlays, labels, busy)
         _download(page, [current, *overlays], labels)
+        unipo_download(page, current)
 
 
 # ---------------------------------------------------------------------------------------------- controls

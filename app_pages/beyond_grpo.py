@@ -1,0 +1,106 @@
+import streamlit as st
+
+from rl_core.advantages import maxrl_advantages, normalized_advantages
+from rl_core.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
+from rl_core.losses import cispo_loss, dppo_loss, sapo_loss
+from rl_core.rollout_correction import masked_is, sequence_is_weights, truncated_is
+from ui.lab import live_lab
+from ui.story import formula
+
+st.title("Beyond GRPO (2025–26)")
+st.markdown(
+    "GRPO and DAPO settled how to get an advantage without a critic. The methods that followed in 2025–26 — now in "
+    "most RL frameworks — change three other things: **how a token's step is bounded** (CISPO, SAPO, DPPO), "
+    "**which policy the data really came from** (rollout correction) and **whether the KL term's gradient is the "
+    "gradient of the KL** (IS-corrected KL); a fourth line of work asks what the advantage should be divided by "
+    "(the normalisation selector, Lite PPO, MaxRL). Each section below is a problem, an idea, and the function the "
+    "trainer runs; the Clip and KL labs draw their curves."
+)
+
+st.header("CISPO: clip the weight, not the gradient")
+st.markdown(
+    "**Problem.** PPO's clip switches a token's gradient off once its ratio leaves [1 − ε, 1 + ε] in the direction "
+    "its advantage pushes. The tokens that leave first are rare ones — *However*, *Wait*, *Recheck* at p = 0.01 "
+    "reach the bound after a tiny absolute change — so the forks a reasoning model needs stop learning after the "
+    "first update on a batch.\n\n"
+    "**Idea (MiniMax-M1).** Keep REINFORCE's −A·log π on every token and clip only the importance weight in front "
+    "of it, detached: the weight is bounded, the gradient never vanishes."
+)
+formula("CISPO", r"L_t = -\,\mathrm{sg}\big[\min(\rho_t, \varepsilon_{max})\big]\,A_t\,\log\pi_\theta(a_t|s_t)",
+        cispo_loss, "ε_max = 5 (TRL's `epsilon_high` with `loss_type=\"cispo\"`); verl clamps to [1 − ε_low, 1 + ε_high].")
+
+st.header("SAPO: a soft gate instead of a hard cut")
+st.markdown(
+    "**Problem.** A hard clip is all or nothing: a token just inside the range gets its full gradient, one just "
+    "outside gets none, and the sequence-level alternative (GSPO) silences whole responses for a few stray tokens.\n\n"
+    "**Idea.** Replace the clip by a smooth gate of the ratio whose slope is exactly 1 on-policy and decays as the "
+    "ratio leaves 1, with a temperature per sign of the advantage (negative tokens are damped a little sooner)."
+)
+formula("SAPO", [r"L_t = -A_t\, g_\tau(\rho_t),\qquad g_\tau(\rho) = \tfrac{4}{\tau}\sigma\big(\tau(\rho-1)\big)",
+                 r"\tau = \tau_{pos}\ (A_t > 0),\ \tau_{neg}\ (A_t < 0)"], sapo_loss)
+
+st.header("DPPO: a trust region in probability")
+st.markdown(
+    "**Problem.** A ratio bound treats tokens unequally: a token at p_old = 0.01 that rises to 0.05 has ratio 5 and "
+    "is clipped, though its probability barely moved; one at 0.9 may move by 0.18 inside the same bound.\n\n"
+    "**Idea (Binary-TV).** Mask a token only when its *probability* moved more than δ in the direction its advantage "
+    "pushes; keep the others with a capped, detached ratio weight. Rare tokens keep learning; big absolute moves "
+    "stop."
+)
+formula("DPPO-Binary-TV", [r"m_t = \mathbb{1}[p - p_{old} \le \delta_{high}]\ (A_t>0),\quad "
+                           r"\mathbb{1}[p - p_{old} \ge -\delta_{low}]\ (A_t \le 0)",
+                           r"L_t = -\,m_t\,A_t\,\mathrm{sg}\big[\min(\rho_t, c)\big]\log\pi_\theta(a_t)"], dppo_loss)
+
+st.header("Rollout correction: the sampler is not the trainer")
+st.markdown(
+    "**Problem.** Large systems sample with an inference engine (other kernels, lower precision) and often with a "
+    "policy a few steps old (asynchronous training). The ratio ρ = π_θ/π_old then compares against a policy that "
+    "did not produce the data, and the update is biased — enough to destabilise long runs.\n\n"
+    "**Idea.** Weigh each token (or response) by w = π_old/μ, the trainer's snapshot over the sampler μ, and bound "
+    "the weight: cap it at C (TIS) or drop what exceeds C (MIS). `rollout_staleness = k` in the lab samples with the "
+    "policy of k steps ago to create the mismatch."
+)
+formula("Sequence-level importance weight", r"w_i = \exp\Big(\sum_t m_{i,t} \log\frac{\pi_{old}(a_t)}{\mu(a_t)}\Big)"
+        r"\quad\text{(geometric: divided by } |y_i|\text{)}", sequence_is_weights)
+formula("TIS: truncate", r"\mathrm{sg}\big[\min(w, C)\big]", truncated_is)
+formula("MIS: mask", r"\mathrm{sg}\big[w\cdot\mathbb{1}[w \le C]\big]", masked_is)
+
+st.header("IS-corrected KL: the gradient of the KL, not of its estimate")
+st.markdown(
+    "**Problem.** k3 is an unbiased estimate of KL(π_θ‖π_ref)'s *value* on tokens drawn from π_θ, but the loss "
+    "needs its *gradient*, and the tokens were drawn from π_old. Differentiating k3 token by token does not give the "
+    "gradient of the KL.\n\n"
+    "**Idea.** Weigh k3 by the ratio ρ, which keeps its own gradient (DeepSeek-V3.2, TRL's "
+    "`use_bias_correction_kl`), or keep k3's value and take k2's gradient (verl's `k3+`). The KL lab shows the "
+    "expected gradients of all three against the true one."
+)
+formula("ρ · k3", r"\rho_t\,k_{3,t}", kl_k3_is_corrected)
+formula("k3 with k2's gradient", r"k_3 + k_2 - \mathrm{sg}[k_2]", kl_k3_with_k2_grad)
+
+st.header("The advantage's normaliser: a selector, Lite PPO and MaxRL")
+st.markdown(
+    "**Problem.** GRPO, Dr. GRPO and RLOO differ only in what they subtract from a reward and what they divide "
+    "by, yet they are usually presented as three algorithms; and dividing by a group's std inflates prompts the "
+    "model nearly always or nearly never solves.\n\n"
+    "**Idea.** One selector: mean ∈ {group, leave-one-out, batch, none}, std ∈ {group, batch, none}. **Lite PPO** "
+    "is group mean with the batch's std and a token-level loss. **MaxRL** divides by the group's success rate "
+    "instead, so a prompt solved once in eight weighs most."
+)
+formula("The normalisation selector", r"\hat A_i = \frac{R_i - \mathrm{mean}(R)}{\mathrm{std}(R) + \epsilon}",
+        normalized_advantages)
+formula("MaxRL", r"\hat A_i = \frac{R_i - \mathrm{mean}_g(R)}{\mathrm{mean}_g(R)}\quad (0 \text{ when } "
+        r"\mathrm{mean}_g(R) = 0)", maxrl_advantages)
+
+st.markdown(
+    "**Try:** with 4 epochs × 4 minibatches, compare the clip fraction of GRPO with CISPO's (CISPO never "
+    "silences a token); set the sampler lag to 4 with no correction, then truncate; switch the KL gradient with "
+    "β = 0.04."
+)
+live_lab(
+    "beyond",
+    {"GRPO": "grpo", "CISPO": "cispo", "SAPO": "sapo", "DPPO": "dppo", "Lite PPO": "lite_ppo", "MaxRL": "maxrl"},
+    ("policy_loss", "epsilon", "epsilon_high", "cispo_two_sided", "sapo_tau_pos", "sapo_tau_neg", "dppo_delta_low",
+     "dppo_delta_high", "adv_norm_mean", "adv_norm_std", "loss_agg_mode", "beta", "kl_gradient", "rollout_staleness",
+     "rollout_is_mode", "rollout_is_level", "rollout_is_threshold", "num_generations", "ppo_epochs", "num_minibatches",
+     "learning_rate"),
+)

@@ -1,0 +1,187 @@
+"""A lab configuration exported to TRL and verl: every knob accounted for, values worked out by hand, the verl
+script parsed by bash, and TRL's own `GRPOConfig` built from the export in a throwaway virtualenv."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from rl_core.algorithms import PRESETS, get_preset
+from rl_core.cli import main
+from rl_core.config import AlgoConfig
+from rl_core.export_frameworks import FRAMEWORKS, export_config, knob_lines, knob_values, settings
+from rl_core.trl_env import trl_python
+
+TASK = "caesar"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_knob_gets_a_setting_or_a_comment_and_no_field_is_set_twice(preset, framework):
+    lines = knob_lines(PRESETS[preset], framework, TASK)
+    assert [knob for knob, _ in lines] == list(knob_values(PRESETS[preset]))
+    assert all(produced for _, produced in lines)
+    if framework == "trl" and PRESETS[preset].num_generations < 2:
+        with pytest.raises(ValueError, match="num_generations=1 does not map to TRL's GRPOConfig"):
+            export_config(PRESETS[preset], framework, TASK)
+        return
+    settings(PRESETS[preset], framework, TASK)  # raises if one field got two values
+    text = export_config(PRESETS[preset], framework, TASK)
+    for knob, _ in lines:
+        # Every knob is named in the text, on a setting's comment or on its own comment line.
+        assert f"# {knob}=" in text
+
+
+def test_a_knob_the_table_does_not_know_becomes_a_does_not_map_comment():
+    Extended = dataclasses.make_dataclass("Extended", [("brand_new_knob", int, 3)], bases=(AlgoConfig,), frozen=True)
+    algo = Extended(**{f.name: getattr(PRESETS["grpo"], f.name) for f in dataclasses.fields(AlgoConfig)})
+    for framework in FRAMEWORKS:
+        produced = dict(knob_lines(algo, framework, TASK))["brand_new_knob"]
+        assert produced == [f"does not map: no {framework} counterpart is recorded for this knob"]
+        assert "# brand_new_knob=3: does not map" in export_config(algo, framework, TASK)
+
+
+def test_dapo_values_by_hand():
+    trl = settings(PRESETS["dapo"], "trl", TASK)
+    # 8 prompts × 8 completions in 2 minibatches of 32, 2 epochs; token-mean over the minibatch.
+    assert trl["per_device_train_batch_size"] == 32 and trl["steps_per_generation"] == 2
+    assert trl["num_iterations"] == 2 and trl["loss_type"] == "bnpo"
+    assert (trl["epsilon"], trl["epsilon_high"], trl["beta"]) == (0.2, 0.28, 0.0)
+    assert trl["max_completion_length"] == 8 and trl["scale_rewards"] == "group"
+    verl = settings(PRESETS["dapo"], "verl", TASK)
+    assert verl["data.train_batch_size"] == 8 and verl["actor_rollout_ref.rollout.n"] == 8
+    assert verl["actor_rollout_ref.actor.ppo_mini_batch_size"] == 4  # prompts per minibatch
+    assert verl["actor_rollout_ref.actor.clip_ratio_high"] == 0.28
+    assert verl["algorithm.filter_groups.enable"] is True and verl["algorithm.filter_groups.max_num_gen_batches"] == 4
+    assert verl["reward_model.overlong_buffer.len"] == 4
+    text = export_config(PRESETS["dapo"], "trl", TASK)
+    assert "# dynamic_sampling=True: does not map" in text
+    assert "get_soft_overlong_punishment(max_completion_len=8, soft_punish_cache=4)" in text
+
+
+def test_dr_grpo_gspo_and_ppo_map_their_defining_knobs():
+    assert settings(PRESETS["dr_grpo"], "trl", TASK)["scale_rewards"] == "none"
+    assert settings(PRESETS["dr_grpo"], "trl", TASK)["loss_type"] == "dr_grpo"
+    assert settings(PRESETS["dr_grpo"], "verl", TASK)["algorithm.norm_adv_by_std_in_grpo"] is False
+    assert settings(PRESETS["gspo"], "trl", TASK)["importance_sampling_level"] == "sequence"
+    assert settings(PRESETS["gspo"], "verl", TASK)["actor_rollout_ref.actor.policy_loss.loss_mode"] == "gspo"
+    verl = settings(PRESETS["ppo"], "verl", TASK)
+    assert verl["algorithm.adv_estimator"] == "gae" and verl["algorithm.use_kl_in_reward"] is True
+    assert verl["algorithm.kl_ctrl.kl_coef"] == 0.05 and verl["algorithm.kl_penalty"] == "kl"
+    assert verl["critic.enable"] is True
+    assert "# use_critic=True: does not map" in export_config(PRESETS["vapo"], "trl", TASK)
+
+
+def _successor(**knobs) -> dict:
+    """GRPO's knobs plus the 2025–26 knobs of the successors' presets (read as a dict, before they exist)."""
+    defaults = dict(sapo_tau_pos=1.0, sapo_tau_neg=1.05, dppo_delta_low=0.15, dppo_delta_high=0.15,
+                    dppo_ratio_cap=20.0, cispo_two_sided=False, kl_gradient="plain", rollout_staleness=0,
+                    rollout_is_mode="none", rollout_is_level="token", rollout_is_threshold=2.0,
+                    adv_norm_mean="group", adv_norm_std="group")
+    return dataclasses.asdict(PRESETS["grpo"]) | defaults | knobs
+
+
+def test_the_successor_knobs_map_by_name():
+    cispo = _successor(policy_loss="cispo", epsilon_high=5.0, beta=0.0, loss_agg_mode="token-mean")
+    trl, verl = settings(cispo, "trl", TASK), settings(cispo, "verl", TASK)
+    assert trl["loss_type"] == "cispo" and trl["epsilon_high"] == 5.0
+    # verl clamps to [1 − low, 1 + high]: the one-sided cap 5 is low = 1 (bound 0), high = 4.
+    assert verl["actor_rollout_ref.actor.clip_ratio_low"] == 1.0
+    assert verl["actor_rollout_ref.actor.clip_ratio_high"] == 4.0
+    two_sided = settings(_successor(policy_loss="cispo", cispo_two_sided=True, epsilon_high=0.28), "verl", TASK)
+    assert two_sided["actor_rollout_ref.actor.clip_ratio_low"] == 0.2
+    assert two_sided["actor_rollout_ref.actor.clip_ratio_high"] == 0.28
+    sapo = settings(_successor(policy_loss="sapo", sapo_tau_neg=2.0), "trl", TASK)
+    assert sapo["loss_type"] == "sapo" and sapo["sapo_temperature_neg"] == 2.0
+    dppo = _successor(policy_loss="dppo_tv", dppo_delta_low=0.1, dppo_delta_high=0.3)
+    verl = settings(dppo, "verl", TASK)
+    assert verl["actor_rollout_ref.actor.policy_loss.loss_mode"] == "dppo_tv"
+    assert (verl["actor_rollout_ref.actor.clip_ratio_low"], verl["actor_rollout_ref.actor.clip_ratio_high"]) == (0.1, 0.3)
+    assert verl["actor_rollout_ref.actor.clip_ratio_c"] == 20.0
+    assert dict(knob_lines(dppo, "trl", TASK))["policy_loss"] == ["does not map: TRL has no dppo_tv loss"]
+    mis = _successor(rollout_is_mode="mask", rollout_is_level="sequence", rollout_is_threshold=3.0)
+    assert settings(mis, "trl", TASK)["vllm_importance_sampling_mode"] == "sequence_mask"
+    verl = settings(mis, "verl", TASK)
+    assert verl["algorithm.rollout_correction.rollout_rs"] == "seq_sum_k1"
+    assert verl["algorithm.rollout_correction.rollout_rs_threshold"] == 3.0
+    k2 = _successor(beta=0.04, kl_gradient="k2_grad")
+    assert settings(k2, "verl", TASK)["actor_rollout_ref.actor.kl_loss_type"] == "k3+"
+    assert settings(_successor(kl_gradient="is_corrected"), "trl", TASK)["use_bias_correction_kl"] is True
+    rloo = settings(_successor(adv_norm_mean="leave_one_out", adv_norm_std="none"), "verl", TASK)
+    assert rloo["algorithm.adv_estimator"] == "rloo" and "algorithm.norm_adv_by_std_in_grpo" not in rloo
+    dr_grpo = _successor(advantage_estimator="dr_grpo", loss_agg_mode="seq-mean-token-sum-norm")
+    assert settings(dr_grpo, "trl", TASK)["scale_rewards"] == "none"  # the selector is unused outside grpo
+    assert settings(dr_grpo, "verl", TASK)["algorithm.norm_adv_by_std_in_grpo"] is False
+    lite = _successor(adv_norm_std="batch", loss_agg_mode="token-mean")
+    assert settings(lite, "trl", TASK)["scale_rewards"] == "batch"
+    assert dict(knob_lines(lite, "verl", TASK))["adv_norm_std"][0].startswith("does not map")
+
+
+def test_the_verl_script_parses_and_passes_each_override_once(tmp_path):
+    script = tmp_path / "verl.sh"
+    assert main(["export", "--algo", "dapo", "--set", "beta=0.1", "--format", "verl", "--out", str(script)]) == 0
+    # A stand-in for verl's entry point prints the arguments the script passes.
+    done = subprocess.run(["bash", "-c", f'python3() {{ printf "%s\\n" "$@"; }}; source {script}'],
+                          capture_output=True, text=True, check=True)
+    arguments = done.stdout.splitlines()
+    assert arguments[:2] == ["-m", "recipe.dapo.main_dapo"]  # dynamic sampling lives in verl's DAPO recipe
+    overrides = dict(a.split("=", 1) for a in arguments[2:])
+    assert len(overrides) == len(arguments) - 2  # no key twice
+    assert overrides["actor_rollout_ref.actor.kl_loss_coef"] == "0.1"
+    assert overrides["actor_rollout_ref.actor.use_kl_loss"] == "true"
+    expected = settings(get_preset("dapo", beta=0.1), "verl", TASK)
+    assert overrides.keys() == expected.keys()
+
+
+def test_a_preset_without_dapo_options_runs_verls_main_trainer():
+    assert export_config(PRESETS["grpo"], "verl", TASK).splitlines()[-1].startswith("python3 -m verl.trainer.main_ppo ")
+
+
+def test_export_refuses_bad_input_naming_the_knob(capsys):
+    assert main(["export", "--algo", "grpo", "--set", "epsilon=2", "--format", "trl"]) == 2
+    assert "epsilon=2.0 is out of range" in capsys.readouterr().err
+    assert main(["export", "--algo", "grpo", "--format", "trl", "--task", "nope"]) == 2
+    assert "task 'nope' is unknown" in capsys.readouterr().err
+
+
+BUILD = textwrap.dedent(
+    """
+    import functools, json, sys, warnings
+    warnings.simplefilter("ignore")
+    import trl
+    # The export targets a GPU machine; here the same config is built on the CPU.
+    trl.GRPOConfig = functools.partial(trl.GRPOConfig, use_cpu=True, bf16=False)
+    built = {}
+    for name, path, fields in json.load(open(sys.argv[1])):
+        scope = {}
+        exec(open(path).read(), scope)
+        built[name] = {field: getattr(scope["config"], field) for field in fields}
+    print(json.dumps(built))
+    """
+)
+
+
+@pytest.mark.slow
+def test_trl_builds_a_grpo_config_from_every_export(tmp_path):
+    """TRL's own GRPOConfig, in its own virtualenv (created on first use; CI caches it), accepts every preset's
+    export and ends up with exactly the values the export set."""
+    python = trl_python()
+    cases = {name: preset for name, preset in PRESETS.items() if preset.num_generations > 1}
+    cases["dapo, beta=0.1, 4 minibatches"] = get_preset("dapo", beta=0.1, num_minibatches=4)
+    jobs, expected = [], {}
+    for index, (name, algo) in enumerate(cases.items()):
+        path = tmp_path / f"config_{index}.py"
+        path.write_text(export_config(algo, "trl", TASK))
+        expected[name] = settings(algo, "trl", TASK)
+        jobs.append((name, str(path), list(expected[name])))
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    (tmp_path / "build.py").write_text(BUILD)
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([str(python), str(tmp_path / "build.py"), str(tmp_path / "jobs.json")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    assert built == expected
