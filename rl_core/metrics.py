@@ -97,3 +97,15 @@ def skewed_group_advantage_share(seq_advantages: torch.Tensor, R: torch.Tensor, 
     if total == 0:
         return float("nan")
     return (weight[skewed].sum() / total).item()
+
+
+def first_last_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The mean advantage of every response's first token and of its last valid token (VC-PPO: a critic that
+    values early states too low gives the first tokens the larger advantages). 0.0 for an empty batch."""
+    lengths = mask.sum(-1).long()
+    rows = lengths > 0
+    if not rows.any():
+        return {"advantage_first_token": 0.0, "advantage_last_token": 0.0}
+    first = advantages[rows, 0]
+    last = advantages[rows].gather(1, (lengths[rows] - 1)[:, None]).squeeze(1)
+    return {"advantage_first_token": first.mean().item(), "advantage_last_token": last.mean().item()}

@@ -39,6 +39,7 @@ from rl_core.metrics import (
     approx_kl,
     clip_fractions,
     explained_variance,
+    first_last_token_advantages,
     skewed_group_advantage_share,
     zero_advantage_group_fraction,
 )
@@ -266,6 +267,7 @@ class Trainer:
                     for name, fn in kl_estimators.KL_ESTIMATORS.items()
                 },
                 **{f"advantage_{k}": v for k, v in advantage_stats(advantages, mask).items()},
+                **first_last_token_advantages(advantages, mask),
                 "beta": self.beta,
                 # The measured KL that adaptive β compares with target_kl: the estimator summed over each response.
                 "kl_sequence": kl_in_reward.sum(-1).mean().item(),
