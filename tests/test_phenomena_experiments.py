@@ -54,11 +54,11 @@ def test_clip_higher_effect_reads_entropy():
 def test_length_bias_effect_against_the_longer_of_the_other_two():
     effect = get_experiment("length_bias").effect
     runs = {
-        "seq-mean-token-mean": ramp("response_length_incorrect", 10, 20),  # mean 15
-        "token-mean": ramp("response_length_incorrect", 8, 8),
-        "seq-mean-token-sum-norm": ramp("response_length_incorrect", 12, 12),
+        "seq-mean-token-mean": ramp("truncated_frac", 0.2, 0.0),  # mean 0.1
+        "token-mean": ramp("truncated_frac", 0.04, 0.04),
+        "seq-mean-token-sum-norm": ramp("truncated_frac", 0.06, 0.06),
     }
-    assert effect(runs) == pytest.approx(3.0)
+    assert effect(runs) == pytest.approx(0.04)
 
 
 def test_dynamic_sampling_compares_success_at_equal_samples():
