@@ -42,6 +42,6 @@ EXPERIMENT = Experiment(
     effect=lambda runs: first_minus_last(runs[FROM_RM]) - first_minus_last(runs[PRETRAINED]),
     expected="positive",
     run_fields={"sft_steps": 200},
-    pages=("ppo", "vapo"),
+    pages=("vapo", "ppo"),
     charts=("advantage_first_token", "advantage_last_token", "response_length", "explained_variance"),
 )

@@ -35,6 +35,6 @@ EXPERIMENT = Experiment(
     effect=_effect,
     expected="positive",
     run_fields={"sft_steps": 500},
-    pages=("labs_kl", "grpo"),
+    pages=("labs_kl",),
     charts=("kl_k1_std", "kl_k3_std", "kl_k1_neg_frac", "kl_k2_bias", "kl_exact"),
 )

@@ -39,6 +39,6 @@ EXPERIMENT = Experiment(
     effect=_effect,
     expected="positive",
     run_fields={"sft_steps": 500},
-    pages=("grpo", "dr_grpo"),
+    pages=("grpo", "labs_aggregation"),
     charts=("truncated_frac", "response_length_incorrect", "response_length_correct", "success_rate"),
 )

@@ -30,6 +30,6 @@ EXPERIMENT = Experiment(
     - mean_over_steps(runs["Dr. GRPO (mean only)"], "skewed_group_adv_share"),
     expected="positive",
     run_fields={"sft_steps": 500},
-    pages=("grpo", "dr_grpo"),
+    pages=("grpo", "labs_advantages"),
     charts=("skewed_group_adv_share", "success_rate"),
 )
