@@ -2,7 +2,7 @@
 responses, so it values early states low; with λ = 0.95 every early δ_t is positive and the first tokens get the
 larger advantages. Value pretraining with λ_critic = 1 removes the bias.
 
-β = 0.05 in both arms keeps the policy where the `preference` task's reward model is right, so reward hacking
+β = 0.3 in both arms keeps the policy where the `preference` task's reward model is right, so reward hacking
 (its own experiment) does not mask the critic's bias."""
 
 from rl_core.experiments import Arm, Experiment
@@ -10,7 +10,7 @@ from rl_core.experiments._measures import mean_over_steps
 
 SHARED = dict(
     prompts_per_step=64, num_generations=1, temperature=1.0, advantage_estimator="gae", lam=0.95,
-    whiten_advantages=False, beta=0.05, kl_estimator="k1", kl_in="reward", policy_loss="clip", epsilon=0.2,
+    whiten_advantages=False, beta=0.3, kl_estimator="k1", kl_in="reward", policy_loss="clip", epsilon=0.2,
     epsilon_high=0.2, loss_agg_mode="token-mean", learning_rate=1e-3, ppo_epochs=2, num_minibatches=2,
     use_critic=True, critic_learning_rate=3e-3,
 )
@@ -37,7 +37,7 @@ EXPERIMENT = Experiment(
     ),
     knobs=("critic_init", "value_pretrain_steps", "lam_critic"),
     task="preference",
-    steps=60,
+    steps=30,
     metric=f"first-token minus last-token advantage over the first {EARLY_STEPS} steps, from-RM minus pretrained",
     effect=lambda runs: first_minus_last(runs[FROM_RM]) - first_minus_last(runs[PRETRAINED]),
     expected="positive",
