@@ -54,6 +54,16 @@ def batch_mean_baseline(returns: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return torch.where(mask > 0, masked_deviation(returns, mask), 0.0)
 
 
+def running_mean_update(baseline: float, batch_mean: float, decay: float = 0.9) -> float:
+    """`b ← decay·b + (1 − decay)·mean(R)`: an exponential moving average of the batches' mean returns."""
+    return decay * baseline + (1 - decay) * batch_mean
+
+
+def constant_baseline(returns: torch.Tensor, mask: torch.Tensor, baseline: float) -> torch.Tensor:
+    """`A_t = G_t − b` with one given `b` (a running mean kept across batches); 0 on padding."""
+    return torch.where(mask > 0, returns - baseline, 0.0)
+
+
 def gae(
     token_rewards: torch.Tensor,
     values: torch.Tensor,

@@ -44,6 +44,8 @@ AdvNormMean = Literal["group", "leave_one_out", "batch", "none"]
 AdvNormStd = Literal["group", "batch", "none"]
 RolloutISMode = Literal["none", "truncate", "mask"]
 RolloutISLevel = Literal["token", "sequence", "geometric"]
+Baseline = Literal["batch_mean", "running_mean"]
+CriticInit = Literal["policy", "reward_model"]
 
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "maxrl")
 MAX_ROLLOUT_STALENESS = 8
@@ -63,7 +65,8 @@ class AlgoConfig:
     max_new_tokens: int | None = None  # None: the task's own limit
     # advantages
     advantage_estimator: AdvantageEstimator = "grpo"
-    use_baseline: bool = True  # reward_to_go only: subtract the batch-mean return
+    use_baseline: bool = True  # reward_to_go only: subtract a baseline return
+    baseline: Baseline = "batch_mean"  # which one: this batch's mean, or b ← 0.9·b + 0.1·mean(R) across steps
     gamma: float = 1.0
     lam: float = 0.95
     lam_critic: float | None = None  # decoupled GAE (VC-PPO): critic targets with their own λ
@@ -98,6 +101,7 @@ class AlgoConfig:
     max_grad_norm: float = 1.0
     # critic
     use_critic: bool = False
+    critic_init: CriticInit = "policy"  # "reward_model": VC-PPO's failure case, on tasks with a learned reward model
     critic_learning_rate: float = 3e-3
     cliprange_value: float = 0.2
     vf_coef: float = 0.5
@@ -118,6 +122,8 @@ class AlgoConfig:
     rollout_is_mode: RolloutISMode = "none"
     rollout_is_level: RolloutISLevel = "token"
     rollout_is_threshold: float = 2.0
+    # Adam's momentum keeps moving the policy on a batch whose every advantage is 0; skip the step instead.
+    skip_no_signal_updates: bool = True
 
     def replace(self, **overrides) -> "AlgoConfig":
         """A copy with some knobs changed, validated; unknown knob names are refused."""
@@ -187,6 +193,8 @@ class AlgoConfig:
         _require(self.kl_cov_coef >= 0, "kl_cov_coef", self.kl_cov_coef, "≥ 0")
         if self.advantage_estimator == "gae" or self.value_pretrain_steps:
             _require(self.use_critic, "use_critic", self.use_critic, "True when GAE or value pretraining is used")
+        if self.critic_init != "policy":
+            _require(self.use_critic, "use_critic", self.use_critic, f"True with critic_init={self.critic_init}")
         if self.dynamic_sampling:
             _require(
                 self.num_generations >= 2, "num_generations", self.num_generations, "≥ 2 with dynamic_sampling"

@@ -21,6 +21,7 @@ class AdvantageInputs:
     mask: torch.Tensor  # [B, T]
     values: torch.Tensor | None  # [B, T] V(s_t) from the critic, or None
     group_size: int
+    baseline: float | None = None  # the running-mean baseline b, when the config asks for one
 
     @property
     def sequence_rewards(self) -> torch.Tensor:
@@ -30,8 +31,11 @@ class AdvantageInputs:
 
 def _reward_to_go(algo: AlgoConfig, x: AdvantageInputs):
     returns = adv.reward_to_go(x.token_rewards, x.mask, algo.gamma)
-    advantages = adv.batch_mean_baseline(returns, x.mask) if algo.use_baseline else returns
-    return advantages, returns
+    if not algo.use_baseline:
+        return returns, returns
+    if algo.baseline == "running_mean":
+        return adv.constant_baseline(returns, x.mask, x.baseline), returns
+    return adv.batch_mean_baseline(returns, x.mask), returns
 
 
 def _gae(algo: AlgoConfig, x: AdvantageInputs):

@@ -80,3 +80,32 @@ def advantage_stats(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, f
 def zero_advantage_group_fraction(R: torch.Tensor, group_size: int) -> float:
     """Fraction of groups whose rewards are all equal (so every group advantage in them is 0)."""
     return 1.0 - dynamic_sampling_keep(R, group_size).float().mean().item()
+
+
+def skewed_group_advantage_share(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> float:
+    """The share of the batch's advantage weight `Σ_i |Â_i|` that goes to *skewed* groups: those in which at most
+    a quarter, or at least three quarters, of the members score above the group mean (with 0/1 rewards: nearly
+    always wrong or nearly always right). NaN when every advantage is 0.
+
+    With 0/1 rewards and success fraction p, a group's weight is `G·2p(1−p)` without the std division (Dr. GRPO)
+    and `G·2√(p(1−p))` with it (GRPO): dividing by the std raises skewed groups' share."""
+    groups = R.reshape(-1, group_size)
+    above = (groups > groups.mean(dim=1, keepdim=True)).float().mean(dim=1)
+    skewed = ((above <= 0.25) | (above >= 0.75)).repeat_interleave(group_size)
+    weight = seq_advantages.abs()
+    total = weight.sum()
+    if total == 0:
+        return float("nan")
+    return (weight[skewed].sum() / total).item()
+
+
+def first_last_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The mean advantage of every response's first token and of its last valid token (VC-PPO: a critic that
+    values early states too low gives the first tokens the larger advantages). 0.0 for an empty batch."""
+    lengths = mask.sum(-1).long()
+    rows = lengths > 0
+    if not rows.any():
+        return {"advantage_first_token": 0.0, "advantage_last_token": 0.0}
+    first = advantages[rows, 0]
+    last = advantages[rows].gather(1, (lengths[rows] - 1)[:, None]).squeeze(1)
+    return {"advantage_first_token": first.mean().item(), "advantage_last_token": last.mean().item()}

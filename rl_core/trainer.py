@@ -21,19 +21,22 @@ from pathlib import Path
 import torch
 
 from rl_core import kl as kl_estimators
-from rl_core.advantages import reward_to_go
+from rl_core.advantages import reward_to_go, running_mean_update
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import RunConfig
 from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
 from rl_core.kl_control import adaptive_beta
 from rl_core.loss_terms import LossInputs, loss_parts, policy_per_token
 from rl_core.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
+from rl_core.kl_stats import kl_estimator_stats
 from rl_core.masking import masked_mean
 from rl_core.metrics import (
     advantage_stats,
     approx_kl,
     clip_fractions,
     explained_variance,
+    first_last_token_advantages,
+    skewed_group_advantage_share,
     zero_advantage_group_fraction,
 )
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
@@ -71,16 +74,23 @@ class Trainer:
         if self.device.type == "cpu" and threads is not None:
             torch.set_num_threads(threads)
         self.task = get_task(run.task)
+        if self.algo.critic_init == "reward_model" and not hasattr(self.task, "reward_model"):
+            raise ValueError(
+                f"critic_init='reward_model' needs a task scored by a learned reward model; task {run.task!r} has "
+                "none (use critic_init='policy' or a reward-model task such as 'preference')"
+            )
         self.max_new_tokens = self.algo.max_new_tokens or self.task.max_new_tokens
         self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
         self.tokenizer = build_char_tokenizer()
         self.beta = self.algo.beta
+        self.running_baseline: float | None = None  # PG's running-mean baseline b, set by the first batch
         self.step_index = 0
         self.prompt_rng = random.Random(run.seed)
         self.generator = torch.Generator(device=self.device).manual_seed(run.seed)
         self.policy = self.reference = self.critic = None
         self.optimizer = self.critic_optimizer = None
         self._sampler, self._snapshots, self._snapshot_step = None, None, None  # rollout_staleness > 0
+        self._skip_policy_step = False  # set per batch by `_update`: the batch carries no gradient signal
 
     # ------------------------------------------------------------------ setup
     def prepare(self, progress: Progress | None = None) -> dict:
@@ -114,7 +124,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, fused=True)
         setup = {}
         if self.algo.use_critic:
-            self.critic = ValueModel.from_policy(self.policy).to(self.device).eval()
+            self.critic = self._initial_critic().to(self.device).eval()
             self.critic_optimizer = torch.optim.AdamW(
                 self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, fused=True
             )
@@ -122,6 +132,15 @@ class Trainer:
                 setup["value_pretrain_explained_variance"] = self._value_pretrain_step()
                 progress("value_pretrain", step + 1, self.algo.value_pretrain_steps)
         return setup
+
+    def _initial_critic(self) -> ValueModel:
+        """A copy of the policy's transformer with a fresh value head (the usual start), or of the task's reward
+        model (VC-PPO: it scores finished responses, so its values at earlier states are biased low)."""
+        if self.algo.critic_init == "policy":
+            return ValueModel.from_policy(self.policy)
+        critic = copy.deepcopy(self.task.reward_model)
+        critic.requires_grad_(True)
+        return critic
 
     def _value_pretrain_step(self) -> float:
         """VAPO: the policy stays frozen; the critic regresses on Monte-Carlo returns (λ = 1)."""
@@ -290,25 +309,36 @@ class Trainer:
             kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
             beta_in_reward = self.beta if algo.kl_in == "reward" else 0.0
             token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, algo.reward_clip)
+            baseline = self._running_baseline(token_rewards, mask) if algo.baseline == "running_mean" else None
             advantages, returns = estimate_advantages(
-                algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations)
+                algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations, baseline)
             )
+            exact_kl = kl_estimators.kl_exact(batch.logits, ref_logits)
             record = {
                 "step": self.step_index + 1,
                 **stats,
                 "entropy": masked_mean(batch.entropy, mask).item(),
-                "kl_exact": masked_mean(kl_estimators.kl_exact(batch.logits, ref_logits), mask).item(),
+                "kl_exact": masked_mean(exact_kl, mask).item(),
+                **kl_estimator_stats(old_logp, ref_logp, exact_kl, mask),
                 **{
                     f"kl_{name}": masked_mean(fn(old_logp, ref_logp), mask).item()
                     for name, fn in kl_estimators.KL_ESTIMATORS.items()
                 },
                 **{f"advantage_{k}": v for k, v in advantage_stats(advantages, mask).items()},
+                **first_last_token_advantages(advantages, mask),
                 "beta": self.beta,
+                # The measured KL that adaptive β compares with target_kl: the estimator summed over each response.
+                "kl_sequence": kl_in_reward.sum(-1).mean().item(),
             }
+            if baseline is not None:
+                record["baseline"] = baseline
+            if algo.num_generations > 1:
+                record["skewed_group_adv_share"] = skewed_group_advantage_share(
+                    masked_mean(advantages, mask, dim=-1), rewards, algo.num_generations
+                )
         record.update(self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask))
         if algo.target_kl is not None:
-            sequence_kl = (kl_in_reward.sum(-1)).mean().item()
-            self.beta = adaptive_beta(self.beta, sequence_kl, algo.target_kl)
+            self.beta = adaptive_beta(self.beta, record["kl_sequence"], algo.target_kl)
         record["samples"] = self._sample_views(
             batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, old_values, returns
         )
@@ -318,6 +348,14 @@ class Trainer:
         self.step_index += 1
         return record
 
+    def _running_baseline(self, token_rewards: torch.Tensor, mask: torch.Tensor) -> float:
+        """The b this batch's advantages subtract — the running mean of the earlier batches' mean returns (the
+        first batch's own mean) — then b ← 0.9·b + 0.1·mean(R) with this batch."""
+        batch_mean = (token_rewards * mask).sum(-1).mean().item()
+        used = batch_mean if self.running_baseline is None else self.running_baseline
+        self.running_baseline = running_mean_update(used, batch_mean)
+        return used
+
     def _update(self, batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask) -> dict:
         """K epochs × minibatches of policy (and critic) updates on one batch of experience."""
         algo = self.algo
@@ -326,6 +364,8 @@ class Trainer:
         if algo.positive_nll_coef > 0:
             # VAPO imitates its best responses; when every reward is equal there is no best one to imitate.
             positive = (rewards >= rewards.max()) & (rewards.max() > rewards.min())
+        # The losses are still computed (their metrics are reported); only the policy's optimiser step is skipped.
+        self._skip_policy_step = algo.skip_no_signal_updates and not self._has_signal(advantages, positive)
         sums: dict[str, float] = {}
         updates = 0
         for _ in range(algo.ppo_epochs):
@@ -341,7 +381,18 @@ class Trainer:
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 updates += 1
-        return {k: v / updates for k, v in sums.items()}
+        return {k: v / updates for k, v in sums.items()} | {"skipped_updates": updates * self._skip_policy_step}
+
+    def _has_signal(self, advantages: torch.Tensor, positive: torch.Tensor | None) -> bool:
+        """Whether a policy update could move anything: a non-zero advantage or another loss term."""
+        algo = self.algo
+        return bool(
+            advantages.any()
+            or (algo.kl_in == "loss" and self.beta > 0)
+            or algo.entropy_coef > 0
+            or algo.cov_mode == "kl_cov"
+            or (positive is not None and positive.any())
+        )
 
     def _policy_update(self, part, old_logp, ref_logp, advantages, mask, positive) -> dict:
         algo = self.algo
@@ -368,7 +419,8 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm).item()
         if not math.isfinite(grad_norm):
             raise TrainingError(f"step {self.step_index + 1}: the gradient norm became {grad_norm}; lower learning_rate")
-        self.optimizer.step()
+        if not self._skip_policy_step:
+            self.optimizer.step()
         with torch.no_grad():
             ratio = torch.exp(logp.detach() - old_logp)
             if self._clips_sequences:
@@ -503,6 +555,7 @@ class Trainer:
                 {
                     "step_index": self.step_index,
                     "beta": self.beta,
+                    "running_baseline": self.running_baseline,
                     "optimizer": self.optimizer.state_dict(),
                     "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer else None,
                     "prompt_rng": self.prompt_rng.getstate(),
@@ -531,6 +584,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step_index = state["step_index"]
         self.beta = state["beta"]
+        self.running_baseline = state.get("running_baseline")
         self.prompt_rng.setstate(state["prompt_rng"])
         self.generator.set_state(state["generator"].cpu())
 

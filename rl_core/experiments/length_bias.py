@@ -1,0 +1,44 @@
+"""The length bias of per-response normalisation: seq-mean-token-mean divides each response's loss by its
+length, so a long wrong answer's tokens are punished less than a short one's and long wrong answers survive.
+
+On `digit_sum_long` the SFT policy rambles past the length limit on about one response in eight; every arm pushes
+those ramblers out within a few dozen steps, and the aggregation decides how fast. Sixteen prompts per step keep
+a batch's share of ramblers from being mostly noise."""
+
+from rl_core.experiments import Arm, Experiment
+from rl_core.experiments._measures import mean_over_steps
+
+SHARED = dict(
+    prompts_per_step=16, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
+    policy_loss="clip", epsilon=0.2, epsilon_high=0.2, learning_rate=1e-3, ppo_epochs=2, num_minibatches=2,
+    dynamic_sampling=False, overlong_filter=False, overlong_buffer=None, entropy_coef=0.0,
+)
+SEQ_MEAN, TOKEN_MEAN, SUM_NORM = "seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"
+
+
+def _effect(runs) -> float:
+    """The share of responses cut off at the limit (the long wrong answers) under seq-mean-token-mean, minus the
+    larger of the other two aggregations' shares."""
+    cut = {label: mean_over_steps(records, "truncated_frac") for label, records in runs.items()}
+    return cut[SEQ_MEAN] - max(cut[TOKEN_MEAN], cut[SUM_NORM])
+
+
+EXPERIMENT = Experiment(
+    name="length_bias",
+    title="Per-response normalisation lets long wrong answers linger",
+    claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) are pushed out more "
+          "slowly than under token-mean or Dr. GRPO's constant normaliser (seq-mean-token-sum-norm), because each "
+          "response's penalty is divided by its length.",
+    source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025); seed article 001",
+    arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
+    knobs=("loss_agg_mode",),
+    task="digit_sum_long",
+    steps=20,
+    metric="share of responses cut off at the limit over the first 20 steps, seq-mean-token-mean minus the larger "
+           "of the others",
+    effect=_effect,
+    expected="positive",
+    run_fields={"sft_steps": 500},
+    pages=("grpo", "labs_aggregation"),
+    charts=("truncated_frac", "response_length_incorrect", "response_length_correct", "success_rate"),
+)

@@ -1,0 +1,35 @@
+"""Dividing by the group's standard deviation (GRPO) gives more weight to groups that are almost always right or
+almost always wrong than Dr. GRPO's mean-only advantage does."""
+
+from rl_core.experiments import Arm, Experiment
+from rl_core.experiments._measures import mean_over_steps
+
+SHARED = dict(
+    prompts_per_step=8, num_generations=8, temperature=1.0, beta=0.04, kl_estimator="k3", kl_in="loss",
+    policy_loss="clip", epsilon=0.2, epsilon_high=0.2, loss_agg_mode="token-mean", learning_rate=1e-4,
+    ppo_epochs=2, num_minibatches=2, dynamic_sampling=False,
+)
+# A small learning rate keeps both arms' policies, and so their batches (same seed, same draws), close together:
+# the difference in weight then comes from the normalisation, not from two policies that drifted apart.
+
+EXPERIMENT = Experiment(
+    name="std_normalisation",
+    title="Std normalisation up-weights near-solved and near-failed prompts",
+    claim="GRPO's division by the group's reward std gives groups that are almost always right or almost always "
+          "wrong a larger share of the advantage weight than Dr. GRPO's mean-only advantage.",
+    source="Dr. GRPO (Liu et al. 2025, 'Understanding R1-Zero-like training')",
+    arms=(
+        Arm("GRPO (mean and std)", "grpo", {**SHARED, "advantage_estimator": "grpo"}),
+        Arm("Dr. GRPO (mean only)", "grpo", {**SHARED, "advantage_estimator": "dr_grpo"}),
+    ),
+    knobs=("advantage_estimator",),
+    task="digit_sum",
+    steps=60,
+    metric="share of Σ|Â| on skewed groups (≤ 1/4 or ≥ 3/4 of the group right), GRPO minus Dr. GRPO",
+    effect=lambda runs: mean_over_steps(runs["GRPO (mean and std)"], "skewed_group_adv_share")
+    - mean_over_steps(runs["Dr. GRPO (mean only)"], "skewed_group_adv_share"),
+    expected="positive",
+    run_fields={"sft_steps": 500},
+    pages=("grpo", "labs_advantages"),
+    charts=("skewed_group_adv_share", "success_rate"),
+)

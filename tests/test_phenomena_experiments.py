@@ -1,0 +1,88 @@
+"""The experiments' design: arms that differ in exactly the knobs they name, with the knobs a retuned preset could
+move spelt out, on tasks and models that exist; and effects read off hand-made records."""
+
+import dataclasses
+import math
+
+import pytest
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.experiments import EXPERIMENTS, get_experiment
+from rl_core.models import MODEL_PRESETS
+from toy_tasks import TASKS
+
+
+def configs(experiment):
+    return {arm.label: dataclasses.asdict(get_preset(arm.preset, **arm.overrides)) for arm in experiment.arms}
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_arms_differ_in_exactly_the_named_knobs(name):
+    experiment = EXPERIMENTS[name]
+    arms = list(configs(experiment).values())
+    differing = {k for k in arms[0] if k not in ("name", "title", "summary") and any(a[k] != arms[0][k] for a in arms)}
+    assert differing == set(experiment.knobs)
+    assert len({arm.label for arm in experiment.arms}) == len(experiment.arms) >= 2
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_the_learning_rate_never_comes_from_a_preset_default(name):
+    for arm in EXPERIMENTS[name].arms:
+        assert "learning_rate" in arm.overrides, arm.label
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_runs_are_valid(name):
+    experiment = EXPERIMENTS[name]
+    assert experiment.task in TASKS and experiment.model in MODEL_PRESETS
+    assert len(experiment.seeds) >= 3 and experiment.expected in ("positive", "negative")
+    for arm in experiment.arms:
+        RunConfig(algo=get_preset(arm.preset, **arm.overrides), task=experiment.task, model=experiment.model,
+                  steps=experiment.steps, **experiment.run_fields).validate()
+
+
+def ramp(key, start, stop, steps=10, **constant):
+    return [{key: start + (stop - start) * i / (steps - 1), **constant} for i in range(steps)]
+
+
+def test_clip_higher_effect_reads_entropy():
+    effect = get_experiment("clip_higher").effect
+    assert effect({"ε_high 0.2": ramp("entropy", 1.0, 0.2), "ε_high 0.28": ramp("entropy", 1.0, 0.6)}) == pytest.approx(0.2)
+
+
+def test_length_bias_effect_against_the_longer_of_the_other_two():
+    effect = get_experiment("length_bias").effect
+    runs = {
+        "seq-mean-token-mean": ramp("truncated_frac", 0.2, 0.0),  # mean 0.1
+        "token-mean": ramp("truncated_frac", 0.04, 0.04),
+        "seq-mean-token-sum-norm": ramp("truncated_frac", 0.06, 0.06),
+    }
+    assert effect(runs) == pytest.approx(0.04)
+
+
+def test_dynamic_sampling_compares_success_at_equal_samples():
+    effect = get_experiment("dynamic_sampling").effect
+    # Off: 64 samples a step for 10 steps (640); on: 2 rounds, 128 a step. Window (320, 640]: off steps 6–10,
+    # on steps 3–5.
+    off = [{"success_rate": 0.1 * i} for i in range(10)]
+    on = [{"success_rate": 0.05 * i, "dynamic_sampling_rounds": 2} for i in range(10)]
+    expected = (0.05 * (2 + 3 + 4)) / 3 - (0.1 * (5 + 6 + 7 + 8 + 9)) / 5
+    assert effect({"dynamic sampling off": off, "dynamic sampling on": on}) == pytest.approx(expected)
+
+
+def test_adaptive_beta_effect_is_the_drop_in_distance_from_the_target():
+    experiment = get_experiment("adaptive_beta")
+    fixed, adaptive = (arm.label for arm in experiment.arms)
+    target = experiment.arms[1].overrides["target_kl"]
+    runs = {fixed: [{"kl_sequence": target * math.e}] * 4, adaptive: [{"kl_sequence": target}] * 4}
+    assert experiment.effect(runs) == pytest.approx(1.0)
+
+
+def test_critic_effect_uses_the_first_steps_only():
+    experiment = get_experiment("critic_from_rm")
+    from_rm, pretrained = (arm.label for arm in experiment.arms)
+    early = [{"advantage_first_token": 1.0, "advantage_last_token": 0.0}] * 20
+    late = [{"advantage_first_token": -9.0, "advantage_last_token": 0.0}] * 20
+    flat = [{"advantage_first_token": 0.0, "advantage_last_token": 0.0}] * 40
+    assert experiment.effect({from_rm: early + late, pretrained: flat}) == pytest.approx(1.0)
