@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import torch
 
-from rl_core.models import ValueModel
+from rl_core.models import MODEL_PRESETS, ValueModel
 from rl_core.reward_model import PreferencePair, reward_scores, train_reward_model
 from rl_core.tokenizer import build_char_tokenizer
 from toy_tasks.base import Scores, ToyTask
@@ -94,8 +94,10 @@ class PreferenceTask(ToyTask):
         "KL penalty keeps it where the model is right, and it improves honestly."
     )
     max_new_tokens: ClassVar[int] = 12
+    max_prompt_length: ClassVar[int] = 7
     default_demo_noise: ClassVar[float] = 0.5
     reward_model_preset: ClassVar[str] = "tiny"
+    max_positions: ClassVar[int] = MODEL_PRESETS[reward_model_preset].n_positions
     n_pairs: ClassVar[int] = 3000
     label_noise: ClassVar[float] = 0.1  # fraction of preference labels flipped, as human labellers disagree
     distractor_fraction: ClassVar[float] = 0.4  # pairs whose second response is a typo or junk
