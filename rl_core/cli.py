@@ -23,9 +23,16 @@ from rl_core.trainer import Trainer, TrainingError
 from toy_tasks import DEFAULT_TASK, TASKS
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a refusal on one line of its own (`error: …`, exit 2) instead of the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rl_core", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="python -m rl_core", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("algos", help="list the algorithm presets")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
@@ -65,6 +72,17 @@ def _add_run_arguments(command: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (ValueError, StoreError) as error:  # refused input found late (e.g. a checkpoint folder)
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - one line, never a traceback; the type says where to look
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
     transformers_logging.disable_progress_bar()  # our own bar is the only one
     if args.command == "algos":
         for preset in PRESETS.values():
@@ -115,9 +133,11 @@ def _train(trainer: Trainer, args) -> int:
                 metrics_file.write(json.dumps(json_safe(record)) + "\n")
                 metrics_file.flush()
     except TrainingError as error:
+        bar.close()  # ends the bar's line, so the message stands on a line of its own
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        bar.close()
         print("interrupted: stopping after the last finished step", file=sys.stderr)
     finally:
         bar.close()
