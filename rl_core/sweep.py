@@ -157,7 +157,7 @@ class Sweep:
         try:
             with Heartbeat(self.store), ProcessPoolExecutor(
                 min(self.workers, len(runs)), mp_context=self._context,
-                initializer=_init_worker, initargs=(self._stop, str(self.store.path)),
+                initializer=_init_worker, initargs=(self._stop, str(self.store.path), os.getpid()),
             ) as pool:
                 try:
                     self._dispatch(pool, runs, by_key, report, interval)
@@ -225,15 +225,35 @@ def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
 # ---------------------------------------------------------------------------------------------- in the workers
 _stop_event = None  # the sweep's stop event, shared with the parent
 _store: RunStore | None = None
+_current_run: int | None = None  # the run this worker trains now, if any
+PARENT_WATCH_INTERVAL = 0.5  # seconds between checks that the coordinator still lives
 
 
-def _init_worker(stop_event, db_path: str) -> None:
+def _init_worker(stop_event, db_path: str, coordinator: int) -> None:
     global _stop_event, _store
     torch.set_num_threads(1)
     transformers_logging.disable_progress_bar()
     _stop_event = stop_event
     _store = RunStore(db_path, recover=False)  # the parent's store recovered stale runs when it opened
     Heartbeat(_store).start()  # for the life of the worker: it refreshes whichever run this process trains
+    threading.Thread(target=_watch_coordinator, args=(coordinator,), name="coordinator-watch", daemon=True).start()
+
+
+def _watch_coordinator(coordinator: int) -> None:
+    """End this worker soon after the coordinator dies, however it dies (SIGKILL and OOM included).
+
+    A pool's workers are not killed with their parent: an orphan would train on, unseen and unstoppable, holding
+    a core. When the coordinator is gone this process has been handed to another parent (init or a subreaper),
+    so `getppid()` changes; the run it was training is marked interrupted and the process exits at once."""
+    while os.getppid() == coordinator:
+        time.sleep(PARENT_WATCH_INTERVAL)
+    threading.Timer(5.0, os._exit, (1,)).start()  # a store busy for long must not keep the orphan alive
+    if _current_run is not None:
+        try:
+            _store.finish_run(_current_run, "interrupted", error="the sweep's coordinator process ended")
+        except Exception:  # noqa: BLE001 - the store may be busy or gone; recovery marks the run later
+            pass
+    os._exit(1)
 
 
 def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
@@ -251,10 +271,12 @@ def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
 
 def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
     """Train one run, writing each record to the store; the run's outcome is its status there."""
+    global _current_run
     if _stop_event.is_set():
         _store.finish_run(run_id, "stopped")
         return
     _store.start_run(run_id)
+    _current_run = run_id
     try:
         trainer = Trainer(run, cache_dir=cache_dir, stop_event=_stop_event)
         trainer.prepare()
@@ -270,3 +292,5 @@ def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
         _store.finish_run(run_id, "stopped")
     except Exception as error:  # noqa: BLE001 - the store keeps the message; the sweep goes on with other runs
         _store.finish_run(run_id, "failed", error=f"{type(error).__name__}: {error}")
+    finally:
+        _current_run = None
