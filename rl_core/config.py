@@ -235,7 +235,7 @@ KNOB_RANGES: dict[str, Range] = {
     "critic_learning_rate": Range(0.0, 1.0, low_open=True),
     "cliprange_value": Range(0.0, 100.0, low_open=True),
     "vf_coef": Range(0.0, 100.0),
-    "value_pretrain_steps": Range(0, 500),
+    "value_pretrain_steps": Range(0, 200),
     "positive_nll_coef": Range(0.0, 100.0),
     "max_resample_rounds": Range(0, 16),
     "overlong_buffer": Range(1, 1023),  # and below the length limit: validate / RunConfig.validate

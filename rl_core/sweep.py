@@ -126,6 +126,7 @@ class Sweep:
         workers: int | None = None,
         cache_dir: Path | None = None,
         spec: dict | None = None,
+        session: str | None = None,
     ):
         self.workers = default_workers() if workers is None else workers
         if self.workers < 1:
@@ -137,12 +138,18 @@ class Sweep:
         self.cache_dir = cache_dir
         self._context = multiprocessing.get_context("spawn")
         self._stop = self._context.Event()
-        self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})})
-        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id) for p in self.planned]
+        self.session = session  # the app session that owns the sweep and its runs (None: shared)
+        self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})}, session)
+        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id, session) for p in self.planned]
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def stop_event(self):
+        """The event `stop()` sets (shared with the workers), for whoever waits on the sweep's behalf."""
+        return self._stop
 
     def stop(self) -> None:
         self._stop.set()
