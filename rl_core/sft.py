@@ -121,7 +121,7 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
     """The checkpoint in `folder` if it is readable, else a newly trained one written there (staging folder, then
     a rename). An unreadable checkpoint (a truncated or emptied weights file, say) is reported and trained again."""
     if folder.parent.exists():
-        remove_stale_staging(folder.parent)  # left by a process killed while it saved a checkpoint
+        remove_stale_staging(folder.parent, cache=True)  # left by a process killed while it saved a checkpoint
     if folder.exists():
         try:
             return load_policy(folder).to(device)
@@ -132,7 +132,7 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
     torch.manual_seed(seed)
     policy = build_policy(model_preset, tokenizer).to(device)
     train_sft(policy, tokenizer, task, steps, demo_noise, seed, learning_rate=learning_rate, progress=progress)
-    staging = staging_folder(folder)
+    staging = staging_folder(folder, cache=True)
     policy.save_pretrained(staging)  # safetensors: written from device tensors directly
     tokenizer.save_pretrained(staging)
     publish(staging, folder)  # False: another process finished the same checkpoint first

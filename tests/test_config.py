@@ -215,3 +215,13 @@ def test_every_override_set_is_refused_by_name_or_trains_cleanly(example):
         except TrainingError as error:
             assert str(error).startswith("step "), error
             event("TrainingError")
+
+
+def test_every_task_declares_a_prompt_length_its_prompts_fit_in():
+    import random
+
+    from toy_tasks import TASKS
+
+    for name, task in TASKS.items():
+        longest = max(len(p) for p in task().sample_prompts(2000, random.Random(0)))  # one token per character
+        assert longest <= task.max_prompt_length, name

@@ -7,6 +7,7 @@ import pickle
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,19 @@ def test_staging_folders_of_dead_processes_go_and_live_ones_stay(tmp_path):
     assert not stale.exists() and live.exists() and unrelated.exists()
     fresh = staging_folder(tmp_path / "other")
     assert fresh.name.startswith(f"other{MARK}{os.getpid()}-") and fresh.is_dir()
+
+
+def test_unmarked_staging_folders_go_from_the_cache_once_an_hour_old(tmp_path):
+    old, young = tmp_path / "caesar-tiny-seed0-noise0.65-steps200.k3j_x9q2", tmp_path / "reverse-tiny.ab12cd34"
+    kept = tmp_path / "caesar-tiny-0a1b2c3d4e-seed0-noise0.65-steps200"  # a finished checkpoint
+    for folder in (old, young, kept):
+        folder.mkdir()
+    hours_ago = time.time() - 7200
+    os.utime(old, (hours_ago, hours_ago))
+    os.utime(kept, (hours_ago, hours_ago))
+    assert remove_stale_staging(tmp_path) == []  # outside the cache a name of that shape may be the user's
+    assert remove_stale_staging(tmp_path, cache=True) == [old]
+    assert young.exists() and kept.exists()
 
 
 def tiny_run(task: str = "caesar", **knobs) -> RunConfig:

@@ -192,7 +192,7 @@ class PreferenceTask(ToyTask):
         with torch.no_grad():
             raw = reward_scores(model, self.tokenizer, prompts, responses)
         stats = {"mean": raw.mean().item(), "std": raw.std().item() + 1e-6, "accuracy": accuracy}
-        staging = staging_folder(folder)
+        staging = staging_folder(folder, cache=True)
         model.save(staging)
         (staging / "stats.json").write_text(json.dumps(stats))
         publish(staging, folder)  # False: another process saved the same reward model first
