@@ -187,3 +187,25 @@ def test_a_queued_job_reports_its_place(jobs):
     wait_for(lambda: second.snapshot().queue_place == 1)
     snap = second.snapshot()
     assert snap.status == "queued" and snap.waiting_for == 1 and snap.wait_estimate is None  # nothing timed yet
+
+
+def test_a_stopped_training_does_not_shorten_the_estimates():
+    slots = TrainingSlots(1)
+    stop, never, waiting = threading.Event(), threading.Event(), object()
+    with slots.hold(stop):
+        stop.set()  # stopped after a moment: not a training's length
+    holding = threading.Event()
+
+    def hold():
+        with slots.hold(never):
+            holding.set()
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    holding.wait(5)
+    queued = threading.Thread(target=lambda: slots.hold(never, ticket=waiting).__enter__(), daemon=True)
+    queued.start()
+    wait_for(lambda: slots.queue_place(waiting) == 1)
+    assert slots.wait_estimate(waiting) is None
+    thread.join(5)

@@ -77,7 +77,8 @@ class TrainingSlots:
                 with self._condition:
                     self._running -= slots
                     started, _ = self._holders.pop(ticket)
-                    self._durations.append(time.monotonic() - started)
+                    if not stop_event.is_set():  # a stopped training says nothing about how long one takes
+                        self._durations.append(time.monotonic() - started)
                     self._condition.notify_all()
 
     def queue_place(self, ticket: object) -> int | None:
@@ -86,8 +87,8 @@ class TrainingSlots:
             return next((i + 1 for i, (t, _) in enumerate(self._waiting) if t is ticket), None)
 
     def wait_estimate(self, ticket: object) -> float | None:
-        """Seconds until `ticket` starts, if every training takes as long as the latest finished ones did;
-        None until one has finished (or if `ticket` is not waiting)."""
+        """Seconds until `ticket` starts, if every training takes as long as the latest ones that ran to their end;
+        None until one has (or if `ticket` is not waiting)."""
         with self._condition:
             if not self._durations or all(t is not ticket for t, _ in self._waiting):
                 return None
