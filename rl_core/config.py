@@ -161,13 +161,6 @@ class AlgoConfig:
                 f"False with advantage_estimator={self.advantage_estimator} (a critic needs "
                 "advantage_estimator=gae)",
             )
-        if self.overlong_buffer is not None and self.max_new_tokens is not None:
-            _require(
-                self.overlong_buffer < self.max_new_tokens,
-                "overlong_buffer",
-                self.overlong_buffer,
-                f"fewer tokens than the length limit max_new_tokens={self.max_new_tokens}",
-            )
 
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:
@@ -238,7 +231,7 @@ KNOB_RANGES: dict[str, Range] = {
     "value_pretrain_steps": Range(0, 200),
     "positive_nll_coef": Range(0.0, 100.0),
     "max_resample_rounds": Range(0, 16),
-    "overlong_buffer": Range(1, 1023),  # and below the length limit: validate / RunConfig.validate
+    "overlong_buffer": Range(1, 1023),  # and below the task's length limit: RunConfig.validate
     "cov_fraction": Range(0.0, 1.0, low_open=True),
     "kl_cov_coef": Range(0.0, 100.0),
 }
