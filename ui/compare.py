@@ -37,7 +37,7 @@ from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui.charts import RUN_COLOURS, thin
-from ui.jobs import without_paths
+from ui.jobs import TrainingSlots, without_paths
 from ui.knobs import KNOBS
 from ui.lab import training_slots
 from ui.session import session_token, session_worker_cap
@@ -202,15 +202,16 @@ def _start(planned: list[PlannedRun], workers: int) -> None:
     registry[sweep.sweep_id] = sweep
     sweeps = session_sweeps()
     sweeps[:] = [s for s in sweeps if s.sweep_id in registry] + [sweep]
-    threading.Thread(target=_coordinate, args=(sweep, registry), name=f"sweep-{sweep.sweep_id}", daemon=True).start()
+    threading.Thread(target=_coordinate, args=(sweep, registry, training_slots()), name=f"sweep-{sweep.sweep_id}",
+                     daemon=True).start()
     st.session_state["compare:shown"] = list(sweep.run_ids)
 
 
-def _coordinate(sweep: Sweep, registry: dict[int, Sweep]) -> None:
+def _coordinate(sweep: Sweep, registry: dict[int, Sweep], slots: TrainingSlots) -> None:
     """The sweep's thread: wait for a training slot per worker, train, then leave the registry. Never calls
     Streamlit."""
     try:
-        with training_slots().hold(sweep.stop_event, slots=sweep.workers) as acquired:
+        with slots.hold(sweep.stop_event, slots=sweep.workers) as acquired:
             if acquired:
                 sweep.run()
             else:  # stopped while it waited: none of its runs started
