@@ -15,6 +15,7 @@ ones (one per seed) are trained in parallel.
 from __future__ import annotations
 
 import itertools
+import math
 import multiprocessing
 import os
 import signal
@@ -43,6 +44,9 @@ class PlannedRun:
     run: RunConfig
     label: str  # the comparison group (preset and grid values): seeds of one label are averaged together
     variant: dict  # the grid values of this run, knob → value
+
+
+MAX_SWEEP_RUNS = 1000  # every run is a row in the store and a job for the pool: a typo must not queue a million
 
 
 def default_workers() -> int:
@@ -90,6 +94,10 @@ def plan_sweep(
     both = sorted(set(overrides) & set(grid))
     if both:
         raise ValueError(f"{', '.join(both)} is both set and swept; drop one of the two")
+    runs = len(algos) * math.prod(len(values) for values in grid.values()) * len(seeds)
+    if runs > MAX_SWEEP_RUNS:
+        raise ValueError(f"the sweep has {runs} runs (presets × grid values × seeds); allowed: at most "
+                         f"{MAX_SWEEP_RUNS}")
     get_task(task)  # ValueError naming the allowed tasks
     model = run_fields.get("model", RunConfig.model)
     if model not in MODEL_PRESETS:

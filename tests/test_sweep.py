@@ -65,11 +65,13 @@ def test_a_plan_crosses_presets_grid_values_and_seeds():
         (["grpo"], {"overrides": {"beta": 0.1}, "grid": {"beta": [0.0]}}, "beta is both set and swept"),
         (["grpo"], {"model": "huge"}, "model='huge' is unknown"),
         ([], {}, "algos is empty"),
+        (["grpo", "rloo"], {"grid": {"beta": [0.0, 0.1]}, "seeds": range(251)},
+         r"the sweep has 1004 runs \(presets × grid values × seeds\); allowed: at most 1000"),
     ],
 )
 def test_a_plan_refuses_bad_input_by_name(algos, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        plan_sweep(algos, range(1), "reverse", 5, **kwargs)
+        plan_sweep(algos, kwargs.pop("seeds", range(1)), "reverse", 5, **kwargs)
 
 
 def test_outcomes_and_their_summary_across_seeds(tmp_path):
