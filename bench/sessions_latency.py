@@ -55,6 +55,7 @@ def round_of(browser, url: str, sessions: int) -> dict:
             clicked.append(time.monotonic())
         latency: dict[int, float] = {}
         queued, told_place, told_estimate = set(), set(), set()
+        seen: dict[int, str] = {}  # each session's latest alert text while it waited
         deadline = time.monotonic() + TRAINING_TIMEOUT_MS / 1000
         while len(latency) < sessions:
             if time.monotonic() > deadline:
@@ -64,11 +65,14 @@ def round_of(browser, url: str, sessions: int) -> dict:
                     continue
                 if page.evaluate(HAS_CHART_POINTS):
                     latency[index] = time.monotonic() - clicked[index]
-                elif page.get_by_text("queued:").count():
-                    queued.add(index)
-                    text = page.get_by_text("queued:").first.inner_text()
-                    told_place |= {index} if QUEUE_PLACE in text else set()
-                    told_estimate |= {index} if WAIT_ESTIMATE in text else set()
+                else:
+                    alerts = page.locator('[data-testid="stAlert"]')
+                    text = " ".join(alerts.nth(i).inner_text() for i in range(alerts.count()))
+                    seen[index] = text or seen.get(index, "")
+                    if "queued:" in text:
+                        queued.add(index)
+                        told_place |= {index} if QUEUE_PLACE in text else set()
+                        told_estimate |= {index} if WAIT_ESTIMATE in text else set()
             time.sleep(0.05)
         times = [latency[i] for i in range(sessions)]
         return {
@@ -80,6 +84,7 @@ def round_of(browser, url: str, sessions: int) -> dict:
             "queued_sessions": len(queued),
             "told_their_place": len(told_place),
             "told_an_estimate": len(told_estimate),
+            "last_alert_while_waiting": [seen.get(i, "") for i in range(sessions)],
         }
     finally:
         for context in contexts:
