@@ -16,7 +16,8 @@ fi
 case "${1:-}" in
   run)
     shift
-    exec "$venv/bin/python" -m streamlit run app.py "$@"
+    # Loopback only, unless the caller passes --server.address (later flags win); README: serving a class.
+    exec "$venv/bin/python" -m streamlit run app.py --server.address 127.0.0.1 "$@"
     ;;
   test)
     shift

@@ -91,7 +91,7 @@ def make_trainer(preset: str, seed: int, cache_dir: Path, samples_per_record: in
                  device: str = "cpu", **knobs) -> Trainer:
     # `steps` only bounds `Trainer.steps()`; the benchmark's time budget ends a run long before.
     run = RunConfig(
-        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model=model, steps=10**9, seed=seed, device=device,
+        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model=model, steps=1_000_000, seed=seed, device=device,
         samples_per_record=samples_per_record,
     )
     return Trainer(run, cache_dir=cache_dir)

@@ -111,6 +111,17 @@ def _add_run_arguments(command: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args, argv if argv is not None else sys.argv[1:])
+    except (ValueError, StoreError) as error:  # refused input found late (e.g. a checkpoint folder)
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - one line, never a traceback; the type says where to look
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(args, argv: list[str]) -> int:
     transformers_logging.disable_progress_bar()  # our own bar is the only one
     if args.command == "algos":
         for preset in PRESETS.values():
@@ -128,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export-unipo":
         return _export_unipo(args)
     if args.command == "export":
-        return _export(args, argv if argv is not None else sys.argv[1:])
+        return _export(args, argv)
     try:
         run = RunConfig(
             algo=get_preset(args.algo, **parse_overrides(args.overrides)),
@@ -174,9 +185,11 @@ def _train(trainer: Trainer, args) -> int:
             if unipo:
                 unipo.add(record)
     except TrainingError as error:
+        bar.close()  # ends the bar's line, so the message stands on a line of its own
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        bar.close()
         print("interrupted: stopping after the last finished step", file=sys.stderr)
     finally:
         bar.close()

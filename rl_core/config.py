@@ -28,8 +28,9 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
-from typing import Literal, get_args, get_type_hints
+from typing import Literal, get_args, get_origin, get_type_hints
 
 AdvantageEstimator = Literal[
     "reward_to_go", "gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "maxrl"
@@ -126,24 +127,32 @@ class AlgoConfig:
     skip_no_signal_updates: bool = True
 
     def replace(self, **overrides) -> "AlgoConfig":
-        """A copy with some knobs changed, validated; unknown knob names are refused."""
+        """A copy with some fields changed, validated; unknown names are refused.
+
+        Presets derive from their parent with this (identity fields included); a learner's overrides go through
+        `with_knobs`, which refuses the identity fields."""
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+            raise ValueError(f"unknown knob(s) {', '.join(unknown)}; allowed: {', '.join(KNOB_NAMES)}")
         config = dataclasses.replace(self, **overrides)
         config.validate()
         return config
 
+    def with_knobs(self, **overrides) -> "AlgoConfig":
+        """This preset with knobs overridden (the API, CLI and pages); ValueError names the refused knob."""
+        identity = sorted(set(overrides) & set(IDENTITY_FIELDS))
+        if identity:
+            raise ValueError(
+                f"{', '.join(identity)} names the preset and is not a knob; pick another preset instead "
+                f"(knobs: {', '.join(KNOB_NAMES)})"
+            )
+        return self.replace(**overrides)
+
     def validate(self) -> None:
-        """Raise ValueError naming the first knob outside its allowed range."""
-        for name, hint in get_type_hints(AlgoConfig).items():
-            allowed = get_args(hint)
-            value = getattr(self, name)
-            if allowed and all(isinstance(a, str) for a in allowed) and value not in allowed:
-                raise ValueError(f"{name}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
-        _require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, "an integer ≥ 1")
-        _require(self.num_generations >= 1, "num_generations", self.num_generations, "an integer ≥ 1")
+        """Raise ValueError naming the first knob outside its allowed values: each knob's type and range from
+        `KNOB_RANGES`, then the rules that tie knobs together."""
+        _check_fields(self, AlgoConfig, KNOB_RANGES, skip=IDENTITY_FIELDS)
         if self.advantage_estimator in GROUP_ESTIMATORS:
             _require(
                 self.num_generations >= 2,
@@ -151,61 +160,47 @@ class AlgoConfig:
                 self.num_generations,
                 f"≥ 2 with advantage_estimator={self.advantage_estimator} (a group baseline needs a group)",
             )
-        _require(self.temperature > 0, "temperature", self.temperature, "> 0")
-        if self.max_new_tokens is not None:
-            _require(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "an integer ≥ 1")
-        _require(0 <= self.gamma <= 1, "gamma", self.gamma, "0 ≤ γ ≤ 1")
-        _require(0 <= self.lam <= 1, "lam", self.lam, "0 ≤ λ ≤ 1")
-        if self.lam_critic is not None:
-            _require(0 <= self.lam_critic <= 1, "lam_critic", self.lam_critic, "0 ≤ λ ≤ 1")
-        if self.length_adaptive_alpha is not None:
-            _require(self.length_adaptive_alpha > 0, "length_adaptive_alpha", self.length_adaptive_alpha, "> 0")
-        _require(self.beta >= 0, "beta", self.beta, "β ≥ 0")
-        if self.target_kl is not None:
-            _require(self.target_kl > 0, "target_kl", self.target_kl, "> 0")
-        if self.reward_clip is not None:
-            _require(self.reward_clip > 0, "reward_clip", self.reward_clip, "> 0")
-        _require(0 < self.epsilon < 1, "epsilon", self.epsilon, "0 < ε_low < 1")
-        _require(self.epsilon_high > 0, "epsilon_high", self.epsilon_high, "ε_high > 0")
-        if self.dual_clip is not None:
-            _require(self.dual_clip > 1, "dual_clip", self.dual_clip, "c > 1")
-        _require(self.entropy_coef >= 0, "entropy_coef", self.entropy_coef, "≥ 0")
-        _require(self.ppo_epochs >= 1, "ppo_epochs", self.ppo_epochs, "an integer ≥ 1")
-        _require(self.num_minibatches >= 1, "num_minibatches", self.num_minibatches, "an integer ≥ 1")
+        if self.dynamic_sampling:
+            _require(
+                self.num_generations >= 2, "num_generations", self.num_generations, "≥ 2 with dynamic_sampling"
+            )
         batch = self.prompts_per_step * self.num_generations
+        _require(
+            batch <= MAX_BATCH,
+            "prompts_per_step",
+            self.prompts_per_step,
+            f"prompts_per_step × num_generations ≤ {MAX_BATCH} responses per batch "
+            f"(num_generations={self.num_generations})",
+        )
         _require(
             self.num_minibatches <= batch,
             "num_minibatches",
             self.num_minibatches,
             f"at most the batch size prompts_per_step × num_generations = {batch}",
         )
-        _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "lr > 0")
-        _require(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "> 0")
-        _require(self.critic_learning_rate > 0, "critic_learning_rate", self.critic_learning_rate, "> 0")
-        _require(self.cliprange_value > 0, "cliprange_value", self.cliprange_value, "> 0")
-        _require(self.vf_coef >= 0, "vf_coef", self.vf_coef, "≥ 0")
-        _require(self.value_pretrain_steps >= 0, "value_pretrain_steps", self.value_pretrain_steps, "an integer ≥ 0")
-        _require(self.positive_nll_coef >= 0, "positive_nll_coef", self.positive_nll_coef, "≥ 0")
-        _require(self.max_resample_rounds >= 0, "max_resample_rounds", self.max_resample_rounds, "an integer ≥ 0")
-        if self.overlong_buffer is not None:
-            _require(self.overlong_buffer >= 1, "overlong_buffer", self.overlong_buffer, "an integer ≥ 1")
-        _require(0 < self.cov_fraction <= 1, "cov_fraction", self.cov_fraction, "0 < fraction ≤ 1")
-        _require(self.kl_cov_coef >= 0, "kl_cov_coef", self.kl_cov_coef, "≥ 0")
+        updates = self.ppo_epochs * self.num_minibatches
+        _require(
+            updates <= MAX_UPDATES_PER_BATCH,
+            "ppo_epochs",
+            self.ppo_epochs,
+            f"ppo_epochs × num_minibatches ≤ {MAX_UPDATES_PER_BATCH} updates per batch "
+            f"(num_minibatches={self.num_minibatches})",
+        )
         if self.advantage_estimator == "gae" or self.value_pretrain_steps:
             _require(self.use_critic, "use_critic", self.use_critic, "True when GAE or value pretraining is used")
         if self.critic_init != "policy":
             _require(self.use_critic, "use_critic", self.use_critic, f"True with critic_init={self.critic_init}")
-        if self.dynamic_sampling:
+        if self.use_critic:
+            # The critic's only use is GAE's bootstrap; with another estimator its values would be thrown away.
             _require(
-                self.num_generations >= 2, "num_generations", self.num_generations, "≥ 2 with dynamic_sampling"
+                self.advantage_estimator == "gae",
+                "use_critic",
+                self.use_critic,
+                f"False with advantage_estimator={self.advantage_estimator} (a critic needs "
+                "advantage_estimator=gae)",
             )
         if self.policy_loss == "cispo" and not self.cispo_two_sided:
             _require(self.epsilon_high >= 1, "epsilon_high", self.epsilon_high, "the CISPO weight cap ε_max ≥ 1 (e.g. 5)")
-        _require(self.sapo_tau_pos > 0, "sapo_tau_pos", self.sapo_tau_pos, "τ_pos > 0")
-        _require(self.sapo_tau_neg > 0, "sapo_tau_neg", self.sapo_tau_neg, "τ_neg > 0")
-        _require(0 < self.dppo_delta_low < 1, "dppo_delta_low", self.dppo_delta_low, "0 < δ_low < 1 (a probability change)")
-        _require(0 < self.dppo_delta_high < 1, "dppo_delta_high", self.dppo_delta_high, "0 < δ_high < 1 (a probability change)")
-        _require(self.dppo_ratio_cap >= 1, "dppo_ratio_cap", self.dppo_ratio_cap, "c ≥ 1")
         if self.kl_gradient != "plain":
             _require(
                 self.kl_in == "loss" and self.kl_estimator == "k3",
@@ -221,20 +216,149 @@ class AlgoConfig:
                 "grpo when adv_norm_mean / adv_norm_std are changed (Dr. GRPO is grpo with adv_norm_std=none, "
                 "RLOO grpo with adv_norm_mean=leave_one_out, adv_norm_std=none)",
             )
-        _require(
-            0 <= self.rollout_staleness <= MAX_ROLLOUT_STALENESS,
-            "rollout_staleness",
-            self.rollout_staleness,
-            f"an integer from 0 to {MAX_ROLLOUT_STALENESS} (steps between the sampler's policy and the trainer's)",
-        )
-        if self.rollout_temperature is not None:
-            _require(self.rollout_temperature > 0, "rollout_temperature", self.rollout_temperature, "> 0, or none")
-        _require(self.rollout_is_threshold > 0, "rollout_is_threshold", self.rollout_is_threshold, "C > 0")
 
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:
     if not ok:
-        raise ValueError(f"{knob}={value!r} is out of range; allowed: {allowed}")
+        raise ValueError(f"{knob}={_shown(value)} is out of range; allowed: {allowed}")
+
+
+def _shown(value) -> str:
+    """The value as a message quotes it: its repr, cut short when huge (an integer of 400 digits, say)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}… ({len(text)} characters)"
+
+
+# ------------------------------------------------------------------------------------------------ the knob table
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric knob (or run field) may take: `low ≤ x ≤ high`, strict at an open end.
+
+    Every range is finite, so a run stays finite and within memory, and NaN or ±inf never passes."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def describe(self, integer: bool) -> str:
+        if integer:
+            return f"an integer from {self.low} to {self.high}"
+        low = f"{self.low:g} {'<' if self.low_open else '≤'} x"
+        return f"a number with {low} {'<' if self.high_open else '≤'} {self.high:g}"
+
+
+# The identity of a preset: set by its file, never by a learner.
+IDENTITY_FIELDS = ("name", "title", "summary")
+MAX_BATCH = 1024  # responses per step (prompts_per_step × num_generations)
+MAX_UPDATES_PER_BATCH = 256  # optimiser steps per batch (ppo_epochs × num_minibatches)
+
+# Every numeric knob of AlgoConfig has an entry here (tests/test_config.py checks it). Its type (int, float, bool,
+# a Literal of names, optional or not) comes from the field's annotation; booleans and names need no entry.
+KNOB_RANGES: dict[str, Range] = {
+    "prompts_per_step": Range(1, 256),
+    "num_generations": Range(1, 64),
+    "temperature": Range(0.05, 10.0),  # below, logits / T overflow in float32
+    "max_new_tokens": Range(1, 1024),  # and within the model's context: RunConfig.validate
+    "gamma": Range(0.0, 1.0),
+    "lam": Range(0.0, 1.0),
+    "lam_critic": Range(0.0, 1.0),
+    "length_adaptive_alpha": Range(0.0, 100.0, low_open=True),
+    "beta": Range(0.0, 100.0),
+    "target_kl": Range(0.0, 100.0, low_open=True),
+    "reward_clip": Range(0.0, 1000.0, low_open=True),
+    "epsilon": Range(0.0, 1.0, low_open=True, high_open=True),
+    "epsilon_high": Range(0.0, 10.0, low_open=True),
+    "dual_clip": Range(1.0, 100.0, low_open=True),
+    "entropy_coef": Range(0.0, 10.0),
+    "ppo_epochs": Range(1, 64),
+    "num_minibatches": Range(1, 256),
+    "learning_rate": Range(0.0, 1.0, low_open=True),
+    "max_grad_norm": Range(0.0, 1000.0, low_open=True),
+    "critic_learning_rate": Range(0.0, 1.0, low_open=True),
+    "cliprange_value": Range(0.0, 100.0, low_open=True),
+    "vf_coef": Range(0.0, 100.0),
+    "value_pretrain_steps": Range(0, 200),
+    "positive_nll_coef": Range(0.0, 100.0),
+    "max_resample_rounds": Range(0, 16),
+    "overlong_buffer": Range(1, 1023),  # and below the task's length limit: RunConfig.validate
+    "cov_fraction": Range(0.0, 1.0, low_open=True),
+    "kl_cov_coef": Range(0.0, 100.0),
+    "sapo_tau_pos": Range(0.0, 100.0, low_open=True),
+    "sapo_tau_neg": Range(0.0, 100.0, low_open=True),
+    "dppo_delta_low": Range(0.0, 1.0, low_open=True, high_open=True),  # a change of probability
+    "dppo_delta_high": Range(0.0, 1.0, low_open=True, high_open=True),
+    "dppo_ratio_cap": Range(1.0, 1000.0),
+    "rollout_staleness": Range(0, MAX_ROLLOUT_STALENESS),  # steps between the sampler's policy and the trainer's
+    "rollout_temperature": Range(0.05, 10.0),  # as temperature
+    "rollout_is_threshold": Range(0.0, 1000.0, low_open=True),
+}
+
+RUN_RANGES: dict[str, Range] = {
+    "steps": Range(1, 1_000_000),
+    "seed": Range(0, 2**32 - 1),
+    "demo_noise": Range(0.0, 1.0),
+    "sft_steps": Range(0, 20_000),
+    "samples_per_record": Range(0, 64),
+}
+
+
+def _check_fields(config, cls, ranges: dict[str, Range], skip=()) -> None:
+    for name, hint in get_type_hints(cls).items():
+        if name not in skip:
+            check_value(name, getattr(config, name), hint, ranges.get(name))
+
+
+def check_value(name: str, value, hint, allowed: Range | None) -> None:
+    """Raise ValueError unless `value` has the field's type (a bool is not a number, an integer knob takes no
+    float) and lies in its range; the message names the knob and says what is allowed."""
+    options = get_args(hint) if get_origin(hint) is not Literal else (hint,)
+    optional = type(None) in options
+    kinds = [o for o in options if o is not type(None)] or [hint]
+    kind = kinds[0]
+    choices = get_args(kind) if get_origin(kind) is Literal else ()
+    describe = _describe(kind, choices, allowed) + (" (or none)" if optional else "")
+    if value is None:
+        if not optional:
+            raise ValueError(f"{name}=None is not allowed; allowed: {describe}")
+        return
+    if choices:
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"{name}={_shown(value)} is not allowed; choose one of: {', '.join(choices)}")
+    elif kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={_shown(value)} is not a boolean; allowed: true or false")
+    elif kind is int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name}={_shown(value)} is not an integer; allowed: {describe}")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{name}={_shown(value)} is not a number; allowed: {describe}")
+        if value != value:
+            raise ValueError(f"{name}=nan is not a number; allowed: {describe}")
+    elif kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name}={_shown(value)} is not text; allowed: {describe}")
+    if allowed is not None and value not in allowed:
+        raise ValueError(f"{name}={_shown(value)} is out of range; allowed: {describe}")
+
+
+def _describe(kind, choices: tuple, allowed: Range | None) -> str:
+    if choices:
+        return f"one of: {', '.join(choices)}"
+    if kind is bool:
+        return "true or false"
+    if allowed is not None:
+        return allowed.describe(integer=kind is int)
+    return {int: "an integer", float: "a finite number", str: "text"}.get(kind, str(kind))
+
+
+KNOB_NAMES = tuple(f.name for f in dataclasses.fields(AlgoConfig) if f.name not in IDENTITY_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -252,16 +376,45 @@ class RunConfig:
     samples_per_record: int = 4
 
     def validate(self) -> None:
+        """The algorithm's knobs, this run's fields, and what depends on the task and model: the response
+        must fit in the model's context after the task's longest prompt, and the overlong buffer below the limit."""
+        if not isinstance(self.algo, AlgoConfig):
+            raise ValueError(f"algo={self.algo!r} is not an algorithm preset; use get_preset(name, **knobs)")
         self.algo.validate()
-        _require(self.steps >= 1, "steps", self.steps, "an integer ≥ 1")
-        _require(self.sft_steps >= 0, "sft_steps", self.sft_steps, "an integer ≥ 0")
-        if self.demo_noise is not None:
-            _require(0 <= self.demo_noise <= 1, "demo_noise", self.demo_noise, "0 ≤ noise ≤ 1")
-        _require(self.samples_per_record >= 0, "samples_per_record", self.samples_per_record, "an integer ≥ 0")
+        _check_fields(self, RunConfig, RUN_RANGES, skip=("algo",))
+        # Imported here: the run store reads RunConfig without loading torch, which the tasks and models need.
+        from rl_core.models import MODEL_PRESETS
+        from toy_tasks import TASKS
+
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r} is unknown; allowed: {', '.join(TASKS)}")
+        if self.model not in MODEL_PRESETS:
+            raise ValueError(f"model={self.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+        task = TASKS[self.task]
+        limit = self.algo.max_new_tokens or task.max_new_tokens
+        positions = min(MODEL_PRESETS[self.model].n_positions, task.max_positions)
+        # BOS + prompt + response, and one more position for the EOS a reward model reads after a cut response.
+        room = positions - 2 - task.max_prompt_length
+        _require(
+            limit <= room,
+            "max_new_tokens",
+            limit,
+            f"≤ {room} on model={self.model} with task={self.task}: its {positions} positions hold BOS, the "
+            f"longest prompt ({task.max_prompt_length} tokens), the response and a closing EOS",
+        )
+        if self.algo.overlong_buffer is not None:
+            _require(
+                self.algo.overlong_buffer < limit,
+                "overlong_buffer",
+                self.algo.overlong_buffer,
+                f"fewer tokens than the length limit ({limit} on task={self.task})",
+            )
 
 
 def parse_overrides(assignments: list[str]) -> dict:
-    """`["beta=0.1", "dual_clip=none", "loss_agg_mode=token-mean"]` → typed knob values for `AlgoConfig.replace`."""
+    """`["beta=0.1", "dual_clip=none", "loss_agg_mode=token-mean"]` → typed knob values for `get_preset`.
+
+    Only the text is parsed here; `AlgoConfig.validate` then checks every value against `KNOB_RANGES`."""
     hints = get_type_hints(AlgoConfig)
     overrides = {}
     for assignment in assignments:
@@ -269,29 +422,34 @@ def parse_overrides(assignments: list[str]) -> dict:
         name, text = name.strip(), text.strip()
         if not sep or not name:
             raise ValueError(f"--set {assignment!r} is not of the form knob=value")
-        if name not in hints:
-            raise ValueError(f"unknown knob {name!r}; allowed: {', '.join(sorted(hints))}")
+        if name in IDENTITY_FIELDS:
+            raise ValueError(f"{name} names the preset and is not a knob; pick another preset instead")
+        if name not in KNOB_NAMES:
+            raise ValueError(f"unknown knob {name!r}; allowed: {', '.join(KNOB_NAMES)}")
+        if name in overrides:
+            raise ValueError(f"{name} is set twice; give it one value")
         overrides[name] = _parse_value(name, text, hints[name])
     return overrides
 
 
 def _parse_value(name: str, text: str, hint):
-    options = get_args(hint)
+    options = get_args(hint) if get_origin(hint) is not Literal else (hint,)
     if text.lower() in ("none", "null") and type(None) in options:
         return None
-    kinds = [o for o in options if o is not type(None)] or [hint]
-    if all(isinstance(o, str) for o in kinds):  # a Literal of names
+    kind = ([o for o in options if o is not type(None)] or [hint])[0]
+    if get_origin(kind) is Literal or kind is str:  # names: validate checks them against the choices
         return text
-    kind = kinds[0]
     if kind is bool:
         if text.lower() in ("1", "true", "yes", "on"):
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"{name}={text!r} is not a boolean; allowed: true or false")
-    if kind is str:
-        return text
     try:
         return kind(text)
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a valid {kind.__name__}") from None
+    except ValueError:  # int("2.5"), float("abc"), an integer of more digits than Python converts
+        allowed = KNOB_RANGES.get(name)
+        noun = "an integer" if kind is int else "a number"
+        raise ValueError(
+            f"{name}={text!r} is not {noun}; allowed: {allowed.describe(kind is int) if allowed else noun}"
+        ) from None

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import math
 import os
 import random
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +23,10 @@ from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.models import MODEL_PRESETS, build_policy, load_policy, model_config
 from rl_core.rollout import encode_pairs, response_logits, token_logprobs
+from rl_core.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
+
+log = logging.getLogger(__name__)
 
 
 # One lock per checkpoint folder: a thread that asks for a checkpoint another thread of this process is training
@@ -115,22 +118,22 @@ def sft_policy(
 
 
 def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress):
-    """The checkpoint in `folder` if it is readable, else a newly trained one written there (temporary folder, then
-    a rename)."""
-    if (folder / "config.json").exists():
+    """The checkpoint in `folder` if it is readable, else a newly trained one written there (staging folder, then
+    a rename). An unreadable checkpoint (a truncated or emptied weights file, say) is reported and trained again."""
+    if folder.parent.exists():
+        remove_stale_staging(folder.parent, cache=True)  # left by a process killed while it saved a checkpoint
+    if folder.exists():
         try:
             return load_policy(folder).to(device)
-        except (OSError, ValueError):
-            shutil.rmtree(folder, ignore_errors=True)  # unreadable: train it again
+        except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"
+            log.warning("the cached SFT checkpoint %s is unreadable (%s: %s); training it again",
+                        folder.name, type(error).__name__, error)
+            shutil.rmtree(folder, ignore_errors=True)
     torch.manual_seed(seed)
     policy = build_policy(model_preset, tokenizer).to(device)
     train_sft(policy, tokenizer, task, steps, demo_noise, seed, learning_rate=learning_rate, progress=progress)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    staging = staging_folder(folder, cache=True)
     policy.save_pretrained(staging)  # safetensors: written from device tensors directly
     tokenizer.save_pretrained(staging)
-    try:
-        staging.rename(folder)
-    except OSError:  # another process finished the same checkpoint first
-        shutil.rmtree(staging, ignore_errors=True)
+    publish(staging, folder)  # False: another process finished the same checkpoint first
     return policy

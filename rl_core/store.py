@@ -88,6 +88,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (run_id, step)
         ) WITHOUT ROWID""",
     ),
+    # v1 → v2: the session that owns a run or sweep (NULL: the command line's, shared read-only with every page)
+    (
+        "ALTER TABLE sweeps ADD COLUMN session TEXT",
+        "ALTER TABLE runs ADD COLUMN session TEXT",
+        "CREATE INDEX runs_by_session ON runs(session)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -127,6 +133,7 @@ class StoredRun:
     owner_host: str
     final: dict | None
     error: str | None
+    session: str | None  # the app session that owns it; None: shared (the command line's), read-only in the app
 
     @property
     def active(self) -> bool:
@@ -207,22 +214,24 @@ class RunStore:
             self._local.connection = None
 
     # ------------------------------------------------------------------ writing
-    def create_sweep(self, spec: dict) -> int:
+    def create_sweep(self, spec: dict, session: str | None = None) -> int:
         with self._write() as db:
             return db.execute(
-                "INSERT INTO sweeps (created_at, spec) VALUES (?, ?)", (time.time(), json.dumps(spec))
+                "INSERT INTO sweeps (created_at, spec, session) VALUES (?, ?, ?)",
+                (time.time(), json.dumps(spec), session),
             ).lastrowid
 
-    def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None) -> int:
-        """A queued run owned by this process; returns its id."""
+    def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None,
+                session: str | None = None) -> int:
+        """A queued run owned by this process (and by app session `session`, if given); returns its id."""
         now = time.time()
         with self._write() as db:
             return db.execute(
                 "INSERT INTO runs (sweep_id, label, task, algo, seed, variant, config, status, steps_total, "
-                "created_at, heartbeat_at, owner_pid, owner_host) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                "created_at, heartbeat_at, owner_pid, owner_host, session) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
                 (sweep_id, label, run.task, run.algo.name, run.seed, json.dumps(variant or {}),
-                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST),
+                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST, session),
             ).lastrowid
 
     def start_run(self, run_id: int) -> None:
@@ -294,26 +303,37 @@ class RunStore:
                 )
         return list(lost)
 
-    def delete(self, run_ids: Iterable[int]) -> int:
-        """Delete these runs and their steps, except any still queued or running; returns how many went."""
+    def delete(self, run_ids: Iterable[int], session: str | None = None) -> int:
+        """Delete these runs and their steps, except any still queued or running; returns how many went.
+
+        With `session`, only that session's own runs go: shared runs and other sessions' are never touched."""
         ids = list(run_ids)
         with self._write() as db:
             deleted = db.execute(
-                f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(ids))}) AND status NOT IN {ACTIVE_SQL}", ids
+                f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(ids))}) AND status NOT IN {ACTIVE_SQL}"
+                + ("" if session is None else " AND session = ?"),
+                ids + ([] if session is None else [session]),
             )
             return deleted.rowcount
 
     # ------------------------------------------------------------------ reading
-    def runs(self, run_ids: list[int] | None = None, sweep_id: int | None = None) -> list[StoredRun]:
-        """Runs in the order they were created: all of them, the listed ids, or one sweep's."""
-        query, parameters = "SELECT * FROM runs", []
+    def runs(self, run_ids: list[int] | None = None, sweep_id: int | None = None,
+             visible_to: str | None = None) -> list[StoredRun]:
+        """Runs in the order they were created: all of them, the listed ids, or one sweep's; with `visible_to`,
+        only those that session may see (its own and the shared ones)."""
+        clauses, parameters = [], []
         if run_ids is not None:
-            query += f" WHERE id IN ({', '.join('?' * len(run_ids))})"
-            parameters = list(run_ids)
+            clauses.append(f"id IN ({', '.join('?' * len(run_ids))})")
+            parameters += list(run_ids)
         elif sweep_id is not None:
-            query += " WHERE sweep_id = ?"
-            parameters = [sweep_id]
-        return [_stored_run(row) for row in self._connection().execute(query + " ORDER BY id", parameters)]
+            clauses.append("sweep_id = ?")
+            parameters.append(sweep_id)
+        if visible_to is not None:
+            clauses.append("(session = ? OR session IS NULL)")
+            parameters.append(visible_to)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return [_stored_run(row) for row in self._connection().execute(f"SELECT * FROM runs{where} ORDER BY id",
+                                                                       parameters)]
 
     def run(self, run_id: int) -> StoredRun:
         found = self.runs([run_id])
@@ -336,9 +356,11 @@ class RunStore:
         ).fetchone()
         return json.loads(row["samples"]) if row else []
 
-    def latest_sweep(self) -> int | None:
-        row = self._connection().execute("SELECT MAX(id) FROM sweeps").fetchone()
-        return row[0]
+    def latest_sweep(self, session: str | None = None) -> int | None:
+        """The newest sweep (of `session`, if given)."""
+        if session is None:
+            return self._connection().execute("SELECT MAX(id) FROM sweeps").fetchone()[0]
+        return self._connection().execute("SELECT MAX(id) FROM sweeps WHERE session = ?", (session,)).fetchone()[0]
 
 
 def _stored_run(row: sqlite3.Row) -> StoredRun:

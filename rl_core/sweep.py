@@ -48,6 +48,9 @@ class PlannedRun:
     variant: dict  # the grid values of this run, knob → value
 
 
+MAX_SWEEP_RUNS = 1000  # every run is a row in the store and a job for the pool: a typo must not queue a million
+
+
 def default_workers() -> int:
     """The cores this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -93,6 +96,10 @@ def plan_sweep(
     both = sorted(set(overrides) & set(grid))
     if both:
         raise ValueError(f"{', '.join(both)} is both set and swept; drop one of the two")
+    runs = len(algos) * math.prod(len(values) for values in grid.values()) * len(seeds)
+    if runs > MAX_SWEEP_RUNS:
+        raise ValueError(f"the sweep has {runs} runs (presets × grid values × seeds); allowed: at most "
+                         f"{MAX_SWEEP_RUNS}")
     get_task(task)  # ValueError naming the allowed tasks
     model = run_fields.get("model", RunConfig.model)
     if model not in MODEL_PRESETS:
@@ -129,6 +136,7 @@ class Sweep:
         workers: int | None = None,
         cache_dir: Path | None = None,
         spec: dict | None = None,
+        session: str | None = None,
     ):
         self.workers = default_workers() if workers is None else workers
         if self.workers < 1:
@@ -140,12 +148,18 @@ class Sweep:
         self.cache_dir = cache_dir
         self._context = multiprocessing.get_context("spawn")
         self._stop = self._context.Event()
-        self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})})
-        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id) for p in self.planned]
+        self.session = session  # the app session that owns the sweep and its runs (None: shared)
+        self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})}, session)
+        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id, session) for p in self.planned]
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def stop_event(self):
+        """The event `stop()` sets (shared with the workers), for whoever waits on the sweep's behalf."""
+        return self._stop
 
     def stop(self) -> None:
         self._stop.set()
@@ -160,7 +174,7 @@ class Sweep:
         try:
             with Heartbeat(self.store), ProcessPoolExecutor(
                 min(self.workers, len(runs)), mp_context=self._context,
-                initializer=_init_worker, initargs=(self._stop, str(self.store.path)),
+                initializer=_init_worker, initargs=(self._stop, str(self.store.path), os.getpid()),
             ) as pool:
                 try:
                     self._dispatch(pool, runs, by_key, report, interval)
@@ -255,15 +269,35 @@ def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
 # ---------------------------------------------------------------------------------------------- in the workers
 _stop_event = None  # the sweep's stop event, shared with the parent
 _store: RunStore | None = None
+_current_run: int | None = None  # the run this worker trains now, if any
+PARENT_WATCH_INTERVAL = 0.5  # seconds between checks that the coordinator still lives
 
 
-def _init_worker(stop_event, db_path: str) -> None:
+def _init_worker(stop_event, db_path: str, coordinator: int) -> None:
     global _stop_event, _store
     torch.set_num_threads(1)
     transformers_logging.disable_progress_bar()
     _stop_event = stop_event
     _store = RunStore(db_path, recover=False)  # the parent's store recovered stale runs when it opened
     Heartbeat(_store).start()  # for the life of the worker: it refreshes whichever run this process trains
+    threading.Thread(target=_watch_coordinator, args=(coordinator,), name="coordinator-watch", daemon=True).start()
+
+
+def _watch_coordinator(coordinator: int) -> None:
+    """End this worker soon after the coordinator dies, however it dies (SIGKILL and OOM included).
+
+    A pool's workers are not killed with their parent: an orphan would train on, unseen and unstoppable, holding
+    a core. When the coordinator is gone this process has been handed to another parent (init or a subreaper),
+    so `getppid()` changes; the run it was training is marked interrupted and the process exits at once."""
+    while os.getppid() == coordinator:
+        time.sleep(PARENT_WATCH_INTERVAL)
+    threading.Timer(5.0, os._exit, (1,)).start()  # a store busy for long must not keep the orphan alive
+    if _current_run is not None:
+        try:
+            _store.finish_run(_current_run, "interrupted", error="the sweep's coordinator process ended")
+        except Exception:  # noqa: BLE001 - the store may be busy or gone; recovery marks the run later
+            pass
+    os._exit(1)
 
 
 def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
@@ -281,10 +315,12 @@ def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
 
 def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
     """Train one run, writing each record to the store; the run's outcome is its status there."""
+    global _current_run
     if _stop_event.is_set():
         _store.finish_run(run_id, "stopped")
         return
     _store.start_run(run_id)
+    _current_run = run_id
     try:
         trainer = Trainer(run, cache_dir=cache_dir, stop_event=_stop_event)
         trainer.prepare()
@@ -300,3 +336,5 @@ def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
         _store.finish_run(run_id, "stopped")
     except Exception as error:  # noqa: BLE001 - the store keeps the message; the sweep goes on with other runs
         _store.finish_run(run_id, "failed", error=f"{type(error).__name__}: {error}")
+    finally:
+        _current_run = None

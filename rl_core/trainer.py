@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import random
 import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -45,6 +45,7 @@ from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sa
 from rl_core.rollout_correction import masked_is, sequence_is_weights, token_is_weights, truncated_is
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
 from rl_core.sft import default_cache_dir, sft_policy
+from rl_core.staging import staging_folder
 from rl_core.tokenizer import build_char_tokenizer
 from toy_tasks import get_task
 
@@ -267,6 +268,11 @@ class Trainer:
     def _critic_values(self, batch: Rollout) -> torch.Tensor:
         """V(s_t) `[B, T]` at the state before each response token (read where its logits are read)."""
         values = self.critic(batch.sequences, batch.attention_mask)
+        if not torch.isfinite(values).all():  # else the NaN reaches the advantages and looks like the policy's
+            raise TrainingError(
+                f"step {self.step_index + 1}: the critic diverged (its values are no longer finite); lower "
+                f"critic_learning_rate (now {self.algo.critic_learning_rate:g}) or vf_coef (now {self.algo.vf_coef:g})"
+            )
         start = batch.prompt_length - 1
         return values[:, start : start + batch.response_mask.shape[1]] * batch.response_mask
 
@@ -542,10 +548,13 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, folder: str | Path) -> Path:
-        """Policy, critic, optimisers and counters, written to a temporary folder and renamed into place."""
+        """Policy, critic, optimisers and counters, written to a staging folder and renamed into place.
+
+        Tensors (optimiser moments, the sampling generator's state) go to `trainer_state.pt`, read back with
+        `torch.load(weights_only=True)`, which unpickles tensors and plain containers only; counters and the
+        prompt sampler's state go to `trainer_state.json`."""
         folder = Path(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        staging = staging_folder(folder)
         try:
             self.policy.save_pretrained(staging / "policy")
             self.tokenizer.save_pretrained(staging / "policy")
@@ -553,16 +562,21 @@ class Trainer:
                 self.critic.save(staging / "critic")
             torch.save(
                 {
-                    "step_index": self.step_index,
-                    "beta": self.beta,
-                    "running_baseline": self.running_baseline,
                     "optimizer": self.optimizer.state_dict(),
                     "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer else None,
-                    "prompt_rng": self.prompt_rng.getstate(),
                     "generator": self.generator.get_state(),
                 },
                 staging / "trainer_state.pt",
             )
+            version, internal, gauss = self.prompt_rng.getstate()
+            (staging / "trainer_state.json").write_text(json.dumps(
+                {
+                    "step_index": self.step_index,
+                    "beta": self.beta,
+                    "running_baseline": self.running_baseline,
+                    "prompt_rng": [version, list(internal), gauss],
+                }
+            ))
             backup = folder.with_name(folder.name + ".old")
             if folder.exists():
                 folder.rename(backup)
@@ -576,16 +590,18 @@ class Trainer:
     def load_checkpoint(self, folder: str | Path) -> None:
         """Resume from `save_checkpoint`'s folder (call after `prepare()`)."""
         folder = Path(folder)
-        state = torch.load(folder / "trainer_state.pt", map_location=self.device, weights_only=False)
+        state = torch.load(folder / "trainer_state.pt", map_location=self.device, weights_only=True)
+        counters = json.loads((folder / "trainer_state.json").read_text())
         self.policy.load_state_dict(load_policy(folder / "policy").state_dict())
         if self.critic is not None:
             self.critic.load_state_dict(ValueModel.load(folder / "critic").state_dict())
             self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.step_index = state["step_index"]
-        self.beta = state["beta"]
-        self.running_baseline = state.get("running_baseline")
-        self.prompt_rng.setstate(state["prompt_rng"])
+        self.step_index = counters["step_index"]
+        self.beta = counters["beta"]
+        version, internal, gauss = counters["prompt_rng"]
+        self.prompt_rng.setstate((version, tuple(internal), gauss))
+        self.running_baseline = counters.get("running_baseline")
         self.generator.set_state(state["generator"].cpu())
 
 

@@ -135,3 +135,77 @@ def test_a_live_lab_run_is_kept_in_the_run_store(jobs, tmp_path, monkeypatch):
     steps = RunStore(tmp_path / "runs.sqlite").steps(stored[0].id)
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert steps[-1]["reward_mean"] == job.snapshot().records[-1]["reward_mean"]
+
+
+def test_a_sweep_holds_one_slot_per_worker_and_queued_requests_learn_their_place_and_wait():
+    slots = TrainingSlots(2)
+    release_sweep, release_job = threading.Event(), threading.Event()
+    never = threading.Event()
+    sweep_ticket, job_ticket, later_ticket = object(), object(), object()
+    events = []
+
+    def hold(ticket, n, release, name):
+        with slots.hold(never, slots=n, ticket=ticket):
+            events.append(name)
+            release.wait()
+
+    with slots.hold(never, slots=1) as acquired:  # a short training, timed so estimates have a basis
+        assert acquired
+        time.sleep(1.0)
+    sweep = threading.Thread(target=hold, args=(sweep_ticket, 2, release_sweep, "sweep"), daemon=True)
+    sweep.start()
+    wait_for(lambda: events == ["sweep"])
+    assert slots.running == 2  # a two-worker sweep fills the cap: no live-lab training runs beside it
+    job = threading.Thread(target=hold, args=(job_ticket, 1, release_job, "job"), daemon=True)
+    job.start()
+    wait_for(lambda: slots.queue_place(job_ticket) == 1)
+    later = threading.Thread(target=hold, args=(later_ticket, 2, release_job, "later"), daemon=True)
+    later.start()
+    wait_for(lambda: slots.queue_place(later_ticket) == 2)
+    # Every hold is assumed to take as long as the finished one (1 s). The sweep began a moment ago, so the job
+    # starts when it ends, in a little under 1 s; the two-slot request after it needs the job's slot too, which
+    # frees one typical hold after that.
+    job_wait, later_wait = slots.wait_estimate(job_ticket), slots.wait_estimate(later_ticket)
+    assert 0.5 < job_wait < 1.1 and later_wait == pytest.approx(job_wait + 1.0, abs=0.05)
+    assert slots.wait_estimate(sweep_ticket) is None and slots.queue_place(sweep_ticket) is None
+    release_sweep.set()
+    wait_for(lambda: events == ["sweep", "job"])
+    release_job.set()
+    wait_for(lambda: events == ["sweep", "job", "later"])
+    with pytest.raises(ValueError, match="workers=3 is out of range; allowed: 1 to 2"):
+        with slots.hold(never, slots=3):
+            pass
+
+
+def test_a_queued_job_reports_its_place(jobs):
+    slots = TrainingSlots(1)
+    first = Job(tiny_run(), slots).start()
+    jobs.append(first)
+    wait_for(lambda: first.snapshot().status != "queued")
+    second = Job(tiny_run(), slots).start()
+    jobs.append(second)
+    wait_for(lambda: second.snapshot().queue_place == 1)
+    snap = second.snapshot()
+    assert snap.status == "queued" and snap.waiting_for == 1 and snap.wait_estimate is None  # nothing timed yet
+
+
+def test_a_stopped_training_does_not_shorten_the_estimates():
+    slots = TrainingSlots(1)
+    stop, never, waiting = threading.Event(), threading.Event(), object()
+    with slots.hold(stop):
+        stop.set()  # stopped after a moment: not a training's length
+    holding = threading.Event()
+
+    def hold():
+        with slots.hold(never):
+            holding.set()
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    holding.wait(5)
+    queued = threading.Thread(target=lambda: slots.hold(never, ticket=waiting).__enter__(), daemon=True)
+    queued.start()
+    wait_for(lambda: slots.queue_place(waiting) == 1)
+    assert slots.wait_estimate(waiting) is None
+    thread.join(5)

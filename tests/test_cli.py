@@ -5,9 +5,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from rl_core import cli
 from rl_core.algorithms import PRESETS
 from rl_core.cli import main
+from rl_core.trainer import Trainer, TrainingError
 from toy_tasks import DEFAULT_TASK, TASKS
 
 
@@ -52,3 +56,58 @@ def test_train_writes_one_json_object_per_step_and_a_summary_line(tmp_path):
 def test_bad_input_is_refused_with_the_knob_named(arguments, message, capsys):
     assert main(["train", "--steps", "1", *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ malformed input
+KNOB_TEXT = st.sampled_from(["beta", "ppo_epochs", "num_minibatches", "use_critic", "kl_estimator", "dual_clip",
+                             "max_new_tokens", "value_pretrain_steps", "name", "title", "bogus", "", " "])
+VALUE_TEXT = st.one_of(
+    st.sampled_from(["", "none", "nan", "inf", "-inf", "1e999", "1e-999", "2.5", "-1", "0", "true", "maybe",
+                     "9" * 5000, "0x10", "1_000", "k4", "=", "==1", "[1]", "None", "1,2"]),
+    st.text(max_size=12),
+)
+
+
+@st.composite
+def malformed_sets(draw):
+    """`--set` text: a knob name (or none, or junk) and a value of the wrong kind, or no `=` at all."""
+    if draw(st.booleans()):
+        return draw(st.text(max_size=20))
+    return f"{draw(KNOB_TEXT)}{draw(st.sampled_from(['=', ' = ', '==', ':']))}{draw(VALUE_TEXT)}"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(malformed_sets())
+def test_a_malformed_set_is_one_line_on_its_own_exit_2_and_no_traceback(capsys, monkeypatch, assignment):
+    # Accepted values would train: only the refusal path is under test here.
+    monkeypatch.setattr(cli, "_train", lambda trainer, args: 0)
+    capsys.readouterr()
+    try:
+        code = main(["train", "--algo", "grpo", "--steps", "1", f"--set={assignment}"])
+    except SystemExit as exit:  # argparse's own refusals
+        code = exit.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if code != 0:
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and err.endswith("\n"), err
+
+
+def test_a_training_error_is_printed_on_a_line_of_its_own_after_the_progress_bar(capsys, monkeypatch):
+    def diverge(self):
+        raise TrainingError("step 1: the loss became nan (policy_loss=nan); lower learning_rate or check the knobs")
+
+    monkeypatch.setattr(Trainer, "prepare", lambda self, progress=None: {})
+    monkeypatch.setattr(Trainer, "step", diverge)
+    monkeypatch.setattr(Trainer, "policy", object(), raising=False)
+    assert main(["train", "--algo", "grpo", "--steps", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "\nerror: step 1: the loss became nan" in err and err.endswith("check the knobs\n")
+    assert "Traceback" not in err
+
+
+def test_bad_argument_types_are_one_line_with_exit_2():
+    result = subprocess.run([sys.executable, "-m", "rl_core", "train", "--algo", "grpo", "--steps", "abc"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == "error: argument --steps: invalid int value: 'abc' (see python -m rl_core train --help)\n"

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.store import RunStore
-from rl_core.sweep import default_workers
+from rl_core.sweep import Sweep, default_workers, plan_sweep
 from toy_tasks import DEFAULT_TASK
 from ui.compare import CURVES, band_figure, live_sweeps
 
@@ -35,8 +35,11 @@ def store(tmp_path, monkeypatch) -> RunStore:
     return RunStore()
 
 
-def open_page() -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+def open_page(session: str = "me") -> AppTest:
+    """The page in a new browser session whose token is `session`."""
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.session_state["lab:session"] = session
+    at.run()
     assert not at.exception, at.exception
     return at
 
@@ -51,16 +54,17 @@ def table(at: AppTest, column: str):
     return next(frame.value for frame in at.dataframe if column in frame.value.columns)
 
 
-def stored_run(store: RunStore, algo: str, seed: int, sweep_id: int | None = None) -> int:
-    """A finished three-step run, as a sweep would have written it."""
+def stored_run(store: RunStore, algo: str, seed: int, sweep_id: int | None = None, session: str | None = "me",
+               error: str | None = None) -> int:
+    """A finished three-step run, as a sweep of `session` would have written it."""
     run_id = store.add_run(RunConfig(algo=get_preset(algo), task="reverse", steps=3, seed=seed), algo,
-                           sweep_id=sweep_id)
+                           sweep_id=sweep_id, session=session)
     store.start_run(run_id)
     for step in (1, 2, 3):
         store.add_step(run_id, {"step": step, "success_rate": 0.3 * step, "reward_mean": 0.3 * step,
                                 "entropy": 1.0 / step, "kl_exact": 0.01 * step, "clip_frac": 0.0,
                                 "response_length": 5.0, "elapsed": 0.2 * step, "samples": [SAMPLE]})
-    store.finish_run(run_id, "finished", final={"success_rate": 0.9})
+    store.finish_run(run_id, "failed" if error else "finished", final={"success_rate": 0.9}, error=error)
     return run_id
 
 
@@ -68,7 +72,7 @@ def test_the_page_renders_its_controls_on_an_empty_store(store):
     at = open_page()
     assert at.selectbox(key="compare:task").value == DEFAULT_TASK
     assert [at.number_input(key=f"compare:{name}").value for name in ("seeds", "steps")] == [3, 40]
-    assert at.number_input(key="compare:workers").value == default_workers()
+    assert at.number_input(key="compare:workers").value == min(default_workers(), 2)  # the session's cap
     assert at.number_input(key="compare:sft_steps").value == RunConfig.sft_steps
     assert at.radio(key="compare:mode").value == "Presets side by side" and at.text_area(key="compare:extra")
     assert at.multiselect(key="compare:presets").value == ["grpo", "rloo", "reinforce_pp"]
@@ -104,7 +108,7 @@ def test_a_bad_grid_value_names_the_knob(store):
 
 
 def test_stored_runs_are_listed_shown_and_deleted(store):
-    sweep_id = store.create_sweep({"algos": ["grpo", "rloo"]})
+    sweep_id = store.create_sweep({"algos": ["grpo", "rloo"]}, session="me")
     runs = [stored_run(store, algo, seed, sweep_id) for algo in ("grpo", "rloo") for seed in (0, 1)]
     loose = stored_run(store, "ppo", 0)  # a run outside the latest sweep: listed, not shown at first
     at = open_page()
@@ -217,3 +221,76 @@ def test_a_sweep_killed_mid_way_leaves_finished_runs_intact_and_the_rest_marked(
     at = open_page()
     listing = table(at, "date")
     assert dict(zip(listing["run"], listing["status"])) == {r.id: r.status for r in runs}
+
+
+# ---------------------------------------------------------------------------------------------- serving a class
+def page_text(at: AppTest) -> str:
+    """Everything the page shows as text, tables included."""
+    parts = [e.value for kind in ("title", "header", "markdown", "caption", "error", "info", "warning")
+             for e in getattr(at, kind)]
+    parts += [frame.value.to_csv() for frame in at.dataframe]
+    return "\n".join(map(str, parts))
+
+
+def test_a_session_sees_and_deletes_only_its_own_runs_and_the_shared_ones_read_only(store):
+    mine = stored_run(store, "grpo", 0, session="me")
+    theirs = stored_run(store, "rloo", 0, session="them")
+    shared = stored_run(store, "ppo", 0, session=None)  # from the command line
+    at = open_page("me")
+    listing = table(at, "date")
+    assert dict(zip(listing["run"], listing["owner"])) == {shared: "shared", mine: "you"}
+    assert theirs not in at.multiselect(key="compare:stored").options and "rloo" not in page_text(at)
+    at.multiselect(key="compare:stored").set_value([mine, shared]).run()
+    at.button(key="compare:delete").click().run()
+    assert sorted(run.id for run in store.runs()) == [theirs, shared]
+    assert any("Deleted 1 run(s). 1 kept: still training or shared." in i.value for i in at.info)
+    # a run id typed into the session state by hand is still not shown
+    at.session_state["compare:shown"] = [theirs]
+    at.run()
+    assert not at.get("plotly_chart") and "rloo" not in page_text(at)
+
+
+def test_a_new_session_opens_empty_and_only_the_owner_can_stop_a_live_sweep(store):
+    planned = plan_sweep(["grpo"], range(2), "reverse", 5, sft_steps=0)
+    sweep = Sweep(planned, store, workers=1, session="teacher")  # queued runs, owned by this test process
+    live_sweeps()[sweep.sweep_id] = sweep
+    try:
+        student = open_page("student")
+        assert not student.get("plotly_chart") and student.button(key="compare:stop").disabled
+        assert f"#{sweep.run_ids[0]} " not in page_text(student)
+        teacher = open_page("teacher")  # opens on its own latest sweep, live, with Stop
+        assert table(teacher, "progress")["run"].tolist() == sweep.run_ids
+        assert not teacher.button(key="compare:stop").disabled
+        teacher.button(key="compare:stop").click().run()
+        assert sweep.stopping
+    finally:
+        live_sweeps().pop(sweep.sweep_id, None)
+        store.settle(sweep.run_ids, "stopped")
+
+
+def test_a_session_has_at_most_its_worker_cap(store, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")
+    at = open_page()
+    assert at.number_input(key="compare:workers").max == 1 and at.number_input(key="compare:workers").value == 1
+
+
+def test_no_server_path_or_traceback_reaches_the_page(store, tmp_path):
+    cache = os.environ["RLHF_LAB_CACHE"]
+    stored_run(store, "grpo", 0, store.create_sweep({}, session="me"),
+               error=f"OSError: [Errno 28] No space left on device: '{cache}/sft/x/model.bin'")
+    at = open_page()
+    at.text_area(key="compare:extra").set_value("name=foo").run()  # once a traceback on the page
+    assert not at.exception and any("name names the preset and is not a knob" in e.value for e in at.error)
+    text = page_text(at)
+    assert "…/model.bin" in text
+    for path in (str(tmp_path), cache, str(ROOT), os.path.expanduser("~")):
+        assert path not in text, path
+
+
+def test_a_store_that_cannot_be_opened_is_reported_without_its_path(tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("RLHF_LAB_DB", str(blocked / "runs.sqlite"))
+    at = open_page()
+    assert any("The run store cannot be opened" in e.value for e in at.error)
+    assert str(tmp_path) not in page_text(at)

@@ -11,7 +11,7 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.store import SCHEMA_VERSION, STALE_AFTER, Heartbeat, RunStore, StoreError
+from rl_core.store import MIGRATIONS, SCHEMA_VERSION, STALE_AFTER, Heartbeat, RunStore, StoreError
 
 # A writer process: one run, `steps` records (with samples) written `pause` seconds apart, then finished.
 WRITER = """
@@ -173,3 +173,31 @@ def test_a_writer_killed_mid_run_leaves_its_steps_and_is_marked_interrupted(tmp_
     assert [s["step"] for s in store.steps(run.id)] == list(range(1, run.steps_done + 1))
     with sqlite3.connect(db) as check:
         assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_v1_store_is_migrated_and_its_runs_become_shared(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    with sqlite3.connect(path) as db:  # a file written before runs had an owning session
+        for statement in MIGRATIONS[0]:
+            db.execute(statement)
+        db.execute("PRAGMA user_version = 1")
+        db.execute("INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
+                   "heartbeat_at, owner_pid, owner_host) VALUES ('old', 'reverse', 'grpo', 0, '{}', '{}', "
+                   "'finished', 3, 0, 0, 1, 'elsewhere')")
+    store = RunStore(path)
+    [old] = store.runs()
+    assert old.session is None and store.runs(visible_to="anyone") == [old]
+
+
+def test_sessions_see_and_delete_only_their_own_runs_and_sweeps(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    runs = {}
+    for session in ("a", "b", None):
+        sweep = store.create_sweep({}, session=session)
+        runs[session] = store.add_run(tiny_run(), "grpo", sweep_id=sweep, session=session)
+        store.finish_run(runs[session], "finished")
+    assert [r.id for r in store.runs(visible_to="a")] == [runs["a"], runs[None]]
+    assert [r.id for r in store.runs(list(runs.values()), visible_to="b")] == [runs["b"], runs[None]]
+    assert store.latest_sweep("a") == 1 and store.latest_sweep("c") is None and store.latest_sweep() == 3
+    assert store.delete(list(runs.values()), session="a") == 1  # b's and the shared run stay
+    assert sorted(r.id for r in store.runs()) == [runs["b"], runs[None]]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rl_core.cli import main
-from rl_core.store import RunStore
+from rl_core.store import RunStore, process_alive
 from rl_core.summary import format_table, run_outcome, summarise
 from rl_core.sweep import Sweep, parse_grid, plan_sweep, warm_start_key
 
@@ -65,11 +65,13 @@ def test_a_plan_crosses_presets_grid_values_and_seeds():
         (["grpo"], {"overrides": {"beta": 0.1}, "grid": {"beta": [0.0]}}, "beta is both set and swept"),
         (["grpo"], {"model": "huge"}, "model='huge' is unknown"),
         ([], {}, "algos is empty"),
+        (["grpo", "rloo"], {"grid": {"beta": [0.0, 0.1]}, "seeds": range(251)},
+         r"the sweep has 1004 runs \(presets × grid values × seeds\); allowed: at most 1000"),
     ],
 )
 def test_a_plan_refuses_bad_input_by_name(algos, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        plan_sweep(algos, range(1), "reverse", 5, **kwargs)
+        plan_sweep(algos, kwargs.pop("seeds", range(1)), "reverse", 5, **kwargs)
 
 
 def test_outcomes_and_their_summary_across_seeds(tmp_path):
@@ -177,3 +179,45 @@ def test_stop_ends_every_run_between_steps(tmp_path):
     runs = store.runs(sweep.run_ids)
     assert all(run.status == "stopped" for run in runs), [(r.status, r.error) for r in runs]
     assert all(run.steps_done < 100_000 for run in runs) and sum(run.steps_done for run in runs) >= 3
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "rl_core", "sweep", "--algos", "grpo,rloo", "--seeds", "1", "--steps", "100000",
+         "--workers", "2", "--task", "reverse", "--db", str(db), "--out", str(tmp_path / "out"), *QUICK,
+         "--sft-steps", "0"],
+        env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}, cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        store = None
+        while store is None or sum(run.steps_done > 0 for run in store.runs()) < 2:
+            assert time.monotonic() < deadline and coordinator.poll() is None
+            time.sleep(0.5)
+            store = RunStore(db, recover=False) if db.exists() else None
+        workers = [run.owner_pid for run in store.runs() if run.status == "running"]
+        assert len(workers) == 2 and set(workers) <= set(children(coordinator.pid))
+    finally:
+        coordinator.kill()  # SIGKILL: no handler, no finally, no atexit in the coordinator
+        coordinator.wait()
+    time.sleep(10)
+    assert [pid for pid in workers if process_alive(pid)] == []
+    runs = RunStore(db).runs()
+    assert {run.status for run in runs} == {"interrupted"}
+    assert {run.error for run in runs} == {"the sweep's coordinator process ended"}

@@ -32,6 +32,10 @@ class ToyTask(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]  # one line, shown in pickers and `python -m rl_core tasks`
     max_new_tokens: ClassVar[int]  # generation limit; a response that hits it is truncated
+    # The longest prompt in tokens (BOS not counted), so a run's response provably fits in the model's context.
+    max_prompt_length: ClassVar[int] = 16
+    # Positions of the models the task's reward reads (a reward model); a policy's own context is checked besides.
+    max_positions: ClassVar[int] = 1 << 30
     default_demo_noise: ClassVar[float]  # fraction of imperfect SFT demonstrations by default
     lesson: ClassVar[str] = ""  # what this task teaches, a sentence or two for the pages
 

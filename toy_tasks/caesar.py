@@ -25,6 +25,7 @@ class CaesarTask(ExactAnswerTask):
         "success rate climb from about a third to nearly all and the entropy of the last letter collapse."
     )
     max_new_tokens: ClassVar[int] = 8
+    max_prompt_length: ClassVar[int] = 4
     default_demo_noise: ClassVar[float] = 0.65
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:

@@ -30,6 +30,7 @@ class CountTask(ExactAnswerTask):
         "charges for length directly."
     )
     max_new_tokens: ClassVar[int] = 12
+    max_prompt_length: ClassVar[int] = 2
     default_demo_noise: ClassVar[float] = 0.5
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:

@@ -22,19 +22,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import shutil
 import string
-import tempfile
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from rl_core.models import ValueModel
+from rl_core.models import MODEL_PRESETS, ValueModel
 from rl_core.reward_model import PreferencePair, reward_scores, train_reward_model
+from rl_core.staging import publish, staging_folder
 from rl_core.tokenizer import build_char_tokenizer
 from toy_tasks.base import Scores, ToyTask
+
+log = logging.getLogger(__name__)
 
 NAMES = ("al", "bo", "ivy", "max", "zoe", "anna", "ravi", "oscar", "sofia", "amelie")
 MAX_MARKS = 3  # the gold judge's limit, and the most marks a demonstration ever has
@@ -94,8 +97,10 @@ class PreferenceTask(ToyTask):
         "KL penalty keeps it where the model is right, and it improves honestly."
     )
     max_new_tokens: ClassVar[int] = 12
+    max_prompt_length: ClassVar[int] = 7
     default_demo_noise: ClassVar[float] = 0.5
     reward_model_preset: ClassVar[str] = "tiny"
+    max_positions: ClassVar[int] = MODEL_PRESETS[reward_model_preset].n_positions
     n_pairs: ClassVar[int] = 3000
     label_noise: ClassVar[float] = 0.1  # fraction of preference labels flipped, as human labellers disagree
     distractor_fraction: ClassVar[float] = 0.4  # pairs whose second response is a typo or junk
@@ -152,8 +157,17 @@ class PreferenceTask(ToyTask):
     def prepare(self, cache_dir: Path, device: torch.device, seed: int) -> None:
         """Train the reward model on gold-labelled pairs once per (seed, settings); later calls load it."""
         folder = self._cache_folder(cache_dir, seed)
-        if not (folder / "stats.json").exists():
-            self._train_and_save(folder, device, seed)
+        if folder.exists():  # published whole (a rename), so a failed read means a damaged file
+            try:
+                return self._load(folder, device)
+            except Exception as error:  # noqa: BLE001 - truncated, emptied, deleted: whatever the reader says
+                log.warning("the cached reward model %s is unreadable (%s: %s); training it again",
+                            folder.name, type(error).__name__, error)
+                shutil.rmtree(folder, ignore_errors=True)
+        self._train_and_save(folder, device, seed)
+        self._load(folder, device)
+
+    def _load(self, folder: Path, device: torch.device) -> None:
         stats = json.loads((folder / "stats.json").read_text())
         self.reward_model = ValueModel.load(folder).to(device).eval()
         self.reward_model.requires_grad_(False)
@@ -178,14 +192,10 @@ class PreferenceTask(ToyTask):
         with torch.no_grad():
             raw = reward_scores(model, self.tokenizer, prompts, responses)
         stats = {"mean": raw.mean().item(), "std": raw.std().item() + 1e-6, "accuracy": accuracy}
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        staging = staging_folder(folder, cache=True)
         model.save(staging)
         (staging / "stats.json").write_text(json.dumps(stats))
-        try:
-            staging.rename(folder)
-        except OSError:  # another process saved the same reward model first
-            shutil.rmtree(staging, ignore_errors=True)
+        publish(staging, folder)  # False: another process saved the same reward model first
 
     def score(self, prompts: list[str], responses: list[str], truncated: list[bool]) -> Scores:
         if self.reward_model is None:

@@ -26,6 +26,7 @@ class ReverseTask(ExactAnswerTask):
         "character; RL shifts that single choice, so watch the advantages concentrate on the first and last tokens."
     )
     max_new_tokens: ClassVar[int] = 8
+    max_prompt_length: ClassVar[int] = 4
     default_demo_noise: ClassVar[float] = 0.6
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:

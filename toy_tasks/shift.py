@@ -25,6 +25,7 @@ class ShiftTask(ExactAnswerTask):
         "is zero and they teach nothing: dynamic sampling drops them and draws new prompts."
     )
     max_new_tokens: ClassVar[int] = 8
+    max_prompt_length: ClassVar[int] = 5
     default_demo_noise: ClassVar[float] = 0.9
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:

@@ -5,13 +5,16 @@ the store, to reopen or delete.
 Where things live:
 
 * A sweep's coordinator is a daemon thread of the server; it touches only its `Sweep` and the store, never
-  `st.*`. Live sweeps are kept in a process-wide registry, so a reloaded page (a new session) can still stop one.
+  `st.*`. It holds one of the server's training slots per worker (`ui.jobs.TrainingSlots`, shared with the live
+  labs) for as long as it trains, so sweeps never push the server past its cap; a session's sweep has at most
+  `RLHF_LAB_MAX_SESSION_WORKERS` workers.
+* Every run and sweep belongs to the browser session that started it (`ui.session`): a session sees, stops and
+  deletes only its own, plus the command line's runs, which it may show but not delete. Its sweeps stop when
+  the session ends (the tab closes), as its live-lab trainings do.
 * The page never asks a sweep how it is doing: it reads the store, which the workers write, once a second
   (`@st.fragment(run_every=…)`) while a shown run is active. Step records are cached in the session and read
   incrementally, so a refresh parses only the steps that are new.
-* The runs on the charts are a list of run ids in session state; a new session starts with the latest sweep in
-  the store. Closing the tab does not stop a sweep: its runs are in the store, and reloading the page while it
-  trains finds it still training.
+* The runs on the charts are a list of run ids in session state; a new session starts with an empty chart.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui.charts import RUN_COLOURS, thin
+from ui.jobs import TrainingSlots, without_paths
 from ui.knobs import KNOBS
+from ui.lab import training_slots
+from ui.session import session_token, session_worker_cap
 from ui.tokens import COLOURINGS, token_html
 
 REFRESH_SECONDS = 1.0
@@ -62,6 +68,17 @@ def live_sweeps() -> dict[int, Sweep]:
     return {}
 
 
+def _stop_sweeps(sweeps: list[Sweep]) -> None:
+    for sweep in sweeps:
+        sweep.stop()
+
+
+@st.cache_resource(scope="session", on_release=_stop_sweeps, show_spinner=False)
+def session_sweeps() -> list[Sweep]:
+    """The sweeps this browser session started; stopped when the session ends (no one else may stop them)."""
+    return []
+
+
 def compare_page() -> None:
     st.title("Compare and ablate")
     st.markdown(
@@ -74,10 +91,12 @@ def compare_page() -> None:
     try:
         store = RunStore()  # opening it marks runs whose process has gone as interrupted
     except StoreError as error:
-        st.error(f"{error}. Set RLHF_LAB_DB to a writable file to use another store.")
+        st.error(f"The run store cannot be opened ({without_paths(str(error.__cause__ or error))}). The server's "
+                 "operator can point RLHF_LAB_DB at a writable file.")
         return
-    shown: list[int] = st.session_state.setdefault("compare:shown", _latest_sweep(store))
-    runs = store.runs(shown)
+    session = session_token()
+    shown: list[int] = st.session_state.setdefault("compare:shown", _latest_sweep(store, session))
+    runs = store.runs(shown, visible_to=session)
     live = any(run.active for run in runs)
     planned, workers = _controls(live)
     _buttons(planned, workers, runs, live)
@@ -89,9 +108,9 @@ def compare_page() -> None:
     _stored_runs(store)
 
 
-def _latest_sweep(store: RunStore) -> list[int]:
-    latest = store.latest_sweep()
-    return [] if latest is None else [run.id for run in store.runs(sweep_id=latest)]
+def _latest_sweep(store: RunStore, session: str) -> list[int]:
+    latest = store.latest_sweep(session)
+    return [] if latest is None else [run.id for run in store.runs(sweep_id=latest, visible_to=session)]
 
 
 # ---------------------------------------------------------------------------------------------- controls
@@ -125,9 +144,11 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
     n_seeds = seeds.number_input("seeds", 1, 10, 3, key="compare:seeds", disabled=disabled,
                                  help="Seeds 0 … N−1 of every group: the band on the charts spans them.")
     n_steps = steps.number_input("steps", 1, 2000, 40, key="compare:steps", disabled=disabled)
+    most = min(session_worker_cap(), training_slots().limit)
     n_workers = workers.number_input(
-        "workers", 1, 64, default_workers(), key="compare:workers", disabled=disabled,
-        help="Runs trained at once, each in its own process; more workers than cores only slows each run down.",
+        "workers", 1, most, min(default_workers(), most), key="compare:workers", disabled=disabled,
+        help=f"Runs trained at once, each in its own process and each taking one of the server's {most} training "
+             "slots; more workers than cores only slows each run down.",
     )
     with st.expander("More settings"):
         sft_steps = st.number_input(
@@ -156,7 +177,9 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
 
 def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRun], live: bool) -> None:
     registry = live_sweeps()
-    sweep = next((registry[run.sweep_id] for run in runs if run.sweep_id in registry), None)
+    session = session_token()
+    sweep = next((registry[run.sweep_id] for run in runs
+                  if run.sweep_id in registry and registry[run.sweep_id].session == session), None)
     run_column, stop_column, _ = st.columns([1, 1, 5])
     if run_column.button("Run", key="compare:run", type="primary", disabled=live or planned is None,
                          help="Train every run of the comparison; the charts follow them live."):
@@ -166,22 +189,33 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
                        on_click=sweep.stop if sweep else None,
                        help="End every run of the sweep after its current step.")
     if live and sweep is None:
-        st.caption("These runs are trained by another process (e.g. `python -m rl_core sweep`), which alone can "
-                   "stop them.")
+        st.caption("These runs are trained elsewhere (e.g. by `python -m rl_core sweep`), which alone can stop them.")
+    if live and any(run.status == "queued" and run.steps_done == 0 for run in runs):
+        st.caption(f"The server trains at most {training_slots().limit} runs at once, for every learner together: "
+                   "the sweep starts when enough of them are free.")
 
 
 def _start(planned: list[PlannedRun], workers: int) -> None:
     registry = live_sweeps()
-    sweep = Sweep(planned, RunStore(), workers=workers)
+    workers = min(workers, len(planned))
+    sweep = Sweep(planned, RunStore(), workers=workers, session=session_token())
     registry[sweep.sweep_id] = sweep
-    threading.Thread(target=_coordinate, args=(sweep, registry), name=f"sweep-{sweep.sweep_id}", daemon=True).start()
+    sweeps = session_sweeps()
+    sweeps[:] = [s for s in sweeps if s.sweep_id in registry] + [sweep]
+    threading.Thread(target=_coordinate, args=(sweep, registry, training_slots()), name=f"sweep-{sweep.sweep_id}",
+                     daemon=True).start()
     st.session_state["compare:shown"] = list(sweep.run_ids)
 
 
-def _coordinate(sweep: Sweep, registry: dict[int, Sweep]) -> None:
-    """The sweep's thread: train, then leave the registry. Never calls Streamlit."""
+def _coordinate(sweep: Sweep, registry: dict[int, Sweep], slots: TrainingSlots) -> None:
+    """The sweep's thread: wait for a training slot per worker, train, then leave the registry. Never calls
+    Streamlit."""
     try:
-        sweep.run()
+        with slots.hold(sweep.stop_event, slots=sweep.workers) as acquired:
+            if acquired:
+                sweep.run()
+            else:  # stopped while it waited: none of its runs started
+                sweep.store.settle(sweep.run_ids, "stopped")
     finally:
         registry.pop(sweep.sweep_id, None)
 
@@ -190,7 +224,7 @@ def _coordinate(sweep: Sweep, registry: dict[int, Sweep]) -> None:
 def _dashboard(shown: list[int], live: bool) -> None:
     """Read the shown runs from the store and redraw progress, charts and summary."""
     store = RunStore(recover=False)
-    runs = store.runs(shown)
+    runs = store.runs(shown, visible_to=session_token())
     records = _records(store, runs)
     _progress(runs, records)
     groups: dict[str, list[list[dict]]] = {}
@@ -233,7 +267,7 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
             "steps": f"{run.steps_done}/{run.steps_total}",
             "success (latest step)": records[run.id][-1].get("success_rate") if records[run.id] else None,
             "seconds": None if math.isnan(run.wall_time) else run.wall_time,
-            "error": run.error or "",
+            "error": without_paths(run.error or ""),
         }
         for run in runs
     ])
@@ -336,11 +370,13 @@ def _samples(store: RunStore, runs: list[StoredRun]) -> None:
 # ---------------------------------------------------------------------------------------------- stored runs
 def _stored_runs(store: RunStore) -> None:
     st.header("Stored runs")
-    st.caption(f"Every run of every comparison, newest first, kept in `{store.path}`.")
+    st.caption("The runs of this session (comparisons and live labs), newest first, and the runs shared with every "
+               "learner (from the command line; read-only). Other learners' runs are theirs alone.")
     notice = st.session_state.pop("compare:notice", None)
     if notice:
         st.info(notice)
-    runs = store.runs()[::-1]
+    session = session_token()
+    runs = store.runs(visible_to=session)[::-1]
     if not runs:
         st.caption("The store is empty.")
         return
@@ -353,6 +389,7 @@ def _stored_runs(store: RunStore) -> None:
             "algo": run.algo,
             "seed": run.seed,
             "steps": f"{run.steps_done}/{run.steps_total}",
+            "owner": "you" if run.session == session else "shared",
             "date": datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M"),
         }
         for run in runs
@@ -364,7 +401,8 @@ def _stored_runs(store: RunStore) -> None:
     reopen.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),
                   help="Overlay these runs, grouped by preset and knob values, in place of the current ones.")
     delete.button("Delete", key="compare:delete", disabled=not chosen, on_click=_delete, args=(store, chosen),
-                  help="Remove these runs and their metrics from the store (runs still training are kept).")
+                  help="Remove these runs and their metrics from the store (runs still training and shared runs are "
+                       "kept).")
 
 
 def _reopen(run_ids: list[int]) -> None:
@@ -372,9 +410,9 @@ def _reopen(run_ids: list[int]) -> None:
 
 
 def _delete(store: RunStore, run_ids: list[int]) -> None:
-    deleted = store.delete(run_ids)
+    deleted = store.delete(run_ids, session=session_token())
     kept = len(run_ids) - deleted
     st.session_state["compare:notice"] = f"Deleted {deleted} run(s)." + (
-        f" {kept} still training and kept." if kept else "")
+        f" {kept} kept: still training or shared." if kept else "")
     st.session_state["compare:stored"] = []
     st.session_state["compare:shown"] = [run.id for run in store.runs(st.session_state.get("compare:shown", []))]

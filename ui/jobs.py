@@ -8,6 +8,7 @@ Streamlit from a thread that is not the script thread fails or corrupts the page
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -26,7 +27,8 @@ SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "value_pretra
 class TrainingSlots:
     """At most `limit` trainings run at once, process-wide; the others wait in arrival order.
 
-    The CPU is shared by every browser session, and two tiny trainings already fill a small machine."""
+    The CPU is shared by every browser session, and two tiny trainings already fill a small machine. A sweep holds
+    one slot per worker process, so a class cannot start more work than the cap by starting sweeps."""
 
     def __init__(self, limit: int):
         if limit < 1:
@@ -34,7 +36,9 @@ class TrainingSlots:
         self.limit = limit
         self._condition = threading.Condition()
         self._running = 0
-        self._waiting: deque[object] = deque()
+        self._waiting: deque[tuple[object, int]] = deque()  # (ticket, slots) in arrival order
+        self._holders: dict[object, tuple[float, int]] = {}  # ticket → (start time, slots)
+        self._durations: deque[float] = deque(maxlen=20)  # seconds of the latest finished holds
 
     @classmethod
     def from_env(cls) -> "TrainingSlots":
@@ -47,20 +51,24 @@ class TrainingSlots:
 
     @contextmanager
     def hold(self, stop_event, slots: int = 1, ticket: object | None = None) -> Iterator[bool]:
-        """Wait for `slots` free slots, taken together (an experiment's worker processes); yields False (without
-        them) if `stop_event` is set while waiting. `ticket` names this request for `queue_place` while it waits."""
+        """Wait for `slots` free slots; yields False (without them) if `stop_event` is set while waiting.
+
+        `ticket` names this request for `queue_place` and `wait_estimate` while it waits."""
         if not 1 <= slots <= self.limit:
             raise ValueError(f"workers={slots} is out of range; allowed: 1 to {self.limit} (the server's cap)")
         ticket = object() if ticket is None else ticket
         with self._condition:
-            self._waiting.append(ticket)
+            self._waiting.append((ticket, slots))
             # A timed wait, so that a Stop pressed while queued is noticed without anyone notifying us.
-            while not stop_event.is_set() and (self._waiting[0] is not ticket or self._running + slots > self.limit):
+            while not stop_event.is_set() and (
+                self._waiting[0][0] is not ticket or self._running + slots > self.limit
+            ):
                 self._condition.wait(timeout=0.1)
-            self._waiting.remove(ticket)
+            self._waiting.remove((ticket, slots))
             acquired = not stop_event.is_set()
             if acquired:
                 self._running += slots
+                self._holders[ticket] = (time.monotonic(), slots)
             self._condition.notify_all()
         try:
             yield acquired
@@ -68,13 +76,35 @@ class TrainingSlots:
             if acquired:
                 with self._condition:
                     self._running -= slots
+                    started, _ = self._holders.pop(ticket)
+                    if not stop_event.is_set():  # a stopped training says nothing about how long one takes
+                        self._durations.append(time.monotonic() - started)
                     self._condition.notify_all()
 
     def queue_place(self, ticket: object) -> int | None:
         """1 for the next to start, 2 for the one after, …; None if `ticket` is not waiting."""
         with self._condition:
-            return next((i + 1 for i, t in enumerate(self._waiting) if t is ticket), None)
+            return next((i + 1 for i, (t, _) in enumerate(self._waiting) if t is ticket), None)
 
+    def wait_estimate(self, ticket: object) -> float | None:
+        """Seconds until `ticket` starts, if every training takes as long as the latest ones that ran to their end;
+        None until one has (or if `ticket` is not waiting)."""
+        with self._condition:
+            if not self._durations or all(t is not ticket for t, _ in self._waiting):
+                return None
+            typical = sum(self._durations) / len(self._durations)
+            now = time.monotonic()
+            # When each slot frees up: now for the idle ones, after a typical training for the busy ones.
+            free = [0.0] * (self.limit - self._running) + [
+                max(typical - (now - started), 0.0) for started, n in self._holders.values() for _ in range(n)
+            ]
+            for waiting, n in self._waiting:  # hand slots out in arrival order until it is this ticket's turn
+                free.sort()
+                start = max(free[:n])
+                if waiting is ticket:
+                    return start
+                free[:n] = [start + typical] * n
+            return None
 
 class MetricHistory:
     """The scalar records of one run, at most `capacity` of them.
@@ -108,6 +138,8 @@ class JobSnapshot:
     setup: dict  # what prepare() reported, e.g. the value-pretraining explained variance
     error: str | None
     waiting_for: int  # trainings running elsewhere while this one is queued
+    queue_place: int | None  # 1: next to start; None unless queued
+    wait_estimate: float | None  # seconds until it starts, once the server has timed a finished training
     elapsed: float  # seconds since the job was created (and started: the lab does both at once)
 
     @property
@@ -159,6 +191,7 @@ class Job(BackgroundJob):
     settings: dict = field(default_factory=dict)  # the knob values the learner chose, for labels and CSV
     number: int = 0  # the run's number on its page
     label: str = ""  # how the run is listed in the run store, next to the Compare page's runs
+    session: str | None = None  # the browser session that owns the run in the store
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self):
@@ -190,6 +223,8 @@ class Job(BackgroundJob):
                 setup=dict(self._setup),
                 error=self._error,
                 waiting_for=self.slots.running if self._status == "queued" else 0,
+                queue_place=self.slots.queue_place(self) if self._status == "queued" else None,
+                wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
                 elapsed=time.monotonic() - self._started,
             )
 
@@ -213,12 +248,13 @@ class Job(BackgroundJob):
         status, error, final = "finished", None, None
         store = run_id = None
         try:
-            with self.slots.hold(self.stop_event) as acquired:
+            with self.slots.hold(self.stop_event, ticket=self) as acquired:
                 if acquired:
                     self._set(status="preparing")
                     # Every run is kept in the run store as it goes: it outlives the session and can be compared.
                     store = RunStore()
-                    run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab")
+                    run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab",
+                                           session=self.session)
                     trainer = Trainer(self.run, stop_event=self.stop_event)
                     setup = trainer.prepare(self._on_progress)
                     store.start_run(run_id)
@@ -231,7 +267,7 @@ class Job(BackgroundJob):
         except TrainingStopped:
             pass
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            status, error = "failed", without_paths(f"{type(exc).__name__}: {exc}")
         if status == "finished" and self.stop_event.is_set():
             status = "stopped"
         if run_id is not None:
@@ -241,6 +277,15 @@ class Job(BackgroundJob):
                 error = error or str(exc)
         self._set(status=status, error=error, phase=None)
 
+
+
+# An absolute file path in a message: the pages never show where the server keeps its files.
+_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\](?:[^\s/\\'\"]+[/\\])+")
+
+
+def without_paths(message: str) -> str:
+    """`message` with every absolute path cut to its last part: `/srv/cache/sft/x/model.bin` → `…/model.bin`."""
+    return _PATH.sub("…/", message)
 
 
 _warm_start_begun = threading.Event()

@@ -32,6 +32,7 @@ from ui.bridge import scale_exports, unipo_download
 from ui.charts import CHARTS, ChartRun, figure, has_data
 from ui.jobs import SETUP_PHASES, Job, JobSnapshot, TrainingSlots
 from ui.knobs import KNOBS, render_knob
+from ui.session import session_token
 from ui.tokens import COLOURINGS, token_html
 
 REFRESH_SECONDS = 1.0
@@ -216,7 +217,7 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
         name: values[name] for name in ("task", "model", *RUN_KNOBS, *WARM_START_KNOBS, *knobs)
     }
     label = f"{PRESETS[variant].title} · {page} page #{number}"
-    job = Job(run, training_slots(), settings=settings, number=number, label=label).start()
+    job = Job(run, training_slots(), settings=settings, number=number, label=label, session=session_token()).start()
     jobs = session_jobs()
     jobs[:] = [j for j in jobs if j.active] + [job]
     runs.append(job)
@@ -295,8 +296,12 @@ def _dashboard(page: str, job: Job, overlays: list[Job], labels: dict[int, str],
 def _progress(snap: JobSnapshot) -> None:
     if snap.status == "queued":
         running = "1 training is" if snap.waiting_for == 1 else f"{snap.waiting_for} trainings are"
+        place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
+        estimate = (f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None
+                    else " (an estimate of the wait appears once a training here has run to its end)" if place else "")
         st.info(
-            f"queued: {running} running… this run starts as soon as a slot frees up.", icon=":material/hourglass_top:"
+            f"queued: {running} running… this run starts as soon as a slot frees up{place}{estimate}.",
+            icon=":material/hourglass_top:",
         )
     elif snap.phase is not None:
         phase, done, total = snap.phase

@@ -23,8 +23,8 @@ WALKTHROUGH_ORDER = (
 PRESETS = {name: PRESETS[name] for name in WALKTHROUGH_ORDER if name in PRESETS} | PRESETS
 
 
-def get_preset(name: str, **overrides) -> AlgoConfig:
+def get_preset(name: str, /, **overrides) -> AlgoConfig:
     """The named preset with knobs overridden; ValueError names the allowed presets or the bad knob."""
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(f"algorithm {name!r} is unknown; allowed: {', '.join(PRESETS)}")
-    return PRESETS[name].replace(**overrides)
+    return PRESETS[name].with_knobs(**overrides)

@@ -1,0 +1,227 @@
+"""One validation for every knob: types, finite ranges, rules across knobs, and the response within the model's
+context. A property test throws thousands of override sets at every preset: each is refused with a ValueError
+naming a knob, or trains two steps and ends cleanly or with a TrainingError."""
+
+import dataclasses
+import math
+import signal
+import tempfile
+from contextlib import contextmanager
+from typing import Literal, get_args, get_origin, get_type_hints
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from rl_core.algorithms import PRESETS, get_preset
+from rl_core.config import (
+    IDENTITY_FIELDS,
+    KNOB_NAMES,
+    KNOB_RANGES,
+    MAX_BATCH,
+    RUN_RANGES,
+    AlgoConfig,
+    RunConfig,
+    parse_overrides,
+)
+from rl_core.trainer import Trainer, TrainingError
+from transformers.utils import logging as transformers_logging
+
+transformers_logging.disable_progress_bar()
+HINTS = get_type_hints(AlgoConfig)
+RUN_HINTS = get_type_hints(RunConfig)
+
+
+def base_kind(hint):
+    """(kind, choices, optional) of a field's annotation: int, float, bool, str or "choice"."""
+    options = get_args(hint) if get_origin(hint) is not Literal else (hint,)
+    kind = ([o for o in options if o is not type(None)] or [hint])[0]
+    if get_origin(kind) is Literal:
+        return "choice", get_args(kind), type(None) in options
+    return kind, (), type(None) in options
+
+
+def test_every_numeric_knob_and_run_field_has_a_finite_range():
+    for names, hints, ranges in ((KNOB_NAMES, HINTS, KNOB_RANGES), (RUN_HINTS, RUN_HINTS, RUN_RANGES)):
+        numeric = {n for n in names if base_kind(hints[n])[0] in (int, float)}
+        assert numeric == set(ranges), f"numeric fields without a range: {numeric - set(ranges)}"
+        assert all(math.isfinite(r.low) and math.isfinite(r.high) for r in ranges.values())
+
+
+def test_every_preset_is_valid_and_identity_fields_are_not_knobs():
+    assert set(KNOB_NAMES) | set(IDENTITY_FIELDS) == {f.name for f in dataclasses.fields(AlgoConfig)}
+    for name in PRESETS:
+        RunConfig(algo=get_preset(name), task="caesar").validate()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [  # every case of the fuzzing that ended in a TypeError, a crash or a hang before
+        ({"use_critic": True}, "use_critic=True is out of range; allowed: False with advantage_estimator=grpo"),
+        ({"max_new_tokens": 68}, "max_new_tokens=68 is out of range; allowed: ≤ 58 on model=tiny with task=caesar"),
+        ({"overlong_buffer": 8}, "overlong_buffer=8 is out of range; allowed: fewer tokens than the length limit"),
+        ({"epsilon_high": 1e300}, "epsilon_high=1e+300 is out of range; allowed: a number with 0 < x ≤ 10"),
+        ({"num_generations": 10**20}, "num_generations=100000000000000000000 is out of range"),
+        ({"learning_rate": 10**400}, "learning_rate=100000000000000000000000… (401 characters) is out of range"),
+        ({"num_minibatches": 2.5}, "num_minibatches=2.5 is not an integer; allowed: an integer from 1 to 256"),
+        ({"beta": "0.1"}, "beta='0.1' is not a number"),
+        ({"beta": None}, "beta=None is not allowed"),
+        ({"beta": float("nan")}, "beta=nan is not a number"),
+        ({"beta": float("inf")}, "beta=inf is out of range"),
+        ({"kl_estimator": ["k1"]}, "kl_estimator=['k1'] is not allowed; choose one of: k1, k2, k3"),
+        ({"temperature": True}, "temperature=True is not a number"),
+        ({"use_critic": 1}, "use_critic=1 is not a boolean"),
+        ({"name": "foo"}, "name names the preset and is not a knob"),
+        ({"ppo_epochs": 100000000}, "ppo_epochs=100000000 is out of range; allowed: an integer from 1 to 64"),
+        ({"ppo_epochs": 64, "num_minibatches": 8}, "ppo_epochs=64 is out of range; allowed: ppo_epochs × "
+                                                   "num_minibatches ≤ 256"),
+        ({"value_pretrain_steps": 10**400}, "value_pretrain_steps=100000000000000000000000… (401 characters) is out of range; allowed: an integer from 0 to 200"),
+        ({"prompts_per_step": 256, "num_generations": 8}, f"allowed: prompts_per_step × num_generations ≤ {MAX_BATCH}"),
+        ({"critic_learning_rate": 1e6}, "critic_learning_rate=1000000.0 is out of range"),
+    ],
+)
+def test_bad_knobs_are_refused_naming_the_knob_and_what_is_allowed(overrides, message):
+    with pytest.raises(ValueError) as refused:
+        RunConfig(algo=get_preset("grpo", **overrides), task="caesar").validate()
+    assert message in str(refused.value)
+
+
+def test_the_context_limit_follows_the_task_and_model():
+    # caesar: BOS + 4 prompt tokens + response + a closing EOS in 64 positions → at most 58 response tokens
+    RunConfig(algo=get_preset("grpo", max_new_tokens=58), task="caesar").validate()
+    # preference: its reward model (64 positions) reads BOS + 7 prompt tokens + response + EOS
+    with pytest.raises(ValueError, match="max_new_tokens=56 is out of range; allowed: ≤ 55"):
+        RunConfig(algo=get_preset("grpo", max_new_tokens=56), task="preference", model="gpt2").validate()
+    RunConfig(algo=get_preset("grpo", max_new_tokens=200), task="caesar", model="gpt2").validate()
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"steps": 0}, "steps=0 is out of range; allowed: an integer from 1 to 1000000"),
+        ({"steps": 2.0}, "steps=2.0 is not an integer"),
+        ({"seed": -1}, "seed=-1 is out of range"),
+        ({"sft_steps": 10**9}, "sft_steps=1000000000 is out of range"),
+        ({"demo_noise": float("nan")}, "demo_noise=nan is not a number"),
+        ({"task": "nope"}, "task 'nope' is unknown"),
+        ({"model": 3}, "model=3 is not text"),
+        ({"algo": "grpo"}, "algo='grpo' is not an algorithm preset"),
+    ],
+)
+def test_bad_run_fields_are_refused_by_name(fields, message):
+    run = dataclasses.replace(RunConfig(algo=get_preset("grpo"), task="caesar"), **fields)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run.validate()
+
+
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        ("num_minibatches=2.5", "num_minibatches='2.5' is not an integer; allowed: an integer from 1 to 256"),
+        ("beta=abc", "beta='abc' is not a number"),
+        ("name=foo", "name names the preset and is not a knob"),
+        ("use_critic=maybe", "use_critic='maybe' is not a boolean"),
+        ("ppo_epochs=" + "9" * 5000, "ppo_epochs='99999999999999999999999… (5002 characters)' is not an integer"),
+    ],
+)
+def test_parsed_text_is_refused_by_name(assignment, message):
+    with pytest.raises(ValueError) as refused:
+        parse_overrides([assignment])
+    assert message.split("…")[0] in str(refused.value)
+
+
+# ------------------------------------------------------------------------------------------ the property test
+JUNK = [True, False, None, "", "abc", "1", [], [1], {}, float("nan"), float("inf"), -float("inf"), 0, -1, 2.5,
+        1e300, -1e-300, 10**20, 10**400]
+
+
+def knob_values(name: str, hint, ranges) -> st.SearchStrategy:
+    """Values of one knob: in its range (sizes kept small, so accepted runs stay quick), at and just past its
+    bounds, and junk of every type."""
+    kind, choices, optional = base_kind(hint)
+    allowed = ranges.get(name)
+    if kind == "choice":
+        valid = st.sampled_from(choices) | st.sampled_from(["", "K1", "none"])
+    elif kind is bool:
+        valid = st.booleans()
+    elif kind is int:
+        small = st.integers(int(allowed.low), min(int(allowed.high), int(allowed.low) + 4))
+        valid = small | st.sampled_from([int(allowed.high), int(allowed.high) + 1, int(allowed.low) - 1])
+    else:
+        valid = st.floats(allowed.low, allowed.high) | st.sampled_from(
+            [allowed.low, allowed.high, allowed.high * 1.5 + 1, allowed.low - 1e-9])
+    return st.one_of(valid, st.none() if optional else valid, st.sampled_from(JUNK))
+
+
+NAMES = [*KNOB_NAMES, "name", "bogus"]
+
+
+@st.composite
+def override_sets(draw):
+    preset = draw(st.sampled_from(list(PRESETS)))
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=5, unique=True))
+    overrides = {n: draw(knob_values(n, HINTS[n], KNOB_RANGES)) if n in KNOB_NAMES else draw(st.sampled_from(JUNK))
+                 for n in names}
+    return preset, overrides
+
+
+class Hang(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Raise Hang in the test's thread if the block runs longer than `seconds`."""
+    def expire(signum, frame):
+        raise Hang(f"no outcome after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+CACHE = tempfile.mkdtemp(prefix="rlhf-lab-property-")
+EXAMPLE_SECONDS = 120
+
+
+@pytest.mark.timeout(1800)
+@settings(max_examples=2000, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(override_sets())
+def test_every_override_set_is_refused_by_name_or_trains_cleanly(example):
+    """2,000 override sets (fixed seed) over every preset; accepted ones train 2 steps on caesar / tiny with a
+    20-step SFT warm start cached once."""
+    preset, overrides = example
+    with time_limit(EXAMPLE_SECONDS):
+        try:
+            run = RunConfig(algo=get_preset(preset, **overrides), task="caesar", steps=2, sft_steps=20)
+            run.validate()
+        except ValueError as refused:
+            message = str(refused)
+            named = message.split("=")[0].split(" ")[0]
+            assert (named in overrides or message.startswith(("unknown knob", "name names"))
+                    or named in KNOB_NAMES), message
+            event("refused")
+            return
+        try:
+            trainer = Trainer(run, cache_dir=CACHE)
+            records = list(trainer.steps())
+            assert [r["step"] for r in records] == [1, 2]
+            event("trained 2 steps")
+        except TrainingError as error:
+            assert str(error).startswith("step "), error
+            event("TrainingError")
+
+
+def test_every_task_declares_a_prompt_length_its_prompts_fit_in():
+    import random
+
+    from toy_tasks import TASKS
+
+    for name, task in TASKS.items():
+        longest = max(len(p) for p in task().sample_prompts(2000, random.Random(0)))  # one token per character
+        assert longest <= task.max_prompt_length, name
