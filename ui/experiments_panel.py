@@ -22,6 +22,7 @@ from rl_core.sweep import default_workers
 from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.lab import session_jobs, training_slots
+from ui.session import session_token, session_worker_cap
 
 REFRESH_SECONDS = 1.0
 
@@ -68,7 +69,9 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
 
 def _start(experiment: Experiment) -> None:
     slots = training_slots()
-    job = ExperimentJob(experiment, slots, workers=min(default_workers(), slots.limit))
+    # A panel's experiment counts against the server's training cap and the session's worker cap, like a sweep.
+    workers = min(default_workers(), slots.limit, session_worker_cap())
+    job = ExperimentJob(experiment, slots, workers=workers, session=session_token())
     session_jobs().append(job)
     st.session_state[f"experiment:{experiment.name}"] = job.start()
 

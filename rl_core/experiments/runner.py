@@ -135,7 +135,8 @@ class ExperimentRun:
     `stop()` may come from any thread (the app's Stop button): every run ends after its current step."""
 
     def __init__(self, experiment: Experiment, out: Path, store: RunStore, seeds: Sequence[int] | None = None,
-                 workers: int | None = None, cache_dir: Path | None = None, **plan_options):
+                 workers: int | None = None, cache_dir: Path | None = None, session: str | None = None,
+                 **plan_options):
         self.experiment = experiment
         self.arm_runs = plan_experiment(experiment, seeds, **plan_options)
         self.out = Path(out)
@@ -144,8 +145,9 @@ class ExperimentRun:
         (self.out / RUNS_FOLDER).mkdir(parents=True, exist_ok=True)  # a folder we cannot write fails now
         self.seeds = list(dict.fromkeys(arm_run.seed for arm_run in self.arm_runs))
         spec = {"experiment": experiment.name, "seeds": self.seeds, "arms": [a.label for a in experiment.arms]}
+        # `session`: the browser session that owns the runs (None from the command line: visible to every session).
         self.sweep = Sweep([a.planned for a in self.arm_runs], store, workers=workers, cache_dir=cache_dir,
-                           spec=spec)
+                           spec=spec, session=session)
         self.runs_by_id = dict(zip(self.sweep.run_ids, self.arm_runs))
 
     def stop(self) -> None:
