@@ -23,6 +23,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | kl_gradient | use_bias_correction_kl (is_corrected) | kl_loss_type k3+ (k2_grad) | sg / straight-through |
 | adv_norm_std | scale_rewards (group / batch / none) | norm_adv_by_std_in_grpo | std level |
 | rollout_is_mode, rollout_is_level, rollout_is_threshold | vllm_importance_sampling_mode, _cap | rollout_correction.rollout_is, rollout_is_threshold | TIS / MIS, C |
+| rollout_staleness, rollout_temperature | — (the lab's own ways to make μ ≠ π_old) | — | k, μ's temperature |
 """
 
 from __future__ import annotations

@@ -565,6 +565,9 @@ class Trainer:
                     "optimizer": self.optimizer.state_dict(),
                     "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer else None,
                     "generator": self.generator.get_state(),
+                    # the stale sampler's queue (rollout_staleness > 0), so a resumed run samples as it would have
+                    "behaviour_snapshots": None if self._snapshots is None else list(self._snapshots),
+                    "snapshot_step": self._snapshot_step,
                 },
                 staging / "trainer_state.pt",
             )
@@ -603,6 +606,12 @@ class Trainer:
         self.prompt_rng.setstate((version, tuple(internal), gauss))
         self.running_baseline = counters.get("running_baseline")
         self.generator.set_state(state["generator"].cpu())
+        if state.get("behaviour_snapshots") is not None:
+            self._behaviour_policy()  # builds the sampler and its queue
+            self._snapshots.clear()
+            self._snapshots.extend(state["behaviour_snapshots"])
+            self._sampler.load_state_dict(self._snapshots[0])
+            self._snapshot_step = state["snapshot_step"]
 
 
 def _rollout_is_raw_weights(old_logp, behaviour_logp, mask, level: str) -> torch.Tensor:

@@ -95,3 +95,14 @@ def test_masked_is_silences_the_samples_it_drops():
 def test_bad_successor_knobs_are_refused_by_name(overrides, knob):
     with pytest.raises(ValueError, match=knob):
         get_preset("grpo", **overrides)
+
+
+def test_checkpoint_keeps_the_stale_samplers_queue(tmp_path):
+    expected = [r["reward_mean"] for r in _trainer(4, rollout_staleness=2).steps()]
+    trainer = _trainer(4, rollout_staleness=2)
+    for _ in range(2):
+        trainer.step()
+    trainer.save_checkpoint(tmp_path / "ckpt")
+    resumed = _trainer(4, rollout_staleness=2)
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert [r["reward_mean"] for r in resumed.steps()] == pytest.approx(expected[2:])

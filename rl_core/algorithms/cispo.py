@@ -1,6 +1,9 @@
 from rl_core.algorithms.grpo import PRESET as GRPO
 
 # CISPO keeps GRPO's group advantages and replaces the clipped surrogate by a clipped, detached IS weight.
+# Every token keeps its gradient, with a weight up to 5: at GRPO's learning rate of 1e-3 its later updates on a
+# batch overshoot (on the default task one seed fell back to 50 % batch success after converging), so CISPO takes
+# half that rate.
 PRESET = GRPO.replace(
     name="cispo",
     title="CISPO",
@@ -9,4 +12,5 @@ PRESET = GRPO.replace(
     epsilon_high=5.0,
     beta=0.0,
     loss_agg_mode="token-mean",
+    learning_rate=5e-4,
 )
