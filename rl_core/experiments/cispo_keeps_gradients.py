@@ -1,7 +1,7 @@
 """CISPO clips the weight, never the gradient: the tokens PPO's clip silences still move."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._successor_measures import mean_over_steps
+from rl_core.experiments._measures import mean_over_steps
 
 # Same range in both arms: CISPO's two-sided weight clamp [1 − ε, 1 + ε_high] is PPO's clip range, so the arms
 # differ only in what happens outside it (PPO: gradient 0; CISPO: gradient with the clamped weight). Two epochs of

@@ -2,7 +2,7 @@
 its gradient."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._successor_measures import mean_over_steps
+from rl_core.experiments._measures import mean_over_steps
 
 SHARED = dict(
     prompts_per_step=8, num_generations=8, learning_rate=1e-3, ppo_epochs=4, num_minibatches=2,

@@ -1,7 +1,7 @@
 """Truncated importance sampling (TIS) reweights a stale sampler's tokens back to π_old."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._successor_measures import mean_over_steps
+from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.rollout_staleness import SHARED, STALE
 
 TIS = Arm("k = 8, TIS", "grpo", {**SHARED, "rollout_staleness": 8, "rollout_is_mode": "truncate"})

@@ -1,7 +1,7 @@
 """Sampling with a stale copy of the policy (as an asynchronous trainer does) slows learning."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._successor_measures import mean_over_steps
+from rl_core.experiments._measures import mean_over_steps
 
 # π_old is the trainer's own snapshot (recomputed by a teacher-forced pass), so PPO's ratio and clip are the same
 # in every arm: only the sampler differs. 16 prompts × 8 responses per step: with 8 prompts the stale runs' noise
