@@ -25,6 +25,22 @@ RENDER_TIMEOUT_MS = 60_000  # the first page also imports torch and transformers
 TRAINING_TIMEOUT_MS = 300_000
 HAS_CHART_POINTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
     .some(gd => (gd.data || []).some(trace => (trace.x || []).length > 0))"""
+PAGES = {  # URL path → a heading the page shows once it has rendered
+    "": "RLHF policy optimisation, one algorithm at a time",
+    "policy_gradient": "Policy Gradient (REINFORCE)",
+    "ppo": "PPO: Proximal Policy Optimization",
+    "grpo": "GRPO, with DAPO and Dr. GRPO",
+    "gspo": "GSPO: Group Sequence Policy Optimization",
+    "rloo": "RLOO: REINFORCE Leave-One-Out",
+    "reinforce_pp": "REINFORCE++",
+    "vapo": "VAPO and VC-PPO: repairing the critic",
+    "labs_clip": "Clip lab: where the clipped surrogate stops pushing",
+    "labs_gae": "GAE lab: how a reward at the end reaches the first token",
+    "labs_kl": "KL lab: three estimators of one KL",
+    "labs_advantages": "Advantage lab: one group of rewards, four baselines",
+    "labs_aggregation": "Aggregation lab: how much one token weighs",
+    "compare": "Compare and ablate",
+}
 COUNT_PROGRESS_CHANGES = """(ms) => new Promise(resolve => {
     const read = () => document.querySelector('[data-testid="stProgress"]')?.innerText ?? null;
     let last = read(), changes = 0;
@@ -71,14 +87,14 @@ def serve_app(log_path: Path, env: dict | None = None) -> Iterator[tuple[str, su
 
 
 @contextlib.contextmanager
-def browser_page():
-    """A fresh Chromium page, 1400 × 1000."""
+def browser_page(viewport: dict | None = None):
+    """A fresh Chromium page, 1400 × 1000 unless `viewport` says otherwise."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_FLAGS)
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+            yield browser.new_page(viewport=viewport or {"width": 1400, "height": 1000})
         finally:
             browser.close()
 

@@ -12,6 +12,7 @@ import pytest
 
 from app_driver import (
     CHROMIUM,
+    PAGES,
     browser_page,
     first_point_latency,
     open_page,
@@ -24,22 +25,6 @@ from app_driver import (
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
-PAGES = {  # URL path → a heading the page shows once it has rendered
-    "": "RLHF policy optimisation, one algorithm at a time",
-    "policy_gradient": "Policy Gradient (REINFORCE)",
-    "ppo": "PPO: Proximal Policy Optimization",
-    "grpo": "GRPO, with DAPO and Dr. GRPO",
-    "gspo": "GSPO: Group Sequence Policy Optimization",
-    "rloo": "RLOO: REINFORCE Leave-One-Out",
-    "reinforce_pp": "REINFORCE++",
-    "vapo": "VAPO and VC-PPO: repairing the critic",
-    "labs_clip": "Clip lab: where the clipped surrogate stops pushing",
-    "labs_gae": "GAE lab: how a reward at the end reaches the first token",
-    "labs_kl": "KL lab: three estimators of one KL",
-    "labs_advantages": "Advantage lab: one group of rewards, four baselines",
-    "labs_aggregation": "Aggregation lab: how much one token weighs",
-    "compare": "Compare and ablate",
-}
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,32 @@ class MetricHistory:
             self.stride *= 2
 
 
+class SampleHistory:
+    """The sampled responses of every step, for at most `capacity` steps: when full, every other stored step is
+    dropped and from then on only every second (fourth, …) new step is kept, as in MetricHistory. A step's
+    samples are a few responses of a few dozen tokens, so 200 steps stay within a few megabytes."""
+
+    def __init__(self, capacity: int = 200):
+        self.capacity = capacity
+        self.steps: dict[int, list[dict]] = {}
+        self.stride = 1
+        self.latest: dict[int, list[dict]] = {}  # the newest step, kept even where the stride skips it
+
+    def view(self) -> dict[int, list[dict]]:
+        return self.steps | self.latest
+
+    def add(self, step: int, samples: list[dict]) -> None:
+        if not samples:
+            return
+        self.latest = {step: samples}
+        if (step - 1) % self.stride:
+            return
+        self.steps[step] = samples
+        if len(self.steps) > self.capacity:
+            self.steps = {s: v for i, (s, v) in enumerate(self.steps.items()) if i % 2 == 0}
+            self.stride *= 2
+
+
 @dataclass(frozen=True)
 class JobSnapshot:
     """A consistent copy of a job's state for drawing; the training thread never sees it."""
@@ -95,7 +121,7 @@ class JobSnapshot:
     status: str
     steps_total: int
     records: list[dict]  # scalar metrics, at most MetricHistory.capacity, the latest step always included
-    samples: list[dict]  # the latest step's token-level views
+    samples: dict[int, list[dict]]  # step → that step's token-level views (SampleHistory), the latest included
     phase: tuple[str, int, int] | None  # (setup phase, done, total) while preparing
     setup: dict  # what prepare() reported, e.g. the value-pretraining explained variance
     error: str | None
@@ -135,7 +161,7 @@ class Job:
         self._status = "queued"
         self._history = MetricHistory()
         self._latest: dict | None = None
-        self._samples: list[dict] = []
+        self._samples = SampleHistory()
         self._phase: tuple[str, int, int] | None = None
         self._setup: dict = {}
         self._error: str | None = None
@@ -168,7 +194,7 @@ class Job:
                 status=self._status,
                 steps_total=self.run.steps,
                 records=records,
-                samples=self._samples,
+                samples=self._samples.view(),
                 phase=self._phase,
                 setup=dict(self._setup),
                 error=self._error,
@@ -190,7 +216,7 @@ class Job:
         with self._lock:
             self._history.add(scalars)
             self._latest = scalars
-            self._samples = record.get("samples", [])
+            self._samples.add(record["step"], record.get("samples", []))
 
     def _work(self) -> None:
         status, error, final = "finished", None, None
