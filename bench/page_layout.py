@@ -24,7 +24,8 @@ from app_driver import PAGES, browser_page, open_page, serve_app, wait_for_chart
 
 MEASURE = """() => {
     const main = document.querySelector('[data-testid="stMain"]');
-    const box = el => el ? el.getBoundingClientRect() : null;
+    const top = main.scrollTop;  // positions are from the top of the page, not of the scrolled view
+    const box = el => el ? {top: el.getBoundingClientRect().top + top, bottom: el.getBoundingClientRect().bottom + top} : null;
     const train = Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Train');
     const chart = document.querySelector('[data-testid="stMain"] .js-plotly-plot');
     return {height: main.scrollHeight, train_bottom: box(train)?.bottom ?? null,
@@ -39,6 +40,8 @@ def measure(args) -> dict:
     viewport = {"width": args.width, "height": args.height}
     with serve_app(cache / "streamlit.log", env) as (url, _), browser_page(viewport) as page:
         for path, heading in PAGES.items():
+            if args.pages and (path or "overview") not in args.pages:
+                continue
             open_page(page, f"{url}/{path}", heading)
             page.wait_for_timeout(1000)
             result["pages"][path or "overview"] = page.evaluate(MEASURE)
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--width", type=int, default=1366)
     parser.add_argument("--height", type=int, default=768)
     parser.add_argument("--train", help="also train this page (URL path, e.g. grpo) and measure it afterwards")
+    parser.add_argument("--pages", nargs="*", help="only these pages (URL paths; overview for the first)")
     parser.add_argument("--screenshots", type=Path, help="save a first-viewport screenshot of every page here")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)

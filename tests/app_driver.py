@@ -59,15 +59,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(log_path: Path, env: dict | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`(url, server process)` of the app on a free loopback port; the server's output goes to `log_path`."""
+def serve_app(
+    log_path: Path, env: dict | None = None, root: Path = ROOT
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`(url, server process)` of the app in `root` on a free loopback port; its output goes to `log_path`."""
     port = free_port()
     with log_path.open("w") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
              "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
              "--server.fileWatcherType=none"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else os.environ | env,
+            cwd=root, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else os.environ | env,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -83,7 +85,11 @@ def serve_app(log_path: Path, env: dict | None = None) -> Iterator[tuple[str, su
         yield url, server
     finally:
         server.terminate()
-        server.wait(10)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:  # a busy machine: training threads finishing their step
+            server.kill()
+            server.wait(10)
 
 
 @contextlib.contextmanager

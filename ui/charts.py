@@ -18,19 +18,20 @@ RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 
 
+def _always(algo: AlgoConfig) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Series:
     key: str  # the record field
     name: str
     colour: str | None = None  # a fixed colour where the meaning has one (correct = green), else by position
+    applies: Callable[[AlgoConfig], bool] = _always  # e.g. the dual-clip share only with a dual clip
 
 
 CORRECT, INCORRECT = "#2ca02c", "#d62728"
 NOISE_FLOOR = 1e-9  # |values| below this are float round-off of quantities that are exactly 0, e.g. KL(π ‖ π)
-
-
-def _always(algo: AlgoConfig) -> bool:
-    return True
 
 
 def _clips_tokens(algo: AlgoConfig) -> bool:
@@ -127,7 +128,7 @@ CHARTS: tuple[Chart, ...] = (
         (
             Series("clip_frac_low", "low side"),
             Series("clip_frac_high", "high side"),
-            Series("dual_clip_frac", "dual clip"),
+            Series("dual_clip_frac", "dual clip", applies=lambda algo: algo.dual_clip is not None),
         ),
         "Share of tokens whose clip is active given the sign of A: low side ρ < 1−ε_low with A < 0, high side "
         "ρ > 1+ε_high with A > 0, dual clip A < 0 with ρ > c. Look for: exactly 0 with one update per batch (the "
@@ -258,7 +259,7 @@ def _drawn(chart: Chart, value: float | None) -> float | None:
     return value
 
 
-LEGEND_ROW_PX, LEGEND_COLUMNS, PLOT_PX = 20, 3, 210
+LEGEND_ROW_PX, LEGEND_COLUMNS, PLOT_PX, AXIS_PX = 20, 3, 210, 55
 
 
 def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
@@ -290,7 +291,7 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
         emphasised = chart.emphasise(run.algo) if chart.emphasise else None
         for series_index, series in enumerate(chart.series):
             values = [_value(r, series.key) for r in records]
-            if all(v is None for v in values):
+            if all(v is None for v in values) or not series.applies(run.algo):
                 continue
             colour, dash = style(run, series_index)
             traces.append(dict(
@@ -309,11 +310,11 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
     legend_px = LEGEND_ROW_PX * math.ceil(entries / LEGEND_COLUMNS) + 10
     layout = dict(
         title=dict(text=chart.title, font=dict(size=14), x=0, xanchor="left"),
-        height=40 + PLOT_PX + 40 + legend_px,
-        margin=dict(l=10, r=10, t=40, b=40 + legend_px),
+        height=40 + PLOT_PX + AXIS_PX + legend_px,
+        margin=dict(l=10, r=10, t=40, b=AXIS_PX + legend_px),
         # A multi-series chart always names its series, even when only one of them has data.
         showlegend=entries > 1 or len(chart.series) > 1,
-        legend=dict(orientation="h", yanchor="top", y=-40 / PLOT_PX, x=0, font=dict(size=11),
+        legend=dict(orientation="h", yanchor="top", y=-AXIS_PX / PLOT_PX, x=0, font=dict(size=11),
                     entrywidth=1 / LEGEND_COLUMNS, entrywidthmode="fraction"),
         xaxis=dict(title=dict(text="step"), exponentformat="e"),
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".

@@ -126,7 +126,7 @@ class JobSnapshot:
     setup: dict  # what prepare() reported, e.g. the value-pretraining explained variance
     error: str | None
     waiting_for: int  # trainings running elsewhere while this one is queued
-    elapsed: float  # seconds since the job was created (and started: the lab does both at once)
+    elapsed: float  # seconds from the job's creation (and start: the lab does both at once) to its end, or to now
 
     @property
     def active(self) -> bool:
@@ -166,6 +166,7 @@ class Job:
         self._setup: dict = {}
         self._error: str | None = None
         self._started = time.monotonic()
+        self._ended: float | None = None
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     def start(self) -> "Job":
@@ -199,7 +200,7 @@ class Job:
                 setup=dict(self._setup),
                 error=self._error,
                 waiting_for=self.slots.running if self._status == "queued" else 0,
-                elapsed=time.monotonic() - self._started,
+                elapsed=(self._ended or time.monotonic()) - self._started,
             )
 
     # ------------------------------------------------------------------ the training thread
@@ -248,7 +249,7 @@ class Job:
                 store.finish_run(run_id, status, final=final, error=error)
             except StoreError as exc:
                 error = error or str(exc)
-        self._set(status=status, error=error, phase=None)
+        self._set(status=status, error=error, phase=None, ended=time.monotonic())
 
 
 
