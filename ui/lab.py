@@ -39,6 +39,7 @@ DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
 DESCRIPTIVE_FIELDS = ("name", "title", "summary")
+URL_WRITTEN = "lab:url"  # the query parameters a page of this session last wrote
 
 
 @st.cache_resource(show_spinner=False)
@@ -106,7 +107,7 @@ def live_lab(
             st.error(f"This combination cannot run: {error}")
             run = None
         share_state.write(variant, values, _defaults(variant, all_knobs))
-        st.session_state[f"{page}:url"] = dict(st.query_params)
+        st.session_state[URL_WRITTEN] = dict(st.query_params)
         with share.popover("Share", icon=":material/link:", width="stretch"):
             st.caption("This page with these settings (copy with the icon):")
             st.code(share_state.link(), language=None, wrap_lines=True)
@@ -145,9 +146,10 @@ def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None
 
 
 def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
-    """Settings from the URL, when it differs from what this page last wrote there (a shared link, a reload)."""
+    """Settings from the URL, unless it holds what a page of this session wrote there itself (this page's own
+    settings, or another page's just before a page switch): a shared link, a reload."""
     params = dict(st.query_params)
-    if not params or params == st.session_state.get(f"{page}:url"):
+    if not params or params == st.session_state.get(URL_WRITTEN):
         return
     choices = {"task": list(TASKS), "model": list(MODEL_PRESETS),
                **{name: KNOBS[name].options for name in knobs if KNOBS[name].kind == "choice"}}
@@ -161,7 +163,7 @@ def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> Non
         st.session_state[f"{page}:variant"] = next(label for label, name in variants.items() if name == preset)
     for name, value in values.items():
         st.session_state[f"{page}:{name}"] = value
-    st.session_state[f"{page}:url"] = params
+    st.session_state[URL_WRITTEN] = params
 
 
 # ---------------------------------------------------------------------------------------------- controls
