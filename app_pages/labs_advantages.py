@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from rl_core import advantages
-from ui import labs
+from ui.labs import advantages as labs
 from ui.story import formula
 
 st.title("Advantage lab: one group of rewards, four baselines")

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from rl_core.aggregation import aggregate_loss
-from ui import labs
+from ui.labs import aggregation as labs
 from ui.story import formula
 
 st.title("Aggregation lab: how much one token weighs")

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from rl_core.kl import kl_exact, kl_k1, kl_k2, kl_k3
-from ui import labs
+from ui.labs import kl as labs
 from ui.story import formula
 
 st.title("KL lab: three estimators of one KL")

@@ -53,8 +53,10 @@ def measure(args) -> dict:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_FLAGS)
             pages = [browser.new_context(viewport={"width": 1366, "height": 768}).new_page() for _ in range(2)]
             for page in pages:
-                open_page(page, f"{url}/grpo", PAGES["grpo"])
-                set_slider(page, "training steps", "Home " + "ArrowRight " * args.steps_index, str(args.steps))
+                # The run's length from the URL; a checkout without URL settings shows the slider on the page.
+                open_page(page, f"{url}/grpo?algo=grpo&seed=0&steps={args.steps}", PAGES["grpo"])
+                if page.get_by_test_id("stSlider").filter(has_text="training steps").is_visible():
+                    set_slider(page, "training steps", "Home " + "ArrowRight " * args.steps_index, str(args.steps))
             for round_ in range(args.rounds):
                 clicked = {}
                 for index, page in enumerate(pages):

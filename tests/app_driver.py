@@ -151,12 +151,18 @@ def metric_value(page, label: str) -> float | None:
         return None
 
 
-def screenshot(page, path: Path) -> None:
-    """The whole page: Streamlit scrolls an inner container, so grow the viewport to its height first."""
+def screenshot(page, path: Path, viewport: dict | None = None, full: bool = True) -> None:
+    """The whole page (`full`), or what the first screen shows. Streamlit scrolls an inner container, so for
+    the whole page the viewport grows to its height first."""
+    viewport = viewport or {"width": 1400, "height": 1000}
+    if not full:
+        page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollTo(0, 0)")
+        page.screenshot(path=path)
+        return
     height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
-    page.set_viewport_size({"width": 1400, "height": min(max(height, 1000), 16000)})
+    page.set_viewport_size({"width": viewport["width"], "height": min(max(height, viewport["height"]), 16000)})
     page.screenshot(path=path)
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.set_viewport_size(viewport)
 
 
 def set_slider(page, label: str, keys: str, shown: str) -> None:
