@@ -138,17 +138,17 @@ def progress_redraws(page, seconds: float = 10.0) -> float:
     return page.evaluate(COUNT_PROGRESS_CHANGES, int(seconds * 1000)) / seconds
 
 
-def metric_value(page, label: str) -> float | None:
-    """The number an `st.metric` with this label shows, or None while there is none."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+LATEST_OF_SERIES = """([title, name]) => {
+    const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text === title);
+    const trace = gd && (gd.data || []).find(t => t.name === name);
+    return trace && trace.y.length ? trace.y[trace.y.length - 1] : null;
+}"""
 
-    metric = page.get_by_test_id("stMetric").filter(has_text=label).get_by_test_id("stMetricValue")
-    if not metric.count():
-        return None
-    try:
-        return float(metric.first.inner_text(timeout=1000))
-    except (ValueError, PlaywrightTimeout):  # not a number yet, or redrawn between the count and the read
-        return None
+
+def chart_value(page, title: str, series: str) -> float | None:
+    """The latest value a chart of the dashboard shows for one series (a single run's chart), or None."""
+    return page.evaluate(LATEST_OF_SERIES, [title, series])
 
 
 def screenshot(page, path: Path, viewport: dict | None = None, full: bool = True) -> None:
