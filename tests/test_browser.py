@@ -45,7 +45,8 @@ FIRST_POINT = """() => {
 }"""
 POINT_OF_CHART = """([title, index]) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
-        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text === title);
+        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text === title && gd._fullLayout);
+    if (!gd) return null;
     gd.scrollIntoView({block: 'center'});
     const trace = gd.data.find(t => (t.x || []).length > index), layout = gd._fullLayout;
     const box = gd.getBoundingClientRect();
@@ -115,6 +116,8 @@ def test_the_instrument_fits_a_laptop_screen_and_links_charts_tokens_and_formula
     screenshot(page, screenshots() / "grpo-trained-first-screen.png", LAPTOP, full=False)
 
     # A chart point opens its step in the token view.
+    page.wait_for_function(POINT_OF_CHART, arg=["Token entropy", 2], timeout=30_000)
+    page.wait_for_timeout(500)  # scrolled into view
     target = page.evaluate(POINT_OF_CHART, ["Token entropy", 2])
     page.mouse.click(target["x"], target["y"])
     step = page.get_by_test_id("stSlider").filter(has_text="step")
