@@ -140,7 +140,7 @@ def progress_redraws(page, seconds: float = 10.0) -> float:
 
 LATEST_OF_SERIES = """([title, name]) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
-        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text === title);
+        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
     const trace = gd && (gd.data || []).find(t => t.name === name);
     return trace && trace.y.length ? trace.y[trace.y.length - 1] : null;
 }"""

@@ -45,7 +45,7 @@ FIRST_POINT = """() => {
 }"""
 POINT_OF_CHART = """([title, index]) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
-        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text === title && gd._fullLayout);
+        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title && gd._fullLayout);
     if (!gd) return null;
     gd.scrollIntoView({block: 'center'});
     const trace = gd.data.find(t => (t.x || []).length > index), layout = gd._fullLayout;
@@ -55,7 +55,7 @@ POINT_OF_CHART = """([title, index]) => {
 }"""
 LEGEND_AND_PLOT = """(title) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
-        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text === title);
+        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
     const box = el => { const r = el.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
     return {legend: box(gd.querySelector('.legend')), plot: box(gd.querySelector('.nsewdrag')),
             runs: new Set(gd.data.map(t => t.name.split(' ')[0])).size, traces: gd.data.length};
@@ -125,7 +125,7 @@ def test_the_instrument_fits_a_laptop_screen_and_links_charts_tokens_and_formula
     # Scrub one step on, then pick a token: its term of the loss, with its numbers.
     step.get_by_role("slider").press("ArrowRight")
     step.get_by_test_id("stSliderThumbValue").get_by_text(str(target["step"] + 1), exact=True).wait_for(timeout=30_000)
-    page.get_by_test_id("stButtonGroup").filter(has_text="(0)").get_by_role("button").first.click()
+    page.get_by_test_id("stButtonGroup").filter(has_text="(0)").get_by_role("radio").first.click()
     page.get_by_text("Gradient weight on log π").wait_for(timeout=30_000)
     assert page.locator(".katex").filter(has_text="ℓ").count() >= 1
     screenshot(page, screenshots() / "grpo-token-view.png", LAPTOP)
@@ -158,12 +158,13 @@ def test_a_link_carries_the_settings_and_a_bad_value_is_refused(app_url, page):
     page.wait_for_function("() => location.search.includes('beta=0.001')", timeout=30_000)
     link = page.url
     assert "algo=dapo" in link and "epsilon_high=0.31" in link and "seed=1" in link
-    with browser_page(LAPTOP) as other:  # someone else opens the link
-        open_page(other, link, PAGES["grpo"])
-        for label, shown in (("ε_high", "0.31"), ("KL coefficient β", "0.001")):
-            other.get_by_test_id("stSlider").filter(has_text=label).get_by_test_id("stSliderThumbValue") \
-                .get_by_text(shown, exact=True).wait_for(timeout=30_000)
-        assert other.get_by_role("radio", name="DAPO").is_checked()
+    other = page.context.browser.new_context(viewport=LAPTOP).new_page()  # someone else opens the link
+    open_page(other, link, PAGES["grpo"])
+    for label, shown in (("ε_high", "0.31"), ("KL coefficient β", "0.001")):
+        other.get_by_test_id("stSlider").filter(has_text=label).get_by_test_id("stSliderThumbValue") \
+            .get_by_text(shown, exact=True).wait_for(timeout=30_000)
+    assert other.get_by_role("radio", name="DAPO").is_checked()
+    other.context.close()
     open_page(page, f"{app_url}/grpo?epsilon_high=abc", PAGES["grpo"])
     page.get_by_text("refused").filter(has_text="epsilon_high").wait_for(timeout=30_000)
     page.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue") \

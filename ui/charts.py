@@ -307,13 +307,14 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
                 marker=dict(size=5),
             ))
     entries = sum(1 for t in traces if t.get("showlegend", True))
-    legend_px = LEGEND_ROW_PX * math.ceil(entries / LEGEND_COLUMNS) + 10
+    # A multi-series chart always names its series, even when only one of them has data.
+    show_legend = entries > 1 or len(chart.series) > 1
+    legend_px = LEGEND_ROW_PX * math.ceil(entries / LEGEND_COLUMNS) + 10 if show_legend else 0
     layout = dict(
         title=dict(text=chart.title, font=dict(size=14), x=0, xanchor="left"),
         height=40 + PLOT_PX + AXIS_PX + legend_px,
         margin=dict(l=10, r=10, t=40, b=AXIS_PX + legend_px),
-        # A multi-series chart always names its series, even when only one of them has data.
-        showlegend=entries > 1 or len(chart.series) > 1,
+        showlegend=show_legend,
         legend=dict(orientation="h", yanchor="top", y=-AXIS_PX / PLOT_PX, x=0, font=dict(size=11),
                     entrywidth=1 / LEGEND_COLUMNS, entrywidthmode="fraction"),
         xaxis=dict(title=dict(text="step"), exponentformat="e"),
