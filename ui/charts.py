@@ -259,7 +259,10 @@ def _drawn(chart: Chart, value: float | None) -> float | None:
     return value
 
 
-LEGEND_ROW_PX, LEGEND_COLUMNS, PLOT_PX, AXIS_PX = 20, 3, 210, 55
+PLOT_PX, AXIS_PX, LEGEND_ROW_PX = 210, 55, 20
+# Legend rows are estimated for the narrowest chart the layout draws (two charts beside the controls on a
+# 1024-pixel screen): an entry takes its line sample plus about 6.5 px per character.
+LEGEND_WIDTH_PX, LEGEND_SAMPLE_PX, LEGEND_CHAR_PX = 260, 40, 6.5
 
 
 def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
@@ -306,17 +309,17 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
                 line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
                 marker=dict(size=5),
             ))
-    entries = sum(1 for t in traces if t.get("showlegend", True))
+    names = [t["name"] for t in traces if t.get("showlegend", True)]
     # A multi-series chart always names its series, even when only one of them has data.
-    show_legend = entries > 1 or len(chart.series) > 1
-    legend_px = LEGEND_ROW_PX * math.ceil(entries / LEGEND_COLUMNS) + 10 if show_legend else 0
+    show_legend = len(names) > 1 or len(chart.series) > 1
+    rows = _legend_rows([LEGEND_SAMPLE_PX + LEGEND_CHAR_PX * len(name) for name in names])
+    legend_px = LEGEND_ROW_PX * rows + 10 if show_legend else 0
     layout = dict(
         title=dict(text=chart.title, font=dict(size=14), x=0, xanchor="left"),
         height=40 + PLOT_PX + AXIS_PX + legend_px,
         margin=dict(l=10, r=10, t=40, b=AXIS_PX + legend_px),
         showlegend=show_legend,
-        legend=dict(orientation="h", yanchor="top", y=-AXIS_PX / PLOT_PX, x=0, font=dict(size=11),
-                    entrywidth=1 / LEGEND_COLUMNS, entrywidthmode="fraction"),
+        legend=dict(orientation="h", yanchor="top", y=-AXIS_PX / PLOT_PX, x=0, font=dict(size=11)),
         xaxis=dict(title=dict(text="step"), exponentformat="e"),
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
         yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
@@ -327,6 +330,16 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
     # test builds every chart with validation on.
     return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+def _legend_rows(widths: list[float]) -> int:
+    """How many rows a horizontal legend with entries this wide fills, wrapping at LEGEND_WIDTH_PX."""
+    rows, used = 1, 0.0
+    for width in widths:
+        if used and used + width > LEGEND_WIDTH_PX:
+            rows, used = rows + 1, 0.0
+        used += width
+    return rows
 
 
 def _translucent(hex_colour: str, alpha: float = 0.18) -> str:

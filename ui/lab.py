@@ -94,7 +94,7 @@ def live_lab(
         extra = {name: [getattr(PRESETS[v], name) for v in variants.values()] for name in all_knobs}
         for name in lesson:
             _knob(page, name, values, extra[name], busy)
-        more, share = st.columns([3, 2])
+        more, share = st.columns(2)
         with more.popover("All knobs", icon=":material/tune:", width="stretch"):
             _task_and_model(page, values, busy)
             left, right = st.columns(2)
