@@ -95,7 +95,7 @@ def live_lab(
         for name in lesson:
             _knob(page, name, values, extra[name], busy)
         more, share = st.columns(2)
-        with more.popover("All knobs", icon=":material/tune:", width="stretch"):
+        with more.popover("All knobs", width="stretch"):
             _task_and_model(page, values, busy)
             left, right = st.columns(2)
             for index, name in enumerate((*RUN_KNOBS, *WARM_START_KNOBS, *(k for k in all_knobs if k not in lesson))):
@@ -108,7 +108,7 @@ def live_lab(
             run = None
         share_state.write(variant, values, _defaults(variant, all_knobs))
         st.session_state[URL_WRITTEN] = dict(st.query_params)
-        with share.popover("Share", icon=":material/link:", width="stretch"):
+        with share.popover("Share", width="stretch"):
             st.caption("This page with these settings (copy with the icon):")
             st.code(share_state.link(), language=None, wrap_lines=True)
     with effect:
