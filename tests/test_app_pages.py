@@ -111,7 +111,7 @@ def test_page_trains_from_its_controls(open_page, page):
     assert snap.status == "finished", snap.error
     assert [r["step"] for r in snap.records] == [1, 2]
     assert {"reward_mean", "entropy", "kl_exact", "clip_frac_low", "advantage_std"} <= set(snap.records[-1])
-    assert snap.samples and snap.samples[0]["tokens"]
+    assert sorted(snap.samples) == [1, 2] and snap.samples[2][0]["tokens"], "every step's samples are kept"
     points = chart_points(at)
     assert points["Reward and success rate"] == 2
     if page in ("ppo", "vapo"):
