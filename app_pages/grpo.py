@@ -16,8 +16,8 @@ live_lab(
     {"GRPO": "grpo", "DAPO": "dapo", "Dr. GRPO": "dr_grpo"},
     lesson=("epsilon_high", "beta", "num_generations", "loss_agg_mode"),
     knobs=("num_generations", "prompts_per_step", "epsilon", "epsilon_high", "beta", "kl_estimator", "loss_agg_mode",
-           "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "cov_fraction", "entropy_coef", "ppo_epochs",
-           "num_minibatches", "learning_rate", "temperature"),
+           "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "cov_fraction", "entropy_coef",
+           "ppo_epochs", "num_minibatches", "learning_rate", "temperature"),
     focus=("Token entropy", "Clip fraction (tokens)"),
     prediction=Prediction(
         "Will token entropy end higher or lower than it starts?",

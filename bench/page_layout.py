@@ -25,7 +25,8 @@ from app_driver import PAGES, browser_page, open_page, serve_app, wait_for_chart
 MEASURE = """() => {
     const main = document.querySelector('[data-testid="stMain"]');
     const top = main.scrollTop;  // positions are from the top of the page, not of the scrolled view
-    const box = el => el ? {top: el.getBoundingClientRect().top + top, bottom: el.getBoundingClientRect().bottom + top} : null;
+    const box = el => el ? {top: el.getBoundingClientRect().top + top,
+                            bottom: el.getBoundingClientRect().bottom + top} : null;
     const train = Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Train');
     const chart = document.querySelector('[data-testid="stMain"] .js-plotly-plot');
     return {height: main.scrollHeight, train_bottom: box(train)?.bottom ?? null,

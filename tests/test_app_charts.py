@@ -134,7 +134,8 @@ def test_a_tokens_loss_term_is_the_clip_case_worked_out_by_hand():
     # ρ = 1.5 > 1.2 with A = +0.5: min(0.75, 0.6) = 0.6 is the clipped term, constant in θ.
     high = token_term(SAMPLE, 0, clip)
     assert high.loss == pytest.approx(-0.6) and high.weight == 0 and "clipped" in high.case
-    # ρ = 0.9 with A = −0.5: 0.9 > 0.8, inside the range, so ℓ = −ρA = 0.45 and −∂ℓ/∂log π = ρA = −0.45.
+    # ρ = 0.9 with A = −0.5: 0.9 > 0.8, inside the range, so ℓ = −ρA = 0.45
+    # and −∂ℓ/∂log π = ρA = −0.45.
     low = token_term(SAMPLE, 1, clip)
     assert low.loss == pytest.approx(0.45) and low.weight == pytest.approx(-0.45) and "unclipped" in low.case
     vanilla = token_term(SAMPLE, 0, get_preset("pg"))

@@ -45,7 +45,8 @@ FIRST_POINT = """() => {
 }"""
 POINT_OF_CHART = """([title, index]) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
-        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title && gd._fullLayout);
+        .find(gd => gd._fullLayout && gd.layout.title
+              && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
     if (!gd) return null;
     gd.scrollIntoView({block: 'center'});
     const trace = gd.data.find(t => (t.x || []).length > index), layout = gd._fullLayout;
@@ -56,7 +57,10 @@ POINT_OF_CHART = """([title, index]) => {
 LEGEND_AND_PLOT = """(title) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
         .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
-    const box = el => { const r = el.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
+    const box = el => {
+        const r = el.getBoundingClientRect();
+        return {top: r.top, bottom: r.bottom, left: r.left, right: r.right};
+    };
     return {legend: box(gd.querySelector('.legend')), plot: box(gd.querySelector('.nsewdrag')),
             runs: new Set(gd.data.map(t => t.name.split(' ')[0])).size, traces: gd.data.length};
 }"""

@@ -204,8 +204,9 @@ def _dashboard(shown: list[int], live: bool) -> None:
         (key, title, shown)
         for key in CURVES
         for title, shown in (
-            [(f"{CURVES[key]} ({unit})", {label: seeds for label, seeds in groups.items()
-                                           if CLIP_UNITS.get(losses[label]) == unit}) for unit in ("tokens", "responses")]
+            [(f"{CURVES[key]} ({unit})",
+              {label: seeds for label, seeds in groups.items() if CLIP_UNITS.get(losses[label]) == unit})
+             for unit in ("tokens", "responses")]
             if key == "clip_frac" else [(CURVES[key], groups)]
         )
         if any(_finite(record.get(key)) for seeds in shown.values() for run in seeds for record in run)

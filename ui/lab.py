@@ -82,7 +82,8 @@ def live_lab(
         variant = _variant_switch(page, variants, all_knobs, busy)
         values = st.session_state.setdefault(f"{page}:values", _defaults(variant, all_knobs))
         # Widgets below the buttons hold this run's choices already; Train must start with them.
-        values.update({name: st.session_state[f"{page}:{name}"] for name in values if f"{page}:{name}" in st.session_state})
+        values.update({name: st.session_state[f"{page}:{name}"]
+                       for name in values if f"{page}:{name}" in st.session_state})
         try:
             run = _run_config(variant, values, all_knobs)
         except ValueError:

@@ -84,13 +84,15 @@ def legend_html(samples: list[dict], colour_by: str) -> str:
         ends = [("rgba(255,179,0,0.75)", "clip active"), ("transparent", "not clipped")]
     elif colouring.field == "advantages":
         ends = [(_background(colouring, -scale, scale), f"A = {-scale:+.2f}"),
-                (_background(colouring, 0.0, scale), "A = 0"), (_background(colouring, scale, scale), f"A = {scale:+.2f}")]
+                (_background(colouring, 0.0, scale), "A = 0"),
+                (_background(colouring, scale, scale), f"A = {scale:+.2f}")]
     elif colouring.field == "ratios":
         ends = [(_background(colouring, math.exp(-scale), scale), f"ρ = {math.exp(-scale):.2f}"),
                 (_background(colouring, 1.0, scale), "ρ = 1"), (_background(colouring, math.exp(scale), scale),
                                                                f"ρ = {math.exp(scale):.2f}")]
     else:
-        ends = [(_background(colouring, 0.0, scale), "H = 0"), (_background(colouring, scale, scale), f"H = {scale:.2f}")]
+        ends = [(_background(colouring, 0.0, scale), "H = 0"),
+                (_background(colouring, scale, scale), f"H = {scale:.2f}")]
     swatches = "".join(
         f'<span style="background:{colour};border:1px solid #ccc;padding:1px 8px;margin-right:4px;'
         f'border-radius:3px">{html.escape(label)}</span>'
