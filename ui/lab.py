@@ -125,9 +125,11 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
     if not runs:
         st.info("Press **Train**: the charts fill in here live, one point per RL step.", icon=":material/play_arrow:")
         return
-    dashboard(page, runs, focus, prediction)
     if live and not runs[-1].active:
-        st.rerun()  # the run just ended: one full rerun re-enables the controls and stops the refresh timer
+        # The run just ended: one full rerun (which draws the dashboard anyway) re-enables the controls and
+        # stops the refresh timer; drawing it here first would only delay that.
+        st.rerun()
+    dashboard(page, runs, focus, prediction)
 
 
 def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None:
