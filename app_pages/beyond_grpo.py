@@ -4,10 +4,28 @@ from rl_core.advantages import maxrl_advantages, normalized_advantages
 from rl_core.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
 from rl_core.losses import cispo_loss, dppo_loss, sapo_loss
 from rl_core.rollout_correction import masked_is, sequence_is_weights, truncated_is
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
+from ui.predict import Prediction, ever_above
 from ui.story import formula
 
 st.title("Beyond GRPO (2025–26)")
+live_lab(
+    "beyond_grpo",
+    {"GRPO": "grpo", "CISPO": "cispo", "SAPO": "sapo", "DPPO": "dppo", "Lite PPO": "lite_ppo", "MaxRL": "maxrl"},
+    lesson=("epsilon_high", "rollout_staleness", "rollout_is_mode", "ppo_epochs"),
+    knobs=("policy_loss", "epsilon", "epsilon_high", "cispo_two_sided", "sapo_tau_pos", "sapo_tau_neg", "dppo_delta_low",
+           "dppo_delta_high", "adv_norm_mean", "adv_norm_std", "loss_agg_mode", "beta", "kl_gradient",
+           "rollout_staleness", "rollout_is_mode", "rollout_is_level", "rollout_is_threshold", "num_generations",
+           "ppo_epochs", "num_minibatches", "learning_rate"),
+    focus=("Reward and success rate", "Clip fraction (tokens)"),
+    prediction=Prediction(
+        "Will any token's gradient be silenced during the run (A ≠ 0, yet zero gradient)? Try GRPO, then CISPO.",
+        ("yes", "no"),
+        ever_above("silenced_frac", "share of tokens whose gradient was silenced", 0.0),
+    ),
+)
+see_it_happen("beyond_grpo")
 st.markdown(
     "GRPO and DAPO settled how to get an advantage without a critic. The methods that followed in 2025–26 — now in "
     "most RL frameworks — change three other things: **how a token's step is bounded** (CISPO, SAPO, DPPO), "
@@ -95,12 +113,4 @@ st.markdown(
     "**Try:** with 4 epochs × 4 minibatches, compare the clip fraction of GRPO with CISPO's (CISPO never "
     "silences a token); set the sampler lag to 4 with no correction, then truncate; switch the KL gradient with "
     "β = 0.04."
-)
-live_lab(
-    "beyond",
-    {"GRPO": "grpo", "CISPO": "cispo", "SAPO": "sapo", "DPPO": "dppo", "Lite PPO": "lite_ppo", "MaxRL": "maxrl"},
-    ("policy_loss", "epsilon", "epsilon_high", "cispo_two_sided", "sapo_tau_pos", "sapo_tau_neg", "dppo_delta_low",
-     "dppo_delta_high", "adv_norm_mean", "adv_norm_std", "loss_agg_mode", "beta", "kl_gradient", "rollout_staleness",
-     "rollout_is_mode", "rollout_is_level", "rollout_is_threshold", "num_generations", "ppo_epochs", "num_minibatches",
-     "learning_rate"),
 )

@@ -6,10 +6,27 @@ from rl_core.kl import kl_k3
 from rl_core.losses import clip_cov_detach_mask
 from rl_core.rewards import soft_overlong_punishment
 from rl_core.sampling import dynamic_sampling_keep
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
+from ui.predict import Prediction, end_versus_start
 from ui.story import formula, ratio_is_one
 
 st.title("GRPO, with DAPO and Dr. GRPO")
+live_lab(
+    "grpo",
+    {"GRPO": "grpo", "DAPO": "dapo", "Dr. GRPO": "dr_grpo"},
+    lesson=("epsilon_high", "beta", "num_generations", "loss_agg_mode"),
+    knobs=("num_generations", "prompts_per_step", "epsilon", "epsilon_high", "beta", "kl_estimator", "loss_agg_mode",
+           "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "cov_fraction", "entropy_coef",
+           "ppo_epochs", "num_minibatches", "learning_rate", "temperature"),
+    focus=("Token entropy", "Clip fraction (tokens)"),
+    prediction=Prediction(
+        "Will token entropy end higher or lower than it starts?",
+        ("higher", "lower"),
+        end_versus_start("entropy", "token entropy", " nats"),
+    ),
+)
+see_it_happen("grpo")
 st.subheader("The problem")
 st.markdown(
     "PPO's critic is a second network the size of the policy, trained alongside it, and its per-token "
@@ -106,12 +123,5 @@ st.markdown(
 st.markdown(
     "**Try:** set G = 2 and watch the share of groups with identical rewards; switch to DAPO and compare the "
     "entropy and the clip fraction's high side; compare response length under the three loss aggregations."
-)
-live_lab(
-    "grpo",
-    {"GRPO": "grpo", "DAPO": "dapo", "Dr. GRPO": "dr_grpo"},
-    ("num_generations", "prompts_per_step", "epsilon", "epsilon_high", "beta", "kl_estimator", "loss_agg_mode",
-     "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "cov_fraction", "entropy_coef", "ppo_epochs",
-     "num_minibatches", "learning_rate", "temperature"),
 )
 st.page_link("app_pages/gspo.py", label="Next: GSPO moves the ratio to the sequence", icon="➡️")

@@ -1,10 +1,26 @@
 import streamlit as st
 
 from rl_core.losses import gspo_loss, gspo_sequence_ratio, gspo_token_loss
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
+from ui.predict import Prediction, ever_above
 from ui.story import formula, ratio_is_one
 
 st.title("GSPO: Group Sequence Policy Optimization")
+live_lab(
+    "gspo",
+    {"GSPO": "gspo"},
+    lesson=("policy_loss", "epsilon", "epsilon_high"),
+    knobs=("policy_loss", "epsilon", "epsilon_high", "num_generations", "prompts_per_step", "beta", "kl_estimator",
+           "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef"),
+    focus=("Clip fraction (responses)", "Clip fraction (tokens)", "Reward and success rate"),
+    prediction=Prediction(
+        "Will the clip fraction exceed 10 % at some step?",
+        ("yes", "no"),
+        ever_above("clip_frac", "clip fraction", 0.1),
+    ),
+)
+see_it_happen("gspo")
 st.subheader("The problem")
 st.markdown(
     "GRPO judges a whole response (one advantage per sequence) but corrects for off-policy data token by "
@@ -54,11 +70,5 @@ st.markdown(
 st.markdown(
     "**Try:** widen ε to 0.2 and watch the per-sequence clip fraction vanish; switch `policy_loss` to `clip` "
     "to turn this page into GRPO and compare the clip fractions."
-)
-live_lab(
-    "gspo",
-    {"GSPO": "gspo"},
-    ("policy_loss", "epsilon", "epsilon_high", "num_generations", "prompts_per_step", "beta", "kl_estimator",
-     "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef"),
 )
 st.page_link("app_pages/rloo.py", label="Next: RLOO drops importance sampling", icon="➡️")

@@ -4,7 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from rl_core import advantages
-from ui import labs
+from ui.experiments_panel import see_it_happen
+from ui.labs import advantages as labs
 from ui.story import formula
 
 st.title("Advantage lab: one group of rewards, four baselines")
@@ -48,3 +49,4 @@ else:
     for message in labs.zero_advantage_messages(table):
         st.warning(message)
     st.caption("What to notice: " + labs.advantage_summary(table))
+see_it_happen("labs_advantages")

@@ -3,7 +3,8 @@
 import streamlit as st
 
 from rl_core.aggregation import aggregate_loss
-from ui import labs
+from ui.experiments_panel import see_it_happen
+from ui.labs import aggregation as labs
 from ui.story import formula
 
 st.title("Aggregation lab: how much one token weighs")
@@ -48,3 +49,4 @@ st.caption(
     "What to notice: "
     + labs.aggregation_summary(table)
 )
+see_it_happen("labs_aggregation")

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from rl_core.advantages import gae, length_adaptive_lambda
-from ui import labs
+from ui.labs import gae as labs
 from ui.story import formula
 
 st.title("GAE lab: how a reward at the end reaches the first token")

@@ -3,7 +3,8 @@
 import streamlit as st
 
 from rl_core.kl import kl_exact, kl_k1, kl_k2, kl_k3
-from ui import labs
+from ui.experiments_panel import see_it_happen
+from ui.labs import kl as labs
 from ui.story import formula
 from ui.successor_sections import kl_gradient_view
 
@@ -77,3 +78,4 @@ st.dataframe(
 )
 st.caption("What to notice: " + labs.kl_summary(samples, exact, table))
 kl_gradient_view(logits, ref_logits)
+see_it_happen("labs_kl")

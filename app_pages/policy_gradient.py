@@ -3,9 +3,23 @@ import streamlit as st
 from rl_core.advantages import batch_mean_baseline, reward_to_go
 from rl_core.losses import vanilla_pg_loss
 from ui.lab import live_lab
+from ui.predict import Prediction, mean_near_zero
 from ui.story import formula
 
 st.title("Policy Gradient (REINFORCE)")
+live_lab(
+    "pg",
+    {"REINFORCE": "pg"},
+    lesson=("use_baseline", "learning_rate", "prompts_per_step"),
+    knobs=("use_baseline", "prompts_per_step", "learning_rate", "temperature", "gamma", "beta", "kl_estimator",
+           "loss_agg_mode", "entropy_coef", "ppo_epochs", "num_minibatches"),
+    focus=("Reward and success rate", "Advantages"),
+    prediction=Prediction(
+        "Will this run's token advantages average about 0?",
+        ("about 0", "clearly positive", "clearly negative"),
+        mean_near_zero("advantage_mean", "token advantage", 0.05),
+    ),
+)
 st.subheader("The problem")
 st.markdown(
     "After SFT we have a model and a way to score its finished answers, and we want answers with higher "
@@ -51,11 +65,5 @@ st.markdown(
 st.markdown(
     "**Try:** switch the baseline off and compare the advantage band and the reward curve; raise the epochs "
     "to reuse each batch with no correction for the policy having moved."
-)
-live_lab(
-    "pg",
-    {"REINFORCE": "pg"},
-    ("use_baseline", "prompts_per_step", "learning_rate", "temperature", "gamma", "beta", "kl_estimator",
-     "loss_agg_mode", "entropy_coef", "ppo_epochs", "num_minibatches"),
 )
 st.page_link("app_pages/ppo.py", label="Next: PPO reuses each batch safely", icon="➡️")

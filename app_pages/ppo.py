@@ -3,10 +3,27 @@ import streamlit as st
 from rl_core.advantages import gae
 from rl_core.losses import clipped_surrogate_loss, clipped_value_loss
 from rl_core.rewards import kl_penalized_token_rewards
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
+from ui.predict import Prediction, ever_above
 from ui.story import formula, ratio_is_one
 
 st.title("PPO: Proximal Policy Optimization")
+live_lab(
+    "ppo",
+    {"PPO": "ppo"},
+    lesson=("ppo_epochs", "num_minibatches", "epsilon", "lam"),
+    knobs=("lam", "gamma", "whiten_advantages", "epsilon", "epsilon_high", "dual_clip", "beta", "kl_estimator",
+           "target_kl", "ppo_epochs", "num_minibatches", "learning_rate", "critic_learning_rate", "cliprange_value",
+           "vf_coef", "prompts_per_step", "temperature", "entropy_coef", "loss_agg_mode"),
+    focus=("Clip fraction (tokens)", "Explained variance"),
+    prediction=Prediction(
+        "Will the clip act at all (clip fraction above 0 at some step)?",
+        ("yes", "no"),
+        ever_above("clip_frac", "clip fraction", 0.0),
+    ),
+)
+see_it_happen("ppo")
 st.subheader("The problem")
 st.markdown(
     "The policy gradient uses each expensive batch of samples for a single step, takes that step blindly "
@@ -72,12 +89,5 @@ st.markdown(
 st.markdown(
     "**Try:** set epochs and minibatches to 1 and watch the clip fraction stay at 0; then raise the learning "
     "rate and watch the high-side clip fraction and the policy change per step jump. Move λ between 0 and 1."
-)
-live_lab(
-    "ppo",
-    {"PPO": "ppo"},
-    ("lam", "gamma", "whiten_advantages", "epsilon", "epsilon_high", "dual_clip", "beta", "kl_estimator",
-     "target_kl", "ppo_epochs", "num_minibatches", "learning_rate", "critic_learning_rate", "cliprange_value",
-     "vf_coef", "prompts_per_step", "temperature", "entropy_coef", "loss_agg_mode"),
 )
 st.page_link("app_pages/grpo.py", label="Next: GRPO drops the critic", icon="➡️")

@@ -4,9 +4,23 @@ from rl_core.advantages import reinforce_pp_advantages, reinforce_pp_baseline_ad
 from rl_core.kl import kl_k2
 from rl_core.masking import masked_whiten
 from ui.lab import live_lab
+from ui.predict import Prediction, mean_near_zero
 from ui.story import formula, ratio_is_one
 
 st.title("REINFORCE++")
+live_lab(
+    "reinforce_pp",
+    {"REINFORCE++": "reinforce_pp", "REINFORCE++-baseline": "reinforce_pp_baseline"},
+    lesson=("beta", "kl_in", "gamma"),
+    knobs=("num_generations", "prompts_per_step", "gamma", "beta", "kl_estimator", "kl_in", "epsilon", "epsilon_high",
+           "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "loss_agg_mode"),
+    focus=("KL to the reference", "Advantages"),
+    prediction=Prediction(
+        "Will this run's token advantages average about 0?",
+        ("about 0", "clearly positive", "clearly negative"),
+        mean_near_zero("advantage_mean", "token advantage", 0.01),
+    ),
+)
 st.subheader("The problem")
 st.markdown(
     "Group baselines (GRPO, RLOO) need several samples of every prompt and normalise each prompt on its own. "
@@ -57,11 +71,5 @@ st.markdown(
 st.markdown(
     "**Try:** G = 1 (impossible for GRPO or RLOO) and watch it still learn; switch to the baseline variant and "
     "compare the advantage band and the KL."
-)
-live_lab(
-    "reinforce_pp",
-    {"REINFORCE++": "reinforce_pp", "REINFORCE++-baseline": "reinforce_pp_baseline"},
-    ("num_generations", "prompts_per_step", "gamma", "beta", "kl_estimator", "kl_in", "epsilon", "epsilon_high",
-     "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "loss_agg_mode"),
 )
 st.page_link("app_pages/vapo.py", label="Next: VAPO and VC-PPO repair the critic", icon="➡️")

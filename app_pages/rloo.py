@@ -3,9 +3,23 @@ import streamlit as st
 from rl_core.advantages import rloo_advantages
 from rl_core.losses import vanilla_pg_loss
 from ui.lab import live_lab
+from ui.predict import Prediction, last_at_least
 from ui.story import formula
 
 st.title("RLOO: REINFORCE Leave-One-Out")
+live_lab(
+    "rloo",
+    {"RLOO": "rloo"},
+    lesson=("num_generations", "prompts_per_step", "beta"),
+    knobs=("num_generations", "prompts_per_step", "beta", "kl_estimator", "policy_loss", "loss_agg_mode",
+           "learning_rate", "temperature", "entropy_coef", "ppo_epochs", "num_minibatches", "epsilon", "epsilon_high"),
+    focus=("Batch composition", "Reward and success rate"),
+    prediction=Prediction(
+        "At the last step, will half the groups or more have identical rewards (no signal)?",
+        ("yes", "no"),
+        last_at_least("zero_adv_group_frac", "share of groups with identical rewards", 0.5),
+    ),
+)
 st.subheader("The problem")
 st.markdown(
     "PPO's machinery was built for control problems learnt from scratch, where variance is the enemy. A "
@@ -48,11 +62,5 @@ st.markdown(
 st.markdown(
     "**Try:** G = 2 (the baseline is simply the other response's reward) against G = 8; raise β and watch the "
     "KL flatten while the reward rises more slowly."
-)
-live_lab(
-    "rloo",
-    {"RLOO": "rloo"},
-    ("num_generations", "prompts_per_step", "beta", "kl_estimator", "policy_loss", "loss_agg_mode",
-     "learning_rate", "temperature", "entropy_coef", "ppo_epochs", "num_minibatches", "epsilon", "epsilon_high"),
 )
 st.page_link("app_pages/reinforce_pp.py", label="Next: REINFORCE++ normalises over the batch", icon="➡️")

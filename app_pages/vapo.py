@@ -3,10 +3,28 @@ import streamlit as st
 from rl_core.advantages import gae, length_adaptive_lambda
 from rl_core.losses import positive_nll_loss
 from rl_core.metrics import explained_variance
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
+from ui.predict import Prediction, first_at_least
 from ui.story import formula, ratio_is_one
 
 st.title("VAPO and VC-PPO: repairing the critic")
+live_lab(
+    "vapo",
+    {"VAPO": "vapo"},
+    lesson=("value_pretrain_steps", "lam_critic", "length_adaptive_alpha"),
+    knobs=("value_pretrain_steps", "lam", "lam_critic", "length_adaptive_alpha", "gamma", "epsilon", "epsilon_high",
+           "positive_nll_coef", "num_generations", "prompts_per_step", "critic_learning_rate", "vf_coef",
+           "cliprange_value", "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "beta",
+           "loss_agg_mode"),
+    focus=("Explained variance", "Critic loss"),
+    prediction=Prediction(
+        "Will the critic's explained variance at step 1 be 0.5 or more?",
+        ("yes", "no"),
+        first_at_least("explained_variance", "explained variance", 0.5),
+    ),
+)
+see_it_happen("vapo")
 st.subheader("The problem")
 st.markdown(
     "Critic-free methods give every token of a response roughly the same credit; a good critic would say "
@@ -71,13 +89,5 @@ st.markdown(
     "**Try:** set value pretraining to 0 and compare the explained-variance chart's first steps with the "
     "default; turn `lam_critic` and `length_adaptive_alpha` off (plain PPO's critic) and watch the explained "
     "variance and the response length."
-)
-live_lab(
-    "vapo",
-    {"VAPO": "vapo"},
-    ("value_pretrain_steps", "lam", "lam_critic", "length_adaptive_alpha", "gamma", "epsilon", "epsilon_high",
-     "positive_nll_coef", "num_generations", "prompts_per_step", "critic_learning_rate", "vf_coef",
-     "cliprange_value", "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "beta",
-     "loss_agg_mode"),
 )
 st.page_link("app_pages/overview.py", label="Back to the overview", icon="↩️")

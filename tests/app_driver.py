@@ -25,6 +25,23 @@ RENDER_TIMEOUT_MS = 60_000  # the first page also imports torch and transformers
 TRAINING_TIMEOUT_MS = 300_000
 HAS_CHART_POINTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
     .some(gd => (gd.data || []).some(trace => (trace.x || []).length > 0))"""
+PAGES = {  # URL path → a heading the page shows once it has rendered
+    "": "RLHF policy optimisation, one algorithm at a time",
+    "policy_gradient": "Policy Gradient (REINFORCE)",
+    "ppo": "PPO: Proximal Policy Optimization",
+    "grpo": "GRPO, with DAPO and Dr. GRPO",
+    "gspo": "GSPO: Group Sequence Policy Optimization",
+    "rloo": "RLOO: REINFORCE Leave-One-Out",
+    "reinforce_pp": "REINFORCE++",
+    "vapo": "VAPO and VC-PPO: repairing the critic",
+    "beyond_grpo": "Beyond GRPO (2025–26)",
+    "labs_clip": "Clip lab: where the clipped surrogate stops pushing",
+    "labs_gae": "GAE lab: how a reward at the end reaches the first token",
+    "labs_kl": "KL lab: three estimators of one KL",
+    "labs_advantages": "Advantage lab: one group of rewards, four baselines",
+    "labs_aggregation": "Aggregation lab: how much one token weighs",
+    "compare": "Compare and ablate",
+}
 COUNT_PROGRESS_CHANGES = """(ms) => new Promise(resolve => {
     const read = () => document.querySelector('[data-testid="stProgress"]')?.innerText ?? null;
     let last = read(), changes = 0;
@@ -43,15 +60,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(log_path: Path, env: dict | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`(url, server process)` of the app on a free loopback port; the server's output goes to `log_path`."""
+def serve_app(
+    log_path: Path, env: dict | None = None, root: Path = ROOT
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`(url, server process)` of the app in `root` on a free loopback port; its output goes to `log_path`."""
     port = free_port()
     with log_path.open("w") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
              "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
              "--server.fileWatcherType=none"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else os.environ | env,
+            cwd=root, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else os.environ | env,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -67,18 +86,22 @@ def serve_app(log_path: Path, env: dict | None = None) -> Iterator[tuple[str, su
         yield url, server
     finally:
         server.terminate()
-        server.wait(10)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:  # a busy machine: training threads finishing their step
+            server.kill()
+            server.wait(10)
 
 
 @contextlib.contextmanager
-def browser_page():
-    """A fresh Chromium page, 1400 × 1000."""
+def browser_page(viewport: dict | None = None):
+    """A fresh Chromium page, 1400 × 1000 unless `viewport` says otherwise."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_FLAGS)
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+            yield browser.new_page(viewport=viewport or {"width": 1400, "height": 1000})
         finally:
             browser.close()
 
@@ -116,25 +139,31 @@ def progress_redraws(page, seconds: float = 10.0) -> float:
     return page.evaluate(COUNT_PROGRESS_CHANGES, int(seconds * 1000)) / seconds
 
 
-def metric_value(page, label: str) -> float | None:
-    """The number an `st.metric` with this label shows, or None while there is none."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    metric = page.get_by_test_id("stMetric").filter(has_text=label).get_by_test_id("stMetricValue")
-    if not metric.count():
-        return None
-    try:
-        return float(metric.first.inner_text(timeout=1000))
-    except (ValueError, PlaywrightTimeout):  # not a number yet, or redrawn between the count and the read
-        return None
+LATEST_OF_SERIES = """([title, name]) => {
+    const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
+    const trace = gd && (gd.data || []).find(t => t.name === name);
+    return trace && trace.y.length ? trace.y[trace.y.length - 1] : null;
+}"""
 
 
-def screenshot(page, path: Path) -> None:
-    """The whole page: Streamlit scrolls an inner container, so grow the viewport to its height first."""
+def chart_value(page, title: str, series: str) -> float | None:
+    """The latest value a chart of the dashboard shows for one series (a single run's chart), or None."""
+    return page.evaluate(LATEST_OF_SERIES, [title, series])
+
+
+def screenshot(page, path: Path, viewport: dict | None = None, full: bool = True) -> None:
+    """The whole page (`full`), or what the first screen shows. Streamlit scrolls an inner container, so for
+    the whole page the viewport grows to its height first."""
+    viewport = viewport or {"width": 1400, "height": 1000}
+    if not full:
+        page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollTo(0, 0)")
+        page.screenshot(path=path)
+        return
     height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
-    page.set_viewport_size({"width": 1400, "height": min(max(height, 1000), 16000)})
+    page.set_viewport_size({"width": viewport["width"], "height": min(max(height, viewport["height"]), 16000)})
     page.screenshot(path=path)
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.set_viewport_size(viewport)
 
 
 def set_slider(page, label: str, keys: str, shown: str) -> None:

@@ -1,13 +1,20 @@
-"""The dashboard's pure parts: chart figures (built without plotly's validation, so checked here with it) and
-the token view."""
+"""The dashboard's pure parts: chart figures (built without plotly's validation, so checked here with it), what
+each chart shows for which algorithm, the token view and one token's loss term, run labels, URL settings and
+the prediction answers."""
 
 import math
 
 import plotly.graph_objects as go
+import pytest
 
 from rl_core.algorithms import get_preset
-from ui.charts import CHARTS, ChartRun, figure, has_data, thin
-from ui.tokens import COLOURINGS, token_html
+from ui import share
+from ui.charts import CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, run_colour, thin
+from ui.predict import end_versus_start, ever_above, mean_near_zero
+from ui.runs import labels
+from ui.tokens import COLOURINGS, legend_html, token_html, token_term
+
+CHART = {chart.title: chart for chart in CHARTS}
 
 
 def record(step: int) -> dict:
@@ -16,21 +23,86 @@ def record(step: int) -> dict:
     return {"step": step, **{key: 0.1 * step for key in fields}, "response_length_correct": math.nan}
 
 
+def run(preset: str, number: int = 1, steps: int = 10, **overrides) -> ChartRun:
+    return ChartRun(f"#{number} · {preset}", [record(s) for s in range(1, steps + 1)],
+                    get_preset(preset, **overrides), tag=f"#{number}", colour=run_colour(number))
+
+
 def test_every_chart_is_a_valid_plotly_figure_for_one_run_and_for_an_overlay():
-    runs = [ChartRun("#1 · beta=0.04", [record(s) for s in range(1, 40)], get_preset("grpo")),
-            ChartRun("#2 · beta=0.1", [record(s) for s in range(1, 10)], get_preset("ppo"))]
+    runs = [run("grpo", 1, 39), run("ppo", 2, 9), run("gspo", 3), run("pg", 4)]
     for chart in CHARTS:
-        for shown in (runs[:1], runs):
-            assert has_data(chart, shown)
-            go.Figure(figure(chart, shown).to_dict())  # raises on any invalid property
+        for shown in (runs[:1], runs, runs[2:3]):
+            if has_data(chart, shown):
+                go.Figure(figure(chart, shown).to_dict())  # raises on any invalid property
+        assert has_data(chart, runs), chart.title
 
 
-def test_the_estimator_in_use_is_marked_and_nan_becomes_a_gap():
-    run = ChartRun("#1", [record(s) for s in range(1, 5)], get_preset("reinforce_pp_baseline"))
-    kl = figure(next(c for c in CHARTS if c.title == "KL to the reference"), [run])
-    assert [t.name for t in kl.data if t.line.width > 2] == ["k2 (in use)"]
-    length = figure(next(c for c in CHARTS if c.title == "Response length"), [run])
+def test_a_quantity_an_algorithm_lacks_is_not_drawn_for_it():
+    pg, grpo, gspo = run("pg", 1), run("grpo", 2), run("gspo", 3)
+    assert not has_data(CHART["Clip fraction (tokens)"], [pg]), "vanilla PG has no clip"
+    assert not has_data(CHART["Explained variance"], [grpo]), "no critic, no explained variance"
+    # Per-response and per-token clip fractions never share an axis.
+    tokens = figure(CHART["Clip fraction (tokens)"], [grpo, gspo])
+    responses = figure(CHART["Clip fraction (responses)"], [grpo, gspo])
+    assert {t.name.split()[0] for t in tokens.data} == {"low", "high"}, "only the GRPO run, so no run prefix"
+    assert {t.name.split()[0] for t in responses.data} == {"low", "high"}
+    assert tokens.layout.yaxis.title.text == "share of tokens"
+    assert responses.layout.yaxis.title.text == "share of responses"
+    # The dual-clip share only for a run that has a dual clip.
+    assert "dual clip" not in [t.name for t in tokens.data]
+    dual = figure(CHART["Clip fraction (tokens)"], [run("ppo", dual_clip=3.0)])
+    assert "dual clip" in [t.name for t in dual.data]
+
+
+def test_kl_in_use_is_marked_only_when_a_kl_term_acts():
+    kl = CHART["KL to the reference"]
+    marked = figure(kl, [run("reinforce_pp_baseline")])
+    assert [t.name for t in marked.data if t.line.width > 2] == ["k2 (in use)"]
+    dapo = run("dapo")
+    assert dapo.algo.beta == 0
+    assert not [t.name for t in figure(kl, [dapo]).data if "in use" in t.name]
+    assert "β = 0" in caption(kl, [dapo])
+
+
+def test_correct_is_green_incorrect_red_and_nan_becomes_a_gap():
+    length = figure(CHART["Response length"], [run("grpo")])
     assert [t.name for t in length.data] == ["all", "incorrect"]  # 'correct' was NaN throughout
+    assert length.data[1].line.color == INCORRECT
+    records = [{"step": s, "response_length_correct": 3.0} for s in (1, 2)]
+    correct = figure(CHART["Response length"], [ChartRun("#1", records, get_preset("grpo"))])
+    assert correct.data[0].line.color == CORRECT
+
+
+def test_round_off_is_drawn_as_zero_and_outliers_sit_on_a_fixed_axis():
+    noisy = [{"step": s, "approx_kl": 3e-14} for s in (1, 2)]
+    change = figure(CHART["Policy change per step"], [ChartRun("#1", noisy, get_preset("grpo"))])
+    assert list(change.data[0].y) == [0.0, 0.0] and list(change.data[0].customdata) == [3e-14, 3e-14]
+    assert change.layout.yaxis.exponentformat == "e", "no SI suffixes such as '20f'"
+    spikes = [{"step": 1, "explained_variance": -1200.0}, {"step": 2, "explained_variance": 0.5}]
+    ev = figure(CHART["Explained variance"], [ChartRun("#1", spikes, get_preset("vapo"))])
+    assert list(ev.data[0].y) == [-1.05, 0.5] and ev.data[0].customdata[0] == -1200.0
+    assert tuple(ev.layout.yaxis.range) == (-1.05, 1.05)
+
+
+def test_captions_speak_of_the_algorithm_on_screen():
+    advantages = CHART["Advantages"]
+    assert "group" in caption(advantages, [run("grpo")])
+    assert "group" not in caption(advantages, [run("ppo")]) and "group" not in caption(advantages, [run("vapo")])
+    assert "critic" in caption(advantages, [run("vapo")])
+
+
+def test_a_chart_with_several_series_always_has_a_legend_below_its_plot_area():
+    only_entropy = figure(CHART["Batch composition"],
+                          [ChartRun("#1", [{"step": 1, "zero_adv_group_frac": 0.5}], get_preset("grpo"))])
+    assert len(only_entropy.data) == 1 and only_entropy.layout.showlegend
+    six = [run("grpo", n, beta=0.01 * n) for n in range(1, 7)]
+    kl = figure(CHART["KL to the reference"], six)
+    assert len(kl.data) == 24 and len({t.line.color for t in kl.data}) == 6, "a colour per run"
+    assert len({t.line.dash for t in kl.data}) == 4, "a line style per series"
+    legend_rows = math.ceil(24 / 3)
+    # The legend hangs below the plot area (y < 0 in plot fractions) and the bottom margin holds all its rows.
+    assert kl.layout.legend.y < 0 and kl.layout.legend.yanchor == "top"
+    assert kl.layout.margin.b >= 20 * legend_rows
 
 
 def test_thinning_keeps_the_shape_bounded_and_the_latest_point():
@@ -39,14 +111,83 @@ def test_thinning_keeps_the_shape_bounded_and_the_latest_point():
     assert len(kept) <= 101 and kept[0]["step"] == 1 and kept[-1]["step"] == 1000
 
 
-def test_token_view_escapes_text_and_colours_by_each_quantity():
-    sample = {
-        "prompt": "<b>", "response": "ab", "tokens": ["a", "<", "<eos>"], "reward": 1.0, "success": True,
-        "truncated": False, "advantages": [0.5, -0.5, 0.0], "ratios": [1.2, 0.8, 1.0],
-        "clipped": [True, False, False], "entropies": [0.3, 0.1, 0.0],
-    }
+SAMPLE = {
+    "prompt": "<b>", "response": "ab", "tokens": ["a", "<", "<eos>"], "reward": 1.0, "success": True,
+    "truncated": False, "advantages": [0.5, -0.5, 0.0], "ratios": [1.5, 0.9, 1.0],
+    "clipped": [True, False, False], "entropies": [0.3, 0.1, 0.0],
+}
+
+
+def test_token_view_escapes_text_and_colours_by_each_quantity_with_numbers_and_a_legend():
     for colour_by in COLOURINGS:
-        html = token_html([sample], colour_by)
+        html = token_html([SAMPLE], colour_by)
         assert "&lt;b&gt;" in html and "<b>" not in html
         assert "⏎" in html and "solved" in html
-    assert "rgba(255,179,0" in token_html([sample], "clipped")
+        assert legend_html([SAMPLE], colour_by)
+    assert "rgba(255,179,0" in token_html([SAMPLE], "clipped")
+    assert "+0.50" in token_html([SAMPLE], "advantage") and "1.50" in token_html([SAMPLE], "ratio")
+    assert "A = +0.50" in legend_html([SAMPLE], "advantage")
+
+
+def test_a_tokens_loss_term_is_the_clip_case_worked_out_by_hand():
+    clip = get_preset("grpo")  # ε = 0.2 on both sides
+    # ρ = 1.5 > 1.2 with A = +0.5: min(0.75, 0.6) = 0.6 is the clipped term, constant in θ.
+    high = token_term(SAMPLE, 0, clip)
+    assert high.loss == pytest.approx(-0.6) and high.weight == 0 and "clipped" in high.case
+    # ρ = 0.9 with A = −0.5: 0.9 > 0.8, inside the range, so ℓ = −ρA = 0.45
+    # and −∂ℓ/∂log π = ρA = −0.45.
+    low = token_term(SAMPLE, 1, clip)
+    assert low.loss == pytest.approx(0.45) and low.weight == pytest.approx(-0.45) and "unclipped" in low.case
+    vanilla = token_term(SAMPLE, 0, get_preset("pg"))
+    assert vanilla.weight == pytest.approx(0.5) and vanilla.loss == pytest.approx(-0.5 * math.log(1.5))
+    # GSPO: one ratio for the response, the geometric mean of its token ratios.
+    gspo = token_term(SAMPLE, 0, get_preset("gspo"))
+    assert gspo.ratio == pytest.approx((1.5 * 0.9 * 1.0) ** (1 / 3))
+
+
+class FakeJob:
+    def __init__(self, number, **settings):
+        self.number, self.settings = number, {"variant": "GRPO", "beta": 0.04, "seed": 0} | settings
+
+
+def test_run_labels_name_only_what_differs_from_the_first_run():
+    runs = [FakeJob(1), FakeJob(2, beta=0.1), FakeJob(3, seed=1, variant="DAPO"), FakeJob(4)]
+    assert labels(runs) == {1: "#1 · GRPO", 2: "#2 · beta=0.1", 3: "#3 · variant=DAPO, seed=1", 4: "#4 · GRPO"}
+
+
+VARIANTS = {"GRPO": "grpo", "DAPO": "dapo"}
+KNOBS = ("epsilon_high", "beta", "num_generations", "loss_agg_mode", "dynamic_sampling")
+
+
+def read(params: dict):
+    choices = {"loss_agg_mode": ("token-mean", "seq-mean-token-mean")}
+    return share.read(params, VARIANTS, KNOBS, share.check_algo, choices)
+
+
+def test_url_settings_are_read_typed_and_checked_by_the_engine():
+    preset, values, refused = read({"algo": "dapo", "epsilon_high": "0.31", "seed": "1", "dynamic_sampling": "false",
+                                    "loss_agg_mode": "token-mean"})
+    assert preset == "dapo" and not refused
+    assert values == {"epsilon_high": 0.31, "seed": 1, "dynamic_sampling": False, "loss_agg_mode": "token-mean"}
+
+
+@pytest.mark.parametrize("params, named", [
+    ({"epsilon_high": "abc"}, "epsilon_high"),
+    ({"epsilon_high": "-1"}, "epsilon_high"),
+    ({"num_generations": "1"}, "num_generations"),
+    ({"loss_agg_mode": "mean"}, "loss_agg_mode"),
+    ({"algo": "ppo"}, "algo"),
+    ({"lam": "0.5"}, "lam"),
+])
+def test_a_bad_url_value_is_refused_by_name_and_not_applied(params, named):
+    preset, values, refused = read(params)
+    assert len(refused) == 1 and named in refused[0]
+    assert preset is None and values == {}
+
+
+def test_prediction_answers_come_from_the_records():
+    records = [{"step": s, "entropy": 1.0 - 0.1 * s, "clip_frac": 0.0, "advantage_mean": 0.2} for s in range(1, 7)]
+    assert end_versus_start("entropy", "entropy")(records)[0] == "lower"
+    assert end_versus_start("entropy", "entropy")(records[:3]) is None, "too short to tell"
+    assert ever_above("clip_frac", "clip fraction", 0.0)(records)[0] == "no"
+    assert mean_near_zero("advantage_mean", "advantage", 0.05)(records)[0] == "clearly positive"

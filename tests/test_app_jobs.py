@@ -8,7 +8,7 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from ui.jobs import Job, MetricHistory, TrainingSlots
+from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots
 
 
 def tiny_run(steps: int = 1000, task: str = "reverse") -> RunConfig:
@@ -101,7 +101,7 @@ def test_a_failure_in_the_thread_becomes_a_message_not_a_traceback(jobs):
     assert "no_such_task" in snap.error and "Traceback" not in snap.error
 
 
-def test_a_finished_job_keeps_every_step_and_the_latest_samples(jobs):
+def test_a_finished_job_keeps_every_step_and_every_steps_samples(jobs):
     job = Job(tiny_run(steps=3), TrainingSlots(1)).start()
     jobs.append(job)
     assert job.join(timeout=120)
@@ -109,7 +109,19 @@ def test_a_finished_job_keeps_every_step_and_the_latest_samples(jobs):
     assert snap.status == "finished" and not snap.active
     assert [r["step"] for r in snap.records] == [1, 2, 3]
     assert all("samples" not in r for r in snap.records)
-    assert len(snap.samples) == 4 and snap.eta is None
+    assert sorted(snap.samples) == [1, 2, 3] and all(len(s) == 4 for s in snap.samples.values())
+    assert snap.eta is None
+
+
+def test_sample_history_stays_bounded_evenly_spaced_and_keeps_the_latest_step():
+    history = SampleHistory(capacity=50)
+    for step in range(1, 1001):
+        history.add(step, [{"step": step}])
+    steps = sorted(history.view())
+    assert len(steps) <= 51 and steps[0] == 1 and steps[-1] == 1000
+    kept = sorted(history.steps)
+    assert {b - a for a, b in zip(kept, kept[1:])} == {history.stride}
+    assert history.view()[1000] == [{"step": 1000}]
 
 
 def test_metric_history_stays_bounded_and_evenly_spaced():

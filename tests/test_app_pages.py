@@ -81,6 +81,11 @@ def chart_points(at: AppTest) -> dict[str, int]:
     return {spec["layout"]["title"]["text"]: len(spec["data"][0]["x"]) for spec in specs}
 
 
+def chart_spec(at: AppTest, title: str) -> dict:
+    return next(spec for spec in map(json.loads, (chart.proto.spec for chart in at.get("plotly_chart")))
+                if spec["layout"]["title"]["text"] == title)
+
+
 def test_overview_renders_the_pipeline_and_the_four_models(open_page):
     at = open_page("overview")
     text = " ".join(m.value for m in at.markdown)
@@ -104,12 +109,14 @@ def test_page_trains_from_its_controls(open_page, page):
         assert at.select_slider(key=f"{lab}:{knob}").help, f"{knob} has a tooltip"
 
     quick_settings(at, lab)
+    question = at.radio(key=f"{lab}:prediction")
+    question.set_value(question.options[0]).run()
     snap = train(at, lab)
 
     assert snap.status == "finished", snap.error
     assert [r["step"] for r in snap.records] == [1, 2]
     assert {"reward_mean", "entropy", "kl_exact", "clip_frac_low", "advantage_std"} <= set(snap.records[-1])
-    assert snap.samples and snap.samples[0]["tokens"]
+    assert sorted(snap.samples) == [1, 2] and snap.samples[2][0]["tokens"], "every step's samples are kept"
     points = chart_points(at)
     assert points["Reward and success rate"] == 2
     if page in ("ppo", "vapo"):
@@ -117,6 +124,8 @@ def test_page_trains_from_its_controls(open_page, page):
     assert at.success and "Finished 2 steps" in at.success[0].value
     assert not at.button(key=f"{lab}:train").disabled, "controls are enabled again"
     assert at.get("download_button"), "the metrics can be downloaded"
+    reveal = [m.value for m in (*at.success, *at.warning, *at.info) if "You predicted" in m.value]
+    assert reveal and question.options[0] in reveal[0], "the prediction is answered from the run"
 
 
 def test_refused_knob_combination_names_the_knob(open_page):
@@ -156,13 +165,15 @@ def test_runs_persist_and_overlay_with_labels_naming_the_difference(open_page):
     assert chart_points(at)["Reward and success rate"] == 2, "a finished run stays on screen after a change"
 
     train(at, "grpo")
-    overlay = at.checkbox(key="grpo:compare:1")
-    assert overlay.label == "#1 · beta=0.04"
-    overlay.check().run()
-    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
-    names = {trace.get("name", "") for trace in spec["data"]}
-    assert any(name.startswith("#2 · beta=0.1") for name in names)
-    assert any(name.startswith("#1 · beta=0.04") for name in names)
+    picker = at.get("button_group")[0]
+    assert picker.proto.label == "Runs on the charts"
+    assert [option.content for option in picker.proto.options] == ["#1 · GRPO", "#2 · beta=0.1"]
+    names = {trace.get("name", "") for trace in chart_spec(at, "Reward and success rate")["data"]}
+    assert {name.split()[0] for name in names} == {"#1", "#2"}, "both runs overlaid by default"
+    at.session_state["grpo:overlay"] = [2]
+    at.run()
+    names = {trace["name"] for trace in chart_spec(at, "Reward and success rate")["data"]}
+    assert names == {"reward", "success rate"}, "one run: no run prefix"
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
@@ -215,3 +226,43 @@ def test_a_closed_session_stops_its_training(open_page):
     clear_session_resource_cache("test session id")
     assert job.join(TRAINING_TIMEOUT), "the release hook stopped the thread"
     assert job.snapshot().status == "stopped"
+
+
+def open_with_url(page: str, **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(f"app_pages/{page}.py")
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def test_a_link_sets_the_knobs_and_the_page_writes_its_settings_back():
+    at = open_with_url("grpo", algo="dapo", epsilon_high="0.31", seed="1")
+    assert not at.exception and not at.warning
+    assert at.radio(key="grpo:variant").value == "DAPO"
+    assert at.select_slider(key="grpo:epsilon_high").value == 0.31, "a value off the grid is offered too"
+    assert at.select_slider(key="grpo:seed").value == 1
+    assert at.select_slider(key="grpo:beta").value == 0.0, "the rest is DAPO's preset"
+    at.select_slider(key="grpo:beta").set_value(0.1).run()
+    assert dict(at.query_params) == {"algo": ["dapo"], "seed": ["1"], "epsilon_high": ["0.31"], "beta": ["0.1"]} or \
+        {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()} == \
+        {"algo": "dapo", "seed": "1", "epsilon_high": "0.31", "beta": "0.1"}
+
+
+@pytest.mark.parametrize("name, value", [("epsilon_high", "abc"), ("epsilon_high", "-1"), ("num_generations", "1")])
+def test_a_bad_value_in_the_link_is_refused_by_name_and_the_default_kept(name, value):
+    at = open_with_url("grpo", **{name: value})
+    assert not at.exception
+    assert len(at.warning) == 1 and name in at.warning[0].value and "refused" in at.warning[0].value
+    default = {"epsilon_high": 0.2, "num_generations": 8}[name]
+    assert at.select_slider(key=f"grpo:{name}").value == default
+    assert not at.button(key="grpo:train").disabled
+
+
+def test_switching_gspo_to_the_token_clip_loads_the_token_clip_range(open_page):
+    at = open_page("gspo")
+    assert at.select_slider(key="gspo:epsilon").value == 3e-4
+    at.selectbox(key="gspo:policy_loss").set_value("clip").run()
+    assert at.select_slider(key="gspo:epsilon").value == 0.2
+    assert at.select_slider(key="gspo:epsilon_high").value == 0.2

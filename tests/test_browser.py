@@ -1,46 +1,71 @@
-"""The real thing: `streamlit run app.py` driven by Chromium through Playwright.
+"""The real thing: `streamlit run app.py` driven by Chromium through Playwright, at a laptop's 1366 × 768.
 
-Visits every page and screenshots it (folder: env RLHF_LAB_SCREENSHOTS, else a temporary one), trains on the
-GRPO page until its chart has points, stops it, and prints how long the first chart point took after the
-click, with a cold and with a warm SFT cache, and how often the dashboard redrew while training.
+Screenshots every page (folder: env RLHF_LAB_SCREENSHOTS, else a temporary one); on the GRPO page checks that
+Train and a live chart's first point share the first screen, that a chart point opens its step in the token
+view and a token its term of the loss, that six overlaid runs keep their legends outside the plot area; that a
+link carries the settings; and that under load a dashboard says "Finished" soon after its run has finished.
 """
 
 import os
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from app_driver import (
     CHROMIUM,
+    LAUNCH_FLAGS,
+    PAGES,
     browser_page,
     first_point_latency,
     open_page,
-    progress_redraws,
+    press_train,
     screenshot,
     serve_app,
     set_slider,
-    stop_run,
+    wait_for_chart_points,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 
-PAGES = {  # URL path → a heading the page shows once it has rendered
-    "": "RLHF policy optimisation, one algorithm at a time",
-    "policy_gradient": "Policy Gradient (REINFORCE)",
-    "ppo": "PPO: Proximal Policy Optimization",
-    "grpo": "GRPO, with DAPO and Dr. GRPO",
-    "gspo": "GSPO: Group Sequence Policy Optimization",
-    "rloo": "RLOO: REINFORCE Leave-One-Out",
-    "reinforce_pp": "REINFORCE++",
-    "vapo": "VAPO and VC-PPO: repairing the critic",
-    "beyond_grpo": "Beyond GRPO (2025–26)",
-    "labs_clip": "Clip lab: where the clipped surrogate stops pushing",
-    "labs_gae": "GAE lab: how a reward at the end reaches the first token",
-    "labs_kl": "KL lab: three estimators of one KL",
-    "labs_advantages": "Advantage lab: one group of rewards, four baselines",
-    "labs_aggregation": "Aggregation lab: how much one token weighs",
-    "compare": "Compare and ablate",
-}
+LAPTOP = {"width": 1366, "height": 768}
+QUICK = "algo=grpo&seed=0&steps=10&sft_steps=50"  # ten RL steps after a 50-step SFT warm start
+FINISHED = re.compile(r"Finished (\d+) steps in (\d+) s")
+# A dashboard must say "Finished" within this many seconds plus the run's own duration after the run ended
+# (under load everything slows, the redraws as much as the training); the frozen one stayed stale for 120 s.
+FINISH_LAG_BOUND_S = 30.0
+# Where a chart's first point is drawn, in CSS pixels of the viewport, from plotly's own axes.
+FIRST_POINT = """() => {
+    const gd = Array.from(document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot'))
+        .find(gd => (gd.data || []).some(t => (t.x || []).length > 0));
+    const trace = gd.data.find(t => (t.x || []).length > 0), layout = gd._fullLayout, box = gd.getBoundingClientRect();
+    return {x: box.left + layout._size.l + layout.xaxis.l2p(trace.x[0]),
+            y: box.top + layout._size.t + layout.yaxis.l2p(trace.y.find(v => v !== null))};
+}"""
+POINT_OF_CHART = """([title, index]) => {
+    const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .find(gd => gd._fullLayout && gd.layout.title
+              && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
+    if (!gd) return null;
+    gd.scrollIntoView({block: 'center'});
+    const trace = gd.data.find(t => (t.x || []).length > index), layout = gd._fullLayout;
+    const box = gd.getBoundingClientRect();
+    return {step: trace.x[index], x: box.left + layout._size.l + layout.xaxis.l2p(trace.x[index]),
+            y: box.top + layout._size.t + layout.yaxis.l2p(trace.y[index])};
+}"""
+LEGEND_AND_PLOT = """(title) => {
+    const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
+    const box = el => {
+        const r = el.getBoundingClientRect();
+        return {top: r.top, bottom: r.bottom, left: r.left, right: r.right};
+    };
+    return {legend: box(gd.querySelector('.legend')), plot: box(gd.querySelector('.nsewdrag')),
+            runs: new Set(gd.data.map(t => t.name.split(' ')[0])).size, traces: gd.data.length};
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +82,7 @@ def app_url(tmp_path_factory):
 
 @pytest.fixture
 def page():
-    with browser_page() as page:
+    with browser_page(LAPTOP) as page:
         yield page
 
 
@@ -67,31 +92,112 @@ def screenshots() -> Path:
     return folder
 
 
-def test_every_page_renders_and_grpo_trains_live(app_url, page):
+def finished(page, timeout_ms: int = 300_000) -> None:
+    page.get_by_text(FINISHED).first.wait_for(timeout=timeout_ms)
+
+
+def test_every_page_renders(app_url, page):
     # The server's very first visit goes straight to a page, not to "/": it must still pass through app.py's
-    # router (its sidebar sections exist nowhere else).
+    # router (its navigation sections exist nowhere else).
     open_page(page, f"{app_url}/labs_clip", PAGES["labs_clip"])
-    page.get_by_test_id("stSidebarNav").get_by_text("Walk-through", exact=True).wait_for(timeout=10_000)
+    page.get_by_text("Walk-through", exact=True).first.wait_for(timeout=10_000)
     folder = screenshots()
     for path, heading in PAGES.items():
         open_page(page, f"{app_url}/{path}", heading)
         page.wait_for_timeout(1000)  # formulas and charts finish drawing
-        screenshot(page, folder / f"{path or 'overview'}.png")
+        screenshot(page, folder / f"{path or 'overview'}.png", LAPTOP)
 
-    open_page(page, f"{app_url}/grpo", PAGES["grpo"])
-    # The longest run, so that it is still training when Stop is pressed, after a short (50-step) SFT warm start.
-    set_slider(page, "training steps", "End", "500")
-    page.get_by_text("SFT warm start").click()
-    set_slider(page, "SFT steps", "Home ArrowRight", "50")
 
-    cold = first_point_latency(page)
-    redraws = progress_redraws(page)
-    stop_run(page)
-    warm = first_point_latency(page)
-    page.wait_for_timeout(2000)
-    stop_run(page)
-    screenshot(page, folder / "grpo-trained.png")
-    print(f"first chart point after Train: {cold:.2f} s with a cold SFT cache (50 SFT steps), "
-          f"{warm:.2f} s with a warm one; dashboard redraws while training: {redraws:.2f}/s; "
-          f"screenshots in {folder}")
-    assert page.locator(".js-plotly-plot").count() >= 6
+def test_the_instrument_fits_a_laptop_screen_and_links_charts_tokens_and_formula(app_url, page):
+    open_page(page, f"{app_url}/grpo?{QUICK}", PAGES["grpo"])
+    train = page.get_by_role("button", name="Train", exact=True).bounding_box()
+    assert train["y"] + train["height"] <= LAPTOP["height"], "Train is on the first screen"
+    seconds = first_point_latency(page)
+    point = page.evaluate(FIRST_POINT)
+    assert 0 <= point["x"] <= LAPTOP["width"] and 0 <= point["y"] <= LAPTOP["height"], point
+    assert page.get_by_role("button", name="Train", exact=True).bounding_box() == pytest.approx(train, abs=2), \
+        "the controls stay put while the charts fill in"
+    finished(page)
+    page.wait_for_timeout(1000)
+    screenshot(page, screenshots() / "grpo-trained-first-screen.png", LAPTOP, full=False)
+
+    # A chart point opens its step in the token view.
+    page.wait_for_function(POINT_OF_CHART, arg=["Token entropy", 2], timeout=30_000)
+    page.wait_for_timeout(500)  # scrolled into view
+    target = page.evaluate(POINT_OF_CHART, ["Token entropy", 2])
+    page.mouse.click(target["x"], target["y"])
+    step = page.get_by_test_id("stSlider").filter(has_text="step")
+    step.get_by_test_id("stSliderThumbValue").get_by_text(str(target["step"]), exact=True).wait_for(timeout=30_000)
+    # Scrub one step on, then pick a token: its term of the loss, with its numbers.
+    step.get_by_role("slider").press("ArrowRight")
+    step.get_by_test_id("stSliderThumbValue").get_by_text(str(target["step"] + 1), exact=True).wait_for(timeout=30_000)
+    page.get_by_test_id("stButtonGroup").filter(has_text="(0)").get_by_role("radio").first.click()
+    page.get_by_text("Gradient weight on log π").wait_for(timeout=30_000)
+    assert page.locator(".katex").filter(has_text="ℓ").count() >= 1
+    screenshot(page, screenshots() / "grpo-token-view.png", LAPTOP)
+    print(f"first chart point {seconds:.1f} s after Train; first point at {point}")
+
+
+def test_six_overlaid_runs_keep_their_legends_outside_the_plot_area(app_url, page):
+    open_page(page, f"{app_url}/grpo?{QUICK.replace('steps=10', 'steps=2')}", PAGES["grpo"])
+    for run in range(6):
+        if run:  # every run a different β, so that each label names it
+            set_slider(page, "KL coefficient β", "ArrowLeft", ("0", "0.001", "0.005", "0.01", "0.02", "0.04")[5 - run])
+        press_train(page)
+        wait_for_chart_points(page)
+        finished(page)
+    page.get_by_text("#6 · beta=0").wait_for(timeout=30_000)
+    page.wait_for_timeout(1500)
+    for title in ("KL to the reference", "Reward and success rate"):
+        boxes = page.evaluate(LEGEND_AND_PLOT, title)
+        assert boxes["runs"] == 6, boxes
+        assert boxes["legend"]["top"] >= boxes["plot"]["bottom"], f"{title}: the legend overlaps the plot area {boxes}"
+        assert boxes["plot"]["bottom"] - boxes["plot"]["top"] >= 150, f"{title}: the plot keeps its height {boxes}"
+    screenshot(page, screenshots() / "grpo-six-runs.png", LAPTOP)
+
+
+def test_a_link_carries_the_settings_and_a_bad_value_is_refused(app_url, page):
+    open_page(page, f"{app_url}/grpo?algo=dapo&epsilon_high=0.31&seed=1", PAGES["grpo"])
+    page.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue") \
+        .get_by_text("0.31", exact=True).wait_for(timeout=30_000)
+    set_slider(page, "KL coefficient β", "ArrowRight", "0.001")
+    page.wait_for_function("() => location.search.includes('beta=0.001')", timeout=30_000)
+    link = page.url
+    assert "algo=dapo" in link and "epsilon_high=0.31" in link and "seed=1" in link
+    other = page.context.browser.new_context(viewport=LAPTOP).new_page()  # someone else opens the link
+    open_page(other, link, PAGES["grpo"])
+    for label, shown in (("ε_high", "0.31"), ("KL coefficient β", "0.001")):
+        other.get_by_test_id("stSlider").filter(has_text=label).get_by_test_id("stSliderThumbValue") \
+            .get_by_text(shown, exact=True).wait_for(timeout=30_000)
+    assert other.get_by_role("radio", name="DAPO").is_checked()
+    other.context.close()
+    open_page(page, f"{app_url}/grpo?epsilon_high=abc", PAGES["grpo"])
+    page.get_by_text("refused").filter(has_text="epsilon_high").wait_for(timeout=30_000)
+    page.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue") \
+        .get_by_text("0.2", exact=True).wait_for(timeout=30_000)
+
+
+def test_under_load_the_dashboard_says_finished_soon_after_the_run_ends(app_url):
+    """Two sessions train at once while a busy process competes for the CPU: each dashboard must show
+    "Finished N steps in T s" at most FINISH_LAG_BOUND_S + T seconds after the run ended, T being its duration."""
+    from playwright.sync_api import sync_playwright
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_FLAGS)
+            pages = [browser.new_context(viewport=LAPTOP).new_page() for _ in range(2)]
+            for session in pages:
+                open_page(session, f"{app_url}/grpo?{QUICK}", PAGES["grpo"])
+            for _round in range(2):
+                clicked = [press_train(session) for session in pages]
+                for session, start in zip(pages, clicked):
+                    finished(session)
+                    shown = time.monotonic()
+                    seconds = float(FINISHED.search(session.get_by_text(FINISHED).first.inner_text()).group(2))
+                    lag = shown - start - seconds
+                    print(f"training {seconds:.0f} s; 'Finished' on screen {lag:+.1f} s after it")
+                    assert lag <= FINISH_LAG_BOUND_S + seconds, f"'Finished' came {lag:.0f} s after the run ended"
+            browser.close()
+    finally:
+        hog.kill()

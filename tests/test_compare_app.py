@@ -4,6 +4,7 @@ runs of a store, draws valid figures, and its Run button trains a sweep whose ru
 AppTest has no browser, so `run_every` never fires: the tests poll the store and call `at.run()`.
 """
 
+import json
 import os
 import signal
 import sqlite3
@@ -117,8 +118,9 @@ def test_stored_runs_are_listed_shown_and_deleted(store):
     # a new session shows the latest sweep: one curve per group, a summary row per group
     summary = table(at, "final success")
     assert summary["group"].tolist() == ["grpo", "rloo"] and summary["seeds"].tolist() == [2, 2]
-    assert summary["final success"].tolist() == [0.9, 0.9]
-    assert len(at.get("plotly_chart")) == len(CURVES)
+    assert summary["final success"].tolist() == ["0.9 ± 0", "0.9 ± 0"], "mean ± spread in one column"
+    titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
+    assert len(titles) == len(CURVES) and "Clip fraction (tokens)" in titles, "no GSPO run, no per-response chart"
     assert any("✓ solved" in m.value for m in at.markdown)  # the latest step's samples of the first run
     assert [b.label for b in at.get("download_button")] == ["Summary table (CSV)",
                                                             "Every step's metrics (CSV)"]

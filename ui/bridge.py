@@ -17,28 +17,29 @@ FORMATS = {"TRL GRPOConfig (Python)": ("trl", "python", "py"), "verl overrides (
 
 
 def scale_exports(page: str, run: RunConfig) -> None:
-    """These knobs as TRL or verl configuration, shown and downloadable; a knob that does not map is a comment."""
-    with st.expander("Take it to scale: these knobs as TRL or verl configuration"):
-        choice = st.radio("format", list(FORMATS), key=f"{page}:export_format", horizontal=True)
-        framework, language, suffix = FORMATS[choice]
-        try:
-            text = export_config(run.algo, framework, run.task)
-        except ValueError as error:
-            st.info(str(error))
-            return
-        st.caption("Every knob appears once: as a setting, or as a comment saying why it does not map.")
-        st.code(text, language=language)
-        st.download_button(f"Download {choice}", text, file_name=f"{run.algo.name}-{framework}.{suffix}",
-                           key=f"{page}:export_download")
+    """These knobs as TRL or verl configuration, shown and downloadable; a knob that does not map is a comment.
+    Drawn into the caller's container (the live lab's Share popover)."""
+    st.markdown("**Take it to scale:** these knobs as TRL or verl configuration")
+    choice = st.radio("format", list(FORMATS), key=f"{page}:export_format", horizontal=True)
+    framework, language, suffix = FORMATS[choice]
+    try:
+        text = export_config(run.algo, framework, run.task)
+    except ValueError as error:
+        st.info(str(error))
+        return
+    st.caption("Every knob appears once: as a setting, or as a comment saying why it does not map.")
+    st.code(text, language=language)
+    st.download_button(f"Download {choice}", text, file_name=f"{run.algo.name}-{framework}.{suffix}",
+                       key=f"{page}:export_download")
 
 
 def job_unipo(job: Job) -> dict | None:
-    """A job's run as a UNIPO document: every step the dashboard kept, the latest one with its sampled responses
+    """A job's run as a UNIPO document: every step the dashboard kept, each with the sampled responses it kept
     (the run store keeps every step's: `python -m rl_core export-unipo --run ID`)."""
     snap = job.snapshot()
     if not snap.records:
         return None
-    records = [*snap.records[:-1], snap.records[-1] | {"samples": snap.samples}]
+    records = [record | {"samples": snap.samples.get(record["step"], [])} for record in snap.records]
     return unipo_document(dataclasses.asdict(job.run), records)
 
 
@@ -50,5 +51,5 @@ def unipo_download(page: str, job: Job) -> None:
     st.download_button(
         "Download run (UNIPO log, JSON)", json.dumps(document), file_name=f"{page}-{job.run.algo.name}-unipo.json",
         mime="application/json", key=f"{page}:unipo",
-        help="UNIPO's canonical schema: every step's metrics and the latest step's responses token by token.",
+        help="UNIPO's canonical schema: every step's metrics and its sampled responses token by token.",
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from rl_core.config import AlgoConfig
+from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.loss_terms import LOSS_TERMS
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
@@ -19,10 +19,32 @@ RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 
 
+def _always(algo: AlgoConfig) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Series:
     key: str  # the record field
     name: str
+    colour: str | None = None  # a fixed colour where the meaning has one (correct = green), else by position
+    applies: Callable[[AlgoConfig], bool] = _always  # e.g. the dual-clip share only with a dual clip
+
+
+CORRECT, INCORRECT = "#2ca02c", "#d62728"
+NOISE_FLOOR = 1e-9  # |values| below this are float round-off of quantities that are exactly 0, e.g. KL(π ‖ π)
+
+
+def _clips_tokens(algo: AlgoConfig) -> bool:
+    return algo.policy_loss in ("clip", "gspo_token")
+
+
+def _clips_sequences(algo: AlgoConfig) -> bool:
+    return algo.policy_loss == "gspo"
+
+
+def _has_critic(algo: AlgoConfig) -> bool:
+    return algo.advantage_estimator == "gae"
 
 
 @dataclass(frozen=True)
@@ -30,50 +52,98 @@ class Chart:
     title: str
     series: tuple[Series, ...]
     caption: str
+    unit: str  # the y axis title
     band: tuple[str, str] | None = None  # (mean, std) fields drawn as a shaded mean ± std band
-    emphasise: Callable[[AlgoConfig], str] | None = None  # the field drawn thicker, e.g. the KL estimator in use
+    emphasise: Callable[[AlgoConfig], str | None] | None = None  # the field drawn thicker, e.g. the KL estimator in use
+    applies: Callable[[AlgoConfig], bool] = _always  # a run whose algorithm lacks the quantity is left out
+    notes: Callable[[AlgoConfig], str] | None = None  # a caption line that depends on the algorithm
+    y_range: tuple[float, float] | None = None  # a fixed axis, where outliers would flatten everything else
+    noise_floor: bool = False  # values within NOISE_FLOOR of 0 are drawn as 0
 
 
 @dataclass(frozen=True)
 class ChartRun:
-    """One run as the charts see it."""
+    """One run as the charts see it: `tag` (e.g. "#3") names it in legends, `label` in full on hover."""
 
     label: str
     records: list[dict]
     algo: AlgoConfig
+    tag: str = ""
+    colour: str = RUN_COLOURS[0]
+
+
+def run_colour(number: int) -> str:
+    """A run's colour, fixed by its number, so it keeps it however the overlay is chosen."""
+    return RUN_COLOURS[(number - 1) % len(RUN_COLOURS)]
+
+
+def _kl_in_use(algo: AlgoConfig) -> str | None:
+    """The estimator the run optimises with, or None when no KL term acts (β = 0 without an adaptive target)."""
+    return f"kl_{algo.kl_estimator}" if algo.beta > 0 or algo.target_kl is not None else None
+
+
+def _advantage_note(algo: AlgoConfig) -> str:
+    if algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline") or algo.whiten_advantages:
+        return "Whitened over the batch: mean 0 and std 1 by construction, so watch the extremes."
+    if algo.advantage_estimator in GROUP_ESTIMATORS:
+        return "Centred within each group: mean ≈ 0 by construction, so watch the spread and the extremes."
+    if algo.advantage_estimator == "gae":
+        return "GAE advantages come from the critic: a mean far from 0 means its values are biased."
+    return "Without a baseline every advantage of a rewarded response is positive: compare with the baseline on."
+
+
+def _loss_note(algo: AlgoConfig) -> str:
+    if algo.advantage_estimator in GROUP_ESTIMATORS or algo.whiten_advantages:
+        return ("With centred advantages the policy term is ≈ 0 at every step by construction, so a falling total "
+                "says nothing about learning: watch the reward.")
+    return "The policy term's size follows the advantages' scale, not progress: watch the reward."
 
 
 CHARTS: tuple[Chart, ...] = (
     Chart(
         "Reward and success rate",
-        (Series("reward_mean", "reward"), Series("success_rate", "success rate")),
-        "Mean reward of each step's fresh samples and the share that truly solve the prompt. With a learned "
-        "reward model the two can part ways: that gap is reward hacking.",
+        (Series("reward_mean", "reward"), Series("success_rate", "success rate", CORRECT)),
+        "Look for: success climbing to 1. With a learned reward model, reward rising while success stalls is "
+        "reward hacking.",
+        unit="reward / share",
     ),
     Chart(
         "Token entropy",
         (Series("entropy", "entropy"),),
-        "Mean entropy of the next-token distribution on the policy's own samples. A slide towards 0 is entropy "
-        "collapse: every response in a group becomes the same and the group stops teaching anything.",
+        "Look for: a slide towards 0 (entropy collapse): every response in a group becomes the same and the "
+        "group stops teaching anything.",
+        unit="nats per token",
     ),
     Chart(
         "KL to the reference",
         (Series("kl_exact", "exact"), Series("kl_k1", "k1"), Series("kl_k2", "k2"), Series("kl_k3", "k3")),
-        "Per-token KL(π_θ ‖ π_ref): the exact value over the whole vocabulary against the three sample "
-        "estimators. The estimator the run uses is drawn thick.",
-        emphasise=lambda algo: f"kl_{algo.kl_estimator}",
+        "Per-token KL(π_θ ‖ π_ref): exact over the vocabulary against the three sample estimators. Look for: how "
+        "far the policy drifts from the SFT model, and which estimator tracks the exact value.",
+        unit="nats per token",
+        emphasise=_kl_in_use,
+        notes=lambda algo: ("The estimator in the loss is drawn thick." if _kl_in_use(algo)
+                            else "β = 0: no KL term acts on this run; the curves only measure the drift."),
     ),
     Chart(
-        "Clip fraction",
+        "Clip fraction (tokens)",
         (
             Series("clip_frac_low", "low side"),
             Series("clip_frac_high", "high side"),
-            Series("dual_clip_frac", "dual clip"),
+            Series("dual_clip_frac", "dual clip", applies=lambda algo: algo.dual_clip is not None),
         ),
-        "Share of tokens (for GSPO: of responses, since it clips whole responses) on which a clip is active given "
-        "the sign of A: low side "
-        "ρ < 1−ε_low with A < 0, high side ρ > 1+ε_high with A > 0, dual clip A < 0 with ρ > c. It stays at "
-        "exactly 0 with a single update per batch: the ratio is then 1.",
+        "Share of tokens whose clip is active given the sign of A: low side ρ < 1−ε_low with A < 0, high side "
+        "ρ > 1+ε_high with A > 0, dual clip A < 0 with ρ > c. Look for: exactly 0 with one update per batch (the "
+        "ratio is then 1); a few per cent is the clip at work.",
+        unit="share of tokens",
+        applies=_clips_tokens,
+    ),
+    Chart(
+        "Clip fraction (responses)",
+        (Series("clip_frac_low", "low side"), Series("clip_frac_high", "high side")),
+        "GSPO clips whole responses by their sequence ratio s: share of responses with s < 1−ε_low and A < 0 (low) "
+        "or s > 1+ε_high and A > 0 (high). Look for: a large share is normal at GSPO's tiny ε.",
+        unit="share of responses",
+        applies=_clips_sequences,
     ),
     Chart(
         "Advantages",
@@ -82,25 +152,28 @@ CHARTS: tuple[Chart, ...] = (
             Series("advantage_min", "min"),
             Series("advantage_max", "max"),
         ),
-        "Mean ± standard deviation (band) and extremes of the token advantages. Group-normalised advantages "
-        "have mean ≈ 0 by construction.",
+        "Mean ± standard deviation (band) and extremes of the token advantages.",
+        unit="advantage",
         band=("advantage_mean", "advantage_std"),
+        notes=_advantage_note,
     ),
     Chart(
         "Response length",
         (
             Series("response_length", "all"),
-            Series("response_length_correct", "correct"),
-            Series("response_length_incorrect", "incorrect"),
+            Series("response_length_correct", "correct", CORRECT),
+            Series("response_length_incorrect", "incorrect", INCORRECT),
         ),
-        "Mean tokens per response (EOS included). Lengths that collapse or run to the limit point at a length "
-        "bias in the loss aggregation or the critic.",
+        "Mean tokens per response (EOS included). Look for: lengths that collapse or run to the limit, a length "
+        "bias of the loss aggregation or the critic.",
+        unit="tokens",
     ),
     Chart(
         "Loss parts",
         tuple(Series(term.name, term.label) for term in LOSS_TERMS),  # the engine's list of loss terms
-        "The terms of the minimised loss, not their total: with group-normalised advantages the policy term is "
-        "≈ 0 at every step by construction, so a falling total says nothing about learning. Watch the reward.",
+        "The terms of the minimised loss, not their total.",
+        unit="loss",
+        notes=_loss_note,
     ),
     Chart(
         "Batch composition",
@@ -109,25 +182,35 @@ CHARTS: tuple[Chart, ...] = (
             Series("dynamic_sampling_dropped_frac", "groups dropped by dynamic sampling"),
             Series("truncated_frac", "responses cut at the length limit"),
         ),
-        "Groups whose members all got the same reward have zero advantage and give no gradient; as a policy "
-        "gets good (or stuck) this share grows.",
+        "Look for: the share of groups whose members all got the same reward (zero advantage, no gradient) "
+        "growing as the policy gets good, or stuck.",
+        unit="share",
     ),
     Chart(
         "Policy change per step",
         (Series("approx_kl", "approx KL(π_old ‖ π_θ)"),),
         "How far each step's updates moved the policy from the one that sampled the batch (k2 on the sampled "
-        "tokens). It is what the clip range is meant to bound.",
+        f"tokens), what the clip range is meant to bound. Look for: exactly 0 with one update per batch (values "
+        f"below {NOISE_FLOOR:g} are round-off and drawn as 0).",
+        unit="nats per token",
+        noise_floor=True,
     ),
     Chart(
         "Critic loss",
         (Series("critic_loss", "critic loss"),),
-        "Clipped squared error between the critic's values and its targets (the returns).",
+        "Clipped squared error between the critic's values and its targets (the returns). Look for: a fall.",
+        unit="squared error",
+        applies=_has_critic,
     ),
     Chart(
         "Explained variance",
         (Series("explained_variance", "explained variance"),),
-        "1 − Var(R − V)/Var(R): 1 means the critic predicts the returns, 0 means no better than their mean, "
-        "below 0 means its predictions are worse than useless for the advantages.",
+        "1 − Var(R − V)/Var(R): 1 = the critic predicts the returns, 0 = no better than their mean, below 0 = "
+        "worse than useless. Look for: a climb towards 1. The axis stops at −1; lower values sit on its edge "
+        "(hover for the number).",
+        unit="explained variance",
+        applies=_has_critic,
+        y_range=(-1.05, 1.05),
     ),
 )
 
@@ -144,64 +227,114 @@ def thin(records: list[dict], limit: int = MAX_POINTS) -> list[dict]:
     return kept if kept[-1:] == records[-1:] else kept + records[-1:]
 
 
+def shown_runs(chart: Chart, runs: list[ChartRun]) -> list[ChartRun]:
+    """The runs whose algorithm has this chart's quantity (no clip fraction for a loss without a clip)."""
+    return [run for run in runs if chart.applies(run.algo)]
+
+
 def has_data(chart: Chart, runs: list[ChartRun]) -> bool:
-    return any(_value(r, s.key) is not None for run in runs for r in run.records for s in chart.series)
+    return any(_value(r, s.key) is not None for run in shown_runs(chart, runs) for r in run.records
+               for s in chart.series)
+
+
+def caption(chart: Chart, runs: list[ChartRun]) -> str:
+    """The chart's caption and, for the algorithms shown, what it means for them."""
+    notes = dict.fromkeys(chart.notes(run.algo) for run in shown_runs(chart, runs)) if chart.notes else {}
+    return " ".join([chart.caption, *notes])
+
+
+def _drawn(chart: Chart, value: float | None) -> float | None:
+    """The value as plotted: round-off shown as 0, and outliers held at the edge of a fixed axis."""
+    if value is None:
+        return None
+    if chart.noise_floor and abs(value) < NOISE_FLOOR:
+        return 0.0
+    if chart.y_range:
+        return min(max(value, chart.y_range[0]), chart.y_range[1])
+    return value
+
+
+PLOT_PX, AXIS_PX, LEGEND_ROW_PX = 210, 55, 20
+# Legend rows are estimated for the narrowest chart the layout draws (two charts beside the controls on a
+# 1024-pixel screen): an entry takes its line sample plus about 6.5 px per character.
+LEGEND_WIDTH_PX, LEGEND_SAMPLE_PX, LEGEND_CHAR_PX = 260, 40, 6.5
 
 
 def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
+    """The chart for these runs. One run: a colour per series. Several: a colour per run, a dash per series.
+    The legend sits under the plot area, whatever its length, and the figure grows to hold it."""
+    runs = shown_runs(chart, runs)
     traces = []
     overlay = len(runs) > 1
-    # One run: a colour per series. Several runs: a colour per run and a dash per series.
-    def style(run_index: int, series_index: int) -> tuple[str, str]:
-        if overlay:
-            return RUN_COLOURS[run_index % len(RUN_COLOURS)], DASHES[series_index % len(DASHES)]
-        return RUN_COLOURS[series_index % len(RUN_COLOURS)], "solid"
 
-    for index, run in enumerate(runs):
+    def style(run: ChartRun, series_index: int) -> tuple[str, str]:
+        series = chart.series[series_index]
+        if overlay:
+            return run.colour, DASHES[series_index % len(DASHES)]
+        return series.colour or RUN_COLOURS[series_index % len(RUN_COLOURS)], "solid"
+
+    for run in runs:
         records = thin(run.records)
         steps = [r["step"] for r in records]
-        prefix = f"{run.label} · " if overlay else ""
+        prefix = f"{run.tag} " if overlay else ""
         if chart.band:
             mean, std = chart.band
-            colour, _ = style(index, [s.key for s in chart.series].index(mean))
+            colour, _ = style(run, [s.key for s in chart.series].index(mean))
             upper = [None if _value(r, mean) is None else r[mean] + (_value(r, std) or 0) for r in records]
             lower = [None if _value(r, mean) is None else r[mean] - (_value(r, std) or 0) for r in records]
             traces.append(dict(type="scatter", x=steps, y=upper, mode="lines", line=dict(width=0),
                                showlegend=False, hoverinfo="skip"))
             traces.append(dict(type="scatter", x=steps, y=lower, mode="lines", line=dict(width=0), fill="tonexty",
-                               fillcolor=_translucent(colour), name=f"{prefix}mean ± std"))
+                               fillcolor=_translucent(colour), name=f"{prefix}mean ± std", hoverinfo="skip"))
         emphasised = chart.emphasise(run.algo) if chart.emphasise else None
         for series_index, series in enumerate(chart.series):
             values = [_value(r, series.key) for r in records]
-            if all(v is None for v in values):
+            if all(v is None for v in values) or not series.applies(run.algo):
                 continue
-            colour, dash = style(index, series_index)
+            colour, dash = style(run, series_index)
             traces.append(dict(
                 type="scatter",
                 x=steps,
-                y=values,
+                y=[_drawn(chart, v) for v in values],
+                customdata=values,
+                hovertemplate=f"{run.label}<br>{series.name}: %{{customdata:.4g}} at step %{{x}}<extra></extra>",
                 # Markers for short runs, and where NaN gaps would leave isolated values without a line to draw.
                 mode="lines+markers" if len(steps) < 30 or None in values else "lines",
                 name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
-                line=dict(
-                    color=colour,
-                    dash=dash,
-                    width=3.5 if series.key == emphasised else 1.8,
-                ),
+                line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
                 marker=dict(size=5),
             ))
+    names = [t["name"] for t in traces if t.get("showlegend", True)]
+    # A multi-series chart always names its series, even when only one of them has data.
+    show_legend = len(names) > 1 or len(chart.series) > 1
+    rows = _legend_rows([LEGEND_SAMPLE_PX + LEGEND_CHAR_PX * len(name) for name in names])
+    legend_px = LEGEND_ROW_PX * rows + 10 if show_legend else 0
     layout = dict(
-        title=dict(text=chart.title, font=dict(size=15)),
-        height=320,
-        margin=dict(l=10, r=10, t=75, b=10),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=11)),
-        xaxis=dict(title=dict(text="step")),
+        title=dict(text=chart.title, font=dict(size=14), x=0, xanchor="left"),
+        height=40 + PLOT_PX + AXIS_PX + legend_px,
+        margin=dict(l=10, r=10, t=40, b=AXIS_PX + legend_px),
+        showlegend=show_legend,
+        legend=dict(orientation="h", yanchor="top", y=-AXIS_PX / PLOT_PX, x=0, font=dict(size=11)),
+        xaxis=dict(title=dict(text="step"), exponentformat="e"),
+        # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
+        yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
+                   **({"range": list(chart.y_range)} if chart.y_range else {})),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
     )
     # Plotly's per-property validation costs ~8x the rest of a redraw (≈0.25 s of CPU for the whole dashboard,
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
     # test builds every chart with validation on.
     return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+def _legend_rows(widths: list[float]) -> int:
+    """How many rows a horizontal legend with entries this wide fills, wrapping at LEGEND_WIDTH_PX."""
+    rows, used = 1, 0.0
+    for width in widths:
+        if used and used + width > LEGEND_WIDTH_PX:
+            rows, used = rows + 1, 0.0
+        used += width
+    return rows
 
 
 def _translucent(hex_colour: str, alpha: float = 0.18) -> str:

@@ -52,9 +52,12 @@ CURVES = {  # record field → chart title
     "reward_mean": "Reward",
     "entropy": "Token entropy",
     "kl_exact": "KL to the reference (exact, per token)",
-    "clip_frac": "Clip fraction",
+    "clip_frac": "Clip fraction",  # drawn twice: per token, and per response for GSPO (see CLIP_UNITS)
     "response_length": "Response length (tokens)",
 }
+# What a run's clip fraction counts, by its policy loss: GSPO clips whole responses, and a share of responses
+# never shares an axis with a share of tokens. Vanilla PG has no clip and no clip-fraction curve.
+CLIP_UNITS = {"clip": "tokens", "gspo_token": "tokens", "gspo": "responses"}
 # The chart toolbar (on hover) keeps its camera button, which saves the chart as a PNG in the browser.
 PLOT_CONFIG = {
     "displaylogo": False,
@@ -230,11 +233,22 @@ def _dashboard(shown: list[int], live: bool) -> None:
     groups: dict[str, list[list[dict]]] = {}
     for run in runs:
         groups.setdefault(run.label, []).append(records[run.id])
-    curves = [key for key in CURVES
-              if any(_finite(record.get(key)) for seeds in groups.values() for run in seeds for record in run)]
-    for row in range(0, len(curves), 2):
-        for column, key in zip(st.columns(2), curves[row : row + 2]):
-            column.plotly_chart(band_figure(key, groups), key=f"compare:chart:{key}", config=PLOT_CONFIG)
+    losses = {run.label: run.config["algo"]["policy_loss"] for run in runs}
+    charts = [
+        (key, title, shown)
+        for key in CURVES
+        for title, shown in (
+            [(f"{CURVES[key]} ({unit})",
+              {label: seeds for label, seeds in groups.items() if CLIP_UNITS.get(losses[label]) == unit})
+             for unit in ("tokens", "responses")]
+            if key == "clip_frac" else [(CURVES[key], groups)]
+        )
+        if any(_finite(record.get(key)) for seeds in shown.values() for run in seeds for record in run)
+    ]
+    curves = [key for key, _, _ in charts]
+    for row in range(0, len(charts), 2):
+        for column, (key, title, shown) in zip(st.columns(2), charts[row : row + 2]):
+            column.plotly_chart(band_figure(key, shown, title), key=f"compare:chart:{title}", config=PLOT_CONFIG)
     if curves:
         st.caption("Lines: the mean over seeds at each step; bands: from the lowest to the highest seed. To save a "
                    "chart as a PNG, hover it and press the camera button in its toolbar.")
@@ -272,6 +286,7 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
         for run in runs
     ])
     st.dataframe(table, hide_index=True, key="compare:progress", column_config={
+        "group": st.column_config.TextColumn("group", width="large"),
         "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
         "success (latest step)": st.column_config.NumberColumn(format="%.2f"),
         "seconds": st.column_config.NumberColumn(format="%.1f"),
@@ -319,18 +334,23 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def _mean_and_spread(mean: float, std: float) -> str:
+    if not _finite(mean):
+        return "–"
+    return f"{mean:.3g}" + (f" ± {std:.2g}" if _finite(std) else "")
+
+
 def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) -> None:
     rows = [run_row(run, records[run.id]) for run in runs]
     summary = summarise(rows)
     st.subheader("Summary")
     table = {"group": [s["label"] for s in summary], "seeds": [s["seeds"] for s in summary],
              f"reached {SUCCESS_TARGET:.0%}": [s["reached_target"] for s in summary]}
+    # Mean and spread in one column each, so the table fits the page's width.
     for name, title in OUTCOMES.items():
-        table[title] = [s[f"{name}_mean"] for s in summary]
-        table[f"{title} ±"] = [s[f"{name}_std"] for s in summary]
-    st.dataframe(pd.DataFrame(table), hide_index=True, key="compare:summary",
-                 column_config={title: st.column_config.NumberColumn(format="%.3g")
-                                for name in OUTCOMES for title in (OUTCOMES[name], f"{OUTCOMES[name]} ±")})
+        table[title] = [_mean_and_spread(s[f"{name}_mean"], s[f"{name}_std"]) for s in summary]
+    st.dataframe(pd.DataFrame(table), hide_index=True, key="compare:summary", width="stretch",
+                 column_config={"group": st.column_config.TextColumn("group", width="large")})
     st.caption(
         f"Mean and ± sample standard deviation over seeds; click a column header to sort. Final success: the "
         f"trained policy on 256 fresh prompts (empty until a run finishes). Steps and seconds to "

@@ -126,6 +126,32 @@ class MetricHistory:
             self.stride *= 2
 
 
+class SampleHistory:
+    """The sampled responses of every step, for at most `capacity` steps: when full, every other stored step is
+    dropped and from then on only every second (fourth, …) new step is kept, as in MetricHistory. A step's
+    samples are a few responses of a few dozen tokens, so 200 steps stay within a few megabytes."""
+
+    def __init__(self, capacity: int = 200):
+        self.capacity = capacity
+        self.steps: dict[int, list[dict]] = {}
+        self.stride = 1
+        self.latest: dict[int, list[dict]] = {}  # the newest step, kept even where the stride skips it
+
+    def view(self) -> dict[int, list[dict]]:
+        return self.steps | self.latest
+
+    def add(self, step: int, samples: list[dict]) -> None:
+        if not samples:
+            return
+        self.latest = {step: samples}
+        if (step - 1) % self.stride:
+            return
+        self.steps[step] = samples
+        if len(self.steps) > self.capacity:
+            self.steps = {s: v for i, (s, v) in enumerate(self.steps.items()) if i % 2 == 0}
+            self.stride *= 2
+
+
 @dataclass(frozen=True)
 class JobSnapshot:
     """A consistent copy of a job's state for drawing; the training thread never sees it."""
@@ -133,14 +159,14 @@ class JobSnapshot:
     status: str
     steps_total: int
     records: list[dict]  # scalar metrics, at most MetricHistory.capacity, the latest step always included
-    samples: list[dict]  # the latest step's token-level views
+    samples: dict[int, list[dict]]  # step → that step's token-level views (SampleHistory), the latest included
     phase: tuple[str, int, int] | None  # (setup phase, done, total) while preparing
     setup: dict  # what prepare() reported, e.g. the value-pretraining explained variance
     error: str | None
     waiting_for: int  # trainings running elsewhere while this one is queued
     queue_place: int | None  # 1: next to start; None unless queued
     wait_estimate: float | None  # seconds until it starts, once the server has timed a finished training
-    elapsed: float  # seconds since the job was created (and started: the lab does both at once)
+    elapsed: float  # seconds from the job's creation (and start: the lab does both at once) to its end, or to now
 
     @property
     def active(self) -> bool:
@@ -199,11 +225,12 @@ class Job(BackgroundJob):
         self._status = "queued"
         self._history = MetricHistory()
         self._latest: dict | None = None
-        self._samples: list[dict] = []
+        self._samples = SampleHistory()
         self._phase: tuple[str, int, int] | None = None
         self._setup: dict = {}
         self._error: str | None = None
         self._started = time.monotonic()
+        self._ended: float | None = None
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     def stop(self) -> None:
@@ -218,14 +245,14 @@ class Job(BackgroundJob):
                 status=self._status,
                 steps_total=self.run.steps,
                 records=records,
-                samples=self._samples,
+                samples=self._samples.view(),
                 phase=self._phase,
                 setup=dict(self._setup),
                 error=self._error,
                 waiting_for=self.slots.running if self._status == "queued" else 0,
                 queue_place=self.slots.queue_place(self) if self._status == "queued" else None,
                 wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
-                elapsed=time.monotonic() - self._started,
+                elapsed=(self._ended or time.monotonic()) - self._started,
             )
 
     # ------------------------------------------------------------------ the training thread
@@ -242,7 +269,7 @@ class Job(BackgroundJob):
         with self._lock:
             self._history.add(scalars)
             self._latest = scalars
-            self._samples = record.get("samples", [])
+            self._samples.add(record["step"], record.get("samples", []))
 
     def _work(self) -> None:
         status, error, final = "finished", None, None
@@ -275,7 +302,7 @@ class Job(BackgroundJob):
                 store.finish_run(run_id, status, final=final, error=error)
             except StoreError as exc:
                 error = error or str(exc)
-        self._set(status=status, error=error, phase=None)
+        self._set(status=status, error=error, phase=None, ended=time.monotonic())
 
 
 

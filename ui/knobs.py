@@ -356,14 +356,17 @@ def option_values(name: str, extra=()) -> list:
     return ([None] if None in knob.options or None in extra else []) + numbers
 
 
-def render_knob(name: str, key: str, extra=(), disabled: bool = False) -> None:
-    """Draw the widget for knob `name`; its value lives in `st.session_state[key]`, which the caller sets first."""
+def render_knob(name: str, key: str, extra=(), disabled: bool = False, on_change=None, args=()) -> None:
+    """Draw the widget for knob `name`; its value lives in `st.session_state[key]`, which the caller sets first.
+    `extra` values join the grid (a preset default, a value from a shared link)."""
     knob = KNOBS[name]
+    events = dict(on_change=on_change, args=args)
     if knob.kind == "toggle":
-        st.toggle(knob.label, key=key, help=knob.help, disabled=disabled)
+        st.toggle(knob.label, key=key, help=knob.help, disabled=disabled, **events)
     elif knob.kind == "choice":
-        st.selectbox(knob.label, option_values(name), key=key, help=knob.help, disabled=disabled)
+        st.selectbox(knob.label, option_values(name), key=key, help=knob.help, disabled=disabled, **events)
     else:
-        st.select_slider(
-            knob.label, option_values(name, extra), key=key, help=knob.help, disabled=disabled, format_func=knob.format
-        )
+        chosen = st.session_state.get(key)
+        extra = (*extra, *([] if chosen is None else [chosen]))
+        st.select_slider(knob.label, option_values(name, extra), key=key, help=knob.help, disabled=disabled,
+                         format_func=knob.format, **events)

@@ -1,4 +1,4 @@
-"""The live lab under every algorithm page: controls, the session's runs, and the dashboard that follows them.
+"""The instrument at the top of every algorithm page: controls, the session's runs, and the live dashboard.
 
 Where a training lives, and why it cannot outlive its tab:
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import pandas as pd
 import streamlit as st
 import torch
 
@@ -28,19 +27,21 @@ from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig
 from rl_core.models import MODEL_PRESETS
 from toy_tasks import DEFAULT_TASK, TASKS
-from ui.bridge import scale_exports, unipo_download
-from ui.charts import CHARTS, ChartRun, figure, has_data
-from ui.jobs import SETUP_PHASES, Job, JobSnapshot, TrainingSlots
+from ui import share as share_state
+from ui.bridge import scale_exports
+from ui.dashboard import dashboard
+from ui.jobs import Job, TrainingSlots
 from ui.knobs import KNOBS, render_knob
+from ui.predict import Prediction
 from ui.session import session_token
-from ui.tokens import COLOURINGS, token_html
 
 REFRESH_SECONDS = 1.0
-KEPT_RUNS = 5  # per page: the latest run plus up to four earlier ones to overlay
+KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overlay
 DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
 DESCRIPTIVE_FIELDS = ("name", "title", "summary")
+URL_WRITTEN = "lab:url"  # the query parameters a page of this session last wrote
 
 
 @st.cache_resource(show_spinner=False)
@@ -60,64 +61,116 @@ def session_jobs() -> list[Job]:
     return []
 
 
-def live_lab(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
-    """The lab for one page. `variants` maps a switch label to a preset name (one entry: no switch);
-    `knobs` are the AlgoConfig fields the page exposes, in display order."""
+def live_lab(
+    page: str,
+    variants: dict[str, str],
+    lesson: Sequence[str],
+    knobs: Sequence[str],
+    focus: Sequence[str] = (),
+    prediction: Prediction | None = None,
+) -> None:
+    """The instrument at the top of an algorithm page: Train/Stop, the `lesson` knobs (the few the page is
+    about) and the live charts side by side; every other knob of `knobs` one click away under "All knobs".
+
+    `variants` maps a switch label to a preset name (one entry: no switch); `focus` names the charts drawn
+    first; `prediction` is asked before Train and answered from the run. The settings live in the URL."""
     runs: list[Job] = st.session_state.setdefault(f"{page}:runs", [])
     current = runs[-1] if runs else None
     busy = current is not None and current.active
-    st.header("Live lab", anchor="live-lab")
-    variant = _variant_switch(page, variants, knobs, busy)
-    values = st.session_state.setdefault(f"{page}:values", _defaults(variant, knobs))
+    all_knobs = tuple(dict.fromkeys((*lesson, *knobs)))
+    _apply_url(page, variants, all_knobs)
+    controls, effect = st.columns([10, 23], gap="medium")
+    with controls:
+        variant = _variant_switch(page, variants, all_knobs, busy)
+        values = st.session_state.setdefault(f"{page}:values", _defaults(variant, all_knobs))
+        # Widgets below the buttons hold this run's choices already; Train must start with them.
+        values.update({name: st.session_state[f"{page}:{name}"]
+                       for name in values if f"{page}:{name}" in st.session_state})
+        try:
+            run = _run_config(variant, values, all_knobs)
+        except ValueError:
+            run = None  # the message is drawn under the knobs
+        _buttons(page, variants, all_knobs, run, variant, values, current, busy)
+        if prediction is not None:
+            st.radio(prediction.question, prediction.options, index=None, key=f"{page}:prediction", horizontal=True,
+                     disabled=busy, help="Answer before you press Train; the run's own numbers answer it at the end.")
+        extra = {name: [getattr(PRESETS[v], name) for v in variants.values()] for name in all_knobs}
+        for name in lesson:
+            _knob(page, name, values, extra[name], busy)
+        more, share = st.columns(2)
+        with more.popover("All knobs", width="stretch"):
+            _task_and_model(page, values, busy)
+            left, right = st.columns(2)
+            for index, name in enumerate((*RUN_KNOBS, *WARM_START_KNOBS, *(k for k in all_knobs if k not in lesson))):
+                with (left, right)[index % 2]:
+                    _knob(page, name, values, extra.get(name, ()), busy)
+        try:
+            run = _run_config(variant, values, all_knobs)
+        except ValueError as error:  # the engine names the knob that is out of range
+            st.error(f"This combination cannot run: {error}")
+            run = None
+        share_state.write(variant, values, _defaults(variant, all_knobs))
+        st.session_state[URL_WRITTEN] = dict(st.query_params)
+        with share.popover("Share", width="stretch"):
+            st.caption("This page with these settings (copy with the icon):")
+            st.code(share_state.link(), language=None, wrap_lines=True)
+            if run is not None:
+                scale_exports(page, run)
+    with effect:
+        # One dashboard fragment per page, registered in every run under the same key, so that a refresh
+        # timer still in flight when a run ends always finds it (see docs/ARCHITECTURE.md, "The freeze").
+        fragment = st.fragment(_instrument_dashboard, run_every=REFRESH_SECONDS if busy else None,
+                               key=f"{page}-dashboard")
+        fragment(page, focus, prediction, busy)
 
-    setup, algo_column = st.columns([1, 2], gap="large")
-    with setup:
-        _task_and_model(page, values, busy)
-        for name in RUN_KNOBS:
-            _knob(page, name, values, (), busy)
-        with st.expander("SFT warm start"):
-            for name in WARM_START_KNOBS:
-                _knob(page, name, values, (), busy)
-    with algo_column:
-        columns = st.columns(2)
-        for index, name in enumerate(knobs):
-            with columns[index % 2]:
-                _knob(page, name, values, [getattr(PRESETS[v], name) for v in variants.values()], busy)
 
-    try:
-        run = _run_config(variant, values, knobs)
-    except ValueError as error:  # the engine names the knob that is out of range
-        st.error(f"This combination cannot run: {error}")
-        run = None
-    train, stop, reset, _ = st.columns([1, 1, 1, 4])
+def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Prediction | None, live: bool) -> None:
+    runs: list[Job] = st.session_state[f"{page}:runs"]
+    if not runs:
+        st.info("Press **Train**: the charts fill in here live, one point per RL step.", icon=":material/play_arrow:")
+        return
+    if live and not runs[-1].active:
+        # The run just ended: one full rerun (which draws the dashboard anyway) re-enables the controls and
+        # stops the refresh timer; drawing it here first would only delay that.
+        st.rerun()
+    dashboard(page, runs, focus, prediction)
+
+
+def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None:
+    train, stop, reset = st.columns(3)
     train.button(
-        "Train", key=f"{page}:train", type="primary", disabled=busy or run is None,
+        "Train", key=f"{page}:train", type="primary", disabled=busy or run is None, width="stretch",
         on_click=_start, args=(page, run, variant, values, knobs), help="Start a run with these settings.",
     )
     stop.button(
-        "Stop", key=f"{page}:stop", disabled=not busy, on_click=current.stop if busy else None,
+        "Stop", key=f"{page}:stop", disabled=not busy, on_click=current.stop if busy else None, width="stretch",
         help="End the run after its current step.",
     )
     reset.button(
-        "Reset", key=f"{page}:reset", on_click=_reset, args=(page, variants, knobs),
+        "Reset", key=f"{page}:reset", on_click=_reset, args=(page, variants, knobs), width="stretch",
         help="Stop any run, forget this page's runs and put every knob back to the preset's defaults.",
     )
-    if run is not None:
-        scale_exports(page, run)
 
-    if current is None:
-        st.caption("Press **Train** to start. The charts below fill in live, one point per RL step.")
+
+def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
+    """Settings from the URL, unless it holds what a page of this session wrote there itself (this page's own
+    settings, or another page's just before a page switch): a shared link, a reload."""
+    params = dict(st.query_params)
+    if not params or params == st.session_state.get(URL_WRITTEN):
         return
-    labels = _labels(runs)
-    overlays = _comparison_picker(page, runs, labels)
-    # `busy` was read once for the whole run: if the job ends in between, the live dashboard sees it and reruns
-    # the app, so controls drawn disabled are never left that way.
-    if busy:
-        st.fragment(run_every=REFRESH_SECONDS)(_dashboard)(page, current, overlays, labels, busy)
-    else:
-        _dashboard(page, current, overlays, labels, busy)
-        _download(page, [current, *overlays], labels)
-        unipo_download(page, current)
+    choices = {"task": list(TASKS), "model": list(MODEL_PRESETS),
+               **{name: KNOBS[name].options for name in knobs if KNOBS[name].kind == "choice"}}
+    preset, chosen, refused = share_state.read(params, variants, knobs, share_state.check_algo, choices)
+    for message in refused:
+        st.warning(f"A setting in the link was refused, the default kept: {message}", icon=":material/link_off:")
+    preset = preset or variants[st.session_state.get(f"{page}:variant", next(iter(variants)))]
+    values = _defaults(preset, knobs) | chosen
+    st.session_state[f"{page}:values"] = values
+    if len(variants) > 1:
+        st.session_state[f"{page}:variant"] = next(label for label, name in variants.items() if name == preset)
+    for name, value in values.items():
+        st.session_state[f"{page}:{name}"] = value
+    st.session_state[URL_WRITTEN] = params
 
 
 # ---------------------------------------------------------------------------------------------- controls
@@ -138,14 +191,16 @@ def _variant_switch(page: str, variants: dict[str, str], knobs: Sequence[str], b
     if len(labels) == 1:
         return variants[labels[0]]
     key = f"{page}:variant"
+    base = PRESETS[variants[labels[0]]]
+    changes = "\n".join(
+        f"- **{label}** changes " + ", ".join(_differences(base, PRESETS[variants[label]]))
+        for label in labels[1:]
+    )
     label = st.radio(
         "Variant", labels, key=key, horizontal=True, disabled=busy, on_change=_apply_variant,
-        args=(page, variants, knobs), help="Switching loads that variant's preset defaults into the knobs.",
+        args=(page, variants, knobs),
+        help=f"Switching loads that variant's preset defaults into the knobs. From {base.title}:\n{changes}",
     )
-    base, chosen = PRESETS[variants[labels[0]]], PRESETS[variants[label]]
-    changes = _differences(base, chosen)
-    if changes:
-        st.caption(f"{chosen.title} changes from {base.title}: " + ", ".join(changes))
     return variants[label]
 
 
@@ -164,11 +219,24 @@ def _apply_variant(page: str, variants: dict[str, str], knobs: Sequence[str]) ->
         values[name] = st.session_state[f"{page}:{name}"] = getattr(preset, name)
 
 
+# A page that lets the learner switch the policy loss also loads the clip range that loss is meant for: GSPO's
+# ε = 3e-4 on token ratios would clip nearly every token.
+CLIP_RANGE_OF_LOSS = {"vanilla": "pg", "clip": "grpo", "gspo": "gspo", "gspo_token": "gspo"}
+
+
+def _follow_policy_loss(page: str) -> None:
+    preset = PRESETS[CLIP_RANGE_OF_LOSS[st.session_state[f"{page}:policy_loss"]]]
+    values = st.session_state[f"{page}:values"]
+    for name in ("epsilon", "epsilon_high"):
+        values[name] = st.session_state[f"{page}:{name}"] = getattr(preset, name)
+
+
 def _knob(page: str, name: str, values: dict, extra, disabled: bool) -> None:
     key = f"{page}:{name}"
     if key not in st.session_state:
         st.session_state[key] = values[name]
-    render_knob(name, key, extra, disabled)
+    on_change = (_follow_policy_loss, (page,)) if name == "policy_loss" else (None, ())
+    render_knob(name, key, extra, disabled, *on_change)
     values[name] = st.session_state[key]
 
 
@@ -217,6 +285,7 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
         name: values[name] for name in ("task", "model", *RUN_KNOBS, *WARM_START_KNOBS, *knobs)
     }
     label = f"{PRESETS[variant].title} · {page} page #{number}"
+    st.session_state.setdefault(f"{page}:predictions", {})[number] = st.session_state.get(f"{page}:prediction")
     job = Job(run, training_slots(), settings=settings, number=number, label=label, session=session_token()).start()
     jobs = session_jobs()
     jobs[:] = [j for j in jobs if j.active] + [job]
@@ -233,113 +302,3 @@ def _reset(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
     for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefix)]:
         del st.session_state[key]
     st.session_state[f"{page}:values"] = _defaults(next(iter(variants.values())), knobs)
-
-
-# ---------------------------------------------------------------------------------------------- runs
-def _labels(runs: list[Job]) -> dict[int, str]:
-    """`#n` plus the settings in which the page's runs differ, e.g. `#3 · beta=0.1, num_generations=4`."""
-    keys = [k for k in runs[0].settings if len({repr(r.settings.get(k)) for r in runs}) > 1] if runs else []
-    labels = {}
-    for job in runs:
-        shown = ", ".join(f"{k}={KNOBS[k].format(job.settings[k]) if k in KNOBS else job.settings[k]}" for k in keys)
-        labels[job.number] = f"#{job.number}" + (f" · {shown}" if shown else "")
-    return labels
-
-
-def _comparison_picker(page: str, runs: list[Job], labels: dict[int, str]) -> list[Job]:
-    earlier = [job for job in runs[:-1] if not job.active]
-    if not earlier:
-        return []
-    st.markdown(f"**Overlay earlier runs** on the charts of the latest one ({labels[runs[-1].number]}):")
-    columns = st.columns(min(len(earlier), 4))
-    return [
-        job
-        for index, job in enumerate(earlier)
-        if columns[index % len(columns)].checkbox(labels[job.number], key=f"{page}:compare:{job.number}")
-    ]
-
-
-def _download(page: str, shown: list[Job], labels: dict[int, str]) -> None:
-    rows = [
-        {"run": labels[job.number], **{f"knob:{k}": v for k, v in job.settings.items()}, **record}
-        for job in shown
-        for record in job.snapshot().records
-    ]
-    if rows:
-        st.download_button(
-            "Download metrics (CSV)", pd.DataFrame(rows).to_csv(index=False), file_name=f"{page}-metrics.csv",
-            mime="text/csv", key=f"{page}:download", help="Every step's metrics of the runs on the charts.",
-        )
-
-
-# ---------------------------------------------------------------------------------------------- dashboard
-def _dashboard(page: str, job: Job, overlays: list[Job], labels: dict[int, str], live: bool) -> None:
-    """Snapshot the jobs and redraw everything; runs every REFRESH_SECONDS while `job` trains."""
-    snap = job.snapshot()
-    _progress(snap)
-    if snap.records:
-        _headline(snap)
-        chart_runs = [ChartRun(labels[j.number], s.records, j.run.algo) for j, s in
-                      [(job, snap), *((o, o.snapshot()) for o in overlays)]]
-        charts = [chart for chart in CHARTS if has_data(chart, chart_runs)]
-        for row in range(0, len(charts), 2):
-            for column, chart in zip(st.columns(2), charts[row : row + 2]):
-                with column:
-                    st.plotly_chart(figure(chart, chart_runs), key=f"{page}:chart:{chart.title}",
-                                    config={"displayModeBar": False})
-                    st.caption(chart.caption)
-        _token_view(page, snap)
-    if live and not snap.active:
-        st.rerun()  # the run just ended: one full rerun re-enables the controls and stops this refresh
-
-
-def _progress(snap: JobSnapshot) -> None:
-    if snap.status == "queued":
-        running = "1 training is" if snap.waiting_for == 1 else f"{snap.waiting_for} trainings are"
-        place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
-        estimate = (f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None
-                    else " (an estimate of the wait appears once a training here has run to its end)" if place else "")
-        st.info(
-            f"queued: {running} running… this run starts as soon as a slot frees up{place}{estimate}.",
-            icon=":material/hourglass_top:",
-        )
-    elif snap.phase is not None:
-        phase, done, total = snap.phase
-        st.progress(done / max(total, 1), text=f"Setting up: {SETUP_PHASES[phase]} {done}/{total}")
-    elif snap.status in ("preparing", "training"):
-        eta = f", about {snap.eta:.0f} s left" if snap.eta is not None else ""
-        st.progress(
-            snap.steps_done / snap.steps_total,
-            text=f"step {snap.steps_done}/{snap.steps_total} · {snap.elapsed:.0f} s{eta}",
-        )
-    elif snap.status == "failed":
-        st.error(f"The run failed after {snap.steps_done} steps: {snap.error}")
-    elif snap.status == "stopped":
-        st.warning(f"Stopped after {snap.steps_done} of {snap.steps_total} steps.")
-    else:
-        st.success(f"Finished {snap.steps_done} steps in {snap.elapsed:.0f} s.")
-    if "value_pretrain_explained_variance" in snap.setup:
-        st.caption(
-            "Explained variance of the critic after value pretraining: "
-            f"**{snap.setup['value_pretrain_explained_variance']:.3f}** (1 = it predicts the returns)."
-        )
-
-
-def _headline(snap: JobSnapshot) -> None:
-    latest, first = snap.records[-1], snap.records[0]
-    shown = {"reward": "reward_mean", "success rate": "success_rate", "entropy": "entropy", "KL (exact)": "kl_exact",
-             "clip fraction": "clip_frac", "response length": "response_length"}
-    for column, (label, key) in zip(st.columns(len(shown)), shown.items()):
-        if key in latest:
-            column.metric(label, f"{latest[key]:.3f}", f"{latest[key] - first[key]:+.3f}",
-                          help=f"At step {latest['step']}; the arrow shows the change since step {first['step']}.")
-
-
-def _token_view(page: str, snap: JobSnapshot) -> None:
-    st.subheader(f"Samples from step {snap.steps_done}")
-    colour_by = st.radio(
-        "colour tokens by", list(COLOURINGS), key=f"{page}:colour_by", horizontal=True,
-        help="Hover a token for all its numbers.",
-    )
-    st.caption(COLOURINGS[colour_by].legend)
-    st.markdown(token_html(snap.samples, colour_by), unsafe_allow_html=True)

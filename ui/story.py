@@ -10,7 +10,8 @@ import streamlit as st
 
 
 def formula(title: str, latex: str | list[str], implementation: Callable, explanation: str = "") -> None:
-    """The formula (st.latex) with what it means on the left, the rl_core function that runs it on the right."""
+    """The formula (st.latex) with what it means on the left, the rl_core function that runs it on the right,
+    folded: a listing beside a two-line formula would leave a gap as tall as the listing."""
     st.markdown(f"##### {title}")
     left, right = st.columns([6, 5], gap="medium")
     with left:
@@ -18,8 +19,8 @@ def formula(title: str, latex: str | list[str], implementation: Callable, explan
             st.latex(line)
         if explanation:
             st.markdown(explanation)
-    with right:
-        st.caption(f"`{implementation.__module__}.{implementation.__qualname__}`, the code the lab runs")
+    with right.expander(f"Code: `{implementation.__module__}.{implementation.__qualname__}`", icon=":material/code:"):
+        st.caption("The function the lab runs.")
         st.code(inspect.getsource(implementation), language="python", wrap_lines=True)
 
 

@@ -1,10 +1,16 @@
-"""The token view: a step's sampled responses as text, each token coloured by one per-token quantity."""
+"""The token view: a step's sampled responses as text, each token coloured by one per-token quantity with its
+number under it, and one token's term of the policy loss worked out by the engine's own loss function."""
 
 from __future__ import annotations
 
 import html
 import math
 from dataclasses import dataclass
+
+import torch
+
+from rl_core.config import AlgoConfig
+from rl_core.losses import clipped_surrogate_loss, gspo_loss, gspo_token_loss, vanilla_pg_loss
 
 EOS_TOKEN = "<eos>"
 
@@ -64,31 +70,115 @@ def _scale(colouring: Colouring, samples: list[dict]) -> float:
     return max((abs(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)), default=0.0) or 1.0
 
 
+def _number(colouring: Colouring, value) -> str:
+    if colouring.field == "clipped":
+        return "clip" if value else "·"
+    return f"{value:+.2f}" if colouring.field == "advantages" else f"{value:.2f}"
+
+
+def legend_html(samples: list[dict], colour_by: str) -> str:
+    """The colour scale of this view with its end values."""
+    colouring = COLOURINGS[colour_by]
+    scale = _scale(colouring, samples)
+    if colouring.field == "clipped":
+        ends = [("rgba(255,179,0,0.75)", "clip active"), ("transparent", "not clipped")]
+    elif colouring.field == "advantages":
+        ends = [(_background(colouring, -scale, scale), f"A = {-scale:+.2f}"),
+                (_background(colouring, 0.0, scale), "A = 0"),
+                (_background(colouring, scale, scale), f"A = {scale:+.2f}")]
+    elif colouring.field == "ratios":
+        ends = [(_background(colouring, math.exp(-scale), scale), f"ρ = {math.exp(-scale):.2f}"),
+                (_background(colouring, 1.0, scale), "ρ = 1"), (_background(colouring, math.exp(scale), scale),
+                                                               f"ρ = {math.exp(scale):.2f}")]
+    else:
+        ends = [(_background(colouring, 0.0, scale), "H = 0"),
+                (_background(colouring, scale, scale), f"H = {scale:.2f}")]
+    swatches = "".join(
+        f'<span style="background:{colour};border:1px solid #ccc;padding:1px 8px;margin-right:4px;'
+        f'border-radius:3px">{html.escape(label)}</span>'
+        for colour, label in ends
+    )
+    return f'<div style="font-size:0.85rem;margin:2px 0 6px">{swatches}</div>'
+
+
 def token_html(samples: list[dict], colour_by: str) -> str:
-    """One line per sample: prompt, coloured response tokens, reward and success; hover a token for its numbers."""
+    """One line per sample: prompt, coloured response tokens with their number underneath, reward and
+    success; hover a token for all its numbers."""
     colouring = COLOURINGS[colour_by]
     scale = _scale(colouring, samples)
     rows = []
-    for sample in samples:
+    for row, sample in enumerate(samples, start=1):
         spans = []
         for i, token in enumerate(sample["tokens"]):
             value = sample[colouring.field][i]
             tip = (
-                f"A={sample['advantages'][i]:+.3f}  ρ={sample['ratios'][i]:.3f}  "
+                f"token {i}: A={sample['advantages'][i]:+.3f}  ρ={sample['ratios'][i]:.3f}  "
                 f"H={sample['entropies'][i]:.3f}{'  clipped' if sample['clipped'][i] else ''}"
             )
             text = "⏎" if token == EOS_TOKEN else html.escape(token)
             spans.append(
-                f'<span title="{html.escape(tip)}" style="background:{_background(colouring, value, scale)};'
-                f'padding:2px 3px;margin:0 1px;border-radius:3px">{text}</span>'
+                f'<span title="{html.escape(tip)}" style="display:inline-block;text-align:center;'
+                f'background:{_background(colouring, value, scale)};padding:1px 3px;margin:0 1px;border-radius:3px">'
+                f'{text}<br><span style="font-family:sans-serif;font-size:0.62rem;color:#444">'
+                f"{_number(colouring, value)}</span></span>"
             )
         verdict = "✓ solved" if sample["success"] else "✗ not solved"
         if sample["truncated"]:
             verdict += ", cut at the length limit"
         rows.append(
-            '<div style="font-family:monospace;font-size:1.05rem;margin:4px 0">'
-            f'<span style="color:#888">{html.escape(sample["prompt"])}</span> {"".join(spans)} '
+            '<div style="font-family:monospace;font-size:1.0rem;margin:3px 0">'
+            f'<span style="color:#888">{row}. {html.escape(sample["prompt"])}</span> {"".join(spans)} '
             f'<span style="font-family:sans-serif;font-size:0.85rem;color:#666">'
             f'reward {sample["reward"]:+.2f} · {verdict}</span></div>'
         )
     return "".join(rows)
+
+
+@dataclass(frozen=True)
+class TokenTerm:
+    """One token's share of the policy loss, as the engine's loss function computes it."""
+
+    ratio: float  # ρ_t = π_θ / π_old after the step's updates (GSPO: the response's sequence ratio s)
+    advantage: float
+    case: str  # which clip case holds, in words
+    loss: float  # the token's term ℓ_t of the per-token policy loss
+    weight: float  # −∂ℓ_t/∂log π_θ(a_t): how hard this token's log-probability is pushed up (negative: down)
+
+
+def token_term(sample: dict, index: int, algo: AlgoConfig) -> TokenTerm:
+    """Token `index` of `sample` put through the run's policy loss (rl_core.losses) with log π_old = 0 and
+    log π_θ = log ρ, so its loss and its gradient weight are the ones the last update saw."""
+    log_ratio = torch.tensor([[math.log(max(r, 1e-12)) for r in sample["ratios"]]], dtype=torch.float64,
+                             requires_grad=True)
+    old = torch.zeros_like(log_ratio)
+    token_adv = torch.tensor([sample["advantages"]], dtype=torch.float64)
+    mask = torch.ones_like(old)
+    sequence = algo.policy_loss in ("gspo", "gspo_token")
+    if algo.policy_loss == "vanilla":
+        loss = vanilla_pg_loss(log_ratio, token_adv)
+    elif sequence:
+        function = gspo_loss if algo.policy_loss == "gspo" else gspo_token_loss
+        loss = function(log_ratio, old, token_adv.mean(-1), mask, algo.epsilon, algo.epsilon_high)
+    else:
+        loss = clipped_surrogate_loss(log_ratio, old, token_adv, algo.epsilon, algo.epsilon_high, algo.dual_clip)
+    (grad,) = torch.autograd.grad(loss[0, index], log_ratio)
+    ratio = math.exp(log_ratio.detach().mean().item()) if sequence else sample["ratios"][index]
+    advantage = token_adv.mean().item() if sequence else sample["advantages"][index]
+    return TokenTerm(ratio, advantage, clip_case(ratio, advantage, algo), loss[0, index].item(),
+                     -grad[0, index].item())
+
+
+def clip_case(ratio: float, advantage: float, algo: AlgoConfig) -> str:
+    if algo.policy_loss == "vanilla":
+        return "no clip: vanilla policy gradient, every token keeps its gradient −A"
+    low, high = 1 - algo.epsilon, 1 + algo.epsilon_high
+    side = "A > 0" if advantage > 0 else "A < 0" if advantage < 0 else "A = 0"
+    if advantage == 0:
+        return "A = 0: no push either way"
+    if advantage > 0 and ratio > high:
+        return f"{side}, ρ > 1+ε_high = {high:.4g}: clipped, no gradient (already pushed up far enough)"
+    if advantage < 0 and ratio < low:
+        return f"{side}, ρ < 1−ε_low = {low:.4g}: clipped, no gradient (already pushed down far enough)"
+    if advantage < 0 and algo.dual_clip is not None and ratio > algo.dual_clip:
+        return f"{side}, ρ > c = {algo.dual_clip:g}: dual clip caps the loss, no gradient"
+    return f"{side}, ρ inside the range that binds for this sign: unclipped, full gradient"

@@ -1,0 +1,186 @@
+"""What a run shows while and after it trains: its progress, the charts of the chosen runs, the token view, and
+the answer to the page's prediction. Drawn by one fragment per page (ui/lab.py), from job snapshots only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import streamlit as st
+
+from toy_tasks import TASKS
+from ui.bridge import unipo_download
+from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
+from ui.jobs import SETUP_PHASES, Job, JobSnapshot
+from ui.predict import Prediction
+from ui.runs import download, labels, picker
+from ui.tokens import COLOURINGS, EOS_TOKEN, legend_html, token_html, token_term
+
+TABS = ("Charts", "Tokens")
+
+
+def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None) -> None:
+    """Progress of the latest run, then tabs: every chart with data (the page's `focus` charts first) and the
+    token view. Clicking a chart point opens that step in the token view."""
+    current = runs[-1]
+    snap = current.snapshot()
+    progress(snap, current)
+    if prediction is not None:
+        reveal(page, current, snap, prediction)
+    if not snap.records:
+        return
+    names = labels(runs)
+    shown = picker(page, runs, names)
+    _follow_chart_click(page)
+    charts_tab, tokens_tab = st.tabs(TABS, key=f"{page}:tab", on_change="rerun")
+    if charts_tab.open:
+        with charts_tab:
+            _charts(page, shown, names, focus)
+            if not snap.active:
+                download(page, shown, names)
+                unipo_download(page, current)
+    if tokens_tab.open:
+        with tokens_tab:
+            token_view(page, current, snap)
+
+
+def progress(snap: JobSnapshot, job: Job) -> None:
+    if snap.status == "queued":
+        running = "1 training is" if snap.waiting_for == 1 else f"{snap.waiting_for} trainings are"
+        place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
+        estimate = (f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None
+                    else " (an estimate of the wait appears once a training here has run to its end)" if place else "")
+        st.info(
+            f"queued: {running} running… this run starts as soon as a slot frees up{place}{estimate}.",
+            icon=":material/hourglass_top:",
+        )
+    elif snap.phase is not None:
+        phase, done, total = snap.phase
+        task = TASKS[job.run.task]
+        what = SETUP_PHASES[phase] if phase != "reward" or hasattr(task, "reward_model_preset") else "the task"
+        st.progress(done / max(total, 1), text=f"Setting up: {what} {done}/{total}")
+    elif snap.status in ("preparing", "training"):
+        eta = f", about {snap.eta:.0f} s left" if snap.eta is not None else ""
+        st.progress(
+            snap.steps_done / snap.steps_total,
+            text=f"step {snap.steps_done}/{snap.steps_total} · {snap.elapsed:.0f} s{eta}",
+        )
+    elif snap.status == "failed":
+        st.error(f"The run failed after {snap.steps_done} steps: {snap.error}")
+    elif snap.status == "stopped":
+        st.warning(f"Stopped after {snap.steps_done} of {snap.steps_total} steps.")
+    else:
+        st.success(f"Finished {snap.steps_done} steps in {snap.elapsed:.0f} s.")
+    if "value_pretrain_explained_variance" in snap.setup:
+        st.caption(
+            "Explained variance of the critic after value pretraining: "
+            f"**{snap.setup['value_pretrain_explained_variance']:.3f}** (1 = it predicts the returns)."
+        )
+
+
+def reveal(page: str, job: Job, snap: JobSnapshot, prediction: Prediction) -> None:
+    """Once the run has ended, the page's question answered from its records, next to what the learner said."""
+    said = st.session_state.get(f"{page}:predictions", {}).get(job.number)
+    if snap.active or said is None:
+        return
+    answer = prediction.answer(snap.records)
+    if answer is None:
+        st.info(f"You predicted **{said}**; this run is too short to tell.")
+        return
+    truth, evidence = answer
+    message = f"You predicted **{said}**; the run says **{truth}**: {evidence}."
+    (st.success if said == truth else st.warning)(message, icon=":material/quiz:")
+
+
+# ---------------------------------------------------------------------------------------------- charts
+def _chart_key(page: str, title: str) -> str:
+    return f"{page}:chart:{title}"
+
+
+def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str]) -> None:
+    chart_runs = [
+        ChartRun(names[job.number], job.snapshot().records, job.run.algo, tag=f"#{job.number}",
+                 colour=run_colour(job.number))
+        for job in shown
+    ]
+    ordered = sorted(CHARTS, key=lambda chart: (chart.title not in focus, focus.index(chart.title)
+                                                 if chart.title in focus else 0))
+    charts = [chart for chart in ordered if has_data(chart, chart_runs)]
+    for row in range(0, len(charts), 2):
+        for column, chart in zip(st.columns(2), charts[row : row + 2]):
+            with column:
+                st.plotly_chart(
+                    figure(chart, chart_runs), key=_chart_key(page, chart.title), on_select="rerun",
+                    selection_mode="points", config={"displayModeBar": False},
+                )
+                st.caption(caption(chart, chart_runs))
+    st.caption("Click a point on a chart to see that step's sampled responses in the Tokens tab.")
+
+
+def _follow_chart_click(page: str) -> None:
+    """A newly clicked chart point opens its step in the token view (read before the tabs and the step
+    slider are drawn, so their state can still be set in this run)."""
+    for chart in CHARTS:
+        state = st.session_state.get(_chart_key(page, chart.title))
+        points = (state or {}).get("selection", {}).get("points", []) if state else []
+        clicked = (chart.title, tuple(p.get("x") for p in points))
+        if points and st.session_state.get(f"{page}:clicked:{chart.title}") != clicked:
+            st.session_state[f"{page}:clicked:{chart.title}"] = clicked
+            st.session_state[f"{page}:token_step"] = int(points[0]["x"])
+            st.session_state[f"{page}:tab"] = "Tokens"
+
+
+# ---------------------------------------------------------------------------------------------- tokens
+def token_view(page: str, job: Job, snap: JobSnapshot) -> None:
+    steps = sorted(snap.samples)
+    if not steps:
+        st.caption("No sampled responses recorded for this run.")
+        return
+    key = f"{page}:token_step"
+    # Follow the newest step while training, unless the learner has scrubbed back.
+    if st.session_state.get(key) not in steps or st.session_state.get(f"{page}:token_latest") == st.session_state[key]:
+        st.session_state[key] = steps[-1]
+    st.session_state[f"{page}:token_latest"] = steps[-1]
+    step_column, colour_column = st.columns([3, 2])
+    step = step_column.select_slider(
+        "step", steps, key=key, help="Scrub through the run: every step's samples are kept (evenly thinned "
+        "beyond 200 steps).",
+    )
+    colour_by = colour_column.radio(
+        "colour tokens by", list(COLOURINGS), key=f"{page}:colour_by", horizontal=True,
+        help="Hover a token for all its numbers.",
+    )
+    samples = snap.samples[step]
+    st.markdown(legend_html(samples, colour_by), unsafe_allow_html=True)
+    st.caption(COLOURINGS[colour_by].legend + " Ratios and clips are measured after this step's updates.")
+    st.markdown(token_html(samples, colour_by), unsafe_allow_html=True)
+    _token_formula(page, job, samples)
+
+
+def _token_formula(page: str, job: Job, samples: list[dict]) -> None:
+    """Pick a token; see the page's loss with its numbers filled in."""
+    algo = job.run.algo
+    row_column, token_column = st.columns([1, 4])
+    row = row_column.selectbox("response", range(len(samples)), key=f"{page}:token_row",
+                               format_func=lambda i: f"{i + 1}. {samples[i]['prompt']}")
+    sample = samples[row]
+    tokens = sample["tokens"]
+    index = token_column.pills(
+        "token", range(len(tokens)), key=f"{page}:token_index",
+        format_func=lambda i: f"{'⏎' if tokens[i] == EOS_TOKEN else tokens[i]} ({i})",
+    )
+    if index is None or index >= len(tokens):
+        st.caption("Pick a token to see its term of the loss with its own numbers.")
+        return
+    term = token_term(sample, index, algo)
+    rho = "s" if algo.policy_loss in ("gspo", "gspo_token") else r"\rho_t"
+    if algo.policy_loss == "vanilla":
+        st.latex(rf"\ell_t = -A_t \log\pi_\theta(a_t) \qquad A_t = {term.advantage:+.4f}")
+    else:
+        st.latex(
+            rf"\ell_t = -\min\big({rho} A,\ \mathrm{{clip}}({rho}, 1-{algo.epsilon:g}, 1+{algo.epsilon_high:g})\,A\big)"
+            rf" \quad {rho} = {term.ratio:.4f},\ A = {term.advantage:+.4f} \;\Rightarrow\; \ell_t = {term.loss:+.4f}"
+        )
+    st.markdown(
+        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{term.weight:+.4f}** "
+        "(−∂ℓ/∂log π: positive pushes the token up, negative down, 0 leaves it alone)."
+    )

@@ -1,0 +1,82 @@
+"""Aggregation lab: how much each token weighs under each loss aggregation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from rl_core import advantages as adv
+from rl_core.aggregation import LOSS_AGG_MODES, aggregate_loss
+from rl_core.losses import vanilla_pg_loss
+from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, subplot_axes
+
+
+def token_weights(
+    lengths: Sequence[int], sequence_advantages: Sequence[float], mode: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(weights, push, mask)`, each `[B, T]`: `∂loss/∂L_t` and `−∂loss/∂log π_θ(a_t)` by autograd through
+    `aggregate_loss` of the vanilla policy-gradient loss.
+
+    The weight does not depend on the loss values (every mode is linear in L); the push is the direction a
+    gradient step moves each token's log-probability: up for A > 0, down for A < 0, scaled by the weight.
+    """
+    lengths_t = torch.tensor(list(lengths))
+    mask = (torch.arange(int(lengths_t.max()))[None] < lengths_t[:, None]).to(torch.float64)
+    logp = torch.zeros_like(mask, requires_grad=True)
+    advantages = adv.broadcast_to_tokens(torch.tensor(list(sequence_advantages), dtype=torch.float64), mask)
+    per_token = vanilla_pg_loss(logp, advantages)
+    weights, grad_logp = torch.autograd.grad(aggregate_loss(per_token, mask, mode), (per_token, logp))
+    return weights * mask, -grad_logp, mask
+
+
+def aggregation_table(lengths: Sequence[int], sequence_advantages: Sequence[float]) -> pd.DataFrame:
+    """Per mode and response: the weight of one token, the response's total weight and its total push."""
+    rows = []
+    for mode in LOSS_AGG_MODES:
+        weights, push, mask = token_weights(lengths, sequence_advantages, mode)
+        for i, (length, advantage) in enumerate(zip(lengths, sequence_advantages)):
+            rows.append(
+                {
+                    "mode": mode,
+                    "response": f"y{i + 1}: {length} tokens, A = {advantage:+g}",
+                    "length": length,
+                    "A": advantage,
+                    "weight per token": weights[i, 0].item(),
+                    "total weight": weights[i].sum().item(),
+                    "total push on log π": push[i].sum().item(),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def aggregation_summary(table: pd.DataFrame) -> str:
+    """How the longest response fares under each mode, compared with the shortest."""
+    parts = []
+    for mode, rows in table.groupby("mode", sort=False):
+        longest, shortest = rows.loc[rows["length"].idxmax()], rows.loc[rows["length"].idxmin()]
+        ratio = shortest["weight per token"] / longest["weight per token"]
+        parts.append(
+            f"{mode}: one token of the {int(shortest['length'])}-token response weighs {ratio:.3g}× one of the "
+            f"{int(longest['length'])}-token response, whose tokens get a total push of "
+            f"{longest['total push on log π']:+.3f}"
+        )
+    return ". ".join(parts) + "."
+
+
+def aggregation_figure(table: pd.DataFrame) -> go.Figure:
+    """Per-token weight and size of the total push per response, grouped by aggregation mode, both on log
+    scales because the modes differ by orders of magnitude (the push's sign is the sign of A)."""
+    layout = grid_layout(1, 2, column_titles=["weight of one token", "|total push on log π|"])
+    traces = []
+    for (response, rows), color in zip(table.groupby("response", sort=False), (POSITIVE, NEGATIVE, NEUTRAL, MUTED)):
+        for col, values in enumerate((rows["weight per token"], rows["total push on log π"].abs()), start=1):
+            axes = subplot_axes(1, col, 2)
+            traces.append(go.Bar(x=rows["mode"], y=values, name=response, marker_color=color,
+                                 showlegend=col == 1, xaxis=axes[0], yaxis=axes[1]))
+    for col in (1, 2):
+        layout[axis_key(subplot_axes(1, col, 2)[1])]["type"] = "log"
+    layout.update(barmode="group", height=420, margin=dict(t=90, b=40), legend=dict(orientation="h", y=1.2))
+    return go.Figure(data=traces, layout=layout)

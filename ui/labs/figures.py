@@ -1,0 +1,61 @@
+"""Building blocks shared by the labs' figures: colours, subplot grids made once, lines and bands."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Sequence
+
+import torch
+from plotly.subplots import make_subplots
+
+
+POSITIVE, NEGATIVE, NEUTRAL, MUTED = "#2a9d8f", "#e76f51", "#264653", "#adb5bd"
+# Autograd returns exact zeros where a clamp or a min cuts the graph; the tolerance only absorbs float noise.
+ZERO = 1e-12
+
+
+def is_zero(x: torch.Tensor) -> torch.Tensor:
+    return x.abs() <= ZERO
+
+
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_grid(rows: int, cols: int, column_titles: tuple[str, ...], row_titles: tuple[str, ...]) -> dict:
+    layout = make_subplots(
+        rows=rows, cols=cols, shared_xaxes=rows > 1, vertical_spacing=0.08, horizontal_spacing=0.08,
+        column_titles=list(column_titles) or None, row_titles=list(row_titles) or None,
+    ).layout.to_plotly_json()
+    # The template is the default one, which every new figure gets anyway; copying it would cost most of the time.
+    del layout["template"]
+    return layout
+
+
+def grid_layout(rows: int, cols: int, column_titles: Sequence[str] = (), row_titles: Sequence[str] = ()) -> dict:
+    """A fresh copy of make_subplots' layout (axis domains and titles). Building it takes tens of milliseconds,
+    so each grid is made once; every figure is then built in a single `go.Figure` call, because plotly
+    re-validates the whole figure on each `add_*` call and the incremental way was too slow to redraw."""
+    return copy.deepcopy(_cached_grid(rows, cols, tuple(column_titles), tuple(row_titles)))
+
+
+def axis_key(ref: str) -> str:
+    """The layout key of an axis reference: "x3" → "xaxis3", "y" → "yaxis"."""
+    return f"{ref[0]}axis{ref[1:]}"
+
+
+def subplot_axes(row: int, col: int, cols: int) -> tuple[str, str]:
+    """The x and y axis names of one subplot; make_subplots numbers them row by row."""
+    k = (row - 1) * cols + col
+    return ("x", "y") if k == 1 else (f"x{k}", f"y{k}")
+
+
+def vertical(kind: str, x0: float, x1: float, xref: str, **style) -> dict:
+    """A line or band through a whole column of subplots (one shape for all rows: plotly validates each
+    shape separately, and they were the largest part of drawing a figure)."""
+    return dict(type=kind, x0=x0, x1=x1, y0=0, y1=1, xref=xref, yref="paper", **style)
+
+
+def horizontal(kind: str, y0: float, y1: float, **style) -> dict:
+    """A full-width line or band on a single-axis figure, as a layout shape."""
+    return dict(type=kind, x0=0, x1=1, y0=y0, y1=y1, xref="x domain", yref="y", **style)

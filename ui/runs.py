@@ -1,0 +1,66 @@
+"""A page's runs: their labels (what differs from the first run), which of them the charts overlay, the CSV."""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+import streamlit as st
+
+from ui.charts import run_colour
+from ui.jobs import Job
+from ui.knobs import KNOBS
+
+
+def labels(runs: list[Job]) -> dict[int, str]:
+    """`#n` plus the settings in which run n differs from the page's first run, e.g. `#3 · beta=0.1`; the first
+    run (and any run identical to it) is labelled with its variant alone."""
+    if not runs:
+        return {}
+    first = runs[0].settings
+    result = {}
+    for job in runs:
+        changed = [k for k in job.settings if k != "variant" and job.settings[k] != first.get(k)]
+        if job.settings.get("variant") != first.get("variant"):
+            changed.insert(0, "variant")
+        shown = ", ".join(f"{k}={KNOBS[k].format(job.settings[k]) if k in KNOBS else job.settings[k]}" for k in changed)
+        result[job.number] = f"#{job.number} · " + (shown or str(first.get("variant", "first run")))
+    return result
+
+
+def picker(page: str, runs: list[Job], names: dict[int, str]) -> list[Job]:
+    """The runs to draw, chosen by the learner (the latest run and every finished one by default), with a
+    swatch of each run's colour as the charts use it."""
+    if len(runs) < 2:
+        return runs
+    key = f"{page}:overlay"
+    numbers = [job.number for job in runs]
+    chosen = [n for n in st.session_state.get(key, numbers) if n in numbers]
+    if runs[-1].number not in st.session_state.get(f"{page}:overlay_offered", ()):
+        chosen.append(runs[-1].number)  # a new run is always shown at first
+    st.session_state[f"{page}:overlay_offered"] = numbers
+    st.session_state[key] = list(dict.fromkeys(chosen))
+    selected = st.pills(
+        "Runs on the charts", numbers, selection_mode="multi", key=key, format_func=lambda n: names[n],
+        help="Choose the runs to overlay. Labels name what differs from the page's first run.",
+    )
+    swatches = " ".join(
+        f'<span style="color:{run_colour(n)};font-weight:700">━ {html.escape(names[n].split(" · ")[0])}</span>'
+        for n in selected
+    )
+    if swatches:
+        st.markdown(f'<div style="font-size:0.8rem;margin-top:-8px">colours: {swatches}</div>', unsafe_allow_html=True)
+    return [job for job in runs if job.number in selected]
+
+
+def download(page: str, shown: list[Job], names: dict[int, str]) -> None:
+    rows = [
+        {"run": names[job.number], **{f"knob:{k}": v for k, v in job.settings.items()}, **record}
+        for job in shown
+        for record in job.snapshot().records
+    ]
+    if rows:
+        st.download_button(
+            "Download metrics (CSV)", pd.DataFrame(rows).to_csv(index=False), file_name=f"{page}-metrics.csv",
+            mime="text/csv", key=f"{page}:download", help="Every step's metrics of the runs on the charts.",
+        )

@@ -1,0 +1,93 @@
+"""A page's settings in its URL: `/grpo?algo=dapo&epsilon_high=0.31&seed=1` opens the GRPO page with DAPO's
+preset, ε_high = 0.31 and seed 1. Keys are the knob names (`AlgoConfig` / `RunConfig` fields), `algo` the preset.
+
+A value the engine refuses (not a number, out of range, a combination `get_preset` or `RunConfig.validate`
+rejects) is not applied: the page says which and why, and keeps the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import streamlit as st
+
+from rl_core.algorithms import get_preset
+from ui.knobs import KNOBS
+
+RUN_PARAMS = ("task", "model", "steps", "seed", "sft_steps", "demo_noise")
+
+
+def parse(name: str, text: str, allowed: Sequence | None = None):
+    """The value a URL's text stands for, typed like the knob; ValueError says what is allowed."""
+    knob = KNOBS.get(name)
+    if knob is None or knob.kind == "choice":
+        if allowed is not None and text not in allowed:
+            raise ValueError(f"{name}={text!r} is not one of: {', '.join(map(str, allowed))}")
+        return text
+    if knob.kind == "toggle":
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{name}={text!r} is not on/off; allowed: true, false")
+        return text.lower() in ("true", "1")
+    if text == knob.none_label or text.lower() == "none":
+        if None not in knob.options:
+            raise ValueError(f"{name} cannot be off")
+        return None
+    numbers = [o for o in knob.options if o is not None]
+    try:
+        value = int(text) if all(isinstance(o, int) for o in numbers) else float(text)
+    except ValueError:
+        kind = "an integer" if all(isinstance(o, int) for o in numbers) else "a number"
+        raise ValueError(f"{name}={text!r} is not {kind}") from None
+    return value
+
+
+def text(value) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def read(
+    params: dict[str, str], variants: dict[str, str], knobs: Sequence[str], check: Callable[[str, dict], None],
+    choices: dict[str, Sequence[str]],
+) -> tuple[str | None, dict, list[str]]:
+    """From a URL's parameters: the preset it names (or None), the knob values it sets, and one message per
+    value refused. `check(preset, values)` raises ValueError for values the engine refuses."""
+    refused: list[str] = []
+    preset = params.get("algo")
+    if preset is not None and preset not in variants.values():
+        refused.append(f"algo={preset!r} is not on this page; allowed: {', '.join(variants.values())}")
+        preset = None
+    values: dict = {}
+    for name, raw in params.items():
+        if name == "algo":
+            continue
+        if name not in knobs and name not in RUN_PARAMS:
+            refused.append(f"{name} is not a knob of this page")
+            continue
+        try:
+            value = parse(name, raw, choices.get(name))
+            check(preset or next(iter(variants.values())), values | {name: value})
+        except ValueError as error:
+            refused.append(str(error))
+            continue
+        values[name] = value
+    return preset, values, refused
+
+
+def check_algo(preset: str, values: dict) -> None:
+    """ValueError (naming the knob) if the preset refuses these values; run-level knobs are checked elsewhere."""
+    get_preset(preset, **{k: v for k, v in values.items() if k not in RUN_PARAMS})
+
+
+def write(preset: str, values: dict, defaults: dict) -> None:
+    """Mirror the page's settings in the URL: the preset, the seed, and every value that differs from its default."""
+    wanted = {"algo": preset, "seed": text(values["seed"])} | {
+        name: text(value) for name, value in values.items() if name != "seed" and value != defaults.get(name)
+    }
+    if dict(st.query_params) != wanted:
+        st.query_params.from_dict(wanted)
+
+
+def link() -> str:
+    """The page's address with its settings, for the learner to copy."""
+    query = "&".join(f"{k}={v}" for k, v in st.query_params.items())
+    return f"{(st.context.url or '').split('?')[0]}?{query}"  # no URL without a browser (AppTest)
