@@ -31,7 +31,7 @@ def test_the_export_follows_the_knobs_and_switches_framework():
     assert not at.exception, at.exception
 
 
-def test_a_finished_job_becomes_a_valid_unipo_log_with_its_latest_samples():
+def test_a_finished_job_becomes_a_valid_unipo_log_with_every_steps_samples():
     algo = get_preset("grpo", prompts_per_step=2, num_generations=2, ppo_epochs=1, num_minibatches=1)
     run = RunConfig(algo=algo, task="reverse", steps=3, sft_steps=0, samples_per_record=2)
     job = Job(run, TrainingSlots(1), label="GRPO · test").start()
@@ -46,8 +46,8 @@ def test_a_finished_job_becomes_a_valid_unipo_log_with_its_latest_samples():
     }
     entries = document["entries"]
     assert [e["step"] for e in entries] == [1, 2, 3]
-    assert [("prompts" in e) for e in entries] == [False, False, True]
-    assert sum(len(g["responses"]) for g in entries[-1]["prompts"]) == 2
+    # The dashboard keeps every step's sampled responses, so every entry carries its own.
+    assert [sum(len(g["responses"]) for g in e["prompts"]) for e in entries] == [2, 2, 2]
 
 
 def test_a_preset_trl_cannot_take_says_why_instead_of_code():

@@ -9,7 +9,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from ui import successor_overlays as overlays
-from ui.labs import shaped_logits
+from ui.labs.kl import shaped_logits
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -97,9 +97,9 @@ def test_the_beyond_grpo_page_renders_and_its_variants_load_their_presets():
     at.switch_page("app_pages/beyond_grpo.py").run()
     assert not at.exception, at.exception
     assert at.title[0].value == "Beyond GRPO (2025–26)"
-    at.radio(key="beyond:variant").set_value("CISPO").run()
-    assert at.session_state["beyond:values"]["policy_loss"] == "cispo"
-    assert at.session_state["beyond:values"]["epsilon_high"] == 5.0
+    at.radio(key="beyond_grpo:variant").set_value("CISPO").run()
+    assert at.session_state["beyond_grpo:values"]["policy_loss"] == "cispo"
+    assert at.session_state["beyond_grpo:values"]["epsilon_high"] == 5.0
     assert not at.exception, at.exception
 
 
@@ -110,13 +110,13 @@ def test_the_beyond_grpo_page_trains_cispo_and_exports_it():
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     at.switch_page("app_pages/beyond_grpo.py").run()
-    at.radio(key="beyond:variant").set_value("CISPO").run()
-    quick_settings(at, "beyond")
+    at.radio(key="beyond_grpo:variant").set_value("CISPO").run()
+    quick_settings(at, "beyond_grpo")
     try:
-        snap = train(at, "beyond")
+        snap = train(at, "beyond_grpo")
         assert snap.status == "finished" and len(snap.records) == 2
         assert any("loss_type='cispo',  # policy_loss=cispo" in c.value for c in at.get("code"))
     finally:
-        for job in at.session_state["beyond:runs"]:
+        for job in at.session_state["beyond_grpo:runs"]:
             job.stop()
             job.join(5)
