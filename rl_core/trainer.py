@@ -567,7 +567,6 @@ class Trainer:
                     "generator": self.generator.get_state(),
                     # the stale sampler's queue (rollout_staleness > 0), so a resumed run samples as it would have
                     "behaviour_snapshots": None if self._snapshots is None else list(self._snapshots),
-                    "snapshot_step": self._snapshot_step,
                 },
                 staging / "trainer_state.pt",
             )
@@ -577,6 +576,7 @@ class Trainer:
                     "step_index": self.step_index,
                     "beta": self.beta,
                     "running_baseline": self.running_baseline,
+                    "snapshot_step": self._snapshot_step,
                     "prompt_rng": [version, list(internal), gauss],
                 }
             ))
@@ -611,7 +611,7 @@ class Trainer:
             self._snapshots.clear()
             self._snapshots.extend(state["behaviour_snapshots"])
             self._sampler.load_state_dict(self._snapshots[0])
-            self._snapshot_step = state["snapshot_step"]
+            self._snapshot_step = counters["snapshot_step"]
 
 
 def _rollout_is_raw_weights(old_logp, behaviour_logp, mask, level: str) -> torch.Tensor:

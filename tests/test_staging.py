@@ -111,7 +111,7 @@ def test_trainer_state_is_loaded_without_unpickling_code(tmp_path):
     trainer.prepare()
     folder = trainer.save_checkpoint(tmp_path / "ckpt")
     state = torch.load(folder / "trainer_state.pt", weights_only=True)  # plain tensors and containers only
-    assert set(state) == {"optimizer", "critic_optimizer", "generator"}
+    assert set(state) == {"optimizer", "critic_optimizer", "generator", "behaviour_snapshots"}
     torch.save({**state, "optimizer": Payload()}, folder / "trainer_state.pt")
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         trainer.load_checkpoint(folder)
