@@ -16,6 +16,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | cliprange_value, vf_coef | cliprange_value, vf_coef | cliprange_value, — | ε_v, c_v |
 | entropy_coef | — | entropy_coeff | c_ent |
 | positive_nll_coef | — | — | μ (VAPO) |
+| overlong_punishment | — | overlong_buffer.enable | soft overlong punishment on/off |
 | overlong_buffer | — | overlong_buffer.len | L_cache |
 """
 
@@ -83,7 +84,11 @@ class AlgoConfig:
     dynamic_sampling: bool = False
     max_resample_rounds: int = 3
     overlong_filter: bool = False
-    overlong_buffer: int | None = None
+    overlong_punishment: bool = False
+    overlong_buffer: int | None = None  # L_cache in tokens; None: overlong_buffer_fraction × the task's limit
+    overlong_buffer_fraction: float = 0.2  # DAPO: 4k of a 20k limit
+    # Adam keeps moving the policy on a zero gradient (its momentum); skip the step when nothing pushes.
+    skip_no_signal_updates: bool = True
     # entropy-collapse control (Clip-Cov / KL-Cov)
     cov_mode: CovMode = "none"
     cov_fraction: float = 2e-4
@@ -153,6 +158,10 @@ class AlgoConfig:
         _require(self.max_resample_rounds >= 0, "max_resample_rounds", self.max_resample_rounds, "an integer ≥ 0")
         if self.overlong_buffer is not None:
             _require(self.overlong_buffer >= 1, "overlong_buffer", self.overlong_buffer, "an integer ≥ 1")
+        _require(
+            0 < self.overlong_buffer_fraction <= 1, "overlong_buffer_fraction", self.overlong_buffer_fraction,
+            "0 < fraction ≤ 1 (of the task's length limit)",
+        )
         _require(0 < self.cov_fraction <= 1, "cov_fraction", self.cov_fraction, "0 < fraction ≤ 1")
         _require(self.kl_cov_coef >= 0, "kl_cov_coef", self.kl_cov_coef, "≥ 0")
         if self.advantage_estimator == "gae" or self.value_pretrain_steps:

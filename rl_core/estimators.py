@@ -11,7 +11,7 @@ import torch
 
 from rl_core import advantages as adv
 from rl_core import losses
-from rl_core.config import AlgoConfig
+from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.masking import masked_mean, masked_whiten
 
 
@@ -68,6 +68,14 @@ ADVANTAGE_ESTIMATORS = {
     "reinforce_pp": _reinforce_pp,
     "reinforce_pp_baseline": _reinforce_pp_baseline,
 }
+
+
+def effective_reward_clip(algo: AlgoConfig) -> float | None:
+    """`c_R` where the spec puts it: on the scalar reward placed on the last token (PPO, REINFORCE++, PG, VAPO).
+
+    A group estimator (GRPO, DAPO, Dr. GRPO, GSPO, RLOO, REINFORCE++-baseline) compares R within its group, so R
+    reaches it unclipped."""
+    return None if algo.advantage_estimator in GROUP_ESTIMATORS else algo.reward_clip
 
 
 def estimate_advantages(algo: AlgoConfig, x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor | None]:

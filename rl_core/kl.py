@@ -28,6 +28,16 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.expm1(log_ratio) - log_ratio
 
 
+def clamped_kl(kl: torch.Tensor, bound: float = 10.0) -> torch.Tensor:
+    """`clamp(k, −bound, bound)` per token: verl's guard on the KL term of the loss (its `low_var_kl` clamps k3 at 10).
+
+    k3's gradient w.r.t. `log π_θ` is `1 − r`: at a token the policy has all but ruled out while the reference
+    has not (`π_θ ≪ π_ref`, common once entropy has collapsed) `r` runs into the hundreds and one token's pull
+    dwarfs the whole batch's. Beyond the bound the clamp passes no gradient at all.
+    """
+    return kl.clamp(-bound, bound)
+
+
 def kl_exact(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
     """`Σ_v π_θ(v|s_t) (log π_θ(v|s_t) − log π_ref(v|s_t))` over the last (vocabulary) dim: `[B,T,V]` → `[B,T]`.
 

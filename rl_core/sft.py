@@ -122,8 +122,10 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
             return load_policy(folder).to(device)
         except (OSError, ValueError):
             shutil.rmtree(folder, ignore_errors=True)  # unreadable: train it again
-    torch.manual_seed(seed)
-    policy = build_policy(model_preset, tokenizer).to(device)
+    # The initial weights come from the seed alone; the process's global RNG is left as it was found.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        policy = build_policy(model_preset, tokenizer).to(device)
     train_sft(policy, tokenizer, task, steps, demo_noise, seed, learning_rate=learning_rate, progress=progress)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
@@ -133,4 +135,7 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
         staging.rename(folder)
     except OSError:  # another process finished the same checkpoint first
         shutil.rmtree(staging, ignore_errors=True)
-    return policy
+    # Every run starts from the checkpoint as loaded, also the run that trained it: the freshly trained module
+    # holds the same values, yet its passes round differently at the last bit (seen as RL curves that agreed
+    # for 8–14 steps and then parted), so a run's records would depend on whether its SFT was cached.
+    return load_policy(folder).to(device)

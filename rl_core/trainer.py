@@ -21,7 +21,7 @@ from rl_core import kl as kl_estimators
 from rl_core.advantages import reward_to_go
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import RunConfig
-from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
+from rl_core.estimators import AdvantageInputs, effective_reward_clip, estimate_advantages, policy_loss
 from rl_core.kl_control import adaptive_beta
 from rl_core.losses import (
     clip_cov_detach_mask,
@@ -40,7 +40,7 @@ from rl_core.metrics import (
     zero_advantage_group_fraction,
 )
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
-from rl_core.rewards import kl_penalized_token_rewards, soft_overlong_punishment
+from rl_core.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
 from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
 from rl_core.sft import default_cache_dir, sft_policy
@@ -48,6 +48,10 @@ from rl_core.tokenizer import build_char_tokenizer
 from toy_tasks import get_task
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+# Torch's intra-op thread count when this module was imported: a model preset without a count of its own gets this,
+# not whatever count the previous training in the process happened to set.
+DEFAULT_CPU_THREADS = torch.get_num_threads()
 
 
 class TrainingError(RuntimeError):
@@ -69,10 +73,19 @@ class Trainer:
         if run.model not in MODEL_PRESETS:
             raise ValueError(f"model={run.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
         threads = MODEL_PRESETS[run.model].cpu_threads
-        if self.device.type == "cpu" and threads is not None:
-            torch.set_num_threads(threads)
+        if self.device.type == "cpu":
+            torch.set_num_threads(threads or DEFAULT_CPU_THREADS)
         self.task = get_task(run.task)
         self.max_new_tokens = self.algo.max_new_tokens or self.task.max_new_tokens
+        self.overlong_buffer = overlong_buffer_length(
+            self.max_new_tokens, self.algo.overlong_buffer, self.algo.overlong_buffer_fraction
+        )
+        if self.algo.overlong_punishment and self.overlong_buffer > self.max_new_tokens:
+            raise ValueError(
+                f"overlong_buffer={self.algo.overlong_buffer!r} is out of range; allowed: at most the length limit "
+                f"{self.max_new_tokens} of task {run.task!r}"
+            )
+        self.reward_clip = effective_reward_clip(self.algo)
         self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
         self.tokenizer = build_char_tokenizer()
         self.beta = self.algo.beta
@@ -110,11 +123,16 @@ class Trainer:
         # disable_dropout), and the sampler never has to switch modes around a rollout.
         self.policy.eval()
         self.reference = frozen_reference(self.policy)
-        torch.manual_seed(self.run.seed)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, fused=True)
         setup = {}
         if self.algo.use_critic:
             self.critic = ValueModel.from_policy(self.policy).to(self.device).eval()
+            # The value head is the critic's only random part: drawn from the run's seed, not the global RNG, so
+            # that what ran before in the process cannot change it.
+            head = torch.Generator().manual_seed(self.run.seed)
+            with torch.no_grad():
+                self.critic.value_head.weight.normal_(0.0, self.critic.config.n_embd**-0.5, generator=head)
+                self.critic.value_head.bias.zero_()
             self.critic_optimizer = torch.optim.AdamW(
                 self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, fused=True
             )
@@ -129,7 +147,7 @@ class Trainer:
         mask = rollout.response_mask
         with torch.no_grad():
             values = self._critic_values(rollout)
-            token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, self.algo.reward_clip)
+            token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, self.reward_clip)
             returns = reward_to_go(token_rewards, mask, self.algo.gamma)
         loss = self._critic_update(rollout, values, returns)
         return loss["explained_variance"]
@@ -144,8 +162,11 @@ class Trainer:
         )
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
-        if self.algo.overlong_buffer is not None:
-            rewards = rewards + soft_overlong_punishment(rollout.lengths, self.max_new_tokens, self.algo.overlong_buffer)
+        if self.algo.overlong_punishment:
+            # |y| is the answer's length: a closing EOS is not part of it, so an answer that ends by itself within
+            # L_max − L_cache tokens is never punished (with limits of 8–12 tokens, one token is a whole ramp step).
+            answer_lengths = rollout.lengths - rollout.ended_with_eos.float()
+            rewards = rewards + soft_overlong_punishment(answer_lengths, self.max_new_tokens, self.overlong_buffer)
         return rollout, rewards, torch.tensor(scores.successes, dtype=torch.bool, device=self.device)
 
     def _collect(self) -> tuple[Rollout, torch.Tensor, torch.Tensor, dict]:
@@ -230,7 +251,7 @@ class Trainer:
             old_values = self._critic_values(batch) if self.critic is not None else None
             kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
             beta_in_reward = self.beta if algo.kl_in == "reward" else 0.0
-            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, algo.reward_clip)
+            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, self.reward_clip)
             advantages, returns = estimate_advantages(
                 algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations)
             )
@@ -266,7 +287,7 @@ class Trainer:
             # VAPO imitates its best responses; when every reward is equal there is no best one to imitate.
             positive = (rewards >= rewards.max()) & (rewards.max() > rewards.min())
         sums: dict[str, float] = {}
-        updates = 0
+        updates = skipped = 0
         for _ in range(algo.ppo_epochs):
             order = torch.randperm(size, generator=self.generator, device=self.device)
             for rows in order.chunk(algo.num_minibatches):
@@ -275,12 +296,13 @@ class Trainer:
                     part, old_logp[rows], ref_logp[rows], advantages[rows], loss_mask[rows],
                     None if positive is None else positive[rows],
                 )
+                skipped += metrics.pop("skipped_update")
                 if self.critic is not None:
                     metrics |= self._critic_update(part, old_values[rows], returns[rows])
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 updates += 1
-        return {k: v / updates for k, v in sums.items()}
+        return {k: v / updates for k, v in sums.items()} | {"skipped_updates": skipped}
 
     def _policy_update(self, part, old_logp, ref_logp, advantages, mask, positive) -> dict:
         algo = self.algo
@@ -293,9 +315,8 @@ class Trainer:
         total = pg_loss
         parts = {"policy_loss": pg_loss.item()}
         if algo.kl_in == "loss" and self.beta > 0:
-            kl_term = self.beta * aggregate_loss(
-                kl_estimators.KL_ESTIMATORS[algo.kl_estimator](logp, ref_logp), mask, algo.loss_agg_mode, self.max_new_tokens
-            )
+            kl = kl_estimators.clamped_kl(kl_estimators.KL_ESTIMATORS[algo.kl_estimator](logp, ref_logp))
+            kl_term = self.beta * aggregate_loss(kl, mask, algo.loss_agg_mode, self.max_new_tokens)
             total = total + kl_term
             parts["kl_loss"] = kl_term.item()
         if algo.cov_mode == "kl_cov":
@@ -325,7 +346,10 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm).item()
         if not math.isfinite(grad_norm):
             raise TrainingError(f"step {self.step_index + 1}: the gradient norm became {grad_norm}; lower learning_rate")
-        self.optimizer.step()
+        # Every advantage 0 and no other term: the gradient is exactly 0, and Adam's momentum alone would move on.
+        skip = algo.skip_no_signal_updates and grad_norm == 0.0
+        if not skip:
+            self.optimizer.step()
         with torch.no_grad():
             ratio = torch.exp(logp.detach() - old_logp)
             if self._clips_sequences:
@@ -342,6 +366,7 @@ class Trainer:
                 "total_loss": total.item(),
                 "approx_kl": approx_kl(logp.detach(), old_logp, mask),
                 "grad_norm": grad_norm,
+                "skipped_update": int(skip),
                 "ratio_mean": masked_mean(ratio, mask).item(),
                 **clips,
             }
