@@ -16,6 +16,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | cliprange_value, vf_coef | cliprange_value, vf_coef | cliprange_value, — | ε_v, c_v |
 | entropy_coef | — | entropy_coeff | c_ent |
 | positive_nll_coef | — | — | μ (VAPO) |
+| adam_epsilon | adam_epsilon | — | Adam's ε |
 | overlong_punishment | — | overlong_buffer.enable | soft overlong punishment on/off |
 | overlong_buffer | — | overlong_buffer.len | L_cache |
 """
@@ -73,6 +74,7 @@ class AlgoConfig:
     num_minibatches: int = 2
     learning_rate: float = 1e-3
     max_grad_norm: float = 1.0
+    adam_epsilon: float = 1e-8  # the policy optimiser's ε: gradients far below it per coordinate barely move it
     # critic
     use_critic: bool = False
     critic_learning_rate: float = 3e-3
@@ -150,6 +152,7 @@ class AlgoConfig:
         )
         _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "lr > 0")
         _require(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "> 0")
+        _require(self.adam_epsilon > 0, "adam_epsilon", self.adam_epsilon, "> 0")
         _require(self.critic_learning_rate > 0, "critic_learning_rate", self.critic_learning_rate, "> 0")
         _require(self.cliprange_value > 0, "cliprange_value", self.cliprange_value, "> 0")
         _require(self.vf_coef >= 0, "vf_coef", self.vf_coef, "≥ 0")

@@ -21,7 +21,13 @@ from rl_core import kl as kl_estimators
 from rl_core.advantages import reward_to_go
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import RunConfig
-from rl_core.estimators import AdvantageInputs, effective_reward_clip, estimate_advantages, policy_loss
+from rl_core.estimators import (
+    AdvantageInputs,
+    effective_reward_clip,
+    estimate_advantages,
+    policy_loss,
+    whitens_noise_only,
+)
 from rl_core.kl_control import adaptive_beta
 from rl_core.losses import (
     clip_cov_detach_mask,
@@ -52,6 +58,8 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 # Torch's intra-op thread count when this module was imported: a model preset without a count of its own gets this,
 # not whatever count the previous training in the process happened to set.
 DEFAULT_CPU_THREADS = torch.get_num_threads()
+# Value pretraining stops once the critic explains this much of the return variance on a batch it has not seen.
+VALUE_PRETRAIN_TARGET = 0.5
 
 
 class TrainingError(RuntimeError):
@@ -93,6 +101,7 @@ class Trainer:
         self.prompt_rng = random.Random(run.seed)
         self.generator = torch.Generator(device=self.device).manual_seed(run.seed)
         self.policy = self.reference = self.critic = None
+        self._noise_only_batch = False  # this step's batch carries no reward signal that whitening could scale
         self.optimizer = self.critic_optimizer = None
 
     # ------------------------------------------------------------------ setup
@@ -108,7 +117,7 @@ class Trainer:
         progress("reward", 0, 1)
         self.task.prepare(self.cache_dir, self.device, self.run.seed)
         progress("reward", 1, 1)
-        self.policy = sft_policy(
+        self.policy, sft_report = sft_policy(
             self.task,
             self.tokenizer,
             self.run.model,
@@ -123,34 +132,48 @@ class Trainer:
         # disable_dropout), and the sampler never has to switch modes around a rollout.
         self.policy.eval()
         self.reference = frozen_reference(self.policy)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, fused=True)
-        setup = {}
+        self.optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=self.algo.learning_rate, eps=self.algo.adam_epsilon, weight_decay=0.0, fused=True
+        )
+        setup = {"sft_success_rate": sft_report["success_rate"], "sft_attempts": sft_report["attempts"]}
+        if "note" in sft_report:
+            setup["sft_note"] = sft_report["note"]
         if self.algo.use_critic:
-            self.critic = ValueModel.from_policy(self.policy).to(self.device).eval()
-            # The value head is the critic's only random part: drawn from the run's seed, not the global RNG, so
-            # that what ran before in the process cannot change it.
-            head = torch.Generator().manual_seed(self.run.seed)
+            with torch.random.fork_rng(devices=[]):  # the backbone is copied and the head zeroed below
+                self.critic = ValueModel.from_policy(self.policy).to(self.device).eval()
+            # A zero value head: V ≡ 0 until the critic has learnt something (explained variance 0, not whatever
+            # a random head would draw), and no draw from the global RNG, which other code in the process shares.
             with torch.no_grad():
-                self.critic.value_head.weight.normal_(0.0, self.critic.config.n_embd**-0.5, generator=head)
+                self.critic.value_head.weight.zero_()
                 self.critic.value_head.bias.zero_()
             self.critic_optimizer = torch.optim.AdamW(
                 self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, fused=True
             )
-            for step in range(self.algo.value_pretrain_steps):
-                setup["value_pretrain_explained_variance"] = self._value_pretrain_step()
-                progress("value_pretrain", step + 1, self.algo.value_pretrain_steps)
+            if self.algo.value_pretrain_steps:
+                setup |= self._pretrain_value(progress)
         return setup
 
-    def _value_pretrain_step(self) -> float:
-        """VAPO: the policy stays frozen; the critic regresses on Monte-Carlo returns (λ = 1)."""
-        rollout, rewards, _ = self._sample_batch(self.algo.prompts_per_step)
-        mask = rollout.response_mask
-        with torch.no_grad():
-            values = self._critic_values(rollout)
-            token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, self.reward_clip)
-            returns = reward_to_go(token_rewards, mask, self.algo.gamma)
-        loss = self._critic_update(rollout, values, returns)
-        return loss["explained_variance"]
+    def _pretrain_value(self, progress: Progress) -> dict:
+        """VAPO: the policy stays frozen (= SFT); the critic regresses on Monte-Carlo returns (λ = 1), with the
+        update schedule of RL (epochs × minibatches) on each fresh batch, until its explained variance on a batch
+        it has not trained on reaches VALUE_PRETRAIN_TARGET or `value_pretrain_steps` batches are spent."""
+        budget = self.algo.value_pretrain_steps
+        for step in range(budget + 1):
+            rollout, rewards, _ = self._sample_batch(self.algo.prompts_per_step)
+            mask = rollout.response_mask
+            with torch.no_grad():
+                values = self._critic_values(rollout)
+                token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, self.reward_clip)
+                returns = reward_to_go(token_rewards, mask, self.algo.gamma)
+            held_out = explained_variance(values, returns, mask)  # measured before the critic sees this batch
+            if held_out >= VALUE_PRETRAIN_TARGET or step == budget:
+                break
+            for _ in range(self.algo.ppo_epochs):
+                order = torch.randperm(len(rollout.prompts), generator=self.generator, device=self.device)
+                for rows in order.chunk(self.algo.num_minibatches):
+                    self._critic_update(rollout.select(rows), values[rows], returns[rows])
+            progress("value_pretrain", step + 1, budget)
+        return {"value_pretrain_explained_variance": held_out, "value_pretrain_batches": step}
 
     # -------------------------------------------------------------- sampling
     def _sample_batch(self, n_prompts: int) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
@@ -267,6 +290,7 @@ class Trainer:
                 **{f"advantage_{k}": v for k, v in advantage_stats(advantages, mask).items()},
                 "beta": self.beta,
             }
+        self._noise_only_batch = algo.skip_no_signal_updates and whitens_noise_only(algo, rewards, self.beta)
         record.update(self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask))
         if algo.target_kl is not None:
             sequence_kl = (kl_in_reward.sum(-1)).mean().item()
@@ -346,8 +370,9 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm).item()
         if not math.isfinite(grad_norm):
             raise TrainingError(f"step {self.step_index + 1}: the gradient norm became {grad_norm}; lower learning_rate")
-        # Every advantage 0 and no other term: the gradient is exactly 0, and Adam's momentum alone would move on.
-        skip = algo.skip_no_signal_updates and grad_norm == 0.0
+        # Every advantage 0 and no other term (the gradient is exactly 0: Adam's momentum alone would move on), or
+        # whitened noise (see whitens_noise_only): no optimiser step.
+        skip = algo.skip_no_signal_updates and (grad_norm == 0.0 or self._noise_only_batch)
         if not skip:
             self.optimizer.step()
         with torch.no_grad():

@@ -34,6 +34,9 @@ class ToyTask(abc.ABC):
     max_new_tokens: ClassVar[int]  # generation limit; a response that hits it is truncated
     default_demo_noise: ClassVar[float]  # fraction of imperfect SFT demonstrations by default
     lesson: ClassVar[str] = ""  # what this task teaches, a sentence or two for the pages
+    # The success rate, one sample per prompt, that the SFT policy is designed to have with the default demonstration
+    # noise and SFT steps: low enough that RL has work to do, high enough that the policy has learnt the format.
+    sft_success_band: ClassVar[tuple[float, float]]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -95,6 +95,7 @@ class PreferenceTask(ToyTask):
     )
     max_new_tokens: ClassVar[int] = 12
     default_demo_noise: ClassVar[float] = 0.5
+    sft_success_band: ClassVar[tuple[float, float]] = (0.3, 0.6)
     reward_model_preset: ClassVar[str] = "tiny"
     n_pairs: ClassVar[int] = 3000
     label_noise: ClassVar[float] = 0.1  # fraction of preference labels flipped, as human labellers disagree

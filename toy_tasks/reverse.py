@@ -27,6 +27,7 @@ class ReverseTask(ExactAnswerTask):
     )
     max_new_tokens: ClassVar[int] = 8
     default_demo_noise: ClassVar[float] = 0.6
+    sft_success_band: ClassVar[tuple[float, float]] = (0.25, 0.55)
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
         # Three different kinds of character make copying always wrong, so a demonstration's noise is its error rate.
