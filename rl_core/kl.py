@@ -28,14 +28,17 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.expm1(log_ratio) - log_ratio
 
 
-def clamped_kl(kl: torch.Tensor, bound: float = 10.0) -> torch.Tensor:
-    """`clamp(k, −bound, bound)` per token: verl's guard on the KL term of the loss (its `low_var_kl` clamps k3 at 10).
+def clamped_kl(kl: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, bound: float = 10.0) -> torch.Tensor:
+    """`min(k, bound)` per token where `π_θ < π_ref`, `k` elsewhere: a guard on the KL term of the loss (verl clamps
+    its low-variance KL at 10 on both sides).
 
-    k3's gradient w.r.t. `log π_θ` is `1 − r`: at a token the policy has all but ruled out while the reference
-    has not (`π_θ ≪ π_ref`, common once entropy has collapsed) `r` runs into the hundreds and one token's pull
-    dwarfs the whole batch's. Beyond the bound the clamp passes no gradient at all.
+    k3's gradient w.r.t. `log π_θ` is `1 − r`, `r = π_ref/π_θ`: at a token the policy has all but ruled out while
+    the reference has not (common once entropy has collapsed) `r` runs into the hundreds and that one token's pull
+    dwarfs the whole batch's (GRPO, default task: grad norm 11.5 at step 381, then success 0.25–0.75). Beyond the
+    bound the clamp passes no gradient. Where `π_θ > π_ref` the pull is at most 1 per token and is the leash that
+    keeps the policy near the reference, so that side is left alone.
     """
-    return kl.clamp(-bound, bound)
+    return torch.where(logp < ref_logp, kl.clamp(max=bound), kl)
 
 
 def kl_exact(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,9 @@ and renamed into place, so an interrupted run never leaves a half-written checkp
 
 With the task's default demonstrations and step count, the SFT policy should succeed at the rate the task is
 designed around (`ToyTask.sft_success_band`): RL has something to fix, and the policy is not garbage. A warm start
-outside the band (a tiny model sometimes lands in a bad basin from its initial weights) is trained again from other
-initial weights, up to SFT_ATTEMPTS times; the checkpoint's `sft.json` says what happened, and so does a warning.
+outside the band (a tiny model is sometimes short of the skill after the default steps) trains on for another
+round when it falls short, and starts again from other initial weights when it overshoots, up to SFT_ATTEMPTS
+rounds; the checkpoint's `sft.json` says what happened, and so does a warning.
 """
 
 from __future__ import annotations
@@ -150,27 +151,29 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
             shutil.rmtree(folder, ignore_errors=True)  # unreadable: train it again
     band = task.sft_success_band if (demo_noise == task.default_demo_noise and steps == DEFAULT_SFT_STEPS) else None
     tried = []
+    policy = None
     for attempt in range(SFT_ATTEMPTS if band else 1):
-        # The initial weights come from the seed (and the attempt) alone; the process's global RNG is left as found.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 1000 * attempt)
-            policy = build_policy(model_preset, tokenizer).to(device)
-        train_sft(policy, tokenizer, task, steps, demo_noise, seed, learning_rate=learning_rate, progress=progress)
+        if policy is None or tried[-1] > band[1]:
+            # The initial weights come from the seed (and the attempt) alone; the global RNG is left as it was found.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed + 1000 * attempt)
+                policy = build_policy(model_preset, tokenizer).to(device)
+        # Below the band the same weights train on (another `steps`, on fresh demonstrations): they are short of the
+        # skill. Above it, learning more cannot help, so the next attempt starts from other weights.
+        train_sft(policy, tokenizer, task, steps, demo_noise, seed + 1000 * attempt, learning_rate=learning_rate,
+                  progress=progress)
         policy.eval()
-        tried.append((sft_success_rate(policy, tokenizer, task), policy))
-        if band is None or band[0] <= tried[-1][0] <= band[1]:
+        tried.append(sft_success_rate(policy, tokenizer, task))
+        if band is None or band[0] <= tried[-1] <= band[1]:
             break
-    if band is None:
-        success, policy = tried[-1]
-    else:  # in the band, else the attempt nearest to it
-        success, policy = min(tried, key=lambda t: max(band[0] - t[0], t[0] - band[1], 0.0))
+    success = tried[-1]
     report = {"success_rate": success, "attempts": len(tried), "band": band}
     if len(tried) > 1 or (band and not band[0] <= success <= band[1]):
-        outcome = "in the band" if band[0] <= success <= band[1] else "still outside it; keeping the nearest"
+        outcome = "in the band" if band[0] <= success <= band[1] else "still outside it"
         report["note"] = (
-            f"SFT warm start of {task.name} (seed {seed}) succeeded "
-            f"{', '.join(f'{s:.2f}' for s, _ in tried)} in {len(tried)} attempts from fresh initial weights, against "
-            f"the band {band[0]:.2f}–{band[1]:.2f}: {outcome} ({success:.2f})"
+            f"SFT warm start of {task.name} (seed {seed}) succeeded {', '.join(f'{s:.2f}' for s in tried)} after "
+            f"{len(tried)} rounds of {steps} steps (below the band it trains on, above it restarts from fresh "
+            f"weights), against the band {band[0]:.2f}–{band[1]:.2f}: {outcome}"
         )
         logger.warning(report["note"])
     folder.parent.mkdir(parents=True, exist_ok=True)

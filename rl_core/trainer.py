@@ -339,7 +339,7 @@ class Trainer:
         total = pg_loss
         parts = {"policy_loss": pg_loss.item()}
         if algo.kl_in == "loss" and self.beta > 0:
-            kl = kl_estimators.clamped_kl(kl_estimators.KL_ESTIMATORS[algo.kl_estimator](logp, ref_logp))
+            kl = kl_estimators.clamped_kl(kl_estimators.KL_ESTIMATORS[algo.kl_estimator](logp, ref_logp), logp, ref_logp)
             kl_term = self.beta * aggregate_loss(kl, mask, algo.loss_agg_mode, self.max_new_tokens)
             total = total + kl_term
             parts["kl_loss"] = kl_term.item()

@@ -2,6 +2,7 @@
 step skipped on a batch without signal, the overlong buffer relative to the limit, the reward clip only where the
 spec puts it, the KL guard, value pretraining's stopping rule, and each task's SFT success band."""
 
+import math
 import random
 
 import pytest
@@ -117,17 +118,20 @@ def test_reward_clip_only_on_the_last_token_reward(algo):
     assert effective_reward_clip(get_preset("ppo", reward_clip=1.0)) == 1.0
 
 
-def test_the_kl_guard_clamps_the_value_and_stops_the_gradient_beyond_the_bound():
-    # A token the policy has all but ruled out while the reference gives it 0.5: r = 500, k3 = r − 1 − log r.
-    logp = torch.tensor([torch.log(torch.tensor(1e-3)).item(), torch.log(torch.tensor(0.4)).item()], requires_grad=True)
-    ref_logp = torch.log(torch.tensor([0.5, 0.5]))
+def test_the_kl_guard_stops_only_the_exploding_pull_towards_the_reference():
+    # Token 0: the policy has all but ruled it out while the reference gives it 0.5 (r = 500).
+    # Token 1: an ordinary token (r = 1.25). Token 2: the policy far above the reference (r = 1e-6).
+    logp = torch.log(torch.tensor([1e-3, 0.4, 0.5])).requires_grad_()
+    ref_logp = torch.log(torch.tensor([0.5, 0.5, 5e-7]))
     k3 = kl_k3(logp, ref_logp)
-    assert k3[0].item() == pytest.approx(500 - 1 - torch.log(torch.tensor(500.0)).item(), rel=1e-4)
-    guarded = clamped_kl(k3)
-    assert guarded[0].item() == 10.0 and guarded[1].item() == pytest.approx(k3[1].item())
+    assert k3[0].item() == pytest.approx(500 - 1 - math.log(500), rel=1e-4)
+    assert k3[2].item() > 10
+    guarded = clamped_kl(k3, logp, ref_logp)
+    assert guarded[0].item() == 10.0
+    assert guarded[1].item() == pytest.approx(k3[1].item()) and guarded[2].item() == pytest.approx(k3[2].item())
     guarded.sum().backward()
-    # d k3 / d log π = 1 − r: 0 for the clamped token, 1 − 0.5/0.4 = −0.25 for the other.
-    assert logp.grad.tolist() == pytest.approx([0.0, -0.25])
+    # d k3 / d log π = 1 − r: 0 for the clamped token, 1 − 1.25 for the ordinary one, 1 − 1e-6 for the last.
+    assert logp.grad.tolist() == pytest.approx([0.0, -0.25, 1 - 1e-6], rel=1e-4)
 
 
 def test_value_pretraining_stops_at_the_target_or_the_budget(tmp_path):
