@@ -159,6 +159,7 @@ def test_the_critic_starts_at_zero_without_the_global_rng(tmp_path):
 @pytest.mark.parametrize("name", list(TASKS))
 def test_every_tasks_sft_policy_lands_in_its_band_for_seeds_0_to_4(name, tmp_path):
     task = get_task(name)
+    assert task.sft_success_band is not None, f"task {name} names no sft_success_band"
     low, high = task.sft_success_band
     tokenizer = build_char_tokenizer()
     for seed in range(5):
@@ -169,3 +170,38 @@ def test_every_tasks_sft_policy_lands_in_its_band_for_seeds_0_to_4(name, tmp_pat
         success = sft.sft_success_rate(policy, tokenizer, task)
         assert success == report["success_rate"]
         assert low <= success <= high, f"{name} seed {seed}: SFT success {success:.2f} outside {low}–{high}: {report}"
+
+
+@pytest.mark.parametrize(
+    "successes, same_weights, final",
+    [
+        ([0.0, 0.34], [True], 0.34),  # short of the skill: the same weights train on
+        ([0.9, 0.3], [False], 0.3),  # overshot: fresh weights
+        ([0.0, 0.05, 0.1], [True, True], 0.1),  # never reaches the band: kept, with a note saying so
+    ],
+)
+def test_an_sft_warm_start_outside_its_band_trains_on_or_restarts_and_says_so(
+    successes, same_weights, final, monkeypatch, tmp_path, caplog
+):
+    trained, measured = [], iter(successes)
+    monkeypatch.setattr(sft, "train_sft", lambda policy, *a, **k: trained.append(policy))
+    monkeypatch.setattr(sft, "sft_success_rate", lambda *a: next(measured))
+    task = get_task("reverse")  # band 0.25–0.55
+    policy, report = sft.sft_policy(task, build_char_tokenizer(), "tiny", 0, task.default_demo_noise,
+                                    sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path)
+    assert [a is b for a, b in zip(trained, trained[1:])] == same_weights
+    assert report["success_rate"] == final and report["attempts"] == len(successes)
+    assert "reverse" in report["note"] and report["note"] in caplog.text
+    assert ("still outside" in report["note"]) == (not 0.25 <= final <= 0.55)
+    # The cache holds the kept policy and its report.
+    _, cached = sft.sft_policy(task, build_char_tokenizer(), "tiny", 0, task.default_demo_noise,
+                               sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path)
+    assert cached == report
+
+
+def test_no_band_check_away_from_the_default_warm_start(monkeypatch, tmp_path):
+    monkeypatch.setattr(sft, "train_sft", lambda *a, **k: None)
+    monkeypatch.setattr(sft, "sft_success_rate", lambda *a: 0.0)
+    task = get_task("reverse")
+    _, report = sft.sft_policy(task, build_char_tokenizer(), "tiny", 0, 0.0, 10, torch.device("cpu"), tmp_path)
+    assert report == {"success_rate": 0.0, "attempts": 1, "band": None}
