@@ -186,7 +186,8 @@ def test_an_sft_warm_start_outside_its_band_trains_on_or_restarts_and_says_so(
     trained, measured = [], iter(successes)
     monkeypatch.setattr(sft, "train_sft", lambda policy, *a, **k: trained.append(policy))
     monkeypatch.setattr(sft, "sft_success_rate", lambda *a: next(measured))
-    task = get_task("reverse")  # band 0.25–0.55
+    task = get_task("reverse")
+    task.sft_success_band = (0.25, 0.55)
     policy, report = sft.sft_policy(task, build_char_tokenizer(), "tiny", 0, task.default_demo_noise,
                                     sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path)
     assert [a is b for a, b in zip(trained, trained[1:])] == same_weights
