@@ -36,13 +36,20 @@ st.markdown(
     "allows several epochs of minibatch updates per batch.\n"
     "- **Stay close to π_old by clipping.** Once a token's ratio leaves [1 − ε, 1 + ε] *in the direction its "
     "advantage pushes*, its gradient is switched off. Taking the `min` of the plain and the clipped term makes "
-    "the objective a pessimistic bound: clipping can only remove an incentive, never add one.\n"
+    "the objective a pessimistic bound: clipping can only remove an incentive, never add one. It does not bound "
+    "the step itself: Adam moves every weight by about the learning rate per update, whatever the gradient's "
+    "size, so with 4 × 4 updates per batch the lab's PPO runs at a quarter of GRPO's learning rate (watch the "
+    "approx KL per step).\n"
     "- **Per-token credit from a critic.** A value model V(s_t) predicts the return still to come from each "
     "prefix. The TD error δ_t says how much better the step went than predicted; GAE sums them with decay γλ. "
     "λ = 0 trusts the critic completely (low variance, biased if it is wrong), λ = 1 uses the real return "
     "(unbiased, noisy).\n"
     "- **KL in the reward.** In RLHF every token pays −β·KL to the reference, and the reward model's score is "
-    "added on the last token."
+    "added on the last token.\n"
+    "- **Whitened advantages.** A ← (A − mean)/std over the batch. When every reward in the batch is the same "
+    "(a solved batch of 0/1 rewards) the std is that of the critic's error and the KL penalty, and whitening "
+    "would blow that noise up to full size: such a batch trains the critic only, and the policy's optimiser "
+    "step is skipped (`skipped updates`)."
 )
 formula(
     "Per-token rewards",

@@ -44,8 +44,10 @@ st.markdown(
 st.subheader("The ideas")
 st.markdown(
     "- **Value pretraining.** Before RL, freeze the SFT policy, sample from it and regress the critic on "
-    "Monte-Carlo returns (λ = 1) until its explained variance is high; RL then starts from a critic that "
-    "already predicts returns.\n"
+    "Monte-Carlo returns (λ = 1) until its explained variance on a batch it has not trained on reaches 0.5, or "
+    "the step budget runs out; the lab prints the value reached. On the default task it stays low (seed 0: "
+    "0.01 after 50 batches, 0.05 after 150): three of a response's four tokens come before the letter that "
+    "decides the reward, so even a perfect critic explains only about a quarter of the return variance.\n"
     "- **Decoupled GAE.** The critic's targets use λ_critic = 1, so the reward reaches every token undecayed; "
     "the actor's advantages keep λ_actor = 0.95 for lower variance. Critic and actor want different "
     "bias–variance trade-offs, so they get different λ.\n"
@@ -53,8 +55,8 @@ st.markdown(
     "length: λ = 1 − 1/(α|y|).\n"
     "- From the rest of the family: the token-level loss, clip-higher, several samples per prompt, and a "
     "**positive-sample NLL** term that imitates the best answers of each batch.\n\n"
-    "This lab's critic starts from the SFT policy's transformer with a fresh value head: uninformed rather "
-    "than biased by a reward model. Value pretraining is still what makes its first advantages useful."
+    "This lab's critic starts from the SFT policy's transformer with a value head of zeros (V = 0 everywhere): "
+    "uninformed rather than biased by a reward model."
 )
 formula(
     "Decoupled GAE: one λ for the actor, another for the critic",

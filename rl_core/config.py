@@ -16,6 +16,8 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | cliprange_value, vf_coef | cliprange_value, vf_coef | cliprange_value, — | ε_v, c_v |
 | entropy_coef | — | entropy_coeff | c_ent |
 | positive_nll_coef | — | — | μ (VAPO) |
+| adam_epsilon | adam_epsilon | — | Adam's ε |
+| overlong_punishment | — | overlong_buffer.enable | soft overlong punishment on/off |
 | overlong_buffer | — | overlong_buffer.len | L_cache |
 | policy_loss = cispo / sapo / dppo_tv | loss_type = cispo / sapo | policy_loss.loss_mode = cispo / — / dppo_tv | |
 | epsilon_high (cispo) | epsilon_high (the cap) | clip_ratio_high (two-sided) | ε_max |
@@ -101,6 +103,7 @@ class AlgoConfig:
     num_minibatches: int = 2
     learning_rate: float = 1e-3
     max_grad_norm: float = 1.0
+    adam_epsilon: float = 1e-8  # the policy optimiser's ε: gradients far below it per coordinate barely move it
     # critic
     use_critic: bool = False
     critic_init: CriticInit = "policy"  # "reward_model": VC-PPO's failure case, on tasks with a learned reward model
@@ -113,7 +116,11 @@ class AlgoConfig:
     dynamic_sampling: bool = False
     max_resample_rounds: int = 3
     overlong_filter: bool = False
-    overlong_buffer: int | None = None
+    overlong_punishment: bool = False
+    overlong_buffer: int | None = None  # L_cache in tokens; None: overlong_buffer_fraction × the task's limit
+    overlong_buffer_fraction: float = 0.2  # DAPO: 4k of a 20k limit
+    # Adam keeps moving the policy on a zero gradient (its momentum); skip the step when nothing pushes.
+    skip_no_signal_updates: bool = True
     # entropy-collapse control (Clip-Cov / KL-Cov)
     cov_mode: CovMode = "none"
     cov_fraction: float = 2e-4
@@ -290,6 +297,8 @@ KNOB_RANGES: dict[str, Range] = {
     "overlong_buffer": Range(1, 1023),  # and below the task's length limit: RunConfig.validate
     "cov_fraction": Range(0.0, 1.0, low_open=True),
     "kl_cov_coef": Range(0.0, 100.0),
+    "adam_epsilon": Range(0.0, 1.0, low_open=True),
+    "overlong_buffer_fraction": Range(0.0, 1.0, low_open=True),  # of the task's length limit
     "sapo_tau_pos": Range(0.0, 100.0, low_open=True),
     "sapo_tau_neg": Range(0.0, 100.0, low_open=True),
     "dppo_delta_low": Range(0.0, 1.0, low_open=True, high_open=True),  # a change of probability

@@ -11,8 +11,9 @@ import torch
 
 from rl_core import advantages as adv
 from rl_core import losses
-from rl_core.config import AlgoConfig
+from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.masking import masked_mean, masked_whiten
+from rl_core.sampling import dynamic_sampling_keep
 
 
 @dataclass
@@ -84,6 +85,28 @@ ADVANTAGE_ESTIMATORS = {
     "reinforce_pp": _reinforce_pp,
     "reinforce_pp_baseline": _reinforce_pp_baseline,
 }
+
+
+def effective_reward_clip(algo: AlgoConfig) -> float | None:
+    """`c_R` where the spec puts it: on the scalar reward placed on the last token (PPO, REINFORCE++, PG, VAPO).
+
+    A group estimator (GRPO, DAPO, Dr. GRPO, GSPO, RLOO, REINFORCE++-baseline) compares R within its group, so R
+    reaches it unclipped."""
+    return None if algo.advantage_estimator in GROUP_ESTIMATORS else algo.reward_clip
+
+
+def whitens_noise_only(algo: AlgoConfig, sequence_rewards: torch.Tensor, beta: float) -> bool:
+    """Whether this batch's advantages would be noise blown up to unit scale, so that no policy step should follow.
+
+    Whitening (PPO's option, REINFORCE++'s global normalisation) divides the advantages by their batch std. When
+    no reward differs from another (within each group; the whole batch when G = 1), what is left to divide is the
+    critic's error and the small in-reward KL penalty, and whitening turns it into a full-size push: on the
+    default task PPO's solved batches moved the policy by 0.1–18 nats of approx KL and the next batch failed.
+    Only when the policy loss is the sole term (no KL in the loss, no entropy bonus, no KL-Cov)."""
+    whitens = algo.whiten_advantages or algo.advantage_estimator == "reinforce_pp"
+    group_size = algo.num_generations if algo.num_generations > 1 else len(sequence_rewards)
+    other_terms = (algo.kl_in == "loss" and beta > 0) or algo.entropy_coef > 0 or algo.cov_mode == "kl_cov"
+    return whitens and not other_terms and not bool(dynamic_sampling_keep(sequence_rewards, group_size).any())
 
 
 def estimate_advantages(algo: AlgoConfig, x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -59,8 +59,9 @@ KL_IN_LOSS: dict[str, Callable[[LossInputs], torch.Tensor]] = {
 
 
 def kl_term(x: LossInputs) -> torch.Tensor:
-    """The per-token KL to the reference (`kl_estimator`, built as `kl_gradient` says), aggregated."""
-    return x.aggregate(KL_IN_LOSS[x.algo.kl_gradient](x))
+    """The per-token KL to the reference (`kl_estimator`, built as `kl_gradient` says), guarded by `clamped_kl`
+    where π_θ < π_ref, aggregated."""
+    return x.aggregate(kl.clamped_kl(KL_IN_LOSS[x.algo.kl_gradient](x), x.logp, x.ref_logp))
 
 
 def kl_cov_term(x: LossInputs) -> torch.Tensor:

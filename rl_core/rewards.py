@@ -36,3 +36,10 @@ def soft_overlong_punishment(lengths: torch.Tensor, max_length: int, cache_lengt
     if not 0 < cache_length <= max_length:
         raise ValueError(f"need 0 < cache_length ≤ max_length; got {cache_length} and {max_length}")
     return ((max_length - cache_length - lengths) / cache_length).clamp(-1.0, 0.0)
+
+
+def overlong_buffer_length(max_length: int, buffer: int | None, fraction: float) -> int:
+    """`L_cache`: `buffer` tokens when given, else `round(fraction · L_max)` and at least 1 (DAPO: 4k of 20k = 0.2)."""
+    if buffer is not None:
+        return buffer
+    return max(1, round(fraction * max_length))

@@ -24,7 +24,13 @@ from rl_core import kl as kl_estimators
 from rl_core.advantages import reward_to_go, running_mean_update
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import RunConfig
-from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
+from rl_core.estimators import (
+    AdvantageInputs,
+    effective_reward_clip,
+    estimate_advantages,
+    policy_loss,
+    whitens_noise_only,
+)
 from rl_core.kl_control import adaptive_beta
 from rl_core.loss_terms import LossInputs, loss_parts, policy_per_token
 from rl_core.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
@@ -40,7 +46,7 @@ from rl_core.metrics import (
     zero_advantage_group_fraction,
 )
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
-from rl_core.rewards import kl_penalized_token_rewards, soft_overlong_punishment
+from rl_core.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
 from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
 from rl_core.rollout_correction import masked_is, sequence_is_weights, token_is_weights, truncated_is
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
@@ -51,6 +57,12 @@ from toy_tasks import get_task
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 RARE_TOKEN_PROBABILITY = 0.1  # π_old(a_t) below this counts as a rare token in `silenced_rare_frac`
+
+# Torch's intra-op thread count when this module was imported: a model preset without a count of its own gets this,
+# not whatever count the previous training in the process happened to set.
+DEFAULT_CPU_THREADS = torch.get_num_threads()
+# Value pretraining stops once the critic explains this much of the return variance on a batch it has not seen.
+VALUE_PRETRAIN_TARGET = 0.5
 
 
 class TrainingError(RuntimeError):
@@ -72,8 +84,8 @@ class Trainer:
         if run.model not in MODEL_PRESETS:
             raise ValueError(f"model={run.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
         threads = MODEL_PRESETS[run.model].cpu_threads
-        if self.device.type == "cpu" and threads is not None:
-            torch.set_num_threads(threads)
+        if self.device.type == "cpu":
+            torch.set_num_threads(threads or DEFAULT_CPU_THREADS)
         self.task = get_task(run.task)
         if self.algo.critic_init == "reward_model" and not hasattr(self.task, "reward_model"):
             raise ValueError(
@@ -81,6 +93,15 @@ class Trainer:
                 "none (use critic_init='policy' or a reward-model task such as 'preference')"
             )
         self.max_new_tokens = self.algo.max_new_tokens or self.task.max_new_tokens
+        self.overlong_buffer = overlong_buffer_length(
+            self.max_new_tokens, self.algo.overlong_buffer, self.algo.overlong_buffer_fraction
+        )
+        if self.algo.overlong_punishment and self.overlong_buffer > self.max_new_tokens:
+            raise ValueError(
+                f"overlong_buffer={self.algo.overlong_buffer!r} is out of range; allowed: at most the length limit "
+                f"{self.max_new_tokens} of task {run.task!r}"
+            )
+        self.reward_clip = effective_reward_clip(self.algo)
         self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
         self.tokenizer = build_char_tokenizer()
         self.beta = self.algo.beta
@@ -89,9 +110,9 @@ class Trainer:
         self.prompt_rng = random.Random(run.seed)
         self.generator = torch.Generator(device=self.device).manual_seed(run.seed)
         self.policy = self.reference = self.critic = None
+        self._noise_only_batch = False  # this step's batch carries no reward signal that whitening could scale
         self.optimizer = self.critic_optimizer = None
         self._sampler, self._snapshots, self._snapshot_step = None, None, None  # rollout_staleness > 0
-        self._skip_policy_step = False  # set per batch by `_update`: the batch carries no gradient signal
 
     # ------------------------------------------------------------------ setup
     def prepare(self, progress: Progress | None = None) -> dict:
@@ -106,7 +127,7 @@ class Trainer:
         progress("reward", 0, 1)
         self.task.prepare(self.cache_dir, self.device, self.run.seed)
         progress("reward", 1, 1)
-        self.policy = sft_policy(
+        self.policy, sft_report = sft_policy(
             self.task,
             self.tokenizer,
             self.run.model,
@@ -121,38 +142,58 @@ class Trainer:
         # disable_dropout), and the sampler never has to switch modes around a rollout.
         self.policy.eval()
         self.reference = frozen_reference(self.policy)
-        torch.manual_seed(self.run.seed)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.algo.learning_rate, weight_decay=0.0, fused=True)
-        setup = {}
+        self.optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=self.algo.learning_rate, eps=self.algo.adam_epsilon, weight_decay=0.0, fused=True
+        )
+        setup = {"sft_success_rate": sft_report["success_rate"], "sft_attempts": sft_report["attempts"]}
+        if "note" in sft_report:
+            setup["sft_note"] = sft_report["note"]
         if self.algo.use_critic:
             self.critic = self._initial_critic().to(self.device).eval()
             self.critic_optimizer = torch.optim.AdamW(
                 self.critic.parameters(), lr=self.algo.critic_learning_rate, weight_decay=0.0, fused=True
             )
-            for step in range(self.algo.value_pretrain_steps):
-                setup["value_pretrain_explained_variance"] = self._value_pretrain_step()
-                progress("value_pretrain", step + 1, self.algo.value_pretrain_steps)
+            if self.algo.value_pretrain_steps:
+                setup |= self._pretrain_value(progress)
         return setup
 
     def _initial_critic(self) -> ValueModel:
-        """A copy of the policy's transformer with a fresh value head (the usual start), or of the task's reward
-        model (VC-PPO: it scores finished responses, so its values at earlier states are biased low)."""
-        if self.algo.critic_init == "policy":
-            return ValueModel.from_policy(self.policy)
-        critic = copy.deepcopy(self.task.reward_model)
-        critic.requires_grad_(True)
+        """A copy of the policy's transformer with a zero value head (the usual start: V ≡ 0, explained variance 0,
+        until the critic has learnt something), or a copy of the task's reward model (VC-PPO: it scores finished
+        responses, so its values at earlier states are biased low)."""
+        if self.algo.critic_init == "reward_model":
+            critic = copy.deepcopy(self.task.reward_model)
+            critic.requires_grad_(True)
+            return critic
+        # No draw from the global RNG, which other code in the process shares: the head is zeroed right away.
+        with torch.random.fork_rng(devices=[]):
+            critic = ValueModel.from_policy(self.policy)
+        with torch.no_grad():
+            critic.value_head.weight.zero_()
+            critic.value_head.bias.zero_()
         return critic
 
-    def _value_pretrain_step(self) -> float:
-        """VAPO: the policy stays frozen; the critic regresses on Monte-Carlo returns (λ = 1)."""
-        rollout, rewards, _ = self._sample_batch(self.algo.prompts_per_step)
-        mask = rollout.response_mask
-        with torch.no_grad():
-            values = self._critic_values(rollout)
-            token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, self.algo.reward_clip)
-            returns = reward_to_go(token_rewards, mask, self.algo.gamma)
-        loss = self._critic_update(rollout, values, returns)
-        return loss["explained_variance"]
+    def _pretrain_value(self, progress: Progress) -> dict:
+        """VAPO: the policy stays frozen (= SFT); the critic regresses on Monte-Carlo returns (λ = 1), with the
+        update schedule of RL (epochs × minibatches) on each fresh batch, until its explained variance on a batch
+        it has not trained on reaches VALUE_PRETRAIN_TARGET or `value_pretrain_steps` batches are spent."""
+        budget = self.algo.value_pretrain_steps
+        for step in range(budget + 1):
+            rollout, rewards, _ = self._sample_batch(self.algo.prompts_per_step)
+            mask = rollout.response_mask
+            with torch.no_grad():
+                values = self._critic_values(rollout)
+                token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, self.reward_clip)
+                returns = reward_to_go(token_rewards, mask, self.algo.gamma)
+            held_out = explained_variance(values, returns, mask)  # measured before the critic sees this batch
+            if held_out >= VALUE_PRETRAIN_TARGET or step == budget:
+                break
+            for _ in range(self.algo.ppo_epochs):
+                order = torch.randperm(len(rollout.prompts), generator=self.generator, device=self.device)
+                for rows in order.chunk(self.algo.num_minibatches):
+                    self._critic_update(rollout.select(rows), values[rows], returns[rows])
+            progress("value_pretrain", step + 1, budget)
+        return {"value_pretrain_explained_variance": held_out, "value_pretrain_batches": step}
 
     # -------------------------------------------------------------- sampling
     def _sample_batch(self, n_prompts: int) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
@@ -164,8 +205,11 @@ class Trainer:
         )
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
-        if self.algo.overlong_buffer is not None:
-            rewards = rewards + soft_overlong_punishment(rollout.lengths, self.max_new_tokens, self.algo.overlong_buffer)
+        if self.algo.overlong_punishment:
+            # |y| is the answer's length: a closing EOS is not part of it, so an answer that ends by itself within
+            # L_max − L_cache tokens is never punished (with limits of 8–12 tokens, one token is a whole ramp step).
+            answer_lengths = rollout.lengths - rollout.ended_with_eos.float()
+            rewards = rewards + soft_overlong_punishment(answer_lengths, self.max_new_tokens, self.overlong_buffer)
         return rollout, rewards, torch.tensor(scores.successes, dtype=torch.bool, device=self.device)
 
     def _collect(self) -> tuple[Rollout, torch.Tensor, torch.Tensor, dict]:
@@ -314,7 +358,7 @@ class Trainer:
             old_values = self._critic_values(batch) if self.critic is not None else None
             kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
             beta_in_reward = self.beta if algo.kl_in == "reward" else 0.0
-            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, algo.reward_clip)
+            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, self.reward_clip)
             baseline = self._running_baseline(token_rewards, mask) if algo.baseline == "running_mean" else None
             advantages, returns = estimate_advantages(
                 algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations, baseline)
@@ -342,6 +386,7 @@ class Trainer:
                 record["skewed_group_adv_share"] = skewed_group_advantage_share(
                     masked_mean(advantages, mask, dim=-1), rewards, algo.num_generations
                 )
+        self._noise_only_batch = algo.skip_no_signal_updates and whitens_noise_only(algo, rewards, self.beta)
         record.update(self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask))
         if algo.target_kl is not None:
             self.beta = adaptive_beta(self.beta, record["kl_sequence"], algo.target_kl)
@@ -370,10 +415,8 @@ class Trainer:
         if algo.positive_nll_coef > 0:
             # VAPO imitates its best responses; when every reward is equal there is no best one to imitate.
             positive = (rewards >= rewards.max()) & (rewards.max() > rewards.min())
-        # The losses are still computed (their metrics are reported); only the policy's optimiser step is skipped.
-        self._skip_policy_step = algo.skip_no_signal_updates and not self._has_signal(advantages, positive)
         sums: dict[str, float] = {}
-        updates = 0
+        updates = skipped = 0
         for _ in range(algo.ppo_epochs):
             order = torch.randperm(size, generator=self.generator, device=self.device)
             for rows in order.chunk(algo.num_minibatches):
@@ -382,23 +425,13 @@ class Trainer:
                     part, old_logp[rows], ref_logp[rows], advantages[rows], loss_mask[rows],
                     None if positive is None else positive[rows],
                 )
+                skipped += metrics.pop("skipped_update")
                 if self.critic is not None:
                     metrics |= self._critic_update(part, old_values[rows], returns[rows])
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 updates += 1
-        return {k: v / updates for k, v in sums.items()} | {"skipped_updates": updates * self._skip_policy_step}
-
-    def _has_signal(self, advantages: torch.Tensor, positive: torch.Tensor | None) -> bool:
-        """Whether a policy update could move anything: a non-zero advantage or another loss term."""
-        algo = self.algo
-        return bool(
-            advantages.any()
-            or (algo.kl_in == "loss" and self.beta > 0)
-            or algo.entropy_coef > 0
-            or algo.cov_mode == "kl_cov"
-            or (positive is not None and positive.any())
-        )
+        return {k: v / updates for k, v in sums.items()} | {"skipped_updates": skipped}
 
     def _policy_update(self, part, old_logp, ref_logp, advantages, mask, positive) -> dict:
         algo = self.algo
@@ -425,7 +458,10 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm).item()
         if not math.isfinite(grad_norm):
             raise TrainingError(f"step {self.step_index + 1}: the gradient norm became {grad_norm}; lower learning_rate")
-        if not self._skip_policy_step:
+        # Every advantage 0 and no other term (the gradient is exactly 0: Adam's momentum alone would move on), or
+        # whitened noise (see whitens_noise_only): no optimiser step.
+        skip = algo.skip_no_signal_updates and (grad_norm == 0.0 or self._noise_only_batch)
+        if not skip:
             self.optimizer.step()
         with torch.no_grad():
             ratio = torch.exp(logp.detach() - old_logp)
@@ -443,6 +479,7 @@ class Trainer:
                 "total_loss": total.item(),
                 "approx_kl": approx_kl(logp.detach(), old_logp, mask),
                 "grad_norm": grad_norm,
+                "skipped_update": int(skip),
                 "ratio_mean": masked_mean(ratio, mask).item(),
                 **clips,
                 **silenced,

@@ -38,6 +38,10 @@ class ToyTask(abc.ABC):
     max_positions: ClassVar[int] = 1 << 30
     default_demo_noise: ClassVar[float]  # fraction of imperfect SFT demonstrations by default
     lesson: ClassVar[str] = ""  # what this task teaches, a sentence or two for the pages
+    # The success rate, one sample per prompt, that the SFT policy is designed to have with the default demonstration
+    # noise and SFT steps: low enough that RL has work to do, high enough that the policy has learnt the format.
+    # None: not checked (tests/test_stability.py asks every task for one).
+    sft_success_band: ClassVar[tuple[float, float] | None] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

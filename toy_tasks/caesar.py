@@ -27,6 +27,7 @@ class CaesarTask(ExactAnswerTask):
     max_new_tokens: ClassVar[int] = 8
     max_prompt_length: ClassVar[int] = 4
     default_demo_noise: ClassVar[float] = 0.65
+    sft_success_band: ClassVar[tuple[float, float]] = (0.2, 0.5)
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
         return ["".join(rng.choices(ALPHABET, k=LENGTH)) + ">" for _ in range(n)]

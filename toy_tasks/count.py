@@ -32,6 +32,7 @@ class CountTask(ExactAnswerTask):
     max_new_tokens: ClassVar[int] = 12
     max_prompt_length: ClassVar[int] = 2
     default_demo_noise: ClassVar[float] = 0.5
+    sft_success_band: ClassVar[tuple[float, float]] = (0.3, 0.7)
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
         return [f"{rng.randint(1, MAX_N)}>" for _ in range(n)]

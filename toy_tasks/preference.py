@@ -9,10 +9,13 @@ of a pair is always a demonstration (the distribution the SFT policy imitates: t
 lowercase name, never more than three marks); the other is another demonstration or a distractor — a typo in
 the name, or junk made of the name's letters and marks. Pairs are ranked by gold quality and 10 % of the labels
 are flipped. Within that data, every extra mark wins, and no pair ever shows shouting, so the model
-learns "more ! is better" with no limit. That is the designed flaw: an RL policy with β = 0 keeps adding marks
+learns "more ! is better" with no limit. That is the designed flaw: an RL policy keeps adding marks
 (`"Max!!!!!!!!!"`) and wanders into junk the model never saw; the reward keeps rising while the gold success
-falls to zero — reward hacking. A KL penalty keeps the policy where the reward model was trained, and there the
-model is right, so the policy gets honestly better (`"Max!!!"`).
+falls — reward hacking. The presets' default KL penalties do not stop it (60 steps from a gold success of 0.4–0.6:
+GRPO, β = 0.04, seed 0: 0.00 over the last 10 steps; PPO, β = 0.05, seeds 0 and 1: 0.05 and 0.12). Their advantages
+are normalised to unit size (group std, batch whitening), so any difference the reward model sees pushes with full
+force while the KL term pulls with weight β per token: only a β of order 1 holds the policy where the model is
+right.
 
 `score` returns the reward model's score, standardised over the demonstration distribution (so rewards have
 unit scale near the SFT policy and β means the same for every seed), and the gold verdict as the success.
@@ -92,13 +95,16 @@ class PreferenceTask(ToyTask):
     name: ClassVar[str] = "preference"
     description: ClassVar[str] = "cheer for a name (max> → Max!!); reward from a Bradley-Terry model of preferences"
     lesson: ClassVar[str] = (
-        "The reward is a learned model that only knows the SFT policy's neighbourhood: with β = 0 the policy piles "
-        "on exclamation marks the model likes but the gold judge calls shouting (reward hacking); a large enough "
-        "KL penalty keeps it where the model is right, and it improves honestly."
+        "The reward is a learned model that only knows the SFT policy's neighbourhood: the policy piles on "
+        "exclamation marks the model likes but the gold judge calls shouting, so the reward climbs while true "
+        "success falls (reward hacking). GRPO's and PPO's default KL penalties (β = 0.04, 0.05) only slow it: "
+        "normalised advantages push with full force whatever the reward gap, and the KL term pulls with weight β. "
+        "Compare β = 0 with β near 1 to see a penalty hold the policy where the model is right."
     )
     max_new_tokens: ClassVar[int] = 12
     max_prompt_length: ClassVar[int] = 7
     default_demo_noise: ClassVar[float] = 0.5
+    sft_success_band: ClassVar[tuple[float, float]] = (0.3, 0.6)
     reward_model_preset: ClassVar[str] = "tiny"
     max_positions: ClassVar[int] = MODEL_PRESETS[reward_model_preset].n_positions
     n_pairs: ClassVar[int] = 3000

@@ -28,6 +28,10 @@ class ReverseTask(ExactAnswerTask):
     max_new_tokens: ClassVar[int] = 8
     max_prompt_length: ClassVar[int] = 4
     default_demo_noise: ClassVar[float] = 0.6
+    # By design about 1 − noise = 0.4; after the default 200 SFT steps the tiny model measures 0.09–0.18 (seeds 0–4):
+    # it copies more often than the demonstrations do. Another 200–400 steps bring seeds 0 and 2 to 0.34–0.36, but
+    # not seed 1 (0.12), so the band is what the default warm start reliably gives.
+    sft_success_band: ClassVar[tuple[float, float]] = (0.05, 0.55)
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
         # Three different kinds of character make copying always wrong, so a demonstration's noise is its error rate.

@@ -27,6 +27,7 @@ class ShiftTask(ExactAnswerTask):
     max_new_tokens: ClassVar[int] = 8
     max_prompt_length: ClassVar[int] = 5
     default_demo_noise: ClassVar[float] = 0.9
+    sft_success_band: ClassVar[tuple[float, float]] = (0.03, 0.25)
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
         return ["".join(rng.choices(ALPHABET, k=LENGTH)) + ">" for _ in range(n)]

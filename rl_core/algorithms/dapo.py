@@ -9,5 +9,5 @@ PRESET = GRPO.replace(
     epsilon_high=0.28,
     loss_agg_mode="token-mean",
     dynamic_sampling=True,
-    overlong_buffer=4,
+    overlong_punishment=True,  # L_cache = overlong_buffer_fraction (0.2) of the task's limit
 )
