@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rl_core.config import AlgoConfig
+from rl_core.rewards import overlong_buffer_length
 from toy_tasks import get_task
 
 FRAMEWORKS = ("trl", "verl")
@@ -167,20 +168,18 @@ def _trl_entropy(k: dict, knob: str) -> Line:
 
 
 def _overlong_length(k: dict) -> int | None:
-    """DAPO's buffer in tokens, or None when the soft punishment is off."""
-    if not k.get("overlong_punishment", k.get("overlong_buffer") is not None):
+    """DAPO's buffer in tokens (as the trainer computes it), or None when the soft punishment is off."""
+    if not k["overlong_punishment"]:
         return None
-    if k.get("overlong_buffer") is not None:
-        return k["overlong_buffer"]
-    return max(1, round(k.get("overlong_buffer_fraction", 0.2) * (k["max_new_tokens"] or 0)))
+    return overlong_buffer_length(k["max_new_tokens"], k["overlong_buffer"], k["overlong_buffer_fraction"])
 
 
 def _overlong(lead: Callable[[dict, int], Line | list[Line]]) -> Rule:
-    """The overlong knobs (`overlong_buffer`, and the stability branch's `overlong_punishment` and
-    `overlong_buffer_fraction`) describe one setting: the first present speaks, the others refer to it."""
+    """The overlong knobs (`overlong_punishment`, `overlong_buffer`, `overlong_buffer_fraction`) describe one
+    setting: `overlong_punishment` speaks, the others refer to it."""
 
     def rule(k: dict, knob: str) -> Line | list[Line]:
-        first = "overlong_punishment" if "overlong_punishment" in k else "overlong_buffer"
+        first = "overlong_punishment"
         if knob != first:
             return f"set with {first}"
         length = _overlong_length(k)

@@ -56,10 +56,10 @@ def test_dapo_values_by_hand():
     assert verl["actor_rollout_ref.actor.ppo_mini_batch_size"] == 4  # prompts per minibatch
     assert verl["actor_rollout_ref.actor.clip_ratio_high"] == 0.28
     assert verl["algorithm.filter_groups.enable"] is True and verl["algorithm.filter_groups.max_num_gen_batches"] == 4
-    assert verl["reward_model.overlong_buffer.len"] == 4
+    assert verl["reward_model.overlong_buffer.len"] == 2  # 0.2 of the 8-token limit, rounded
     text = export_config(PRESETS["dapo"], "trl", TASK)
     assert "# dynamic_sampling=True: does not map" in text
-    assert "get_soft_overlong_punishment(max_completion_len=8, soft_punish_cache=4)" in text
+    assert "get_soft_overlong_punishment(max_completion_len=8, soft_punish_cache=2)" in text
 
 
 def test_dr_grpo_gspo_and_ppo_map_their_defining_knobs():
