@@ -14,8 +14,10 @@ st.markdown(
     "that was sampled. The article deriving PPO and GRPO from the policy gradient compares three estimators "
     "built from the log-ratio log r = log π_ref − log π_θ of that token: k1 = −log r is unbiased but swings "
     "both ways, k2 = ½(log r)² is never negative but biased, and k3 = r − 1 − log r adds a zero-mean term to "
-    "k1 that makes every sample non-negative while keeping it unbiased (GRPO's choice). Here the vocabulary "
-    "has six tokens, so the exact KL is known and each estimator can be checked against it."
+    "k1 that makes every sample non-negative while keeping it unbiased (GRPO's choice). k3's spread is smaller "
+    "than k1's only near the reference: far from it (log r large) k3 = r − 1 − log r grows like r and its spread "
+    "exceeds k1's. Here the vocabulary has six tokens, so the exact KL is known and each estimator can be checked "
+    "against it."
 )
 for title, latex, implementation in (
     ("k1: unbiased, can be negative",

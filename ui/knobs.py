@@ -142,7 +142,7 @@ KNOBS: dict[str, Knob] = {
     "kl_estimator": Knob(
         "KL estimator",
         "How the per-token KL is estimated from the sampled token: k1 = −log r (unbiased, noisy, can be "
-        "negative), k2 = ½(log r)² (biased, low variance), k3 = r − 1 − log r (unbiased, low variance, ≥ 0).",
+        "negative), k2 = ½(log r)² (biased, low variance), k3 = r − 1 − log r (unbiased, ≥ 0, low variance near the reference).",
         get_args(KLEstimator),
     ),
     "kl_in": Knob(
