@@ -17,7 +17,8 @@ live_lab(
     {"GRPO": "grpo", "DAPO": "dapo", "Dr. GRPO": "dr_grpo"},
     lesson=("epsilon_high", "beta", "num_generations", "loss_agg_mode"),
     knobs=("num_generations", "prompts_per_step", "epsilon", "epsilon_high", "beta", "kl_estimator", "loss_agg_mode",
-           "dynamic_sampling", "overlong_filter", "overlong_buffer", "cov_mode", "cov_fraction", "entropy_coef",
+           "dynamic_sampling", "overlong_filter", "overlong_punishment", "overlong_buffer", "overlong_buffer_fraction",
+           "cov_mode", "cov_fraction", "entropy_coef", "adam_epsilon", "skip_no_signal_updates",
            "ppo_epochs", "num_minibatches", "learning_rate", "temperature"),
     focus=("Token entropy", "Clip fraction (tokens)"),
     prediction=Prediction(

@@ -11,7 +11,7 @@ live_lab(
     "pg",
     {"REINFORCE": "pg"},
     lesson=("use_baseline", "learning_rate", "prompts_per_step"),
-    knobs=("use_baseline", "prompts_per_step", "learning_rate", "temperature", "gamma", "beta", "kl_estimator",
+    knobs=("use_baseline", "baseline", "prompts_per_step", "learning_rate", "temperature", "gamma", "beta", "kl_estimator",
            "loss_agg_mode", "entropy_coef", "ppo_epochs", "num_minibatches"),
     focus=("Reward and success rate", "Advantages"),
     prediction=Prediction(

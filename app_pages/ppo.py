@@ -15,7 +15,8 @@ live_lab(
     lesson=("ppo_epochs", "num_minibatches", "epsilon", "lam"),
     knobs=("lam", "gamma", "whiten_advantages", "epsilon", "epsilon_high", "dual_clip", "beta", "kl_estimator",
            "target_kl", "ppo_epochs", "num_minibatches", "learning_rate", "critic_learning_rate", "cliprange_value",
-           "vf_coef", "prompts_per_step", "temperature", "entropy_coef", "loss_agg_mode"),
+           "vf_coef", "prompts_per_step", "temperature", "entropy_coef", "loss_agg_mode", "adam_epsilon",
+           "skip_no_signal_updates"),
     focus=("Clip fraction (tokens)", "Explained variance"),
     prediction=Prediction(
         "Will the clip act at all (clip fraction above 0 at some step)?",

@@ -13,7 +13,7 @@ live_lab(
     "vapo",
     {"VAPO": "vapo"},
     lesson=("value_pretrain_steps", "lam_critic", "length_adaptive_alpha"),
-    knobs=("value_pretrain_steps", "lam", "lam_critic", "length_adaptive_alpha", "gamma", "epsilon", "epsilon_high",
+    knobs=("value_pretrain_steps", "critic_init", "lam", "lam_critic", "length_adaptive_alpha", "gamma", "epsilon", "epsilon_high",
            "positive_nll_coef", "num_generations", "prompts_per_step", "critic_learning_rate", "vf_coef",
            "cliprange_value", "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "beta",
            "loss_agg_mode"),

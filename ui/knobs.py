@@ -103,6 +103,12 @@ KNOBS: dict[str, Knob] = {
         "Subtract the batch-mean return from every token's reward-to-go. It leaves the gradient unbiased and "
         "cuts its variance; switch it off to watch the advantages (and the learning) get noisier.",
     ),
+    "baseline": Knob(
+        "baseline kind · baseline",
+        "batch_mean: the mean return of this batch. running_mean: b ← 0.9·b + 0.1·mean(R), a baseline that lags "
+        "the policy and so does not depend on the batch it is subtracted from.",
+        ("batch_mean", "running_mean"),
+    ),
     "gamma": Knob(
         "discount γ · gamma",
         "How much a reward t steps later counts now (γ^t). With a single reward at the end, γ < 1 makes early "
@@ -215,6 +221,17 @@ KNOBS: dict[str, Knob] = {
         "the clip fraction); too low and nothing moves.",
         LEARNING_RATES,
     ),
+    "adam_epsilon": Knob(
+        "Adam ε · adam_epsilon",
+        "The policy optimiser's ε (TRL's name). Once a task is solved the gradients are tiny and Adam divides by "
+        "their tiny running scale: a larger ε keeps the next push from becoming a full learning-rate step.",
+        (1e-8, 1e-7, 1e-6, 1e-5, 1e-4),
+    ),
+    "skip_no_signal_updates": Knob(
+        "skip steps without signal · skip_no_signal_updates",
+        "No optimiser step on a minibatch whose gradient is exactly 0 (every advantage 0, no other loss term), or "
+        "on a whitened batch in which no reward differs: Adam's momentum would otherwise keep moving the policy.",
+    ),
     "cov_mode": Knob(
         "entropy control · cov_mode",
         "clip_cov: detach the gradient of a small random share of the tokens whose log-prob and advantage "
@@ -227,6 +244,12 @@ KNOBS: dict[str, Knob] = {
         (1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05),
     ),
     # ---------------------------------------------------------------- critic
+    "critic_init": Knob(
+        "critic initialised from · critic_init",
+        "policy: the SFT policy's transformer with a zero value head. reward_model: a copy of the task's learned "
+        "reward model (VC-PPO's failure case: it only ever scored finished answers, so early states look bad).",
+        ("policy", "reward_model"),
+    ),
     "critic_learning_rate": Knob(
         "critic learning rate",
         "AdamW step size for the critic. It must keep up with the policy, or the advantages it produces are stale.",
@@ -264,11 +287,22 @@ KNOBS: dict[str, Knob] = {
         "Responses cut off by the length limit get no loss at all, instead of being punished for an answer they "
         "never finished.",
     ),
+    "overlong_punishment": Knob(
+        "soft overlong punishment · overlong_punishment",
+        "DAPO's length penalty: within L_cache tokens of the limit the reward falls linearly to −1. An answer that "
+        "ends with EOS before the buffer is never punished.",
+    ),
     "overlong_buffer": Knob(
-        "overlong buffer · overlong_buffer",
-        "Soft overlong punishment: within this many tokens of the limit the reward falls linearly to −1; 'off' "
-        "adds no length penalty.",
+        "overlong buffer L_cache · overlong_buffer",
+        "The buffer in tokens (verl's overlong_buffer.len); 'a fraction' takes overlong_buffer_fraction of the "
+        "task's length limit instead.",
         (None, 1, 2, 3, 4, 6),
+        none_label="a fraction",
+    ),
+    "overlong_buffer_fraction": Knob(
+        "overlong buffer as a fraction · overlong_buffer_fraction",
+        "L_cache as a share of the length limit when overlong_buffer is not set (DAPO: 4k of 20k tokens = 0.2).",
+        (0.1, 0.2, 0.25, 0.3, 0.5),
     ),
     # ---------------------------------------------------------------- 2025–26 successors
     "cispo_two_sided": Knob(
