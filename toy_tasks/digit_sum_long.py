@@ -24,6 +24,7 @@ class RamblingDigitSumTask(DigitSumTask):
         "token-mean or a constant normaliser every token pays and they die out."
     )
     default_demo_noise: ClassVar[float] = 0.5
+    sft_success_band: ClassVar[tuple[float, float]] = (0.01, 0.12)  # 200-step warm start, seeds 0–4: 0.03–0.07
     ramble_fraction: ClassVar[float] = 0.5  # of the sloppy demonstrations: the rest miss N by one to three
 
     def demonstration(self, prompt: str, rng: random.Random, noise: float) -> str:
