@@ -114,7 +114,7 @@ def test_thinning_keeps_the_shape_bounded_and_the_latest_point():
 SAMPLE = {
     "prompt": "<b>", "response": "ab", "tokens": ["a", "<", "<eos>"], "reward": 1.0, "success": True,
     "truncated": False, "advantages": [0.5, -0.5, 0.0], "ratios": [1.5, 0.9, 1.0],
-    "clipped": [True, False, False], "entropies": [0.3, 0.1, 0.0],
+    "clipped": [True, False, False], "silenced": [False, True, False], "entropies": [0.3, 0.1, 0.0],
 }
 
 
@@ -125,6 +125,9 @@ def test_token_view_escapes_text_and_colours_by_each_quantity_with_numbers_and_a
         assert "⏎" in html and "solved" in html
         assert legend_html([SAMPLE], colour_by)
     assert "rgba(255,179,0" in token_html([SAMPLE], "clipped")
+    # The second token, and only it, is marked as given no gradient by the run's own loss.
+    silenced = token_html([SAMPLE], "silenced")
+    assert silenced.count("rgba(200,30,90") == 1 and silenced.count("0·∇") == 1
     assert "+0.50" in token_html([SAMPLE], "advantage") and "1.50" in token_html([SAMPLE], "ratio")
     assert "A = +0.50" in legend_html([SAMPLE], "advantage")
 

@@ -42,9 +42,20 @@ COLOURINGS: dict[str, Colouring] = {
             "Amber: the clip was active on this token after the updates (ρ beyond the range on the side the "
             "advantage pushes), so it gave no gradient on its last minibatch.",
         ),
+        Colouring(
+            "silenced",
+            "silenced",
+            "Crimson: the run's own loss gave this token no gradient although A ≠ 0 (PPO's active clip, DPPO's "
+            "probability mask, a sample MIS dropped). CISPO and SAPO never silence a token: set 'clipped' beside "
+            "it to see the tokens PPO's rule would have cut that they still move.",
+        ),
         Colouring("entropy", "entropies", "Purple: the policy's entropy when it chose this token; deeper = less sure."),
     )
 }
+
+
+# Yes/no views: the colour of a marked token and the word written under it.
+FLAGS = {"clipped": ("rgba(255,179,0,0.75)", "clip"), "silenced": ("rgba(200,30,90,0.65)", "0·∇")}
 
 
 def _rgba(rgb: tuple[int, int, int], strength: float) -> str:
@@ -52,8 +63,8 @@ def _rgba(rgb: tuple[int, int, int], strength: float) -> str:
 
 
 def _background(colouring: Colouring, value, scale: float) -> str:
-    if colouring.field == "clipped":
-        return "rgba(255,179,0,0.75)" if value else "transparent"
+    if colouring.field in FLAGS:
+        return FLAGS[colouring.field][0] if value else "transparent"
     if colouring.field == "advantages":
         return _rgba((46, 160, 67) if value >= 0 else (218, 54, 51), abs(value) / scale)
     if colouring.field == "ratios":
@@ -64,15 +75,15 @@ def _background(colouring: Colouring, value, scale: float) -> str:
 
 def _scale(colouring: Colouring, samples: list[dict]) -> float:
     """The value that gets the deepest colour: the largest magnitude on display, so colours compare across rows."""
-    values = [v for s in samples for v in s[colouring.field]]
+    values = [v for s in samples for v in s.get(colouring.field, ())]
     if colouring.field == "ratios":
         values = [math.log(max(v, 1e-12)) for v in values]
     return max((abs(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)), default=0.0) or 1.0
 
 
 def _number(colouring: Colouring, value) -> str:
-    if colouring.field == "clipped":
-        return "clip" if value else "·"
+    if colouring.field in FLAGS:
+        return FLAGS[colouring.field][1] if value else "·"
     return f"{value:+.2f}" if colouring.field == "advantages" else f"{value:.2f}"
 
 
@@ -80,8 +91,9 @@ def legend_html(samples: list[dict], colour_by: str) -> str:
     """The colour scale of this view with its end values."""
     colouring = COLOURINGS[colour_by]
     scale = _scale(colouring, samples)
-    if colouring.field == "clipped":
-        ends = [("rgba(255,179,0,0.75)", "clip active"), ("transparent", "not clipped")]
+    if colouring.field in FLAGS:
+        colour, mark = FLAGS[colouring.field]
+        ends = [(colour, f"{mark}: {colouring.label}"), ("transparent", f"not {colouring.label}")]
     elif colouring.field == "advantages":
         ends = [(_background(colouring, -scale, scale), f"A = {-scale:+.2f}"),
                 (_background(colouring, 0.0, scale), "A = 0"),
@@ -110,10 +122,12 @@ def token_html(samples: list[dict], colour_by: str) -> str:
     for row, sample in enumerate(samples, start=1):
         spans = []
         for i, token in enumerate(sample["tokens"]):
-            value = sample[colouring.field][i]
+            value = sample.get(colouring.field, [False] * len(sample["tokens"]))[i]
+            silenced = sample.get("silenced", [False] * len(sample["tokens"]))[i]
             tip = (
                 f"token {i}: A={sample['advantages'][i]:+.3f}  ρ={sample['ratios'][i]:.3f}  "
                 f"H={sample['entropies'][i]:.3f}{'  clipped' if sample['clipped'][i] else ''}"
+                f"{'  no gradient' if silenced else ''}"
             )
             text = "⏎" if token == EOS_TOKEN else html.escape(token)
             spans.append(
