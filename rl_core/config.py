@@ -412,6 +412,14 @@ class RunConfig:
             f"≤ {room} on model={self.model} with task={self.task}: its {positions} positions hold BOS, the "
             f"longest prompt ({task.max_prompt_length} tokens), the response and a closing EOS",
         )
+        if self.algo.critic_init == "reward_model":
+            _require(
+                hasattr(task, "reward_model_preset"),
+                "critic_init",
+                self.algo.critic_init,
+                f"'policy' on task={self.task}, which has no learned reward model to copy (reward_model needs a "
+                "task such as 'preference')",
+            )
         if self.algo.overlong_buffer is not None:
             _require(
                 self.algo.overlong_buffer < limit,

@@ -87,11 +87,6 @@ class Trainer:
         if self.device.type == "cpu":
             torch.set_num_threads(threads or DEFAULT_CPU_THREADS)
         self.task = get_task(run.task)
-        if self.algo.critic_init == "reward_model" and not hasattr(self.task, "reward_model"):
-            raise ValueError(
-                f"critic_init='reward_model' needs a task scored by a learned reward model; task {run.task!r} has "
-                "none (use critic_init='policy' or a reward-model task such as 'preference')"
-            )
         self.max_new_tokens = self.algo.max_new_tokens or self.task.max_new_tokens
         self.overlong_buffer = overlong_buffer_length(
             self.max_new_tokens, self.algo.overlong_buffer, self.algo.overlong_buffer_fraction
