@@ -63,7 +63,11 @@ def test_slots_admit_at_most_the_limit_and_queue_the_rest_in_order():
 
 def test_a_job_beyond_the_cap_is_queued_and_says_so_until_a_slot_frees(jobs):
     slots = TrainingSlots(2)
-    jobs += [Job(tiny_run(), slots).start() for _ in range(3)]
+    # Threads started together may reach the queue in any order: admit the first two one after the other.
+    for _ in range(2):
+        jobs.append(Job(tiny_run(), slots).start())
+        wait_for(lambda: jobs[-1].snapshot().status != "queued")
+    jobs.append(Job(tiny_run(), slots).start())
     wait_for(lambda: jobs[0].snapshot().status == "training" and jobs[1].snapshot().status == "training")
     queued = jobs[2].snapshot()
     assert queued.status == "queued" and queued.waiting_for == 2
@@ -85,8 +89,10 @@ def test_stop_ends_the_thread_within_a_second(jobs):
 
 def test_stop_while_queued_ends_at_once(jobs):
     slots = TrainingSlots(1)
-    jobs += [Job(tiny_run(), slots).start(), Job(tiny_run(), slots).start()]
-    wait_for(lambda: jobs[0].snapshot().status in ("preparing", "training"))
+    jobs.append(Job(tiny_run(), slots).start())
+    wait_for(lambda: jobs[0].snapshot().status in ("preparing", "training"))  # admitted before the second arrives
+    jobs.append(Job(tiny_run(), slots).start())
+    wait_for(lambda: slots.queue_place(jobs[1]) == 1)
     jobs[1].stop()
     assert jobs[1].join(timeout=1.0)
     assert jobs[1].snapshot().status == "stopped" and slots.running == 1
