@@ -63,14 +63,16 @@ def test_slots_admit_at_most_the_limit_and_queue_the_rest_in_order():
 
 def test_a_job_beyond_the_cap_is_queued_and_says_so_until_a_slot_frees(jobs):
     slots = TrainingSlots(2)
-    # Threads started together may reach the queue in any order: admit the first two one after the other.
+    # Threads started together may reach the queue in any order: admit the first two one after the other. They
+    # train far longer than the test takes (its fixture stops them), so their slots stay taken until the Stop below.
     for _ in range(2):
-        jobs.append(Job(tiny_run(), slots).start())
+        jobs.append(Job(tiny_run(steps=100_000), slots).start())
         wait_for(lambda: jobs[-1].snapshot().status != "queued")
     jobs.append(Job(tiny_run(), slots).start())
-    wait_for(lambda: jobs[0].snapshot().status == "training" and jobs[1].snapshot().status == "training")
+    wait_for(lambda: slots.queue_place(jobs[2]) == 1)
     queued = jobs[2].snapshot()
     assert queued.status == "queued" and queued.waiting_for == 2
+    assert {jobs[0].snapshot().status, jobs[1].snapshot().status} <= {"preparing", "training"}
     jobs[0].stop()
     wait_for(lambda: jobs[2].snapshot().steps_done >= 1)
     assert jobs[0].snapshot().status == "stopped"
@@ -89,7 +91,7 @@ def test_stop_ends_the_thread_within_a_second(jobs):
 
 def test_stop_while_queued_ends_at_once(jobs):
     slots = TrainingSlots(1)
-    jobs.append(Job(tiny_run(), slots).start())
+    jobs.append(Job(tiny_run(steps=100_000), slots).start())
     wait_for(lambda: jobs[0].snapshot().status in ("preparing", "training"))  # admitted before the second arrives
     jobs.append(Job(tiny_run(), slots).start())
     wait_for(lambda: slots.queue_place(jobs[1]) == 1)
