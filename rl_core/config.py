@@ -131,8 +131,6 @@ class AlgoConfig:
     rollout_is_mode: RolloutISMode = "none"
     rollout_is_level: RolloutISLevel = "token"
     rollout_is_threshold: float = 2.0
-    # Adam's momentum keeps moving the policy on a batch whose every advantage is 0; skip the step instead.
-    skip_no_signal_updates: bool = True
 
     def replace(self, **overrides) -> "AlgoConfig":
         """A copy with some fields changed, validated; unknown names are refused.
@@ -349,7 +347,7 @@ def check_value(name: str, value, hint, allowed: Range | None) -> None:
     elif kind is float:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ValueError(f"{name}={_shown(value)} is not a number; allowed: {describe}")
-        if value != value:
+        if value != value:  # NaN; math.isnan would overflow on a huge integer
             raise ValueError(f"{name}=nan is not a number; allowed: {describe}")
     elif kind is str:
         if not isinstance(value, str):
