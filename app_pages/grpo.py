@@ -114,9 +114,10 @@ st.header("Dr. GRPO: remove two normalisers")
 st.markdown(
     "GRPO divides twice where it should not. Dividing by the group's standard deviation inflates prompts on "
     "which nearly every answer agrees, i.e. ones that are too easy or too hard: in a group where one answer of "
-    "eight is right, that answer gets Â ≈ 2.5 instead of 0.875, and the lab measures such skewed groups taking a "
-    "larger share of the batch's advantage weight under GRPO than under Dr. GRPO (a few per cent; a skewed group "
-    "still weighs less in total than a balanced one). Dividing each response's loss by its own length makes a "
+    "eight is right, that answer gets Â ≈ 2.5 instead of 0.875. On one group the advantage lab shows the exact "
+    "weights. Over a training run the shift is small: skewed groups take a few per cent more of the batch's "
+    "advantage weight under GRPO on two seeds of three and none on the third, because the two runs draw "
+    "different batches after a few steps (a skewed group still weighs less in total than a balanced one). Dividing each response's loss by its own length makes a "
     "wrong answer's per-token penalty smaller the longer it is, so long wrong answers are pushed out more slowly "
     "than short ones. Dr. GRPO keeps the mean-centred reward and divides the summed loss by a constant."
 )
