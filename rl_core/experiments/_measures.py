@@ -1,4 +1,5 @@
-"""What the experiments read off a run's records: a metric averaged over all its steps, or over its last few.
+"""What the experiments read off a run's records: a metric averaged over all its steps, or over its last few, and
+the most common effect, one arm's average minus another's.
 
 A record whose metric is missing or NaN (nothing to measure on that step) is left out of the average."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping
 
 from rl_core.experiments import Records
 
@@ -23,3 +25,9 @@ def mean_over_steps(records: Records, key: str) -> float:
 def final_mean(records: Records, key: str, last: int = 10) -> float:
     """The metric's mean over the run's last `last` steps: the end of the run, with a batch's noise averaged."""
     return mean_over_steps(records[-last:], key)
+
+
+def mean_difference(key: str, minuend: str, subtrahend: str) -> Callable[[Mapping[str, Records]], float]:
+    """The effect `mean_over_steps(key)` of arm `minuend` minus that of arm `subtrahend`, on one seed's runs
+    (arm label → records)."""
+    return lambda runs: mean_over_steps(runs[minuend], key) - mean_over_steps(runs[subtrahend], key)

@@ -1,7 +1,7 @@
 """CISPO clips the weight, never the gradient: the tokens PPO's clip silences still move."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments._measures import mean_difference
 
 # Same range in both arms: CISPO's two-sided weight clamp [1 − ε, 1 + ε_high] is PPO's clip range, so the arms
 # differ only in what happens outside it (PPO: gradient 0; CISPO: gradient with the clamped weight). Two epochs of
@@ -26,7 +26,7 @@ EXPERIMENT = Experiment(
     task="caesar",
     steps=40,
     metric="share of valid tokens with A ≠ 0 whose policy gradient is exactly 0, PPO's minus CISPO's",
-    effect=lambda runs: mean_over_steps(runs["PPO clip"], "silenced_frac") - mean_over_steps(runs["CISPO"], "silenced_frac"),
+    effect=mean_difference("silenced_frac", "PPO clip", "CISPO"),
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("beyond_grpo",),

@@ -6,7 +6,7 @@ ends with lower entropy): its policy is far from sharp, so many of the tokens th
 The GRPO page says so."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments._measures import mean_difference
 
 # Every knob the outcome depends on is spelt out, so a retuned preset cannot move the result. Sixteen updates per
 # batch (4 epochs × 4 minibatches) give the ratio room to leave [0.8, 1.2], where the two arms differ. β = 0 is
@@ -30,7 +30,7 @@ EXPERIMENT = Experiment(
     task="digit_sum",
     steps=150,
     metric="token entropy (nats) averaged over training, ε_high 0.28 minus 0.2",
-    effect=lambda runs: mean_over_steps(runs["ε_high 0.28"], "entropy") - mean_over_steps(runs["ε_high 0.2"], "entropy"),
+    effect=mean_difference("entropy", "ε_high 0.28", "ε_high 0.2"),
     expected="positive",
     run_fields={"sft_steps": 500},
     pages=("grpo",),

@@ -2,7 +2,7 @@
 its gradient."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments._measures import mean_difference
 
 SHARED = dict(
     prompts_per_step=8, num_generations=8, learning_rate=1e-3, ppo_epochs=4, num_minibatches=2,
@@ -24,8 +24,7 @@ EXPERIMENT = Experiment(
     task="caesar",
     steps=40,
     metric="share of valid tokens that are rare (π_old < 0.1) and silenced, PPO's minus DPPO's",
-    effect=lambda runs: mean_over_steps(runs["PPO clip"], "silenced_rare_frac")
-    - mean_over_steps(runs["DPPO-TV"], "silenced_rare_frac"),
+    effect=mean_difference("silenced_rare_frac", "PPO clip", "DPPO-TV"),
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("beyond_grpo",),

@@ -1,7 +1,7 @@
 """GSPO clips whole responses, far more often than GRPO clips tokens, and still trains stably."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments._measures import mean_difference
 
 # Everything but the policy loss and its clip range is spelt out and the same in both arms (β = 0 in both, as in
 # the GSPO paper, so the KL penalty of the GRPO preset is no confound).
@@ -24,7 +24,7 @@ EXPERIMENT = Experiment(
     task="caesar",
     steps=40,
     metric="clip fraction averaged over training, GSPO's share of responses minus GRPO's share of tokens",
-    effect=lambda runs: mean_over_steps(runs["GSPO"], "clip_frac") - mean_over_steps(runs["GRPO"], "clip_frac"),
+    effect=mean_difference("clip_frac", "GSPO", "GRPO"),
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("gspo",),

@@ -1,7 +1,7 @@
 """Truncated importance sampling (TIS) reweights a stale sampler's tokens back to π_old."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments._measures import mean_difference
 from rl_core.experiments.rollout_staleness import SHARED, STALE
 
 TIS = Arm("k = 8, TIS", "grpo", {**SHARED, "rollout_staleness": 8, "rollout_is_mode": "truncate"})
@@ -17,8 +17,7 @@ EXPERIMENT = Experiment(
     task="caesar",
     steps=100,
     metric="batch success averaged over training, k = 8 with TIS minus without",
-    effect=lambda runs: mean_over_steps(runs[TIS.label], "success_rate")
-    - mean_over_steps(runs[STALE.label], "success_rate"),
+    effect=mean_difference("success_rate", TIS.label, STALE.label),
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("beyond_grpo",),

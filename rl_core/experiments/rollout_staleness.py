@@ -1,7 +1,7 @@
 """Sampling with a stale copy of the policy (as an asynchronous trainer does) slows learning."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments._measures import mean_difference
 
 # π_old is the trainer's own snapshot (recomputed by a teacher-forced pass), so PPO's ratio and clip are the same
 # in every arm: only the sampler differs. 16 prompts × 8 responses per step: with 8 prompts the stale runs' noise
@@ -27,8 +27,7 @@ EXPERIMENT = Experiment(
     task="caesar",
     steps=100,
     metric="batch success averaged over training, on-policy minus k = 8",
-    effect=lambda runs: mean_over_steps(runs[ON_POLICY.label], "success_rate")
-    - mean_over_steps(runs[STALE.label], "success_rate"),
+    effect=mean_difference("success_rate", ON_POLICY.label, STALE.label),
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("beyond_grpo",),

@@ -2,7 +2,7 @@
 almost always wrong than Dr. GRPO's mean-only advantage does."""
 
 from rl_core.experiments import Arm, Experiment
-from rl_core.experiments._measures import mean_over_steps
+from rl_core.experiments._measures import mean_difference
 
 SHARED = dict(
     prompts_per_step=8, num_generations=8, temperature=1.0, beta=0.04, kl_estimator="k3", kl_in="loss",
@@ -27,8 +27,7 @@ EXPERIMENT = Experiment(
     task="digit_sum",
     steps=60,
     metric="share of Σ|Â| on skewed groups (≤ 1/4 or ≥ 3/4 of the group right), GRPO minus Dr. GRPO",
-    effect=lambda runs: mean_over_steps(runs["GRPO (mean and std)"], "skewed_group_adv_share")
-    - mean_over_steps(runs["Dr. GRPO (mean only)"], "skewed_group_adv_share"),
+    effect=mean_difference("skewed_group_adv_share", "GRPO (mean and std)", "Dr. GRPO (mean only)"),
     expected="positive",
     run_fields={"sft_steps": 500},
     pages=("grpo", "labs_advantages"),
