@@ -1,5 +1,6 @@
 """Diagnostics reported every step, as python floats: clip fractions, explained variance, approximate KL
-between the old and the updated policy, advantage statistics, and the share of zero-advantage groups."""
+between the old and the updated policy, advantage statistics, and the share of zero-advantage groups; and the
+tokens a policy loss silences."""
 
 from __future__ import annotations
 
@@ -109,3 +110,11 @@ def first_last_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) ->
     first = advantages[rows, 0]
     last = advantages[rows].gather(1, (lengths[rows] - 1)[:, None]).squeeze(1)
     return {"advantage_first_token": first.mean().item(), "advantage_last_token": last.mean().item()}
+
+
+def silenced_tokens(per_token_loss: torch.Tensor, logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """`[B, T]` bool: where `∂L_t/∂ log π_θ(a_t) = 0` although `A_t ≠ 0` — the loss gives the token no gradient
+    (PPO's active clip, DPPO's mask, MIS's dropped samples; never CISPO or SAPO). `logp` must be in the graph of
+    `per_token_loss`, which is kept for a later backward pass."""
+    (gradient,) = torch.autograd.grad(per_token_loss.sum(), logp, retain_graph=True)
+    return (gradient == 0) & (advantages != 0)

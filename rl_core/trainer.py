@@ -42,6 +42,7 @@ from rl_core.metrics import (
     clip_fractions,
     explained_variance,
     first_last_token_advantages,
+    silenced_tokens,
     skewed_group_advantage_share,
     zero_advantage_group_fraction,
 )
@@ -495,8 +496,7 @@ class Trainer:
         """Where the policy loss's gradient w.r.t. log π_θ is exactly 0 although A ≠ 0 (PPO's active clip,
         DPPO's mask, MIS's dropped samples; never CISPO or SAPO): `silenced_frac` of the valid tokens, and
         `silenced_rare_frac`, the share of valid tokens that are rare (π_old(a_t) < 0.1) and silenced."""
-        (gradient,) = torch.autograd.grad(policy_per_token(x).sum(), x.logp, retain_graph=True)
-        silenced = (gradient == 0) & (x.advantages != 0)
+        silenced = silenced_tokens(policy_per_token(x), x.logp, x.advantages)
         rare = x.old_logp < math.log(RARE_TOKEN_PROBABILITY)
         return {
             "silenced_frac": masked_mean(silenced.float(), x.mask).item(),
@@ -530,8 +530,7 @@ class Trainer:
         with torch.enable_grad():
             leaf = logp.detach().requires_grad_()
             loss = policy_loss(self.algo, leaf, old_logp[rows], adv, part.response_mask)
-            (gradient,) = torch.autograd.grad(loss.sum(), leaf)
-        silenced = (gradient == 0) & (adv != 0)
+            silenced = silenced_tokens(loss, leaf, adv)
         token_kl = kl_estimators.KL_ESTIMATORS[self.algo.kl_estimator](logp, ref_logp[rows])
         objective = -loss.detach()
         per_token = {"old_log_probs": old_logp, "ref_log_probs": ref_logp, "rewards": token_rewards,

@@ -9,6 +9,7 @@ from rl_core.metrics import (
     approx_kl,
     clip_fractions,
     explained_variance,
+    silenced_tokens,
     zero_advantage_group_fraction,
 )
 
@@ -86,3 +87,16 @@ def test_zero_advantage_group_fraction():
     assert zero_advantage_group_fraction(R, 4) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="multiple of the group size"):
         zero_advantage_group_fraction(R, 3)
+
+
+def test_silenced_tokens_are_those_a_loss_gives_no_gradient_although_a_is_not_zero():
+    # A hand-written PPO clip, −min(ρA, clip(ρ, 0.8, 1.2)A) with π_old = 1: ρ = 1.5 with A > 0 and ρ = 0.5 with
+    # A < 0 sit on the flat side of the clip; ρ = 1 is inside; A = 0 never counts, whatever the gradient.
+    ratio = torch.tensor([[1.5, 1.0, 0.5, 1.5, 0.5]])
+    advantages = torch.tensor([[1.0, 1.0, -1.0, 0.0, 1.0]])
+    logp = ratio.log().requires_grad_()
+    rho = logp.exp()
+    loss = -torch.minimum(rho * advantages, rho.clamp(0.8, 1.2) * advantages)
+    assert silenced_tokens(loss, logp, advantages).tolist() == [[True, False, True, False, False]]
+    loss.sum().backward()  # the graph is kept for the training step's own backward pass
+    assert logp.grad[0, 1] == pytest.approx(-1.0)
