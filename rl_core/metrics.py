@@ -83,21 +83,26 @@ def zero_advantage_group_fraction(R: torch.Tensor, group_size: int) -> float:
     return 1.0 - dynamic_sampling_keep(R, group_size).float().mean().item()
 
 
-def skewed_group_advantage_share(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> float:
-    """The share of the batch's advantage weight `Σ_i |Â_i|` that goes to *skewed* groups: those in which at most
-    a quarter, or at least three quarters, of the members score above the group mean (with 0/1 rewards: nearly
-    always wrong or nearly always right). NaN when every advantage is 0.
+def skewed_group_weight_ratio(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> float:
+    """How much a response in a *skewed* group weighs against one in a *balanced* group: the mean `|Â_i|` over the
+    responses of skewed groups divided by the mean `|Â_i|` over those of balanced groups. A group is skewed when at
+    most a quarter, or at least three quarters, of its members score above the group mean (with 0/1 rewards: nearly
+    always wrong or nearly always right), balanced otherwise; groups whose rewards are all equal carry no signal
+    and are left out. NaN when the batch lacks either kind.
 
-    With 0/1 rewards and success fraction p, a group's weight is `G·2p(1−p)` without the std division (Dr. GRPO)
-    and `G·2√(p(1−p))` with it (GRPO): dividing by the std raises skewed groups' share."""
+    With 0/1 rewards and success fraction p a response's mean weight is `2p(1−p)` without the std division
+    (Dr. GRPO) and `2√(p(1−p))` with it (GRPO, up to the n−1 in the std), so the ratio against p = 1/2 is `4p(1−p)`
+    against `2√(p(1−p))`: 0.44 against 0.66 at p = 1/8. It is a per-response weight, so unlike a share of the
+    batch's total it does not move with how many groups of each kind the batch happens to hold."""
     groups = R.reshape(-1, group_size)
     above = (groups > groups.mean(dim=1, keepdim=True)).float().mean(dim=1)
-    skewed = ((above <= 0.25) | (above >= 0.75)).repeat_interleave(group_size)
-    weight = seq_advantages.abs()
-    total = weight.sum()
-    if total == 0:
+    signal = dynamic_sampling_keep(R, group_size)
+    skewed = signal & ((above <= 0.25) | (above >= 0.75))
+    balanced = signal & ~skewed
+    if not skewed.any() or not balanced.any():
         return float("nan")
-    return (weight[skewed].sum() / total).item()
+    weight = seq_advantages.abs().reshape(-1, group_size)
+    return (weight[skewed].mean() / weight[balanced].mean()).item()
 
 
 def first_last_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -43,7 +43,7 @@ from rl_core.metrics import (
     explained_variance,
     first_last_token_advantages,
     silenced_tokens,
-    skewed_group_advantage_share,
+    skewed_group_weight_ratio,
     zero_advantage_group_fraction,
 )
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
@@ -379,7 +379,7 @@ class Trainer:
             if baseline is not None:
                 record["baseline"] = baseline
             if algo.num_generations > 1:
-                record["skewed_group_adv_share"] = skewed_group_advantage_share(
+                record["skewed_group_weight_ratio"] = skewed_group_weight_ratio(
                     masked_mean(advantages, mask, dim=-1), rewards, algo.num_generations
                 )
         self._noise_only_batch = algo.skip_no_signal_updates and whitens_noise_only(algo, rewards, self.beta)

@@ -1,4 +1,5 @@
-"""The digit-sum tasks: many right answers of any length, hand-checked scores, and the demonstrations' shapes."""
+"""The digit-sum tasks: many right answers of any length, hand-checked scores, the demonstrations' shapes, and the
+coin-flip control whose reward ignores the answer."""
 
 import random
 
@@ -57,3 +58,33 @@ def test_rambling_slips_run_past_the_limit_and_are_never_right():
     assert not any(task.is_correct(p, d) for p, d in demos)
     too_long = sum(len(d) > task.max_new_tokens for _, d in demos) / len(demos)
     assert too_long == pytest.approx(task.ramble_fraction, abs=0.04)  # 2000 draws: a 3.5-sigma band
+
+
+def coin_flip(seed: int):
+    task = get_task("coin_flip")
+    task.prepare(None, None, seed)  # the coins' seed; the task has nothing to build
+    return task
+
+
+def test_coin_flip_success_is_the_digit_sum_and_the_reward_a_function_of_the_batch():
+    prompts, responses, cut = ["17>"] * 4, ["98", "4553", "99", "98"], [False, False, False, True]
+    scores = coin_flip(0).score(prompts, responses, cut)
+    assert scores.successes == get_task("digit_sum").score(prompts, responses, cut).successes
+    assert coin_flip(0).score(prompts, responses, cut) == scores  # the same batch, the same coins
+    draws = {tuple(coin_flip(seed).score(prompts * 8, responses * 8, cut * 8).rewards) for seed in range(5)}
+    assert len(draws) == 5  # 32 coins: five seeds never repeat a draw
+
+
+def test_coin_flip_pays_right_and_wrong_answers_alike():
+    """2,000 batches of eight, half of each right: each kind's mean reward is 0.5 within 0.025 (its standard
+    error is 0.0079), so neither the answer nor its place in the batch earns a better coin."""
+    task = coin_flip(3)
+    rng = random.Random(0)
+    paid = {True: [], False: []}
+    for _ in range(2000):
+        responses = [digits_summing_to(17 + rng.choice((0, 0, 1, -1)), rng.randint(2, 9), rng) for _ in range(8)]
+        scores = task.score(["17>"] * 8, responses, [False] * 8)
+        for success, reward in zip(scores.successes, scores.rewards):
+            paid[success].append(reward)
+    for rewards in paid.values():
+        assert len(rewards) > 4000 and abs(sum(rewards) / len(rewards) - 0.5) < 0.025

@@ -1,5 +1,6 @@
 """Engine options the experiments need: running-mean baseline, critic from the reward model, the no-signal step
-skip, and the per-step records they read (skewed groups' advantage share, first and last token advantages)."""
+skip, and the per-step records they read (a skewed group's advantage weight against a balanced one's, first and
+last token advantages)."""
 
 import math
 
@@ -9,7 +10,7 @@ import torch
 from rl_core.advantages import constant_baseline, dr_grpo_advantages, grpo_advantages, running_mean_update
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.metrics import first_last_token_advantages, skewed_group_advantage_share
+from rl_core.metrics import first_last_token_advantages, skewed_group_weight_ratio
 from rl_core.trainer import Trainer
 from toy_tasks.base import Scores
 from toy_tasks.preference import PreferenceTask
@@ -38,23 +39,24 @@ def test_trainer_keeps_the_running_mean_across_steps():
     assert records[2]["baseline"] == pytest.approx(0.9 * means[0] + 0.1 * means[1], abs=1e-6)
 
 
-def test_skewed_share_by_hand():
-    # Group 1: one of four above its mean (skewed); group 2: two of four (balanced).
-    R = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
-    advantages = torch.tensor([3.0, -1.0, -1.0, -1.0, 1.0, 1.0, -1.0, -1.0])
-    assert skewed_group_advantage_share(advantages, R, 4) == pytest.approx(6 / 10)
-    assert math.isnan(skewed_group_advantage_share(torch.zeros(8), R, 4))
+def test_skewed_weight_ratio_by_hand():
+    # Group 1: one of four above its mean (skewed); group 2: two of four (balanced); group 3: all equal, no signal,
+    # so its (made-up) advantages must not count.
+    R = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    advantages = torch.tensor([3.0, -1.0, -1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 5.0, 5.0, 5.0, 5.0])
+    assert skewed_group_weight_ratio(advantages, R, 4) == pytest.approx(1.5 / 1.0)
+    assert math.isnan(skewed_group_weight_ratio(advantages[4:], R[4:], 4))  # no skewed group with a signal
+    assert math.isnan(skewed_group_weight_ratio(advantages[:4], R[:4], 4))  # no balanced group
 
 
-def test_std_division_raises_the_skewed_share():
-    """Worked out by hand for p = 1/4 against p = 1/2 (unbiased std, as GRPO): GRPO 0.464, Dr. GRPO 0.429."""
+def test_std_division_raises_the_skewed_weight():
+    """Worked out by hand for p = 1/4 against p = 1/2 (unbiased std, as GRPO): Dr. GRPO's mean |Â| is 1.5/4 against
+    2/4, a ratio of 0.75; GRPO divides them by the stds 0.5 and √(1/3), a ratio of √3/2 ≈ 0.866."""
     R = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
-    grpo = skewed_group_advantage_share(grpo_advantages(R, 4), R, 4)
-    dr_grpo = skewed_group_advantage_share(dr_grpo_advantages(R, 4), R, 4)
-    # Dr. GRPO: |Â| = 0.75 + 3·0.25 = 1.5 against 4·0.5 = 2; GRPO divides by std 0.5 and 0.577.
-    assert dr_grpo == pytest.approx(1.5 / 3.5)
-    assert grpo == pytest.approx((1.5 / 0.5) / (1.5 / 0.5 + 2 / math.sqrt(1 / 3)), abs=1e-5)
-    assert grpo > dr_grpo
+    grpo = skewed_group_weight_ratio(grpo_advantages(R, 4), R, 4)
+    dr_grpo = skewed_group_weight_ratio(dr_grpo_advantages(R, 4), R, 4)
+    assert dr_grpo == pytest.approx(0.75)
+    assert grpo == pytest.approx(math.sqrt(3) / 2, abs=1e-3)
 
 
 def test_first_and_last_token_advantages_by_hand():
