@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,13 +69,22 @@ def model_config(preset: str, tokenizer: PreTrainedTokenizerBase) -> GPT2Config:
     )
 
 
+# While `from_pretrained` loads, transformers replaces `PreTrainedModel.tie_weights` and torch's init functions with
+# no-ops on the classes and modules themselves, not per call. A model that another thread builds or loads meantime
+# comes out with an untied LM head, or fails to load, or keeps uninitialised weights; the app trains in threads.
+# Every model this module makes is made under this one lock.
+MODEL_CONSTRUCTION = threading.Lock()
+
+
 def build_policy(preset: str, tokenizer: PreTrainedTokenizerBase) -> GPT2LMHeadModel:
-    return GPT2LMHeadModel(model_config(preset, tokenizer))
+    with MODEL_CONSTRUCTION:
+        return GPT2LMHeadModel(model_config(preset, tokenizer))
 
 
 def load_policy(folder: str | Path) -> GPT2LMHeadModel:
     """A policy saved with `save_pretrained` (an SFT checkpoint, or any local GPT-2 folder)."""
-    return GPT2LMHeadModel.from_pretrained(str(folder))
+    with MODEL_CONSTRUCTION:
+        return GPT2LMHeadModel.from_pretrained(str(folder))
 
 
 def frozen_reference(policy: GPT2LMHeadModel) -> GPT2LMHeadModel:
@@ -91,8 +101,9 @@ class ValueModel(nn.Module):
     def __init__(self, config: GPT2Config):
         super().__init__()
         self.config = config
-        self.backbone = GPT2Model(config)
-        self.value_head = nn.Linear(config.n_embd, 1)
+        with MODEL_CONSTRUCTION:
+            self.backbone = GPT2Model(config)
+            self.value_head = nn.Linear(config.n_embd, 1)
 
     @classmethod
     def from_policy(cls, policy: GPT2LMHeadModel) -> "ValueModel":

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import platformdirs
 import torch
+from safetensors import safe_open
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.models import MODEL_PRESETS, build_policy, load_policy, model_config
@@ -143,11 +144,16 @@ def sft_success_rate(policy: GPT2LMHeadModel, tokenizer, task: ToyTask) -> float
 
 def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress):
     """The checkpoint in `folder` if it is readable, else a newly trained one written there (staging folder, then
-    a rename). An unreadable checkpoint (a truncated or emptied weights file, say) is reported and trained again."""
+    a rename). An unreadable checkpoint (a truncated or emptied weights file, say) is reported and trained again, and
+    so is one whose LM head was saved apart from the embeddings: that policy was built untied (see
+    `models.MODEL_CONSTRUCTION`), and loading would tie the head to the embeddings and so change the model."""
     if folder.parent.exists():
         remove_stale_staging(folder.parent, cache=True)  # left by a process killed while it saved a checkpoint
     if folder.exists():
         try:
+            with safe_open(folder / "model.safetensors", "pt") as weights:
+                if "lm_head.weight" in weights.keys():
+                    raise ValueError("its LM head was trained untied from the embeddings")
             return load_policy(folder).to(device), json.loads((folder / "sft.json").read_text())
         except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"
             log.warning("the cached SFT checkpoint %s is unreadable (%s: %s); training it again",

@@ -16,9 +16,8 @@ from streamlit.testing.v1 import AppTest
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE, records_file
 from rl_core.records import read_jsonl
-from ui.compare import CURVES
 from ui.experiment_jobs import ExperimentJob
-from ui.experiments_panel import experiments_for
+from ui.experiments_panel import experiments_for, record_title
 from ui.jobs import TrainingSlots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +48,11 @@ def test_a_page_lists_exactly_the_experiments_that_name_it():
     assert not empty.exception and not empty.header, "a page without experiments shows no panel"
 
 
+def test_every_charted_record_has_a_readable_title():
+    untitled = {key for e in EXPERIMENTS.values() for key in e.charts if record_title(key) == key}
+    assert untitled == set()
+
+
 def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     experiment = get_experiment(NAME)
     job = ExperimentJob(experiment, TrainingSlots(2), workers=2, seeds=[0, 1], steps=2, sft_steps=5).start()
@@ -59,7 +63,7 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     at.run()
     assert not at.exception, at.exception
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    assert [c["layout"]["title"]["text"] for c in charts] == [CURVES.get(key, key) for key in experiment.charts]
+    assert [c["layout"]["title"]["text"] for c in charts] == [record_title(key) for key in experiment.charts]
     for chart in charts:
         names = [trace.get("name") for trace in chart["data"] if trace.get("showlegend", True)]
         assert names == [arm.label for arm in experiment.arms]
@@ -74,7 +78,7 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     for arm in experiment.arms:
         runs = [read_jsonl(job.out / records_file(arm, seed)) for seed in (0, 1)]
         mean = sum(r[experiment.charts[0]] for records in runs for r in records) / 4
-        cell = table.loc[table["arm"] == arm.label, CURVES.get(experiment.charts[0], experiment.charts[0])].item()
+        cell = table.loc[table["arm"] == arm.label, record_title(experiment.charts[0])].item()
         assert cell == f"{mean:.3g} → {mean:.3g}"
 
 

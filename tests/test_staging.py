@@ -1,5 +1,6 @@
 """Checkpoints written whole or not at all: stale staging folders of dead processes are removed, live ones kept;
-a damaged cached SFT checkpoint or reward model is reported and rebuilt; trainer state loads without pickle."""
+a damaged cached SFT checkpoint (or one saved with an untied LM head) or reward model is reported and rebuilt;
+trainer state loads without pickle."""
 
 import logging
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
@@ -64,7 +66,7 @@ def sft_folder(cache):
     return folder
 
 
-@pytest.mark.parametrize("damage", ["truncate", "empty", "delete"])
+@pytest.mark.parametrize("damage", ["truncate", "empty", "delete", "untied"])
 def test_a_damaged_sft_checkpoint_is_reported_and_trained_again(tmp_path, caplog, damage):
     Trainer(tiny_run(), cache_dir=tmp_path).prepare()
     weights = sft_folder(tmp_path) / "model.safetensors"
@@ -72,12 +74,16 @@ def test_a_damaged_sft_checkpoint_is_reported_and_trained_again(tmp_path, caplog
         weights.write_bytes(weights.read_bytes()[:100])
     elif damage == "empty":
         weights.write_bytes(b"")
+    elif damage == "untied":  # as saved by a policy built while another thread loaded one
+        tensors = load_file(weights)
+        save_file({**tensors, "lm_head.weight": tensors["transformer.wte.weight"] + 1.0}, weights, {"format": "pt"})
     else:
         weights.unlink()
     with caplog.at_level(logging.WARNING):
         trainer = Trainer(tiny_run(), cache_dir=tmp_path)
         trainer.prepare()
     assert "cached SFT checkpoint" in caplog.text and "training it again" in caplog.text
+    assert "lm_head.weight" not in load_file(weights)
     assert len(list(trainer.steps())) == 1
     assert weights.stat().st_size > 1000  # rebuilt in place: the next run loads it
     caplog.clear()

@@ -1,3 +1,5 @@
+import threading
+
 import torch
 from transformers import AutoTokenizer, GPT2LMHeadModel
 
@@ -50,6 +52,37 @@ def test_policy_loads_from_a_local_folder_with_identical_outputs(tmp_path):
     assert isinstance(loaded, GPT2LMHeadModel)
     ids = torch.tensor([[1, 5, 6, 7]])
     torch.testing.assert_close(policy(ids).logits, loaded(ids).logits)
+
+
+def test_models_built_and_loaded_in_parallel_threads_come_out_whole(tmp_path):
+    """While `from_pretrained` runs, transformers turns `tie_weights` and torch's init functions into no-ops for the
+    whole process. Without the models' lock, a run of this test's shape had 59 of 60 loads fail on a meta tensor and
+    59 of 60 policies built meanwhile come out with an untied LM head."""
+    tokenizer = build_char_tokenizer()
+    build_policy("tiny", tokenizer).save_pretrained(tmp_path)
+    errors, built, critics = [], [], []
+
+    def load():
+        for _ in range(10):
+            try:
+                load_policy(tmp_path).to("cpu")
+            except Exception as error:  # noqa: BLE001 - any failure is the defect under test
+                errors.append(error)
+
+    def build():
+        for _ in range(20):
+            built.append(build_policy("tiny", tokenizer))
+            critics.append(ValueModel(model_config("tiny", tokenizer)))
+
+    threads = [threading.Thread(target=f) for f in (load, build, load)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert all(policy.lm_head.weight is policy.transformer.wte.weight for policy in built)
+    # GPT-2 initialises embeddings with std 0.02; skipped initialisation leaves whatever the memory held.
+    assert all(0.015 < critic.backbone.wte.weight.std().item() < 0.025 for critic in critics)
 
 
 def test_reference_is_a_frozen_copy():

@@ -6,7 +6,7 @@ expectation and the policy only wanders; whatever drifts one way is the loss's o
 high side caps how far a rewarded token may rise, the low side how far a punished one may fall, and with
 ε_low = ε_high = 0.2 the high cap binds first on the unlikely tokens that would spread the distribution, so the
 entropy drains (Park et al. 2025, "Clip-low increases entropy and clip-high decreases entropy"). Both arms of an
-experiment see the same reward statistics, so success is matched by construction.
+experiment see the same reward statistics, so the reward they optimise is matched by construction.
 
 The coins are a pseudo-random function of the run's seed and the whole batch: the same batch always gets the same
 coins (a run is reproducible whether or not its warm start came from the cache), and a response cannot earn a
@@ -31,8 +31,8 @@ class CoinFlipTask(DigitSumTask):
     description: ClassVar[str] = "digit_sum prompts with a fair coin for a reward: any drift in entropy is the clip's"
     lesson: ClassVar[str] = (
         "The reward is a coin flip, so there is nothing to learn: with no clip the policy would only wander. What "
-        "happens to the entropy is caused by the loss itself; with a symmetric clip it drains, and a higher ε_high "
-        "drains it less."
+        "happens to the entropy beyond that is the loss's own doing: with a symmetric clip it falls over the first "
+        "hundred steps, and with ε_high = 0.28 it stays higher."
     )
     seed: int = 0
 

@@ -192,7 +192,8 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
                        on_click=sweep.stop if sweep else None,
                        help="End every run of the sweep after its current step.")
     if live and sweep is None:
-        st.caption("These runs are trained elsewhere (e.g. by `python -m rl_core sweep`), which alone can stop them.")
+        st.caption("These runs are trained elsewhere (a *See it happen* panel, or `python -m rl_core sweep`), which "
+                   "alone can stop them.")
     if live and any(run.status == "queued" and run.steps_done == 0 for run in runs):
         st.caption(f"The server trains at most {training_slots().limit} runs at once, for every learner together: "
                    "the sweep starts when enough of them are free.")

@@ -25,6 +25,35 @@ from ui.lab import session_jobs, training_slots
 from ui.session import session_token, session_worker_cap
 
 REFRESH_SECONDS = 1.0
+# Titles of the record keys experiments chart beyond the Compare page's curves (`CURVES`).
+RECORD_TITLES = {
+    **CURVES,
+    "advantage_first_token": "Advantage of each response's first token",
+    "advantage_last_token": "Advantage of each response's last token",
+    "beta": "β, the KL coefficient",
+    "clip_frac_high": "Clipped on the high side (ρ > 1 + ε_high, Â > 0), share of tokens",
+    "dynamic_sampling_rounds": "Sampling rounds per step",
+    "explained_variance": "Critic's explained variance",
+    "kl_k1_neg_frac": "Tokens where k1 is negative, share",
+    "kl_k1_std": "Spread of k1 over tokens (std)",
+    "kl_k2_bias": "k2's mean error against the exact KL",
+    "kl_k3_std": "Spread of k3 over tokens (std)",
+    "kl_sequence": "KL estimate summed over each response",
+    "response_length_correct": "Length of right responses (tokens)",
+    "response_length_incorrect": "Length of wrong responses (tokens)",
+    "rollout_is_capped_frac": "Importance weights above the cap, share",
+    "rollout_mismatch_kl": "KL between the sampler and the trainer",
+    "silenced_frac": "Tokens with Â ≠ 0 but no gradient, share",
+    "silenced_rare_frac": "Rare tokens (π_old < 0.1) with Â ≠ 0 but no gradient, share",
+    "skewed_group_weight_ratio": "|Â| in skewed groups ÷ |Â| in balanced groups",
+    "truncated_frac": "Responses cut at the length limit, share",
+    "zero_adv_group_frac": "Groups with identical rewards (zero advantage), share",
+}
+
+
+def record_title(key: str) -> str:
+    """A chart or column title for a record key: readable where the key is known, the key itself otherwise."""
+    return RECORD_TITLES.get(key, key)
 
 
 def experiments_for(page: str) -> list[Experiment]:
@@ -106,8 +135,7 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     charts = experiment.charts
     for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
         for column, key in zip(st.columns(2), charts[row : row + 2]):
-            # An experiment may chart any record key; it gets the Compare page's title where there is one.
-            column.plotly_chart(band_figure(key, groups, CURVES.get(key, key)), config=PLOT_CONFIG,
+            column.plotly_chart(band_figure(key, groups, record_title(key)), config=PLOT_CONFIG,
                                 key=f"{page}:experiment:{experiment.name}:{key}")
     finished = {}
     for run in runs:
@@ -148,7 +176,7 @@ def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> p
         for key in experiment.charts:
             start = mean_over_steps([r for records in seeds for r in records[:5]], key)
             end = mean_over_steps([r for records in seeds for r in records[-10:]], key)
-            row[CURVES.get(key, key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
+            row[record_title(key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -1,8 +1,8 @@
 """Clip-higher: with a symmetric clip the high side caps how far a rewarded unlikely token may rise, so the entropy
-drains; raising ε_high from 0.2 to 0.28 drains it less (DAPO).
+drains; raising ε_high from 0.2 to 0.28 keeps it higher (DAPO).
 
-Shown on the coin-flip task, whose reward ignores the answer: both arms see the same reward statistics, so success
-is matched by construction and any drift in entropy is the clip's own. That is the clip's entropy bias Park et al.
+Shown on the coin-flip task, whose reward ignores the answer: both arms see the same reward statistics, so the
+reward they optimise is matched by construction and any drift in entropy is the clip's own. That is the clip's entropy bias Park et al.
 (2025) measure on language models under random rewards. On digit_sum, where the reward teaches, the same two arms
 did not separate: there learning, and at β = 0 the policy's wandering, move the entropy by a nat or more, and the
 sign of the difference changed from seed to seed or setting to setting."""
@@ -26,7 +26,7 @@ EXPERIMENT = Experiment(
     name="clip_higher",
     title="Clip-higher keeps entropy up",
     claim="With ε_high = 0.28 instead of a symmetric 0.2 the token entropy stays higher over training, at the same β "
-          "and the same success.",
+          "and the same reward.",
     source="DAPO (Yu et al. 2025), clip-higher; Park et al. 2025, the clip's entropy bias under random rewards; "
            "seed articles 001 and 003",
     arms=(
