@@ -152,7 +152,7 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
     if folder.exists():
         try:
             with safe_open(folder / "model.safetensors", "pt") as weights:
-                if "lm_head.weight" in weights.keys():
+                if "lm_head.weight" in weights.keys():  # noqa: SIM118 - safe_open is no mapping: `in` needs the list
                     raise ValueError("its LM head was trained untied from the embeddings")
             return load_policy(folder).to(device), json.loads((folder / "sft.json").read_text())
         except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"

@@ -56,8 +56,9 @@ def test_policy_loads_from_a_local_folder_with_identical_outputs(tmp_path):
 
 def test_models_built_and_loaded_in_parallel_threads_come_out_whole(tmp_path):
     """While `from_pretrained` runs, transformers turns `tie_weights` and torch's init functions into no-ops for the
-    whole process. Without the models' lock, a run of this test's shape had 59 of 60 loads fail on a meta tensor and
-    59 of 60 policies built meanwhile come out with an untied LM head."""
+    whole process. Without the models' lock, two loader threads (30 loads each) beside a builder thread (60 builds)
+    had 59 of 60 loads fail on a meta tensor and 59 of 60 policies come out with an untied LM head; this smaller run
+    fails the same way."""
     tokenizer = build_char_tokenizer()
     build_policy("tiny", tokenizer).save_pretrained(tmp_path)
     errors, built, critics = [], [], []

@@ -2,10 +2,10 @@
 drains; raising ε_high from 0.2 to 0.28 keeps it higher (DAPO).
 
 Shown on the coin-flip task, whose reward ignores the answer: both arms see the same reward statistics, so the
-reward they optimise is matched by construction and any drift in entropy is the clip's own. That is the clip's entropy bias Park et al.
-(2025) measure on language models under random rewards. On digit_sum, where the reward teaches, the same two arms
-did not separate: there learning, and at β = 0 the policy's wandering, move the entropy by a nat or more, and the
-sign of the difference changed from seed to seed or setting to setting."""
+reward they optimise is matched by construction and any drift in entropy is the clip's own. That is the clip's
+entropy bias Park et al. (2025) measure on language models under random rewards. On digit_sum, where the reward
+teaches, the same two arms did not separate: there learning, and at β = 0 the policy's wandering, move the entropy
+by a nat or more, and the sign of the difference changed from seed to seed or setting to setting."""
 
 from rl_core.experiments import Arm, Experiment
 from rl_core.experiments._measures import mean_difference
