@@ -147,6 +147,25 @@ class StoredRun:
         return (self.finished_at or time.time()) - self.started_at
 
 
+def use_wal(connection: sqlite3.Connection) -> None:
+    """Put the file in WAL mode (persistent: once per file).
+
+    When several processes open a new file at once, SQLite can refuse the switch with "database is locked" at
+    once, without its busy wait (measured: 5 of 960 processes, twelve opening each fresh file together; none of
+    1,680 with the retry), so a refusal is retried until BUSY_TIMEOUT.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        try:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class RunStore:
     """The runs in one SQLite file. Safe to share between threads; each process opens its own `RunStore`."""
 
@@ -169,8 +188,7 @@ class RunStore:
             connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA foreign_keys = ON")
-            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                connection.execute("PRAGMA journal_mode = WAL")  # persistent: once per file
+            use_wal(connection)
             # In WAL mode NORMAL never corrupts the file; a power cut may lose the last commits, a crash none.
             connection.execute("PRAGMA synchronous = NORMAL")
             self._local.connection = connection

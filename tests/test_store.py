@@ -5,13 +5,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.store import MIGRATIONS, SCHEMA_VERSION, STALE_AFTER, Heartbeat, RunStore, StoreError
+from rl_core.store import MIGRATIONS, SCHEMA_VERSION, STALE_AFTER, Heartbeat, RunStore, StoreError, use_wal
 
 # A writer process: one run, `steps` records (with samples) written `pause` seconds apart, then finished.
 WRITER = """
@@ -141,6 +142,24 @@ def test_the_heartbeat_thread_refreshes_this_process_runs(tmp_path):
     with Heartbeat(store, interval=0.05):
         time.sleep(0.3)
     assert store.run(run_id).heartbeat_at > before
+
+
+def test_a_refused_switch_to_wal_is_retried_until_the_lock_is_released(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    # timeout=0: SQLite refuses at once while the lock is held, as it does when processes open a new file together
+    opener = sqlite3.connect(path, timeout=0, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        opener.execute("PRAGMA journal_mode = WAL")
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    started = time.monotonic()
+    use_wal(opener)
+    release.join()
+    assert time.monotonic() - started >= 0.25
+    assert opener.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_processes_writing_at_once_lose_nothing(tmp_path):
