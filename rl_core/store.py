@@ -374,6 +374,13 @@ class RunStore:
         ).fetchone()
         return json.loads(row["samples"]) if row else []
 
+    def sweep_spec(self, sweep_id: int) -> dict:
+        """What sweep `sweep_id` was started with (an experiment's sweep names the experiment)."""
+        row = self._connection().execute("SELECT spec FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no sweep {sweep_id}")
+        return json.loads(row["spec"])
+
     def latest_sweep(self, session: str | None = None) -> int | None:
         """The newest sweep (of `session`, if given)."""
         if session is None:

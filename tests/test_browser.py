@@ -2,8 +2,9 @@
 
 Screenshots every page (folder: env RLHF_LAB_SCREENSHOTS, else a temporary one); on the GRPO page checks that
 Train and a live chart's first point share the first screen, that a chart point opens its step in the token
-view and a token its term of the loss, that six overlaid runs keep their legends outside the plot area; that a
-link carries the settings; and that under load a dashboard says "Finished" soon after its run has finished.
+view and a token its term of the loss, that six overlaid runs keep their legends outside the plot area; that
+seed-band legends keep the groups' order; that a link carries the settings; and that under load a dashboard says
+"Finished" soon after its run has finished.
 """
 
 import os
@@ -28,6 +29,7 @@ from app_driver import (
     set_slider,
     wait_for_chart_points,
 )
+from ui.compare import band_figure
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -154,6 +156,16 @@ def test_six_overlaid_runs_keep_their_legends_outside_the_plot_area(app_url, pag
         assert boxes["legend"]["top"] >= boxes["plot"]["bottom"], f"{title}: the legend overlaps the plot area {boxes}"
         assert boxes["plot"]["bottom"] - boxes["plot"]["top"] >= 150, f"{title}: the plot keeps its height {boxes}"
     screenshot(page, screenshots() / "grpo-six-runs.png", LAPTOP)
+
+
+def test_seed_band_legends_list_the_groups_in_their_order(page, tmp_path):
+    groups = {label: [[{"step": 1, "entropy": level}, {"step": 2, "entropy": level}]] * 2
+              for label, level in (("first", 1.0), ("second", 1.2), ("third", 1.4))}
+    path = tmp_path / "bands.html"
+    band_figure("entropy", groups).write_html(path, include_plotlyjs=True)
+    page.goto(path.as_uri())
+    page.locator(".legendtext").first.wait_for(timeout=30_000)
+    assert [text.text_content() for text in page.locator(".legendtext").all()] == ["first", "second", "third"]
 
 
 def test_a_link_carries_the_settings_and_a_bad_value_is_refused(app_url, page):

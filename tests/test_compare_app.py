@@ -1,5 +1,6 @@
 """The Compare page under AppTest: it renders with its controls, refuses bad knobs by name, shows and deletes the
-runs of a store, draws valid figures, and its Run button trains a sweep whose runs land in the store.
+runs of a store, names the experiment whose runs it shows, draws valid figures, and its Run button trains a sweep
+whose runs land in the store.
 
 AppTest has no browser, so `run_every` never fires: the tests poll the store and call `at.run()`.
 """
@@ -19,7 +20,8 @@ from streamlit.testing.v1 import AppTest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.store import RunStore
+from rl_core.experiments import get_experiment
+from rl_core.store import RunStore, process_alive
 from rl_core.sweep import Sweep, default_workers, plan_sweep
 from toy_tasks import DEFAULT_TASK
 from ui.compare import CURVES, band_figure, live_sweeps
@@ -137,6 +139,17 @@ def test_stored_runs_are_listed_shown_and_deleted(store):
     assert any("Deleted 2 run(s)." in i.value for i in at.info)
 
 
+def test_an_experiments_runs_are_named_as_that_experiment(store):
+    plain = store.create_sweep({"algos": ["grpo"]}, session="me")
+    stored_run(store, "grpo", 0, plain)
+    assert not any("Shown: the runs of the experiment" in c.value for c in open_page().caption)
+    experiment = store.create_sweep({"experiment": "gspo_clipping", "seeds": [0], "arms": ["GRPO", "GSPO"]},
+                                    session="me")
+    stored_run(store, "grpo", 0, experiment), stored_run(store, "gspo", 0, experiment)
+    captions = [c.value for c in open_page().caption]
+    assert any(f"the experiment **{get_experiment('gspo_clipping').title}** (`gspo_clipping`)" in c for c in captions)
+
+
 def test_the_band_figures_pass_plotly_validation():
     groups = {"grpo": [[{"step": 1, "entropy": 1.0}, {"step": 2, "entropy": 0.8}], [{"step": 1, "entropy": 0.9}]],
               "rloo": [[{"step": 1, "entropy": 1.1}]]}
@@ -204,6 +217,11 @@ def test_a_sweep_killed_mid_way_leaves_finished_runs_intact_and_the_rest_marked(
     finally:
         os.killpg(sweep.pid, signal.SIGKILL)
         sweep.wait()
+    # A killed worker takes a moment to exit (a busy machine once left one still alive when the store reopened);
+    # a restarted app opens the store after its processes are gone.
+    owners, deadline = {run.owner_pid for run in store.runs()}, time.monotonic() + 30
+    while any(process_alive(pid) for pid in owners) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
     reopened = RunStore()  # what a restarted app opens
     runs = reopened.runs()

@@ -6,9 +6,11 @@ AppTest has no browser, so `run_every` never fires: a finished job is placed in 
 it, after its thread has really trained (a short version: one seed, two steps).
 """
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -80,6 +82,13 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
         mean = sum(r[experiment.charts[0]] for records in runs for r in records) / 4
         cell = table.loc[table["arm"] == arm.label, record_title(experiment.charts[0])].item()
         assert cell == f"{mean:.3g} → {mean:.3g}"
+    # The same runs drawn as if still training: the page says how many seeds each line holds and states no effect.
+    midrun = SimpleNamespace(active=False, snapshot=lambda: dataclasses.replace(job.snapshot(), status="training"))
+    at = panel(page)
+    at.session_state[f"experiment:{NAME}"] = midrun
+    at.run()
+    assert not at.exception, at.exception
+    assert any("(2 of 2 in every arm)" in c.value for c in at.caption) and not at.success
 
 
 def test_a_queued_learner_is_told_its_place():

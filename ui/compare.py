@@ -32,6 +32,7 @@ from plotly.colors import hex_to_rgb
 
 from rl_core.algorithms import PRESETS
 from rl_core.config import AlgoConfig, RunConfig, parse_overrides
+from rl_core.experiments import EXPERIMENTS
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
@@ -103,12 +104,24 @@ def compare_page() -> None:
     live = any(run.active for run in runs)
     planned, workers = _controls(live)
     _buttons(planned, workers, runs, live)
+    _experiment_origin(store, runs)
     if runs:
         refresh = REFRESH_SECONDS if live else None
         st.fragment(run_every=refresh)(_dashboard)(shown, live)
     else:
         st.caption("Press **Run** to start a comparison, or reopen stored runs below.")
     _stored_runs(store)
+
+
+def _experiment_origin(store: RunStore, runs: list[StoredRun]) -> None:
+    """Name the experiment when the shown runs are one experiment's, started from a *See it happen* panel."""
+    sweeps = {run.sweep_id for run in runs}
+    if len(sweeps) != 1 or None in sweeps:
+        return
+    name = store.sweep_spec(sweeps.pop()).get("experiment")
+    if name in EXPERIMENTS:
+        st.caption(f"Shown: the runs of the experiment **{EXPERIMENTS[name].title}** (`{name}`), started from "
+                   "its *See it happen* panel, which states the measured effect once every run has finished.")
 
 
 def _latest_sweep(store: RunStore, session: str) -> list[int]:
@@ -323,7 +336,8 @@ def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None
         title=dict(text=title or CURVES[key], font=dict(size=15)),
         height=320,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11)),
+        # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
+        legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11), traceorder="normal"),
         xaxis=dict(title=dict(text="step")),
         uirevision=key,  # keep zoom and hidden traces across the live refreshes
     )
