@@ -88,7 +88,8 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     at.session_state[f"experiment:{NAME}"] = midrun
     at.run()
     assert not at.exception, at.exception
-    assert any("(2 of 2 in every arm)" in c.value for c in at.caption) and not at.success
+    counts = ", ".join(f"{arm.label} 2 of 2" for arm in experiment.arms)
+    assert any(f"seeds with steps so far ({counts})" in c.value for c in at.caption) and not at.success
 
 
 def test_a_queued_learner_is_told_its_place():

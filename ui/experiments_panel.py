@@ -132,12 +132,12 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     groups: dict[str, list[list[dict]]] = {arm.label: [] for arm in experiment.arms}
     for run in runs:
         groups[snapshot.arms[run.id]].append(records[run.id])
-    if snapshot.active:
-        started = min(sum(bool(records) for records in seeds) for seeds in groups.values())
-        total = max(len(seeds) for seeds in groups.values())
-        st.caption(f"Still training: each line averages the seeds with steps so far ({started} of {total} in "
-                   "every arm), and a band needs two. Early steps can favour either arm; the effect is measured "
-                   "once every run has finished.")
+    if snapshot.active and any(records for seeds in groups.values() for records in seeds):
+        counts = ", ".join(f"{label} {sum(bool(records) for records in seeds)} of {len(seeds)}"
+                           for label, seeds in groups.items())
+        st.caption(f"Still training, so each line averages only the seeds with steps so far ({counts}), and a band "
+                   "needs two. Early steps can favour either arm; the effect is measured once every run has "
+                   "finished.")
     charts = experiment.charts
     for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
         for column, key in zip(st.columns(2), charts[row : row + 2]):
