@@ -145,7 +145,8 @@ def test_an_experiments_runs_are_named_as_that_experiment(store):
     assert not any("Shown: the runs of the experiment" in c.value for c in open_page().caption)
     experiment = store.create_sweep({"experiment": "gspo_clipping", "seeds": [0], "arms": ["GRPO", "GSPO"]},
                                     session="me")
-    stored_run(store, "grpo", 0, experiment), stored_run(store, "gspo", 0, experiment)
+    for algo in ("grpo", "gspo"):
+        stored_run(store, algo, 0, experiment)
     captions = [c.value for c in open_page().caption]
     assert any(f"the experiment **{get_experiment('gspo_clipping').title}** (`gspo_clipping`)" in c for c in captions)
 
