@@ -17,10 +17,15 @@ if fit is None:
     st.info("Train a reward model above to rank responses with it.", icon=":material/leaderboard:")
 else:
     name = st.selectbox("Prompt", ["max>", "anna>", "oscar>", "ivy>"], key="reward_model:prompt")
-    st.dataframe(ranking_table(fit, name, random.Random(0)), hide_index=True, key="reward_model:ranking")
-    st.caption("The pairs never show more than three marks, and within them every extra mark wins: the model "
-               "extrapolates \"more is better\" to shouting the judge scores 0. That is the slope an RL policy "
-               "climbs; the experiment below shows it happen.")
+    table = ranking_table(fit, name, random.Random(0))
+    st.dataframe(table, hide_index=True, key="reward_model:ranking")
+    best = table["gold quality"].idxmax()  # rows are in the model's order, so an earlier row is ranked above
+    above = table.loc[: best - 1]
+    st.caption(f"This model ranks {len(above)} response(s) above the gold judge's favourite "
+               f"({table.loc[best, 'response']}), {int((above['gold quality'] == 0).sum())} of them scored 0 by the "
+               "judge. The pairs never show more than three marks, and within them every extra mark wins; where a "
+               "model carries \"more is better\" on past three, it rewards shouting, the slope an RL policy "
+               "climbs. The experiment below shows it happen.")
 
 st.subheader("The problem")
 st.markdown(
@@ -61,7 +66,8 @@ st.subheader("What it leaves open")
 st.markdown(
     "A reward model is right only where its pairs were. RL moves the policy away from there, and the further it "
     "goes (measured by the KL from the reference), the more it finds what the model over-rates: the proxy "
-    "reward keeps rising while the true quality peaks and falls (Gao et al. 2023). The KL penalty of PPO and "
+    "reward keeps rising while the true quality falls. Gao et al. (2023) measure the gold reward first rising, "
+    "then falling as √KL grows; the experiment below shows the fall. The KL penalty of PPO and "
     "GRPO is the usual leash; DPO skips the reward model altogether."
 )
 see_it_happen("reward_model")

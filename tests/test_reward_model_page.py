@@ -63,6 +63,11 @@ def test_train_fits_from_the_controls_and_ranks_with_the_fitted_model():
         again = reward_scores(fit["model"], fit["tokenizer"], ["max>"] * len(table), table["response"].tolist())
     assert [round(s, 3) for s in again.tolist()] == scores
     assert table.set_index("response").loc["Max!!", "gold quality"] == 6
+    # The sentence under the table counts, in the model's order, what comes before the judge's favourite.
+    favourite = table["response"].tolist().index("Max!!!")  # gold quality 7, the judge's best
+    zeros = sum(q == 0 for q in table["gold quality"].tolist()[:favourite])
+    assert any(f"ranks {favourite} response(s) above the gold judge's favourite (Max!!!), {zeros} of them" in c.value
+               for c in at.caption)
 
 
 @pytest.mark.slow  # trains the experiment's two arms for real (two steps each, one seed): about a minute
