@@ -2,8 +2,8 @@
 ranking it gives a policy's kinds of responses, and the over-optimisation curves (proxy and gold against √KL).
 
 A fit takes seconds (100 steps of the tiny model), so it runs in the script itself rather than a background job:
-the charts redraw every few steps, any click (Stop included) interrupts it after the current step, and the steps
-done so far stay on the page. It holds one of the server's training slots while it runs, like any training.
+the charts redraw every few steps, any click (Stop included) interrupts it at the next redraw (Streamlit stops a
+script at its next element call), and the steps done so far stay on the page. It holds one of the server's training slots while it runs, like any training.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ui.experiments_panel import arm_records
 from ui.knobs import LEARNING_RATES
 from ui.lab import training_slots
 
-REDRAW_EVERY = 5  # steps between redraws: a redraw costs about as much as a step of the tiny model
+REDRAW_EVERY = 5  # steps between redraws, and so the most steps a Stop can take to land
 EVAL_EVERY = 10  # steps between held-out evaluations (one pass over every held-out pair)
 CONTROLS = {  # key → (label, options, default, help); names as TRL's RewardTrainer where it has one
     "n_pairs": ("preference pairs", (200, 500, 1000, 2000, 3000), 1000,
@@ -51,7 +51,7 @@ def reward_model_lab(page: str) -> dict | None:
         train, stop = st.columns(2)
         start = train.button("Train", key=f"{page}:train", type="primary", width="stretch")
         stop.button("Stop", key=f"{page}:stop", width="stretch",
-                    help="Ends the fit after its current step; the steps done stay on the page.")
+                    help=f"Ends the fit within {REDRAW_EVERY} steps; the steps done stay on the page.")
         settings = {key: st.select_slider(label, options, value=default, key=f"{page}:{key}", help=help_)
                     for key, (label, options, default, help_) in CONTROLS.items()}
     with effect:
@@ -85,7 +85,7 @@ def _train(page: str, settings: dict, charts) -> None:
         fit["status"] = "training"
         for record in training.steps():
             fit["records"].append(record)
-            # Until the run ends, the page keeps what is done: a click interrupts it at the next redraw.
+            # The fit lives in session state as it grows: a click interrupts the loop at the next redraw.
             if record["step"] % REDRAW_EVERY == 0 and record["step"] < training.total_steps:
                 _draw(charts, fit)
         fit["status"] = "finished"
