@@ -12,9 +12,13 @@ import toy_tasks.preference as preference
 from rl_core.models import build_value_model
 from rl_core.reward_model import (
     PreferencePair,
+    RewardModelTraining,
     bradley_terry_loss,
     encode_for_reward,
+    pairwise_accuracy,
     preference_accuracy,
+    preference_stats,
+    reward_margin,
     reward_scores,
     train_reward_model,
 )
@@ -86,6 +90,53 @@ def test_training_rejects_bad_arguments():
         train_reward_model([pair], TOKENIZER, steps=1)
     with pytest.raises(ValueError, match="holdout_fraction"):
         train_reward_model([pair, pair], TOKENIZER, steps=1, holdout_fraction=1.0)
+    with pytest.raises(ValueError, match="steps=0"):
+        RewardModelTraining([pair, pair], TOKENIZER, steps=0)
+    with pytest.raises(ValueError, match="batch_size=2.5"):
+        RewardModelTraining([pair, pair], TOKENIZER, batch_size=2.5)
+    with pytest.raises(ValueError, match="learning_rate=0"):
+        RewardModelTraining([pair, pair], TOKENIZER, learning_rate=0)
+
+
+def test_margin_and_pairwise_accuracy_by_hand():
+    chosen = torch.tensor([2.0, 0.5, 1.0, 3.0])
+    rejected = torch.tensor([1.0, 1.5, 1.0, 0.0])
+    # Differences 1, −1, 0, 3: mean 3/4; only the first and the last are ordered as labelled (a tie is wrong).
+    assert reward_margin(chosen, rejected).item() == pytest.approx(0.75)
+    assert pairwise_accuracy(chosen, rejected).item() == pytest.approx(0.5)
+
+
+def test_step_records_evaluate_the_held_out_pairs_on_schedule():
+    rng = random.Random(1)
+    pairs = [PreferencePair("p>", "a" * rng.randint(2, 4) + "b", "b") for _ in range(40)]
+    training = RewardModelTraining(pairs, TOKENIZER, steps=7, batch_size=8, seed=1, eval_every=3)
+    records = list(training.steps())
+    assert [r["step"] for r in records] == list(range(1, 8))
+    assert [r["step"] for r in records if "heldout_accuracy" in r] == [3, 6, 7]  # every 3 steps, and the last
+    assert len(training.held_out) == 8 and not training.model.training
+    # The last record's held-out numbers are those of the finished model, scored by the independent route.
+    assert records[-1]["heldout_accuracy"] == pytest.approx(preference_accuracy(training.model, TOKENIZER,
+                                                                                training.held_out))
+    with torch.no_grad():
+        chosen, rejected = (reward_scores(training.model, TOKENIZER, [p.prompt for p in training.held_out],
+                                          [getattr(p, side) for p in training.held_out])
+                            for side in ("chosen", "rejected"))
+    assert records[-1]["heldout_margin"] == pytest.approx((chosen - rejected).mean().item(), abs=1e-5)
+    assert preference_stats(training.model, TOKENIZER, training.held_out)["loss"] == pytest.approx(
+        records[-1]["heldout_loss"])
+    # The step-wise fit is the one train_reward_model returns for the same arguments.
+    model, accuracy = train_reward_model(pairs, TOKENIZER, steps=7, batch_size=8, seed=1)
+    assert accuracy == pytest.approx(records[-1]["heldout_accuracy"])
+    for a, b in zip(model.parameters(), training.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_policy_like_responses_span_the_gold_judges_scale():
+    responses = preference.policy_like_responses("max>", random.Random(0))
+    quality = {r: preference.gold_quality("max>", r) for r in responses}
+    assert [quality["Max" + "!" * k] for k in (0, 1, 2, 3, 4, 6, 9, 12)] == [4, 5, 6, 7, 0, 0, 0, 0]
+    assert quality["max!!"] == 2  # lowercase: not the name, two marks
+    assert len(set(responses)) == len(responses) == 11
 
 
 @pytest.fixture(scope="module")

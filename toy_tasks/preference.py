@@ -91,6 +91,15 @@ def gold_success(prompt: str, response: str) -> bool:
     return content == _name(prompt).capitalize() and 1 <= marks <= MAX_MARKS
 
 
+def policy_like_responses(prompt: str, rng: random.Random) -> list[str]:
+    """Responses to `prompt` of the kinds an RL policy produces on its way to hacking the reward model: the right
+    cheer with 0 to 12 marks (shouting from 4 on), the lowercase name, a typo, and junk of the name's letters."""
+    name = _name(prompt)
+    cheers = [name.capitalize() + MARK * marks for marks in (0, 1, 2, 3, 4, 6, 9, 12)]
+    return [*cheers, name + MARK * 2, typo(name, rng).capitalize() + MARK * 2,
+            "".join(rng.choices(name + name.upper() + MARK, k=8))]
+
+
 class PreferenceTask(ToyTask):
     name: ClassVar[str] = "preference"
     description: ClassVar[str] = "cheer for a name (max> → Max!!); reward from a Bradley-Terry model of preferences"

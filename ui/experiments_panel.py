@@ -17,7 +17,7 @@ import streamlit as st
 from rl_core.experiments import EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import effect_sentence, seed_effects, summarise_effects
-from rl_core.store import RunStore, StoreError
+from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
 from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
@@ -119,19 +119,13 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
         st.error(f"The experiment failed: {snapshot.error}")
     if not snapshot.arms:
         return
-    try:
-        store = RunStore(recover=False)
-    except StoreError as error:
-        st.error(str(error))
+    found = arm_records(experiment, snapshot)
+    if found is None:
         return
-    runs = store.runs(list(snapshot.arms))
-    records = {run.id: store.steps(run.id) for run in runs}
+    runs, records, groups = found
     done = sum(run.steps_done for run in runs)
     total = sum(run.steps_total for run in runs)
     st.progress(done / total if total else 0.0, text=f"{done} of {total} steps")
-    groups: dict[str, list[list[dict]]] = {arm.label: [] for arm in experiment.arms}
-    for run in runs:
-        groups[snapshot.arms[run.id]].append(records[run.id])
     if snapshot.active and any(records for seeds in groups.values() for records in seeds):
         counts = ", ".join(f"{label} {sum(bool(records) for records in seeds)} of {len(seeds)}"
                            for label, seeds in groups.items())
@@ -156,6 +150,23 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
                    "averaged over seeds.")
         st.caption(f"Records and summary.json: `{snapshot.out}`. Command line: `python -m rl_core experiment "
                    f"{experiment.name} --out DIR`.")
+
+
+def arm_records(experiment: Experiment, snapshot: ExperimentSnapshot
+                ) -> tuple[list[StoredRun], dict[int, list[dict]], dict[str, list[list[dict]]]] | None:
+    """The experiment's runs in the store, their records by run id, and arm label → each seed's records; None (the
+    store's message drawn) when the run store cannot be opened."""
+    try:
+        store = RunStore(recover=False)
+    except StoreError as error:
+        st.error(str(error))
+        return None
+    runs = store.runs(list(snapshot.arms))
+    records = {run.id: store.steps(run.id) for run in runs}
+    groups: dict[str, list[list[dict]]] = {arm.label: [] for arm in experiment.arms}
+    for run in runs:
+        groups[snapshot.arms[run.id]].append(records[run.id])
+    return runs, records, groups
 
 
 def _status_line(snapshot: ExperimentSnapshot) -> str:
