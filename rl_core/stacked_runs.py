@@ -23,6 +23,8 @@ from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 from rl_core.models import position_ids_from_mask
 from rl_core.rollout import Rollout, TokenBatch, categorical_from_uniform, encode_prompts, rollout_from_decoded
 
+# The sampler drops finished rows from its batch once the busiest run's rows fill at most this share of its slots.
+COMPACT_AT = 0.75
 SHAPE_FIELDS = ("vocab_size", "n_layer", "n_embd", "n_head", "n_positions", "activation_function")
 
 
@@ -190,8 +192,8 @@ def sample_runs(
 def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, temperature, generators, num_generations):
     """`rollout._decode` for every run: a list of R `(response ids, response mask, logits / temperature, finished)`.
 
-    The loop keeps `n` slots per run; a run's first slots hold its rows still decoding (in batch order), the rest
-    repeat a finished row and are never read. Rows that finish leave, so the batch shrinks to the busiest run's."""
+    The loop keeps `n` slots per run, in batch order; a slot whose row has finished goes on computing, unread, until
+    the busiest run's rows fill at most `COMPACT_AT` of the slots: then every run's finished slots leave at once."""
     R, P, width = prompt_ids.shape
     rows, T = P * num_generations, max_new_tokens
     device = prompt_ids.device
@@ -236,37 +238,36 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
     step_logits = torch.zeros((R, rows + 1, T, vocab), device=device)
     finished = torch.zeros((R, rows + 1), dtype=torch.bool, device=device)
     slot_row = torch.arange(rows, device=device).repeat(R, 1)  # [R, n]: the batch row each slot decodes
+    valid = torch.ones((R, rows), dtype=torch.bool, device=device)  # [R, n]: slots of rows still decoding
     active = [rows] * R  # rows still decoding, per run
     steps = [T] * R
     for step in range(T):
-        n = slot_row.shape[1]
-        uniform = torch.zeros((R, n, 1), device=device)
-        for r in range(R):
-            if active[r]:
-                uniform[r, : active[r]] = torch.rand((active[r], 1), generator=generators[r], device=device)
-        token = categorical_from_uniform(logits.reshape(R * n, vocab), uniform.reshape(R * n, 1)).view(R, n)
-        valid = torch.arange(n, device=device)[None, :] < torch.tensor(active, device=device)[:, None]
+        # Each run's draws go to its decoding slots, which are in batch order: the numbers it draws alone.
+        uniform = torch.zeros(valid.shape, device=device)
+        uniform[valid] = torch.cat([torch.rand(a, generator=g, device=device) for a, g in zip(active, generators) if a])
+        token = categorical_from_uniform(logits.flatten(0, 1), uniform.flatten()[:, None]).view(valid.shape)
         target = torch.where(valid, slot_row, rows)
         response_ids[run, target, step] = token
         response_mask[run, target, step] = 1.0
         step_logits[run, target, step] = logits
         ended = valid & (token == eos)
         finished[run, torch.where(ended, target, rows)] = True
-        going_on = valid & ~ended
-        counts = going_on.sum(1).tolist()
+        valid = valid & ~ended
+        counts = valid.sum(1).tolist()
         for r in range(R):
             if active[r] and (counts[r] == 0 or step == T - 1):
                 steps[r] = step + 1
         active = [0 if step == T - 1 else c for c in counts]
         if not any(active):
             break
-        keep = max(active)
-        # Each run's going-on slots first, in order; the rest are padding that repeats some other slot.
-        order = torch.argsort((~going_on).to(torch.int8), dim=1, stable=True)[:, :keep]
-        slot_row, token = slot_row.gather(1, order), token.gather(1, order)
-        flat = (run * n + order).flatten()
-        keys, values, key_mask = [k[flat] for k in keys], [v[flat] for v in values], key_mask[flat]
-        next_position = next_position.gather(1, order[..., None])
+        n = valid.shape[1]
+        if max(active) <= COMPACT_AT * n:
+            # Copying the cache costs about what a step of the dead slots does: only once a quarter of them is dead.
+            order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)[:, : max(active)]
+            slot_row, token, valid = slot_row.gather(1, order), token.gather(1, order), valid.gather(1, order)
+            flat = (run * n + order).flatten()
+            keys, values, key_mask = [k[flat] for k in keys], [v[flat] for v in values], key_mask[flat]
+            next_position = next_position.gather(1, order[..., None])
         logits = head(stack.forward(token[..., None], next_position, attend))
         length += 1
         next_position = next_position + 1

@@ -6,6 +6,7 @@ import torch
 
 from rl_core.models import build_policy
 from rl_core.rollout import encode_pairs, response_logits, sample, token_logprobs
+from rl_core import stacked_runs
 from rl_core.stacked_runs import StackedPolicies, sample_runs
 from rl_core.tokenizer import build_char_tokenizer
 
@@ -36,7 +37,9 @@ def generators():
     return [torch.Generator().manual_seed(s) for s in SEEDS]
 
 
-def test_runs_sampled_together_are_the_runs_sampled_alone():
+@pytest.mark.parametrize("compact_at", [0.0, 0.75, 1.0])  # finished rows never leave, as set, at every step
+def test_runs_sampled_together_are_the_runs_sampled_alone(monkeypatch, compact_at):
+    monkeypatch.setattr(stacked_runs, "COMPACT_AT", compact_at)
     tokenizer, models = policies()
     together = sample_runs(StackedPolicies(models), tokenizer, PROMPTS, MAX_NEW_TOKENS, TEMPERATURES, generators(), G)
     for r, run in enumerate(together):
