@@ -71,24 +71,29 @@ class StackedPolicies:
         """GPT-2's `Conv1D` (`x·W + b`, W stored `[in, out]`) of every run at once: x `[R, N, in]`."""
         return torch.baddbmm(self.weights[f"{name}.bias"][:, None], x, self.weights[f"{name}.weight"])
 
-    def _block(self, i: int, hidden, attend) -> torch.Tensor:
-        """Transformer block i on hidden `[R, N, L, d]`; `attend(layer, query, key, value)` → context `[R·N, H, L, hd]`."""
-        R, N, L, d = hidden.shape
+    def _block(self, i: int, hidden: torch.Tensor, attend) -> torch.Tensor:
+        """Transformer block i on hidden `[R, M, d]`; `attend(layer, qkv)` turns the projections `[R, M, 3·d]`
+        into the attention context `[R, M, d]`."""
         p = f"transformer.h.{i}"
-        x = self._layer_norm(hidden.reshape(R, N * L, d), f"{p}.ln_1")
-        qkv = self._linear(x, f"{p}.attn.c_attn").view(R * N, L, 3, self.heads, self.head_dim).transpose(1, 3)
-        query, key, value = qkv.unbind(2)  # [R·N, H, L, hd] each
-        context = attend(i, query, key, value).transpose(1, 2).reshape(R, N * L, d)
-        hidden = hidden + self._linear(context, f"{p}.attn.c_proj").view(R, N, L, d)
-        x = self._layer_norm(hidden.reshape(R, N * L, d), f"{p}.ln_2")
-        mlp = self._linear(self.activation(self._linear(x, f"{p}.mlp.c_fc")), f"{p}.mlp.c_proj")
-        return hidden + mlp.view(R, N, L, d)
+        qkv = self._linear(self._layer_norm(hidden, f"{p}.ln_1"), f"{p}.attn.c_attn")
+        hidden = hidden + self._linear(attend(i, qkv), f"{p}.attn.c_proj")
+        mlp = self._linear(self.activation(self._linear(self._layer_norm(hidden, f"{p}.ln_2"), f"{p}.mlp.c_fc")),
+                           f"{p}.mlp.c_proj")
+        return hidden + mlp
+
+    def _heads(self, qkv: torch.Tensor, sequences: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query, key and value `[sequences, H, L, hd]` of projections that hold `sequences` sequences in a row."""
+        qkv = qkv.reshape(sequences, -1, 3, self.heads, self.head_dim).transpose(1, 3)
+        return qkv.unbind(2)
 
     def _embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """Token plus position embeddings `[R, N, L, d]` of ids `[R, N, L]`, each run through its own tables."""
-        run = torch.arange(self.runs, device=input_ids.device)[:, None, None]
-        w = self.weights
-        return w["transformer.wte.weight"][run, input_ids] + w["transformer.wpe.weight"][run, position_ids]
+        """Token plus position embeddings `[R, M, d]` of ids `[R, M]`, each run through its own tables."""
+        run = torch.arange(self.runs, device=input_ids.device)[:, None]
+        wte, wpe = self.weights["transformer.wte.weight"], self.weights["transformer.wpe.weight"]
+        # One lookup in the runs' tables laid end to end: `embedding`'s backward is a dense scatter, where indexing
+        # a stacked table backs up through a sort.
+        return (F.embedding(input_ids + run * wte.shape[1], wte.flatten(0, 1))
+                + F.embedding(position_ids + run * wpe.shape[1], wpe.flatten(0, 1)))
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits `[R, M, V]` of final hidden states `[R, M, d]`."""
@@ -96,51 +101,40 @@ class StackedPolicies:
         return torch.bmm(self._layer_norm(hidden, "transformer.ln_f"), head.transpose(1, 2)).float()
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attend) -> torch.Tensor:
-        """Last hidden states `[R, N, L, d]` of ids `[R, N, L]` at their positions; `attend(layer, query, key, value)`
-        (each `[R·N, H, L, hd]`) gives the attention context, so that a decoder can run it over its cache."""
+        """Last hidden states `[R, M, d]` of ids `[R, M]` at their positions; `attend` (see `_block`) lays the
+        tokens out as sequences, so that a decoder can run attention over its cache."""
         hidden = self._embed(input_ids, position_ids)
         for i in range(self.config.n_layer):
             hidden = self._block(i, hidden, attend)
         return hidden
 
-    def hidden_states(self, input_ids, position_ids, allowed) -> torch.Tensor:
-        """`forward` over whole sequences: `allowed` `[R, N, L, L]` bool says which keys each query may attend."""
-        R, N, L = input_ids.shape
-        mask = allowed.reshape(R * N, 1, L, L)
-
-        def attend(layer, query, key, value):
-            return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling)
-
-        return self.forward(input_ids, position_ids, attend)
-
     # ------------------------------------------------------------------ teacher forcing
     def response_logits(self, batches: Sequence[TokenBatch], temperature: float = 1.0) -> list[torch.Tensor]:
-        """`rollout.response_logits(policy_r, batches[r], temperature)` for every run r, from one pass: each run's
-        prefix tree (or padded batch) padded to the largest run's sequences and length."""
+        """`rollout.response_logits(policy_r, batches[r], temperature)` for every run r, from one pass.
+
+        The linear layers see each run's prefix tree (or padded batch) flattened, padded to the largest run's token
+        count; attention runs per run, on the run's own sequences (padding them to the longest run's would cost
+        attention, quadratic in length, more than the calls it saves)."""
         if len(batches) != self.runs:
             raise ValueError(f"{len(batches)} batches for a stack of {self.runs} runs; give one batch per run")
         trees = [b.prefix_tree for b in batches]
-        N = max(t.input_ids.shape[0] for t in trees)
-        L = max(t.input_ids.shape[1] for t in trees)
-        device = trees[0].input_ids.device
-        input_ids = torch.zeros((self.runs, N, L), dtype=torch.long, device=device)
-        position_ids = torch.zeros_like(input_ids)
-        # Padding positions see only themselves, so that no softmax row is empty; nothing reads them.
-        allowed = torch.eye(L, dtype=torch.bool, device=device).repeat(self.runs, N, 1, 1)
-        gather = []
-        for r, tree in enumerate(trees):
-            n, length = tree.input_ids.shape
-            input_ids[r, :n, :length] = tree.input_ids
-            position_ids[r, :n, :length] = tree.position_ids
-            allowed[r, :n, :length, :length] = _four_d(tree.attention_mask)
-            sequence, column = tree.logit_index // length, tree.logit_index % length
-            gather.append(r * N * L + sequence * L + column)
-        hidden = self.hidden_states(input_ids, position_ids, allowed).reshape(self.runs * N * L, -1)
-        # The head runs on the positions read only, each run's padded to the largest run's count (with its first).
-        count = max(g.numel() for g in gather)
-        index = torch.stack([F.pad(g.flatten(), (0, count - g.numel()), value=r * N * L) for r, g in enumerate(gather)])
-        logits = self._head(hidden[index]) / temperature
-        return [logits[r, : g.numel()].view(*g.shape, -1) for r, g in enumerate(gather)]
+        M = max(t.input_ids.numel() for t in trees)
+        input_ids = torch.stack([F.pad(t.input_ids.flatten(), (0, M - t.input_ids.numel())) for t in trees])
+        position_ids = torch.stack([F.pad(t.position_ids.flatten(), (0, M - t.position_ids.numel())) for t in trees])
+        masks = [_four_d(t.attention_mask)[:, None] for t in trees]
+
+        def attend(layer, qkv):
+            parts = []
+            for r, (tree, mask) in enumerate(zip(trees, masks)):
+                n, length = tree.input_ids.shape
+                query, key, value = self._heads(qkv[r, : n * length], n)
+                context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling)
+                parts.append(F.pad(context.transpose(1, 2).reshape(n * length, -1), (0, 0, 0, M - n * length)))
+            return torch.stack(parts)
+
+        logits = self._head(self.forward(input_ids, position_ids, attend)) / temperature  # [R, M, V]
+        return [logits[r][t.logit_index] for r, t in enumerate(trees)]
+
 
 def _four_d(attention_mask: torch.Tensor) -> torch.Tensor:
     """A prefix tree's mask as `[U, L, L]` bool: its 4-D mask as it is, or the padded layout's 2-D key mask made
@@ -205,8 +199,9 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
     values = [torch.empty_like(k) for k in keys]
     length = 0  # positions in the cache
 
-    def attend(layer, query, key, value):
-        n = key.shape[2]
+    def attend(layer, qkv):
+        rows_now, n = qkv.shape[1] // tokens_per_row, tokens_per_row
+        query, key, value = stack._heads(qkv, R * rows_now)  # [R·rows, H, n, hd]
         keys[layer][:, :, length : length + n] = key
         values[layer][:, :, length : length + n] = value
         if n > 1:  # the prompts: causal over their real tokens (a padding query sees itself: no empty softmax row)
@@ -214,17 +209,20 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
             mask = (causal & real[:, None, None, :]) | torch.eye(n, dtype=torch.bool, device=device)
         else:
             mask = key_mask[..., : length + n]
-        return F.scaled_dot_product_attention(
+        context = F.scaled_dot_product_attention(
             query, keys[layer][:, :, : length + n], values[layer][:, :, : length + n], attn_mask=mask,
             scale=stack.scaling,
         )
+        return context.transpose(1, 2).reshape(R, rows_now * n, -1)
 
     def head(hidden):
-        return stack._head(hidden[:, :, -1]) / temperature
+        return stack._head(hidden) / temperature
 
     positions = position_ids_from_mask(prompt_mask)
-    logits = head(stack.forward(prompt_ids, positions, attend))  # [R, P, V]
-    length = width
+    tokens_per_row = width
+    hidden = stack.forward(prompt_ids.view(R, P * width), positions.view(R, P * width), attend)
+    logits = head(hidden.view(R, P, width, -1)[:, :, -1])  # [R, P, V]
+    length, tokens_per_row = width, 1
     group = torch.arange(P, device=device).repeat_interleave(num_generations)
     run = torch.arange(R, device=device)[:, None]
     flat = (run * P + group).flatten()  # each prompt's keys and values, once per row of its group
@@ -268,7 +266,7 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
             flat = (run * n + order).flatten()
             keys, values, key_mask = [k[flat] for k in keys], [v[flat] for v in values], key_mask[flat]
             next_position = next_position.gather(1, order[..., None])
-        logits = head(stack.forward(token[..., None], next_position, attend))
+        logits = head(stack.forward(token, next_position[..., 0], attend))
         length += 1
         next_position = next_position + 1
     return [
