@@ -1,13 +1,15 @@
 """R policies of one model shape run as one: every weight stacked along a leading run axis `[R, …]`.
 
-A step of the tiny model is a few thousand small ops, and a good part of its time is what each op costs whatever
-its size (Python, dispatch, kernels on 64-wide matrices). R runs whose tensors sit side by side pay that once per
-op: a linear layer becomes one batched matmul (`baddbmm`) over the runs, attention one call over every run's rows.
-Each run keeps its own weights, inputs and random draws, so its numbers are the ones it gets alone, up to float
-rounding: a batched matmul may sum a row's products in another order than the matmul of one run.
+R runs whose tensors sit side by side pay each op's fixed cost (Python, dispatch, a kernel launch) once: a linear
+layer becomes one batched matmul (`baddbmm`) over the runs. Each run keeps its own weights, inputs and random
+draws, so its numbers are the ones it gets alone, up to float rounding where a stacked op sums in another order.
+What that buys depends on the op's size: on one CPU core a decoding step (64 rows × 1 token) is mostly fixed cost
+and sampling R = 8 runs together costs each about 0.6 of its time alone; a teacher-forced pass of a few hundred
+tokens already runs near the matmul throughput, and padding each run to the largest one costs more than stacking
+saves (`bench/stacked_runs.py`, `docs/ARCHITECTURE.md`).
 
-* `StackedPolicies.response_logits` — the teacher-forced pass of `rollout.response_logits` for R batches at once
-  (each run's prefix tree padded to a common size), with gradients into the stacked weights;
+* `StackedPolicies.response_logits` — the teacher-forced pass of `rollout.response_logits` for R batches at once,
+  with gradients into the stacked weights;
 * `sample_runs` — `rollout.sample` for R runs in one token-by-token loop over one key/value cache, each run drawing
   from its own generator exactly the numbers it draws alone.
 """
@@ -65,7 +67,8 @@ class StackedPolicies:
     def _layer_norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """Layer norm of x `[R, M, d]`, each run with its own scale and shift."""
         w = self.weights
-        return torch.addcmul(w[f"{name}.bias"][:, None], F.layer_norm(x, x.shape[-1:]), w[f"{name}.weight"][:, None])
+        normed = F.layer_norm(x, x.shape[-1:], eps=self.config.layer_norm_epsilon)
+        return torch.addcmul(w[f"{name}.bias"][:, None], normed, w[f"{name}.weight"][:, None])
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """GPT-2's `Conv1D` (`x·W + b`, W stored `[in, out]`) of every run at once: x `[R, N, in]`."""
@@ -172,11 +175,12 @@ def sample_runs(
     width = max(ids.shape[1] for ids, _ in encoded)
     # Every run's prompts left-padded to the widest run's: positions count from the first real token, and the
     # padding is masked, so a run's logits do not depend on the others' widths.
-    prompt_ids = torch.stack([F.pad(ids, (width - ids.shape[1], 0), value=tokenizer.pad_token_id) for ids, _ in encoded])
+    pad = tokenizer.pad_token_id
+    prompt_ids = torch.stack([F.pad(ids, (width - ids.shape[1], 0), value=pad) for ids, _ in encoded])
     prompt_mask = torch.stack([F.pad(mask, (width - mask.shape[1], 0)) for _, mask in encoded])
     temperature = torch.tensor(temperatures, dtype=torch.float32, device=device)[:, None, None]
     with torch.inference_mode():
-        decoded = _decode_runs(stack, tokenizer.eos_token_id, tokenizer.pad_token_id, prompt_ids, prompt_mask,
+        decoded = _decode_runs(stack, tokenizer.eos_token_id, pad, prompt_ids, prompt_mask,
                                max_new_tokens, temperature, generators, num_generations)
     return [
         rollout_from_decoded(tokenizer, prompts[r], *encoded[r], decoded[r], num_generations) for r in range(R)
@@ -260,7 +264,7 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
             break
         n = valid.shape[1]
         if max(active) <= COMPACT_AT * n:
-            # Copying the cache costs about what a step of the dead slots does: only once a quarter of them is dead.
+            # Copying the cache at every step cost more than running the dead slots (bench/stacked_runs.py).
             order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)[:, : max(active)]
             slot_row, token, valid = slot_row.gather(1, order), token.gather(1, order), valid.gather(1, order)
             flat = (run * n + order).flatten()
