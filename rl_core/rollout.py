@@ -115,13 +115,19 @@ def sample(
     if was_training:  # switching modes walks every module: only when dropout is actually on
         policy.eval()
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
-    # Inference mode skips autograd's bookkeeping on every op. The decoded tensors are copied out below, outside
-    # inference mode, so the Rollout holds ordinary tensors that a loss may use.
+    # Inference mode skips autograd's bookkeeping on every op. The decoded tensors are copied out afterwards, outside
+    # inference mode (`rollout_from_decoded`), so the Rollout holds ordinary tensors that a loss may use.
     with torch.inference_mode():
         decoded = _decode(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator, num_generations)
-    response_ids, response_mask, logits, finished = (t.clone() for t in decoded)
     if was_training:
         policy.train()
+    return rollout_from_decoded(tokenizer, prompts, prompt_ids, prompt_mask, decoded, num_generations)
+
+
+def rollout_from_decoded(tokenizer, prompts, prompt_ids, prompt_mask, decoded, num_generations) -> Rollout:
+    """The `Rollout` of `_decode`'s output `(response ids, response mask, logits / temperature, finished)`, copied
+    out of inference mode, after its prompts (`encode_prompts`)."""
+    response_ids, response_mask, logits, finished = (t.clone() for t in decoded)
     prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
     prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
     responses = tokenizer.batch_decode(response_ids.cpu().tolist(), skip_special_tokens=True)
@@ -174,8 +180,13 @@ def _decode(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperat
 def sample_from_logits(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One draw per row `[B]` from softmax(logits) `[B, V]`, by inverting the cumulative distribution at a uniform
     draw: one random number per row, where `torch.multinomial` draws one per row and token (6× slower here)."""
+    return categorical_from_uniform(logits, torch.rand((logits.shape[0], 1), generator=generator, device=logits.device))
+
+
+def categorical_from_uniform(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The draw `[B]` of `sample_from_logits` from given uniform numbers `[B, 1]` in [0, 1)."""
     cdf = torch.softmax(logits, dim=-1).cumsum_(dim=-1)
-    u = torch.rand((cdf.shape[0], 1), generator=generator, device=cdf.device) * cdf[:, -1:]
+    u = uniform * cdf[:, -1:]
     # right=True: the first token whose cumulative probability exceeds u, so a zero-probability token is never drawn.
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
 
