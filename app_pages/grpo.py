@@ -98,8 +98,8 @@ formula(
     "Soft overlong punishment",
     r"R_{\text{len}}(y) = \mathrm{clip}\Big(\frac{(L_{\max} - L_{\text{cache}}) - |y|}{L_{\text{cache}}},\; -1,\; 0\Big)",
     soft_overlong_punishment,
-    "0 while the response stays L_cache tokens short of the limit L_max, then a linear ramp down to −1 at the "
-    "limit; it is added to the reward.",
+    "0 while the response (its closing EOS counted in |y|) stays L_cache tokens short of the limit L_max, then a "
+    "linear ramp down to −1 at the limit; it is added to the reward.",
 )
 formula(
     "A targeted alternative against entropy collapse: Clip-Cov",

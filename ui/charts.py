@@ -146,6 +146,19 @@ CHARTS: tuple[Chart, ...] = (
         applies=_clips_sequences,
     ),
     Chart(
+        "DPPO mask (tokens)",
+        (
+            Series("clip_frac", "masked, m = 0"),
+            Series("silenced_frac", "silenced with A ≠ 0"),
+        ),
+        "DPPO's clip is its mask: the share of tokens whose probability moved more than δ in the direction of "
+        "their advantage (m = 0, verl's pg_clipfrac, A = 0 counted as A ≤ 0), beside the share of tokens with "
+        "A ≠ 0 that get no gradient. Look for: exactly 0 with one update per batch; the gap is the masked "
+        "tokens of zero-advantage groups, which lose nothing.",
+        unit="share of tokens",
+        applies=lambda algo: algo.policy_loss == "dppo_tv",
+    ),
+    Chart(
         "Advantages",
         (
             Series("advantage_mean", "mean"),

@@ -289,8 +289,8 @@ KNOBS: dict[str, Knob] = {
     ),
     "overlong_punishment": Knob(
         "soft overlong punishment · overlong_punishment",
-        "DAPO's length penalty: within L_cache tokens of the limit the reward falls linearly to −1. An answer that "
-        "ends with EOS before the buffer is never punished.",
+        "DAPO's length penalty: within L_cache tokens of the limit the reward falls linearly to −1. |y| counts "
+        "the closing EOS: an answer whose tokens, EOS included, end before the buffer is never punished.",
     ),
     "overlong_buffer": Knob(
         "overlong buffer L_cache · overlong_buffer",
