@@ -79,12 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
     experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json")
     export = commands.add_parser(
-        "export", help="a preset with overrides as TRL's GRPOConfig (Python) or verl's command-line overrides"
+        "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags (bash)"
     )
     export.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
     export.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                         help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
-    export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source) or verl (bash)")
+    export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source), verl or openrlhf (bash)")
     export.add_argument("--task", default=DEFAULT_TASK, help="the task whose length limit max_new_tokens=None means")
     export.add_argument("--out", type=Path, help="write here instead of printing")
     unipo = commands.add_parser(
