@@ -46,7 +46,8 @@ formula(
     "Group-relative advantage",
     r"\hat A_{i,t} = \hat A_i = \frac{R_i - \mathrm{mean}(R_1,\dots,R_G)}{\mathrm{std}(R_1,\dots,R_G) + \epsilon}",
     grpo_advantages,
-    "A group whose rewards are all equal (all right, or all wrong) gets advantage 0 everywhere: no gradient.",
+    "A group whose rewards are all equal (all right, or all wrong) gets advantage 0 everywhere: no gradient. So "
+    "does any group whose std is below 10⁻⁶: it is equal rewards up to rounding, never a division by ε alone.",
 )
 formula(
     "k3: the KL estimator in the loss",

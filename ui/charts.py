@@ -125,6 +125,15 @@ CHARTS: tuple[Chart, ...] = (
                             else "β = 0: no KL term acts on this run; the curves only measure the drift."),
     ),
     Chart(
+        "KL guard",
+        (Series("kl_capped_frac", "capped at 10"),),
+        "Share of tokens whose KL term in the loss the guard caps (π_θ < π_ref and k > 10: no gradient beyond). "
+        "Look for: 0 near the reference; a few tenths of a per cent once the policy rules out tokens the "
+        "reference still likes.",
+        unit="share of tokens",
+        applies=lambda algo: algo.kl_in == "loss" and (algo.beta > 0 or algo.target_kl is not None),
+    ),
+    Chart(
         "Clip fraction (tokens)",
         (
             Series("clip_frac_low", "low side"),
