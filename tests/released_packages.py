@@ -79,3 +79,15 @@ def trl_class_names() -> frozenset[str]:
         if path.endswith(".py"):
             names |= set(re.findall(r"^class (\w+)", archive.read(path).decode(), re.MULTILINE))
     return frozenset(names)
+
+
+@cache
+def verl_registered() -> dict[str, frozenset[str]]:
+    """The names verl 0.9.1 accepts for its policy losses (`register_policy_loss`) and advantage estimators
+    (`AdvantageEstimator`), read from its source."""
+    source = member(VERL, "verl/trainer/ppo/core_algos.py")
+    estimators = source[source.index("class AdvantageEstimator"):source.index("ADV_ESTIMATOR_REGISTRY")]
+    return {
+        "actor_rollout_ref.actor.policy_loss.loss_mode": frozenset(re.findall(r'register_policy_loss\("(\w+)"\)', source)),
+        "algorithm.adv_estimator": frozenset(re.findall(r'= "(\w+)"', estimators)),
+    }

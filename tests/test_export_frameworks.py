@@ -16,7 +16,7 @@ from rl_core.cli import main
 from rl_core.config import AlgoConfig
 from rl_core.export_frameworks import FRAMEWORKS, export_config, knob_lines, knob_values, settings
 from rl_core.trl_env import trl_python
-from released_packages import openrlhf_parser, trl_class_names, verl_config_keys
+from released_packages import openrlhf_parser, trl_class_names, verl_config_keys, verl_registered
 
 TASK = "caesar"
 
@@ -222,9 +222,12 @@ CASES = {**PRESETS, **VARIANTS}
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_verl_key_is_in_the_released_config(case):
     """verl 0.9.1's generated trainer config holds every key the export sets; a `+key` is one it lacks, under a
-    group it has (Hydra appends it there)."""
+    group it has (Hydra appends it there). The policy loss and advantage estimator it names are registered in verl."""
     keys = verl_config_keys()
-    for field in settings(CASES[case], "verl", TASK):
+    exported = settings(CASES[case], "verl", TASK)
+    for field, names in verl_registered().items():  # and the loss and estimator it names are registered there
+        assert exported.get(field, "vanilla" if "loss_mode" in field else "gae") in names, field
+    for field in exported:
         if field.startswith("+"):
             parts = field[1:].split(".")
             assert field[1:] not in keys, f"{field}: the key exists, so Hydra refuses the +"
@@ -273,3 +276,6 @@ def test_no_export_names_a_class_the_releases_lack():
                 texts.append(str(refusal))
     named = set(re.findall(r"\b(\w+(?:Trainer|Config))\b", "\n".join(texts)))
     assert named and named <= trl_class_names(), named - trl_class_names()
+    # TRL 1.16's importance_sampling_level is "token" or "sequence", no GSPO-token level: GSPO-token exports as GSPO.
+    gspo_token = settings(get_preset("gspo", policy_loss="gspo_token"), "trl", TASK)
+    assert gspo_token["importance_sampling_level"] == "sequence"
