@@ -294,7 +294,7 @@ KNOBS: dict[str, Knob] = {
     ),
     "overlong_buffer": Knob(
         "overlong buffer L_cache · overlong_buffer",
-        "The buffer in tokens (verl's overlong_buffer.len); 'a fraction' takes overlong_buffer_fraction of the "
+        "The buffer in tokens (verl's overlong_buffer_cfg.len); 'a fraction' takes overlong_buffer_fraction of the "
         "task's length limit instead.",
         (None, 1, 2, 3, 4, 6),
         none_label="a fraction",
