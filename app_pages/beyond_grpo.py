@@ -67,7 +67,10 @@ st.markdown(
 )
 formula("DPPO-Binary-TV", [r"m_t = \mathbb{1}[p - p_{old} \le \delta_{high}]\ (A_t>0),\quad "
                            r"\mathbb{1}[p - p_{old} \ge -\delta_{low}]\ (A_t \le 0)",
-                           r"L_t = -\,m_t\,A_t\,\mathrm{sg}\big[\min(\rho_t, c)\big]\log\pi_\theta(a_t)"], dppo_loss)
+                           r"L_t = -\,m_t\,A_t\,\mathrm{sg}\big[\min(\rho_t, c)\big]\log\pi_\theta(a_t)"], dppo_loss,
+        "Its clip metric is the masked share mean(1 − m) over all valid tokens (verl's pg_clipfrac), which counts "
+        "the masked tokens of zero-advantage groups too; the run's DPPO chart draws it beside the share of A ≠ 0 "
+        "tokens silenced.")
 
 st.header("Rollout correction: the sampler is not the trainer")
 st.markdown(
@@ -105,7 +108,9 @@ st.markdown(
     "instead, so a prompt solved once in eight weighs most."
 )
 formula("The normalisation selector", r"\hat A_i = \frac{R_i - \mathrm{mean}(R)}{\mathrm{std}(R) + \epsilon}",
-        normalized_advantages)
+        normalized_advantages,
+        "A std below 10⁻⁶ (an all-equal group, or a batch std over equal rewards) gives advantage 0: with the batch's "
+        "mean, an all-equal group's deviation divided by ε alone would reach 10⁵.")
 formula("MaxRL", r"\hat A_i = \frac{R_i - \mathrm{mean}_g(R)}{\mathrm{mean}_g(R)}\quad (0 \text{ when } "
         r"\mathrm{mean}_g(R) = 0)", maxrl_advantages)
 

@@ -46,7 +46,8 @@ formula(
     "Group-relative advantage",
     r"\hat A_{i,t} = \hat A_i = \frac{R_i - \mathrm{mean}(R_1,\dots,R_G)}{\mathrm{std}(R_1,\dots,R_G) + \epsilon}",
     grpo_advantages,
-    "A group whose rewards are all equal (all right, or all wrong) gets advantage 0 everywhere: no gradient.",
+    "A group whose rewards are all equal (all right, or all wrong) gets advantage 0 everywhere: no gradient. So "
+    "does any group whose std is below 10⁻⁶: it is equal rewards up to rounding, never a division by ε alone.",
 )
 formula(
     "k3: the KL estimator in the loss",
@@ -98,8 +99,8 @@ formula(
     "Soft overlong punishment",
     r"R_{\text{len}}(y) = \mathrm{clip}\Big(\frac{(L_{\max} - L_{\text{cache}}) - |y|}{L_{\text{cache}}},\; -1,\; 0\Big)",
     soft_overlong_punishment,
-    "0 while the response stays L_cache tokens short of the limit L_max, then a linear ramp down to −1 at the "
-    "limit; it is added to the reward.",
+    "0 while the response (its closing EOS counted in |y|) stays L_cache tokens short of the limit L_max, then a "
+    "linear ramp down to −1 at the limit; it is added to the reward.",
 )
 formula(
     "A targeted alternative against entropy collapse: Clip-Cov",

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from rl_core.kl import kl_exact, kl_k1, kl_k2, kl_k3
+from rl_core.kl import clamped_kl, kl_exact, kl_k1, kl_k2, kl_k3
 from ui.experiments_panel import see_it_happen
 from ui.labs import kl as labs
 from ui.story import formula
@@ -28,6 +28,11 @@ for title, latex, implementation in (
      r"\mathrm{KL} = \sum_v \pi_\theta(v)\big(\log\pi_\theta(v) - \log\pi_{ref}(v)\big)", kl_exact),
 ):
     formula(title, latex, implementation)
+formula("The guard on the KL term in the loss", r"\tilde k_t = \min(k_t, 10)\ \text{ where } \pi_\theta(a_t) < \pi_{ref}(a_t)",
+        clamped_kl,
+        "Far below the reference, k3's gradient 1 − r grows like r: one token the policy has ruled out could outweigh "
+        "the batch. Beyond 10 the term passes no gradient (verl clamps at ±10); each run records the share of tokens "
+        "capped, kl_capped_frac, drawn in its KL guard chart.")
 
 policy, reference = st.columns(2)
 with policy:

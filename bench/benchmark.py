@@ -53,7 +53,7 @@ from rl_core.cli import json_safe  # noqa: E402
 from rl_core.config import RunConfig, parse_overrides  # noqa: E402
 from rl_core.models import MODEL_PRESETS  # noqa: E402
 from rl_core.sft import default_cache_dir  # noqa: E402
-from rl_core.trl_env import DEFAULT_ROOT as TRL_VENV_ROOT, trl_python  # noqa: E402
+from rl_core.trl_env import DEFAULT_ROOT as TRL_VENV_ROOT, TRL_SCRIPT_PRELUDE, trl_python  # noqa: E402
 from rl_core.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
@@ -206,31 +206,9 @@ def print_preset_table(results: dict[str, dict]) -> None:
 
 
 # ------------------------------------------------------ part 2: TRL vs ours
-TRL_SCRIPT = textwrap.dedent(
+# GRPOTrainer on a local tiny GPT-2; prints one JSON line with the wall and CPU seconds of every step.
+TRL_SCRIPT = TRL_SCRIPT_PRELUDE + textwrap.dedent(
     '''
-    """GRPOTrainer on a local tiny GPT-2; prints one JSON line with the wall and CPU seconds of every step."""
-    import json
-    import sys
-    import time
-
-    import torch
-    import transformers
-    import trl
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    spec = json.loads(open(sys.argv[1]).read())
-    torch.set_num_threads(spec["threads"])
-    tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
-    eos = tokenizer.eos_token_id
-
-
-    def exact_answer(completions, completion_ids, answer, **kwargs):
-        # A response that hit the length limit without EOS never committed to its answer: reward 0.
-        return [float(text == want and eos in ids) for text, ids, want in zip(completions, completion_ids, answer)]
-
-
     class StepClock(TrainerCallback):
         """Wall and CPU clock at the end of every optimizer step; their differences are the step times."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.masking import masked_deviation, masked_whiten
+from rl_core.masking import divide_by_std, masked_deviation, masked_whiten
 
 
 def as_groups(R: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -106,11 +106,11 @@ def grpo_advantages(R: torch.Tensor, group_size: int, eps: float = 1e-6) -> torc
     """GRPO: `Â_i = (R_i − mean_j R_j)/(std_j R_j + ε)` within each group of G, `[B]` → `[B]`.
 
     `std` is the unbiased (Bessel-corrected, `1/(G−1)`) standard deviation, as in the reference
-    implementations (TRL, verl and OpenRLHF all call `torch.std`). A group of equal rewards gets exactly 0,
-    and so does a group of one (G = 1).
+    implementations (TRL, verl and OpenRLHF all call `torch.std`). A group whose std is below 1e-6 (equal
+    rewards, up to rounding) gets exactly 0, and so does a group of one (G = 1).
     """
     groups = as_groups(R, group_size)
-    return (_group_deviations(groups) / (_group_std(groups) + eps)).reshape(R.shape)
+    return divide_by_std(_group_deviations(groups), _group_std(groups), eps).reshape(R.shape)
 
 
 def dr_grpo_advantages(R: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -150,7 +150,8 @@ def normalized_advantages(R: torch.Tensor, group_size: int, mean: str, std: str,
     `b_i` (mean): `group` the mean of `y_i`'s group; `leave_one_out` the mean of the other G − 1 members
     (= `G/(G−1)·(R_i − mean_g)` in total); `batch` the mean over the whole batch; `none` 0.
     `s_i` (std): `group` the std of the group's rewards, `batch` the std of the batch's rewards (both unbiased,
-    `1/(n−1)`, as GRPO's); `none` divides by nothing (ε is not added either).
+    `1/(n−1)`, as GRPO's); `none` divides by nothing (ε is not added either). Where `s_i < 1e-6` the advantage is
+    0 (`divide_by_std`): a batch mean with an all-equal group's std would otherwise divide by ε alone.
     GRPO is (group, group), Dr. GRPO (group, none), RLOO (leave_one_out, none), Lite PPO (group, batch).
     """
     if mean not in ADV_NORM_MEANS:
@@ -170,7 +171,7 @@ def normalized_advantages(R: torch.Tensor, group_size: int, mean: str, std: str,
         return centred
     # The batch's std is that of one group holding the whole batch.
     scale = _group_std(groups if std == "group" else R.reshape(1, -1))
-    return centred / (scale.expand_as(groups).reshape(R.shape) + eps)
+    return divide_by_std(centred, scale.expand_as(groups).reshape(R.shape), eps)
 
 
 def maxrl_advantages(R: torch.Tensor, group_size: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Command line: `python -m rl_core algos | tasks | train … | sweep … | experiment … | export … | export-unipo …`
+"""Command line: `python -m rl_core algos | tasks | train … | sweep … | experiment … | export … | parity … | export-unipo …`
 (see `--help`)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
+from rl_core import parity
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, parse_overrides
 from rl_core.experiments import EXPERIMENTS, get_experiment
@@ -27,6 +28,7 @@ from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.summary import format_table, run_row, summarise, write_csv
 from rl_core.sweep import Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
 from rl_core.trainer import Trainer, TrainingError
+from rl_core.trl_env import trl_python
 from toy_tasks import DEFAULT_TASK, TASKS
 
 
@@ -79,14 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
     experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json")
     export = commands.add_parser(
-        "export", help="a preset with overrides as TRL's GRPOConfig (Python) or verl's command-line overrides"
+        "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags (bash)"
     )
     export.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
     export.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                         help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
-    export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source) or verl (bash)")
+    export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source), verl or openrlhf (bash)")
     export.add_argument("--task", default=DEFAULT_TASK, help="the task whose length limit max_new_tokens=None means")
     export.add_argument("--out", type=Path, help="write here instead of printing")
+    parity = commands.add_parser(
+        "parity", help="the same toy run in TRL's GRPOTrainer beside ours: both stored, a table of how close they are"
+    )
+    parity.add_argument("--algo", default="grpo", help="a group preset TRL's GRPOConfig takes (default grpo)")
+    parity.add_argument("--task", default=DEFAULT_TASK, help=f"an exact-answer task (default {DEFAULT_TASK})")
+    parity.add_argument("--steps", type=int, default=60, help="RL steps (generated batches) per run (default 60)")
+    parity.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
+    parity.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     unipo = commands.add_parser(
         "export-unipo", help="write a run of the run store in UNIPO's canonical log schema (validated)"
     )
@@ -138,6 +148,8 @@ def _run(args, argv: list[str]) -> int:
         return _experiment(args)
     if args.command == "export-unipo":
         return _export_unipo(args)
+    if args.command == "parity":
+        return _parity(args)
     if args.command == "export":
         return _export(args, argv)
     try:
@@ -247,6 +259,15 @@ def _refuse(error: Exception, out: Path | None) -> int:
     message = f"--out {out}: {error.strerror}" if isinstance(error, OSError) else str(error)
     print(f"error: {message}", file=sys.stderr)
     return 2
+def _parity(args) -> int:
+    if args.algo not in PRESETS:
+        raise ValueError(f"algo={args.algo!r} is unknown; allowed: {', '.join(PRESETS)}")
+    if not 1 <= args.steps <= 1000:
+        raise ValueError(f"steps={args.steps} is out of range; allowed: 1 to 1000")
+    parity.check_parity_run(args.algo, args.task)  # before the TRL virtualenv is made
+    return parity.main(args.algo, args.task, args.steps, args.seeds, trl_python(), RunStore(args.db))
+
+
 def _export(args, argv: list[str]) -> int:
     try:
         if args.task not in TASKS:

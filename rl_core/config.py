@@ -17,8 +17,8 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | entropy_coef | — | entropy_coeff | c_ent |
 | positive_nll_coef | — | — | μ (VAPO) |
 | adam_epsilon | adam_epsilon | — | Adam's ε |
-| overlong_punishment | — | overlong_buffer.enable | soft overlong punishment on/off |
-| overlong_buffer | — | overlong_buffer.len | L_cache |
+| overlong_punishment | — | overlong_buffer_cfg.enable | soft overlong punishment on/off |
+| overlong_buffer | — | overlong_buffer_cfg.len | L_cache |
 | policy_loss = cispo / sapo / dppo_tv | loss_type = cispo / sapo | policy_loss.loss_mode = cispo / — / dppo_tv | |
 | epsilon_high (cispo) | epsilon_high (the cap) | clip_ratio_high (two-sided) | ε_max |
 | sapo_tau_pos, sapo_tau_neg | (SAPO temperatures) | — | τ_pos, τ_neg |

@@ -1,4 +1,5 @@
-"""A lab configuration carried to scale: TRL's `GRPOConfig` (Python source) and verl's command-line overrides.
+"""A lab configuration carried to scale: TRL's `GRPOConfig` (Python source), verl's command-line overrides and
+OpenRLHF's command line.
 
 `KNOB_MAP[knob][framework]` is a rule that reads the whole configuration (knobs depend on one another: TRL's
 `loss_type` encodes both the policy loss and the aggregation, verl's `clip_ratio_low` means ε for PPO but δ for
@@ -6,8 +7,9 @@ DPPO) and returns what that knob contributes: `Set(field, value, note)` lines an
 the configuration produces at least one line, so a knob that does not map is never silently dropped; a knob the
 table does not know (added to `AlgoConfig` later) becomes a "does not map" comment by itself.
 
-Field names: TRL 1.16's `GRPOConfig`; verl's Hydra keys as in its `ppo_trainer.yaml` (2026), with DAPO's
-`filter_groups` and `overlong_buffer` from its DAPO recipe.
+Field names, each checked in the tests against the released package: TRL 1.16's `GRPOConfig`; verl 0.9.1's Hydra keys
+(its generated `_generated_ppo_trainer.yaml`; a key the config lacks is written `+key` under one it has, as the
+DAPO reward manager's `reward.reward_kwargs`); OpenRLHF 0.11.2's `train_ppo_ray.py` flags.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rl_core.config import AlgoConfig
+from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.rewards import overlong_buffer_length
 from toy_tasks import get_task
 
-FRAMEWORKS = ("trl", "verl")
+FRAMEWORKS = ("trl", "verl", "openrlhf")
 DESCRIPTIVE = ("name", "title", "summary")
 
 
@@ -155,7 +157,9 @@ def _trl_kl_gradient(k: dict, knob: str) -> Line | list[Line]:
     mode = k[knob]
     if mode == "is_corrected":
         return Set("use_bias_correction_kl", True, "k3 multiplied by the importance ratio (DeepSeek-V3.2)")
-    lines: list[Line] = [Set("use_bias_correction_kl", False, "TRL's default is True")]
+    lines: list[Line] = [Set("use_bias_correction_kl", False,
+                             "the lab's k3 gradient as it is; TRL 1.16's default True would weight k3 by ρ "
+                             "(gradient ρ·k1, the lab's kl_gradient=is_corrected)")]
     if mode != "plain":
         lines.append(f"does not map: TRL has no {mode} KL gradient (verl: the k3+ estimator)")
     return lines
@@ -260,7 +264,9 @@ TRL_RULES: dict[str, Rule] = {
     "ppo_epochs": to("num_iterations", note="updates per generated batch (μ)"),
     "learning_rate": to("learning_rate"),
     "max_grad_norm": to("max_grad_norm"),
-    "use_critic": off_or_no("GRPOConfig trains without a critic", "GRPOConfig has no critic (TRL's PPOTrainer has)"),
+    "use_critic": off_or_no("GRPOConfig trains without a critic",
+                            "TRL 1.16 has no trainer with a critic; verl (critic.enable) and OpenRLHF (the gae "
+                            "estimator) train one"),
     "critic_learning_rate": _critic_only("GRPOConfig has no critic"),
     "cliprange_value": _critic_only("GRPOConfig has no critic"),
     "vf_coef": _critic_only("GRPOConfig has no critic"),
@@ -452,8 +458,14 @@ def _verl_cov(k: dict, knob: str) -> Line | list[Line]:
 
 
 def _verl_overlong(k: dict, length: int) -> list[Line]:
-    return [Set("reward_model.overlong_buffer.enable", True, "verl's DAPO recipe"),
-            Set("reward_model.overlong_buffer.len", length), Set("reward_model.overlong_buffer.penalty_factor", 1.0)]
+    """verl 0.9's DAPO reward manager reads its buffer from `reward.reward_kwargs`, a group the config lacks."""
+    kwargs = "+reward.reward_kwargs"
+    return [Set("reward.reward_manager.name", "dapo", "verl's DAPO reward manager adds the punishment"),
+            Set(f"{kwargs}.overlong_buffer_cfg.enable", True),
+            Set(f"{kwargs}.overlong_buffer_cfg.len", length, "|y| counts the EOS (valid_response_length), as in the lab"),
+            Set(f"{kwargs}.overlong_buffer_cfg.penalty_factor", 1.0),
+            Set(f"{kwargs}.overlong_buffer_cfg.log", False),
+            Set(f"{kwargs}.max_resp_len", k["max_new_tokens"])]
 
 
 def _verl_rollout_is(k: dict, knob: str) -> Line | list[Line]:
@@ -532,10 +544,11 @@ VERL_RULES: dict[str, Rule] = {
         "reward model's checkpoint" if k[knob] == "reward_model" else "policy's checkpoint")),
     "positive_nll_coef": off_or_no("verl has no positive-sample NLL term", "verl has no positive-sample NLL term"),
     "dynamic_sampling": lambda k, knob: [
-        Set("algorithm.filter_groups.enable", True, "verl's DAPO recipe"), Set("algorithm.filter_groups.metric", "acc")
-    ] if k[knob] else "off here (verl's DAPO recipe: algorithm.filter_groups.enable)",
-    "max_resample_rounds": _resampling_only(
-        lambda k, knob: Set("algorithm.filter_groups.max_num_gen_batches", k[knob] + 1, "batches sampled at most")),
+        Set("algorithm.filter_groups.enable", True, "verl 0.9's trainer refills the batch itself"),
+        Set("algorithm.filter_groups.metric", "reward", "the reward before KL, overlong punishment included")
+    ] if k[knob] else "off here (verl: algorithm.filter_groups.enable)",
+    "max_resample_rounds": _resampling_only(no(
+        "verl 0.9's replay buffer refills until the batch is full and ignores filter_groups.max_num_gen_batches")),
     "overlong_filter": off_or_no("verl keeps truncated responses in the loss",
                                  "verl has no switch that masks truncated responses out of the loss"),
     "overlong_punishment": _overlong(_verl_overlong),
@@ -567,11 +580,258 @@ VERL_RULES: dict[str, Rule] = {
     "baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
 }
 VERL_ENGINE = (Set(f"{ACTOR}.optim.weight_decay", 0.0, "the lab's AdamW has no weight decay"),)
-# DAPO's dynamic sampling and overlong buffer are read by verl's DAPO recipe, not by its main PPO trainer.
-VERL_RECIPE_KEYS = ("algorithm.filter_groups.", "reward_model.overlong_buffer.")
-VERL_ENTRY, VERL_DAPO_ENTRY = "verl.trainer.main_ppo", "recipe.dapo.main_dapo"
+VERL_ENTRY = "verl.trainer.main_ppo"  # verl 0.9's trainer runs DAPO's group filter and reward manager itself
 
-RULES = {"trl": TRL_RULES, "verl": VERL_RULES}
+# --------------------------------------------------------------------------------------------- OpenRLHF
+# OpenRLHF 0.11's `openrlhf.cli.train_ppo_ray` flags (dotted groups). A Set's value True is a bare store_true flag,
+# a tuple is an nargs list.
+OPENRLHF_ESTIMATORS = {"gae": "gae", "grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo",
+                       "reinforce_pp": "reinforce", "reinforce_pp_baseline": "reinforce_baseline"}
+OPENRLHF_AGGREGATION = ("token-mean", "seq-mean-token-mean")
+
+
+def _openrlhf_batch(k: dict, knob: str) -> Line:
+    completions = k["prompts_per_step"] * k["num_generations"]
+    minibatches = k["num_minibatches"]
+    if knob == "prompts_per_step":
+        return Set("--rollout.batch_size", k[knob], "prompts per rollout (× n_samples_per_prompt completions)")
+    if completions % minibatches:
+        return f"does not map: OpenRLHF's minibatches are equal, {completions} completions do not split into {minibatches}"
+    return Set("--train.batch_size", completions // minibatches, "completions per optimiser step")
+
+
+def _openrlhf_advantages(k: dict, knob: str) -> Line | list[Line]:
+    estimator = k[knob]
+    if estimator == "grpo" and (k.get("adv_norm_mean"), k.get("adv_norm_std")) == ("leave_one_out", "none"):
+        return Set("--algo.advantage.estimator", "rloo", "the selector's (leave-one-out, none) is RLOO")
+    if estimator not in OPENRLHF_ESTIMATORS:
+        closest = "; the closest is flash_reinforce (R minus the batch's mean over responses, not tokens)" \
+            if estimator == "reward_to_go" else ""
+        return (f"does not map: OpenRLHF has no {estimator} estimator{closest}; without the flag it runs its default, "
+                "gae, so pass --algo.advantage.estimator yourself")
+    return Set("--algo.advantage.estimator", OPENRLHF_ESTIMATORS[estimator])
+
+
+def _openrlhf_adv_norm(k: dict, knob: str) -> Line:
+    mean, std = k.get("adv_norm_mean", "group"), k.get("adv_norm_std", "group")
+    if (mean, std) == ("leave_one_out", "none"):
+        return "set with advantage_estimator (OpenRLHF's rloo)"
+    if knob == "adv_norm_mean":
+        return "OpenRLHF's group_norm baseline is the group mean" if mean == "group" else (
+            f"does not map: OpenRLHF's group_norm baseline is the group mean, not {mean}")
+    if std == "group":
+        return "OpenRLHF's group_norm divides by the group's std"
+    if std == "none":
+        return "does not map: use advantage_estimator=dr_grpo (OpenRLHF's dr_grpo: group mean, no std)"
+    return "does not map: OpenRLHF's group_norm divides by the group's std, never the batch's"
+
+
+def _openrlhf_whiten(k: dict, knob: str) -> Line:
+    whitens = k["advantage_estimator"] in ("gae", "reinforce_pp", "reinforce_pp_baseline")
+    if k[knob] == whitens:
+        return f"OpenRLHF's {k['advantage_estimator']} estimator {'whitens' if whitens else 'does not whiten'} itself"
+    if whitens:
+        return Set("--algo.advantage.no_std_norm", True, "centred over the batch but not divided by its std")
+    return f"does not map: OpenRLHF's {k['advantage_estimator']} estimator never whitens"
+
+
+def _openrlhf_beta(k: dict, knob: str) -> list[Line]:
+    lines: list[Line] = [Set("--algo.kl.init_coef", k[knob])]
+    if k["kl_in"] == "loss":
+        lines.append(Set("--algo.kl.use_loss", True, "β·KL in the loss (else OpenRLHF puts it in the reward)"))
+    return lines
+
+
+def _openrlhf_kl_gradient(k: dict, knob: str) -> Line:
+    mode = k[knob]
+    if k["kl_in"] != "loss":
+        return "unused with KL in the reward"
+    if mode == "plain":
+        return "OpenRLHF's default: the estimator's own gradient"
+    if mode == "is_corrected":
+        return Set("--algo.kl.unbiased_gradient", True,
+                   "the gradient ρ·k1 of the lab's ρ·k3 (ρ detached and capped there); the value stays k3's")
+    return "does not map: OpenRLHF has no k2-gradient form (its unbiased_gradient is the IS-corrected one)"
+
+
+def _openrlhf_target_kl(k: dict, knob: str) -> Line | list[Line]:
+    if k[knob] is None:
+        return "off here; OpenRLHF's β is fixed without --algo.kl.target"
+    return Set("--algo.kl.target", k[knob],
+               "OpenRLHF's controller is proportional (--algo.kl.horizon), not the lab's ×2 / ÷2 rule")
+
+
+def _openrlhf_reward_clip(k: dict, knob: str) -> Line:
+    if k["advantage_estimator"] in GROUP_ESTIMATORS or k[knob] is None:
+        return ("OpenRLHF always clips the reward to --reward.clip_range (default −10 10); the lab leaves it "
+                "unclipped here, the same while rewards stay within ±10")
+    return Set("--reward.clip_range", (-k[knob], k[knob]))
+
+
+def _openrlhf_policy_loss(k: dict, knob: str) -> Line | list[Line]:
+    loss = k[knob]
+    if loss == "clip":
+        return Set("--actor.policy_loss_type", "ppo")
+    if loss == "gspo":
+        return Set("--actor.policy_loss_type", "gspo", "sequence ratio; OpenRLHF aggregates it per sequence")
+    if loss == "vanilla":
+        return [Set("--actor.policy_loss_type", "ppo"),
+                "OpenRLHF has no plain policy-gradient loss; with one update per batch its surrogate has ρ = 1 and "
+                "the same gradient"]
+    return f"does not map: OpenRLHF 0.11's policy losses are ppo and gspo, not {loss}"
+
+
+def _openrlhf_epsilon(k: dict, knob: str) -> Line:
+    if k["policy_loss"] not in CLIP_LOSSES or k["policy_loss"] == "gspo_token":
+        return f"unused by {k['policy_loss']} in OpenRLHF"
+    if knob == "epsilon_high":
+        return "set with epsilon (one flag takes both)"
+    return Set("--actor.eps_clip_low_high", (k["epsilon"], k["epsilon_high"]), "ε_low ε_high")
+
+
+def _openrlhf_dual_clip(k: dict, knob: str) -> Line:
+    if k["policy_loss"] not in ("clip", "vanilla"):
+        return f"unused by {k['policy_loss']}"
+    if k[knob] is None:
+        return "off here; OpenRLHF applies no dual clip without --actor.dual_clip"
+    return Set("--actor.dual_clip", k[knob])
+
+
+def _openrlhf_aggregation(k: dict, knob: str) -> Line:
+    mode = k[knob]
+    if k["policy_loss"] == "gspo":
+        return "OpenRLHF's gspo loss aggregates per sequence itself"
+    if mode not in OPENRLHF_AGGREGATION:
+        return f"does not map: OpenRLHF aggregates with token-mean or seq-mean-token-mean, not {mode}"
+    return Set("--actor.loss_agg_mode", mode)
+
+
+def _openrlhf_dynamic_sampling(k: dict, knob: str) -> Line | list[Line]:
+    if not k[knob]:
+        return "off here (OpenRLHF: --algo.dynamic_filtering_enable)"
+    return [Set("--algo.dynamic_filtering_enable", True),
+            Set("--algo.dynamic_filtering_range", (0.0, 1.0),
+                "keeps a group whose mean reward lies strictly inside: the lab's rule for 0/1 rewards")]
+
+
+def _openrlhf_overlong(k: dict, length: int) -> list[Line]:
+    return [Set("--reward.overlong_buffer_len", length, "|y| counts the EOS, as in the lab"),
+            Set("--reward.overlong_penalty_factor", 1.0)]
+
+
+def _openrlhf_rollout_is(k: dict, knob: str) -> Line | list[Line]:
+    mode, level = k[knob], k.get("rollout_is_level", "token")
+    if mode == "none":
+        return "off here (OpenRLHF: --algo.advantage.is_correction_level off, its default)"
+    if k["policy_loss"] not in ("clip", "vanilla"):
+        return f"does not map: OpenRLHF corrects the sampler's mismatch for its ppo loss only, not {k['policy_loss']}"
+    if level == "sequence":
+        return "does not map: OpenRLHF's sequence level gates the geometric mean of the ratio, not the product"
+    if level == "geometric" and mode == "truncate":
+        return "does not map: OpenRLHF's sequence level only masks (a rejection filter), it never truncates"
+    lines: list[Line] = [Set("--algo.advantage.is_correction_level", "token" if level == "token" else "seq"),
+                         Set("--algo.advantage.is_correction_mode", "clip" if mode == "truncate" else "mask"),
+                         Set("--algo.advantage.is_correction_gating", "ratio")]
+    if level == "geometric":
+        lines.append("a kept response keeps OpenRLHF's per-token weights, where the lab weighs it by the geometric mean")
+    return lines
+
+
+def _openrlhf_rollout_threshold(k: dict, knob: str) -> Line:
+    if k.get("rollout_is_mode", "none") == "none":
+        return "unused here (no rollout correction)"
+    return Set("--algo.advantage.is_correction_threshold", (k[knob],), "one number: an upper bound only (0 below)")
+
+
+OPENRLHF_RULES: dict[str, Rule] = {
+    "prompts_per_step": _openrlhf_batch,
+    "num_generations": to("--rollout.n_samples_per_prompt"),
+    "num_minibatches": _openrlhf_batch,
+    "temperature": to("--rollout.temperature"),
+    "max_new_tokens": to("--rollout.max_new_tokens"),
+    "advantage_estimator": _openrlhf_advantages,
+    "use_baseline": _reward_to_go_only(no("OpenRLHF has no reward-to-go estimator")),
+    "gamma": lambda k, knob: Set("--algo.advantage.gamma", k[knob]) if k["advantage_estimator"] in (
+        "gae", "reinforce_pp") else "OpenRLHF's group estimators use γ = 1" if k[knob] == 1 else
+    "does not map: OpenRLHF's group estimators use γ = 1",
+    "lam": _gae_only(to("--algo.advantage.lambd")),
+    "lam_critic": off_or_no("OpenRLHF uses one λ for advantages and critic targets",
+                            "OpenRLHF uses one λ for advantages and critic targets", lambda v: v is None),
+    "length_adaptive_alpha": off_or_no("OpenRLHF's λ is fixed", "OpenRLHF has no length-adaptive λ",
+                                       lambda v: v is None),
+    "whiten_advantages": _openrlhf_whiten,
+    "beta": _openrlhf_beta,
+    "kl_estimator": to("--algo.kl.estimator"),
+    "kl_in": lambda k, knob: "set with beta",
+    "target_kl": _openrlhf_target_kl,
+    "reward_clip": _openrlhf_reward_clip,
+    "policy_loss": _openrlhf_policy_loss,
+    "epsilon": _openrlhf_epsilon,
+    "epsilon_high": _openrlhf_epsilon,
+    "dual_clip": _openrlhf_dual_clip,
+    "loss_agg_mode": _openrlhf_aggregation,
+    "entropy_coef": to("--actor.entropy_coef", note="token-mean entropy, whatever the aggregation"),
+    "ppo_epochs": to("--train.max_epochs", note="updates per generated batch"),
+    "learning_rate": to("--actor.adam.lr"),
+    "max_grad_norm": lambda k, knob: [Set("--actor.max_norm", k[knob])]
+    + ([Set("--critic.max_norm", k[knob])] if k["use_critic"] else []),
+    "adam_epsilon": to("--actor.adam.eps"),
+    "use_critic": lambda k, knob: "OpenRLHF trains a critic exactly with the gae estimator" if k[knob] == (
+        k["advantage_estimator"] == "gae") else "does not map: OpenRLHF's critic comes with the gae estimator",
+    "critic_learning_rate": _critic(to("--critic.adam.lr")),
+    "cliprange_value": _critic(to("--critic.value_clip")),
+    "vf_coef": _critic(no("OpenRLHF's critic has its own optimiser and an unweighted loss")),
+    "value_pretrain_steps": _critic(to("--critic.freezing_steps", note="steps that train only the critic")),
+    "critic_init": _critic(lambda k, knob: "point --critic.model_name_or_path at the " + (
+        "reward model's checkpoint (OpenRLHF's default)" if k[knob] == "reward_model" else "policy's checkpoint")),
+    "positive_nll_coef": off_or_no("OpenRLHF has no positive-sample NLL term", "OpenRLHF has no positive-sample NLL term"),
+    "dynamic_sampling": _openrlhf_dynamic_sampling,
+    "max_resample_rounds": _resampling_only(no("OpenRLHF refills filtered prompts until the batch is full, unbounded")),
+    "overlong_filter": off_or_no("OpenRLHF keeps truncated responses in the loss",
+                                 "OpenRLHF has no switch that masks truncated responses out of the loss "
+                                 "(--reward.stop_properly_penalty_coef rescales their reward instead)"),
+    "overlong_punishment": _overlong(_openrlhf_overlong),
+    "overlong_buffer": _overlong(_openrlhf_overlong),
+    "overlong_buffer_fraction": _overlong(_openrlhf_overlong),
+    "cov_mode": off_or_no("OpenRLHF has no Clip-Cov / KL-Cov", "OpenRLHF has no Clip-Cov / KL-Cov", lambda v: v == "none"),
+    "cov_fraction": _cov_only(no("OpenRLHF has no Clip-Cov / KL-Cov")),
+    "kl_cov_coef": _cov_only(no("OpenRLHF has no KL-Cov"), ("kl_cov",)),
+    "sapo_tau_pos": unused_unless(lambda k: k["policy_loss"] == "sapo", no("OpenRLHF has no SAPO loss"),
+                                  "policy_loss is not sapo"),
+    "sapo_tau_neg": unused_unless(lambda k: k["policy_loss"] == "sapo", no("OpenRLHF has no SAPO loss"),
+                                  "policy_loss is not sapo"),
+    "cispo_two_sided": unused_unless(lambda k: k["policy_loss"] == "cispo", no("OpenRLHF has no CISPO loss"),
+                                     "policy_loss is not cispo"),
+    "dppo_delta_low": _dppo_only(no("OpenRLHF has no DPPO loss")),
+    "dppo_delta_high": _dppo_only(no("OpenRLHF has no DPPO loss")),
+    "dppo_ratio_cap": _dppo_only(no("OpenRLHF has no DPPO loss")),
+    "kl_gradient": _openrlhf_kl_gradient,
+    "rollout_staleness": off_or_no("OpenRLHF samples with the current policy",
+                                   "OpenRLHF has no fixed sampling lag (--train.async_enable with "
+                                   "--train.async_queue_size bounds how stale a batch may be)", lambda v: v == 0),
+    "rollout_temperature": off_or_no("OpenRLHF samples at the trainer's temperature",
+                                     "OpenRLHF samples at --rollout.temperature, the temperature it trains with",
+                                     lambda v: v is None),
+    "rollout_is_mode": _openrlhf_rollout_is,
+    "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
+    "rollout_is_threshold": _openrlhf_rollout_threshold,
+    "adv_norm_mean": _grpo_only(_openrlhf_adv_norm),
+    "adv_norm_std": _grpo_only(_openrlhf_adv_norm),
+    "skip_no_signal_updates": off_or_no("OpenRLHF steps the optimiser on every batch too",
+                                        "OpenRLHF steps the optimiser on every batch"),
+    "baseline": _reward_to_go_only(no("OpenRLHF has no reward-to-go estimator")),
+}
+# The lab's optimiser: AdamW with torch's betas, no weight decay, a constant learning rate.
+OPENRLHF_ENGINE = (
+    Set("--actor.adam.betas", (0.9, 0.999), "torch's AdamW defaults, as the lab's"),
+    Set("--actor.adam.weight_decay", 0.0, "the lab's AdamW has no weight decay"),
+    Set("--actor.lr_scheduler", "constant", "the lab's AdamW keeps its learning rate"),
+    Set("--actor.lr_warmup_ratio", 0.0),
+)
+OPENRLHF_ENTRY = "openrlhf.cli.train_ppo_ray"
+
+RULES = {"trl": TRL_RULES, "verl": VERL_RULES, "openrlhf": OPENRLHF_RULES}
+ENGINES = {"trl": TRL_ENGINE, "verl": VERL_ENGINE, "openrlhf": OPENRLHF_ENGINE}
 
 
 # --------------------------------------------------------------------------------------------- export
@@ -605,13 +865,15 @@ def check_exportable(algo: AlgoConfig | dict, framework: str) -> None:
     generations = knob_values(algo)["num_generations"]
     if framework == "trl" and generations < 2:
         raise ValueError(f"num_generations={generations} does not map to TRL's GRPOConfig, which needs a group of "
-                         "at least 2 completions per prompt (TRL trains single-sample PPO with its PPOTrainer)")
+                         "at least 2 completions per prompt; TRL 1.16's online trainers (GRPOTrainer, RLOOTrainer) "
+                         "all sample groups, so raise num_generations, or export to verl or OpenRLHF, whose "
+                         "REINFORCE++ and GAE estimators take one completion per prompt")
 
 
 def settings(algo: AlgoConfig | dict, framework: str, task: str | None = None) -> dict[str, object]:
     """Every field the export sets, engine settings included; a field set twice with two values is a bug."""
     check_exportable(algo, framework)
-    engine = TRL_ENGINE if framework == "trl" else VERL_ENGINE
+    engine = ENGINES[framework]
     chosen: dict[str, object] = {}
     for line in [*engine, *(x for _, xs in knob_lines(algo, framework, task) for x in xs)]:
         if isinstance(line, Set):
@@ -622,7 +884,8 @@ def settings(algo: AlgoConfig | dict, framework: str, task: str | None = None) -
 
 
 def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = None, command: str = "") -> str:
-    """The configuration as TRL Python source (`trl`) or a bash script of verl overrides (`verl`)."""
+    """The configuration as TRL Python source (`trl`), or a bash script of verl overrides (`verl`) or of OpenRLHF
+    flags (`openrlhf`)."""
     lines = knob_lines(algo, framework, task)
     settings(algo, framework, task)  # refuses an export that sets one field twice
     values = algo if isinstance(algo, dict) else dataclasses.asdict(algo)
@@ -643,20 +906,32 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
             ")",
             "",
         ])
-    dapo = any(str(field).startswith(VERL_RECIPE_KEYS) for field in settings(algo, framework, task))
+    knob_rows = _with_values(lines, algo, task)
+    if framework == "verl":
+        return "\n".join([
+            f"# verl 0.9 command-line overrides for {title}.",
+            "# Every lab knob appears once below: as an override, or as a comment saying why it does not map.",
+            "# Add your model and data: actor_rollout_ref.model.path=… data.train_files=… data.val_files=…",
+            *made,
+            "overrides=(",
+            "    # the lab's optimiser (no knob names it)",
+            *(_verl_line(line, None) for line in VERL_ENGINE),
+            *(_verl_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
+            ")",
+            f'python3 -m {VERL_ENTRY} "${{overrides[@]}}" "$@"',
+            "",
+        ])
     return "\n".join([
-        f"# verl command-line overrides for {title}.",
-        "# Every lab knob appears once below: as an override, or as a comment saying why it does not map.",
-        "# Add your model and data: actor_rollout_ref.model.path=… data.train_files=… data.val_files=…",
+        f"# OpenRLHF 0.11 command line for {title}.",
+        "# Every lab knob appears once below: as a flag, or as a comment saying why it does not map.",
+        "# Add your model, data and GPUs: --actor.model_name_or_path … --data.prompt_dataset … --ref.num_gpus_per_node …",
         *made,
-        "overrides=(",
+        "flags=(",
         "    # the lab's optimiser (no knob names it)",
-        *(_verl_line(line, None) for line in VERL_ENGINE),
-        *(_verl_line(line, f"{knob}={algo_value}") for knob, xs, algo_value in _with_values(lines, algo, task)
-          for line in xs),
+        *(_openrlhf_line(line, None) for line in OPENRLHF_ENGINE),
+        *(_openrlhf_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
         ")",
-        *(["# dynamic sampling / the overlong buffer need verl's DAPO recipe (verl-recipe: recipe/dapo)"] if dapo else []),
-        f'python3 -m {VERL_DAPO_ENTRY if dapo else VERL_ENTRY} "${{overrides[@]}}" "$@"',
+        f'python3 -m {OPENRLHF_ENTRY} "${{flags[@]}}" "$@"',
         "",
     ])
 
@@ -688,4 +963,18 @@ def hydra_value(value) -> str:
 def _verl_line(line: Line, source: str | None) -> str:
     if isinstance(line, Set):
         return f"    {line.field}={hydra_value(line.value)}{_comment(source, line.note)}"
+    return f"    # {source}: {line}"
+
+
+def openrlhf_value(value) -> str:
+    """A value as OpenRLHF's argparse reads it: a list for nargs, the flag alone for a store_true flag."""
+    if isinstance(value, tuple):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def _openrlhf_line(line: Line, source: str | None) -> str:
+    if isinstance(line, Set):
+        flag = line.field if line.value is True else f"{line.field} {openrlhf_value(line.value)}"
+        return f"    {flag}{_comment(source, line.note)}"
     return f"    # {source}: {line}"

@@ -60,7 +60,13 @@ def clamped_kl(kl: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, bou
     bound the clamp passes no gradient. Where `π_θ > π_ref` the pull is at most 1 per token and is the leash that
     keeps the policy near the reference, so that side is left alone.
     """
-    return torch.where(logp < ref_logp, kl.clamp(max=bound), kl)
+    return torch.where(kl_guard_capped(kl, logp, ref_logp, bound), bound, kl)
+
+
+def kl_guard_capped(kl: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, bound: float = 10.0) -> torch.Tensor:
+    """Bool `[B, T]`: where `clamped_kl` caps the term, `π_θ < π_ref` and `k > bound` (the tokens that pass no KL
+    gradient; their share is the metric `kl_capped_frac`)."""
+    return (logp < ref_logp) & (kl > bound)
 
 
 def kl_exact(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:

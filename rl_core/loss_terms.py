@@ -18,6 +18,7 @@ from rl_core.aggregation import aggregate_loss
 from rl_core.config import AlgoConfig
 from rl_core.estimators import policy_loss
 from rl_core.losses import entropy_from_logits, kl_cov_penalty_mask, positive_nll_loss
+from rl_core.masking import masked_mean
 
 
 @dataclass
@@ -62,6 +63,12 @@ def kl_term(x: LossInputs) -> torch.Tensor:
     """The per-token KL to the reference (`kl_estimator`, built as `kl_gradient` says), guarded by `clamped_kl`
     where π_θ < π_ref, aggregated."""
     return x.aggregate(kl.clamped_kl(KL_IN_LOSS[x.algo.kl_gradient](x), x.logp, x.ref_logp))
+
+
+def kl_capped_fraction(x: LossInputs) -> float:
+    """The share of valid tokens whose KL term `clamped_kl` caps at 10 (π_θ < π_ref and k > 10)."""
+    capped = kl.kl_guard_capped(KL_IN_LOSS[x.algo.kl_gradient](x).detach(), x.logp.detach(), x.ref_logp)
+    return masked_mean(capped.float(), x.mask).item()
 
 
 def kl_cov_term(x: LossInputs) -> torch.Tensor:

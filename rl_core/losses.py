@@ -129,7 +129,8 @@ def sapo_loss(
     (defaults 1.0 and 1.05: negative tokens' gate decays faster, since pushing a token down spreads mass over
     the whole vocabulary). Gradient w.r.t. log π: `−A_t·ρ_t·4σ(1−σ)`, σ = σ(τ(ρ_t − 1)) — exactly `−A_t` at ρ = 1.
     """
-    tau = torch.where(advantages > 0, tau_pos, tau_neg)
+    # In the advantages' dtype: `torch.where` on two Python floats would give float32 even for float64 inputs.
+    tau = torch.where(advantages > 0, torch.full_like(advantages, tau_pos), torch.full_like(advantages, tau_neg))
     return -advantages * sapo_gate(torch.exp(logp - old_logp), tau)
 
 

@@ -44,13 +44,24 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_mean(masked_deviation(x, mask) ** 2, mask)
 
 
+STD_FLOOR = 1e-6  # a std below this is an all-equal group or batch up to rounding: it carries no signal
+
+
+def divide_by_std(centred: torch.Tensor, std: torch.Tensor, eps: float) -> torch.Tensor:
+    """`x/(σ + ε)` where `σ ≥ 1e-6`, and 0 where `σ < 1e-6` (broadcast): an all-equal group, or a batch std over
+    equal rewards, gives advantage 0, never `x/ε` — a deviation from a batch mean divided by a group's std of 0
+    would otherwise reach 1e5 or more (fp32 std blow-ups such as NeMo-RL's −2075 from a std of 4.6e-4 + ε)."""
+    return torch.where(std < STD_FLOOR, torch.zeros_like(centred), centred / (std + eps))
+
+
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """`(x − x̄)/(σ + ε)` over all valid tokens of the batch, 0 on padding (and everywhere if all x are equal).
+    """`(x − x̄)/(σ + ε)` over all valid tokens of the batch, 0 on padding and everywhere if `σ < 1e-6`
+    (`divide_by_std`).
 
     `σ = √masked_var` is the population standard deviation, so the result has mean 0 and population std 1
     (up to ε) over the valid tokens. (TRL's and verl's `masked_whiten` use the Bessel-corrected variance and
     `rsqrt(var + ε)`; OpenRLHF's REINFORCE++ normalisation uses the population variance, as here. The two
     differ by the factor `√(N/(N−1))` over N valid tokens.)
     """
-    whitened = masked_deviation(x, mask) / (masked_var(x, mask).sqrt() + eps)
+    whitened = divide_by_std(masked_deviation(x, mask), masked_var(x, mask).sqrt(), eps)
     return torch.where(mask > 0, whitened, 0.0)

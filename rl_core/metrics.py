@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from rl_core.kl import kl_k2
+from rl_core.losses import dppo_tv_mask
 from rl_core.masking import masked_mean, masked_var
 from rl_core.sampling import dynamic_sampling_keep
 
@@ -40,6 +41,28 @@ def clip_fractions(
         "clip_frac_low": fraction(low),
         "clip_frac_high": fraction(high),
         "dual_clip_frac": fraction(dual),
+    }
+
+
+def dppo_clip_fractions(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+    delta_low: float, delta_high: float,
+) -> dict[str, float]:
+    """DPPO's clip metric, the masked fraction `mean(1 − m_t)` over all valid tokens (verl's `pg_clipfrac` for
+    `dppo_tv`), with `m_t` of `dppo_tv_mask`: `clip_frac`; split into `clip_frac_high` (m = 0 with A > 0, the
+    probability rose more than δ_high) and `clip_frac_low` (m = 0 with A ≤ 0, it fell more than δ_low — counted
+    at A = 0 too, where the mask changes nothing: the share of A ≠ 0 tokens silenced is `silenced_frac`).
+    `dual_clip_frac` is 0: DPPO caps the detached weight at c instead."""
+    masked = ~dppo_tv_mask(logp.exp(), old_logp.exp(), advantages, delta_low, delta_high)
+
+    def fraction(selected: torch.Tensor) -> float:
+        return masked_mean(selected.float(), mask).item()
+
+    return {
+        "clip_frac": fraction(masked),
+        "clip_frac_low": fraction(masked & (advantages <= 0)),
+        "clip_frac_high": fraction(masked & (advantages > 0)),
+        "dual_clip_frac": 0.0,
     }
 
 

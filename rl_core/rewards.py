@@ -31,6 +31,7 @@ def soft_overlong_punishment(lengths: torch.Tensor, max_length: int, cache_lengt
 
     0 if `|y| ≤ L_max − L_cache`; `((L_max − L_cache) − |y|)/L_cache` if `L_max − L_cache < |y| ≤ L_max`;
     −1 beyond. The three pieces are exactly `clamp(((L_max − L_cache) − |y|)/L_cache, −1, 0)`.
+    `|y|` counts every response token, a closing EOS included (verl's DAPO: `valid_response_length`).
     `lengths` may be an integer or a float tensor; the result is floating point.
     """
     if not 0 < cache_length <= max_length:

@@ -38,3 +38,32 @@ def masked_is(weights: torch.Tensor, threshold: float) -> torch.Tensor:
     """MIS: `sg[w · 1[w ≤ C]]` — samples whose weight exceeds C are dropped instead of capped."""
     weights = weights.detach()
     return torch.where(weights <= threshold, weights, 0.0)
+
+
+def is_weights(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """π_old/μ per token `[B, T]` (`token`), or per response `[B]` (`sequence`: the product, `geometric`: its
+    per-token geometric mean)."""
+    if level == "token":
+        return token_is_weights(old_logp, behaviour_logp)
+    return sequence_is_weights(old_logp, behaviour_logp, mask, geometric=level == "geometric")
+
+
+def rollout_mismatch_metrics(
+    old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, level: str, threshold: float
+) -> dict[str, float]:
+    """How far the sampler μ is from π_old, on μ's samples: the mismatch KL `mean(log μ − log π_old)` over the
+    valid tokens (k1 of KL(μ‖π_old), ≥ 0 in expectation; verl's `rollout_corr/kl`), and the weights' min / max /
+    median / 95th percentile and the share above C (capped by TIS, dropped by MIS) at `level`, over the valid
+    tokens or the non-empty responses. Any float dtype."""
+    weights = is_weights(old_logp, behaviour_logp, mask, level)
+    valid = weights[mask > 0] if level == "token" else weights[mask.sum(-1) > 0]
+    # torch.quantile wants q in the input's dtype.
+    p50, p95 = torch.quantile(valid, torch.tensor([0.5, 0.95], dtype=valid.dtype, device=valid.device)).tolist()
+    return {
+        "rollout_mismatch_kl": masked_mean(behaviour_logp - old_logp, mask).item(),
+        "rollout_is_weight_min": valid.min().item(),
+        "rollout_is_weight_max": valid.max().item(),
+        "rollout_is_weight_p50": p50,
+        "rollout_is_weight_p95": p95,
+        "rollout_is_capped_frac": (valid > threshold).float().mean().item(),
+    }

@@ -32,7 +32,7 @@ from rl_core.estimators import (
     whitens_noise_only,
 )
 from rl_core.kl_control import adaptive_beta
-from rl_core.loss_terms import LossInputs, loss_parts, policy_per_token
+from rl_core.loss_terms import LossInputs, kl_capped_fraction, loss_parts, policy_per_token
 from rl_core.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
 from rl_core.kl_stats import kl_estimator_stats
 from rl_core.masking import masked_mean
@@ -40,6 +40,7 @@ from rl_core.metrics import (
     advantage_stats,
     approx_kl,
     clip_fractions,
+    dppo_clip_fractions,
     explained_variance,
     first_last_token_advantages,
     silenced_tokens,
@@ -49,7 +50,7 @@ from rl_core.metrics import (
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
 from rl_core.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
 from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
-from rl_core.rollout_correction import masked_is, sequence_is_weights, token_is_weights, truncated_is
+from rl_core.rollout_correction import is_weights, masked_is, rollout_mismatch_metrics, truncated_is
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
 from rl_core.sft import default_cache_dir, sft_policy
 from rl_core.staging import staging_folder
@@ -202,10 +203,9 @@ class Trainer:
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
         if self.algo.overlong_punishment:
-            # |y| is the answer's length: a closing EOS is not part of it, so an answer that ends by itself within
-            # L_max − L_cache tokens is never punished (with limits of 8–12 tokens, one token is a whole ramp step).
-            answer_lengths = rollout.lengths - rollout.ended_with_eos.float()
-            rewards = rewards + soft_overlong_punishment(answer_lengths, self.max_new_tokens, self.overlong_buffer)
+            # |y| counts the closing EOS, as verl's `valid_response_length` does: an answer is safe when it ends
+            # within L_max − L_cache tokens, EOS included (L_cache is what to choose, not what |y| counts).
+            rewards = rewards + soft_overlong_punishment(rollout.lengths, self.max_new_tokens, self.overlong_buffer)
         return rollout, rewards, torch.tensor(scores.successes, dtype=torch.bool, device=self.device)
 
     def _collect(self) -> tuple[Rollout, torch.Tensor, torch.Tensor, dict]:
@@ -287,23 +287,6 @@ class Trainer:
         trainer_batch.__dict__["prefix_tree"] = batch.prefix_tree  # the same tokens: the packed layout serves
         return trainer_batch
 
-    def _rollout_mismatch(self, batch: Rollout) -> dict:
-        """How far the sampler μ is from π_old: the mismatch KL `mean(log μ − log π_old)` (k1 of KL(μ‖π_old) on
-        μ's samples) and the importance weights' min / max / median / 95th percentile and capped (TIS) or
-        dropped (MIS) fraction, at the configured level."""
-        mask, level = batch.response_mask, self.algo.rollout_is_level
-        weights = _rollout_is_raw_weights(batch.old_logp, batch.behaviour_logp, mask, level)
-        valid = weights[mask > 0] if level == "token" else weights[mask.sum(-1) > 0]
-        p50, p95 = torch.quantile(valid, torch.tensor([0.5, 0.95], device=valid.device)).tolist()
-        return {
-            "rollout_mismatch_kl": masked_mean(batch.behaviour_logp - batch.old_logp, mask).item(),
-            "rollout_is_weight_min": valid.min().item(),
-            "rollout_is_weight_max": valid.max().item(),
-            "rollout_is_weight_p50": p50,
-            "rollout_is_weight_p95": p95,
-            "rollout_is_capped_frac": (valid > self.algo.rollout_is_threshold).float().mean().item(),
-        }
-
     # ----------------------------------------------------------------- critic
     def _critic_values(self, batch: Rollout) -> torch.Tensor:
         """V(s_t) `[B, T]` at the state before each response token (read where its logits are read)."""
@@ -344,7 +327,10 @@ class Trainer:
         batch, rewards, successes, stats = self._collect()
         if self._behaviour_differs:
             batch = self._with_trainer_logprobs(batch)
-            stats |= self._rollout_mismatch(batch)
+            stats |= rollout_mismatch_metrics(
+                batch.old_logp, batch.behaviour_logp, batch.response_mask, algo.rollout_is_level,
+                algo.rollout_is_threshold,
+            )
         mask = batch.response_mask
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
         old_logp = batch.old_logp  # as sampled (or recomputed): on the first update the ratio is 1 up to rounding
@@ -468,8 +454,14 @@ class Trainer:
                 clips = clip_fractions(
                     seq_ratio, masked_mean(advantages, mask, dim=-1)[:, None], seq_mask, algo.epsilon, algo.epsilon_high
                 )
+            elif algo.policy_loss == "dppo_tv":  # a trust region in probability: its clip is the mask
+                clips = dppo_clip_fractions(
+                    logp.detach(), old_logp, advantages, mask, algo.dppo_delta_low, algo.dppo_delta_high
+                )
             else:
                 clips = clip_fractions(ratio, advantages, mask, algo.epsilon, algo.epsilon_high, algo.dual_clip)
+            if "kl_loss" in parts:
+                clips["kl_capped_frac"] = kl_capped_fraction(inputs)
             return {
                 **parts,
                 "total_loss": total.item(),
@@ -487,7 +479,7 @@ class Trainer:
         mode, level = self.algo.rollout_is_mode, self.algo.rollout_is_level
         if part.behaviour_logp is None or mode == "none":
             return None
-        weights = _rollout_is_raw_weights(old_logp, part.behaviour_logp, mask, level)
+        weights = is_weights(old_logp, part.behaviour_logp, mask, level)
         correct = truncated_is if mode == "truncate" else masked_is
         weights = correct(weights, self.algo.rollout_is_threshold)
         return weights if level == "token" else weights[:, None]
@@ -643,13 +635,6 @@ class Trainer:
             self._snapshots.extend(state["behaviour_snapshots"])
             self._sampler.load_state_dict(self._snapshots[0])
             self._snapshot_step = counters["snapshot_step"]
-
-
-def _rollout_is_raw_weights(old_logp, behaviour_logp, mask, level: str) -> torch.Tensor:
-    """π_old/μ per token `[B, T]`, or per response `[B]` (`sequence`: the product, `geometric`: its per-token mean)."""
-    if level == "token":
-        return token_is_weights(old_logp, behaviour_logp)
-    return sequence_is_weights(old_logp, behaviour_logp, mask, geometric=level == "geometric")
 
 
 def _concat_rollouts(parts: list[Rollout]) -> Rollout:

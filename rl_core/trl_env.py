@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from importlib.metadata import version
 from pathlib import Path
 
@@ -24,6 +25,37 @@ TRL_PIN = "trl==1.16.*"
 TORCH_PIN = f"torch=={version('torch').split('+')[0]}"
 # RLHF_LAB_TRL_VENV lets CI keep the virtualenvs in its cache folder.
 DEFAULT_ROOT = Path(os.environ.get("RLHF_LAB_TRL_VENV") or Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv")
+
+
+# The start of every script run in the TRL virtualenv with a spec file: imports, the spec, the thread count, the
+# tokenizer saved beside the lab's policy, and the exact-answer reward as the lab's tasks score it.
+TRL_SCRIPT_PRELUDE = textwrap.dedent(
+    '''
+    import functools
+    import json
+    import sys
+    import time
+
+    import torch
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    spec = json.loads(open(sys.argv[1]).read())
+    torch.set_num_threads(spec["threads"])
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
+    eos = tokenizer.eos_token_id
+
+
+    def exact_answer(completions, completion_ids, answer, **kwargs):
+        # A response that hit the length limit without EOS never committed to its answer: reward 0.
+        return [float(text == want and eos in ids) for text, ids, want in zip(completions, completion_ids, answer)]
+
+
+    '''
+)
 
 
 def trl_python(venv_root: Path = DEFAULT_ROOT) -> Path:

@@ -92,3 +92,18 @@ def test_existing_presets_keep_their_advantages_through_the_selector(preset, for
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0] * (8 // G) * 2)[: 4 * G] * 0.7
     expected = formula(rewards, G)
     assert torch.equal(_estimate(preset, rewards)[:, 0], expected)
+
+
+def test_a_std_below_the_floor_gives_advantage_zero():
+    """R = 1,1,1,1 | 0,1,0,1 with the batch mean 0.75 and the group std: the first group's std is 0, so its
+    deviations of 0.25 would be divided by ε alone (2.5e5); they give 0. The second group's unbiased std is √(1/3):
+    −0.75/√(1/3) = −1.299038 and 0.25/√(1/3) = 0.433013."""
+    R = torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 1], dtype=torch.float64)
+    a = adv.normalized_advantages(R, 4, mean="batch", std="group")
+    expected = torch.tensor([0, 0, 0, 0, -1.299038, 0.433013, -1.299038, 0.433013], dtype=torch.float64)
+    torch.testing.assert_close(a, expected, atol=1e-5, rtol=0)
+    assert adv.normalized_advantages(R, 4, mean="none", std="group")[:4].tolist() == [0.0] * 4
+    # std of 0, 1e-6, 0, 0 is √((0.75² + 3·0.25²)/3)·1e-6 = 5e-7 < 1e-6: 0, not 0.75e-6/(5e-7 + 1e-6) = 0.5.
+    tiny = torch.tensor([0.0, 1e-6, 0.0, 0.0], dtype=torch.float64)
+    assert adv.grpo_advantages(tiny, 4).tolist() == [0.0] * 4
+    assert adv.normalized_advantages(tiny, 4, mean="group", std="batch").tolist() == [0.0] * 4

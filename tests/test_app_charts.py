@@ -29,7 +29,7 @@ def run(preset: str, number: int = 1, steps: int = 10, **overrides) -> ChartRun:
 
 
 def test_every_chart_is_a_valid_plotly_figure_for_one_run_and_for_an_overlay():
-    runs = [run("grpo", 1, 39), run("ppo", 2, 9), run("gspo", 3), run("pg", 4)]
+    runs = [run("grpo", 1, 39), run("ppo", 2, 9), run("gspo", 3), run("pg", 4), run("dppo", 5)]
     for chart in CHARTS:
         for shown in (runs[:1], runs, runs[2:3]):
             if has_data(chart, shown):

@@ -1,4 +1,4 @@
-"""The live lab's bridge: its knobs shown as TRL / verl configuration, and a finished run as a UNIPO log."""
+"""The live lab's bridge: its knobs shown as TRL / verl / OpenRLHF configuration, and a finished run as a UNIPO log."""
 
 import dataclasses
 from pathlib import Path
@@ -28,6 +28,10 @@ def test_the_export_follows_the_knobs_and_switches_framework():
     at.radio(key="grpo:export_format").set_value("verl overrides (bash)").run()
     verl = [c.value for c in at.get("code") if "overrides=(" in c.value][0]
     assert "actor_rollout_ref.actor.clip_ratio_high=0.28  # epsilon_high=0.28" in verl
+    at.radio(key="grpo:export_format").set_value("OpenRLHF flags (bash)").run()
+    openrlhf = [c.value for c in at.get("code") if "flags=(" in c.value][0]
+    assert "--actor.eps_clip_low_high 0.2 0.28  # epsilon=0.2: ε_low ε_high" in openrlhf
+    assert "# dppo_delta_low=0.15: unused here (policy_loss is not dppo_tv)" in openrlhf
     assert not at.exception, at.exception
 
 
@@ -54,5 +58,8 @@ def test_a_preset_trl_cannot_take_says_why_instead_of_code():
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     at.switch_page("app_pages/ppo.py").run()
-    assert any("does not map to TRL's GRPOConfig" in info.value for info in at.info)
+    assert any("does not map to TRL's GRPOConfig" in info.value and "OpenRLHF" in info.value for info in at.info)
+    at.radio(key="ppo:export_format").set_value("OpenRLHF flags (bash)").run()
+    openrlhf = [c.value for c in at.get("code") if "flags=(" in c.value][0]
+    assert "--algo.advantage.estimator gae  # advantage_estimator=gae" in openrlhf
     assert not at.exception, at.exception

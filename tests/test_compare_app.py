@@ -65,7 +65,7 @@ def stored_run(store: RunStore, algo: str, seed: int, sweep_id: int | None = Non
     store.start_run(run_id)
     for step in (1, 2, 3):
         store.add_step(run_id, {"step": step, "success_rate": 0.3 * step, "reward_mean": 0.3 * step,
-                                "entropy": 1.0 / step, "kl_exact": 0.01 * step, "clip_frac": 0.0,
+                                "entropy": 1.0 / step, "kl_exact": 0.01 * step, "kl_k3": 0.012 * step, "clip_frac": 0.0,
                                 "response_length": 5.0, "elapsed": 0.2 * step, "samples": [SAMPLE]})
     store.finish_run(run_id, "failed" if error else "finished", final={"success_rate": 0.9}, error=error)
     return run_id

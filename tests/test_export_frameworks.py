@@ -1,9 +1,11 @@
-"""A lab configuration exported to TRL and verl: every knob accounted for, values worked out by hand, the verl
-script parsed by bash, and TRL's own `GRPOConfig` built from the export in a throwaway virtualenv."""
+"""A lab configuration exported to TRL, verl and OpenRLHF: every knob accounted for, values worked out by hand, the
+scripts parsed by bash, every verl key found in verl 0.9.1's released config, every OpenRLHF flag parsed by
+OpenRLHF 0.11.2's own argument parser, and TRL's own `GRPOConfig` built from the export in a throwaway virtualenv."""
 
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import textwrap
 
@@ -14,6 +16,7 @@ from rl_core.cli import main
 from rl_core.config import AlgoConfig
 from rl_core.export_frameworks import FRAMEWORKS, export_config, knob_lines, knob_values, settings
 from rl_core.trl_env import trl_python
+from released_packages import openrlhf_parser, trl_class_names, verl_config_keys, verl_registered
 
 TASK = "caesar"
 
@@ -55,8 +58,17 @@ def test_dapo_values_by_hand():
     assert verl["data.train_batch_size"] == 8 and verl["actor_rollout_ref.rollout.n"] == 8
     assert verl["actor_rollout_ref.actor.ppo_mini_batch_size"] == 4  # prompts per minibatch
     assert verl["actor_rollout_ref.actor.clip_ratio_high"] == 0.28
-    assert verl["algorithm.filter_groups.enable"] is True and verl["algorithm.filter_groups.max_num_gen_batches"] == 4
-    assert verl["reward_model.overlong_buffer.len"] == 2  # 0.2 of the 8-token limit, rounded
+    assert verl["algorithm.filter_groups.enable"] is True and verl["algorithm.filter_groups.metric"] == "reward"
+    assert verl["reward.reward_manager.name"] == "dapo"
+    assert verl["+reward.reward_kwargs.overlong_buffer_cfg.len"] == 2  # 0.2 of the 8-token limit, rounded
+    assert verl["+reward.reward_kwargs.max_resp_len"] == 8
+    openrlhf = settings(PRESETS["dapo"], "openrlhf", TASK)
+    # 8 prompts × 8 completions = 64 in 2 optimiser steps of 32 completions.
+    assert openrlhf["--rollout.batch_size"] == 8 and openrlhf["--rollout.n_samples_per_prompt"] == 8
+    assert openrlhf["--train.batch_size"] == 32 and openrlhf["--train.max_epochs"] == 2
+    assert openrlhf["--actor.eps_clip_low_high"] == (0.2, 0.28)
+    assert openrlhf["--algo.advantage.estimator"] == "group_norm" and openrlhf["--algo.dynamic_filtering_enable"]
+    assert openrlhf["--reward.overlong_buffer_len"] == 2 and openrlhf["--actor.loss_agg_mode"] == "token-mean"
     text = export_config(PRESETS["dapo"], "trl", TASK)
     assert "# dynamic_sampling=True: does not map" in text
     assert "get_soft_overlong_punishment(max_completion_len=8, soft_punish_cache=2)" in text
@@ -127,7 +139,7 @@ def test_the_verl_script_parses_and_passes_each_override_once(tmp_path):
     done = subprocess.run(["bash", "-c", f'python3() {{ printf "%s\\n" "$@"; }}; source {script}'],
                           capture_output=True, text=True, check=True)
     arguments = done.stdout.splitlines()
-    assert arguments[:2] == ["-m", "recipe.dapo.main_dapo"]  # dynamic sampling lives in verl's DAPO recipe
+    assert arguments[:2] == ["-m", "verl.trainer.main_ppo"]  # verl 0.9's trainer filters groups itself
     overrides = dict(a.split("=", 1) for a in arguments[2:])
     assert len(overrides) == len(arguments) - 2  # no key twice
     assert overrides["actor_rollout_ref.actor.kl_loss_coef"] == "0.1"
@@ -185,3 +197,85 @@ def test_trl_builds_a_grpo_config_from_every_export(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     built = json.loads(done.stdout.strip().splitlines()[-1])
     assert built == expected
+
+
+def _script_arguments(text: str, tmp_path) -> list[str]:
+    """The arguments a bash export passes to `python3` (a stand-in that prints them)."""
+    script = tmp_path / "export.sh"
+    script.write_text(text)
+    done = subprocess.run(["bash", "-c", f'python3() {{ printf "%s\\n" "$@"; }}; source {script}'],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+VARIANTS = {  # knobs the presets leave off, so that their rules are checked against the releases too
+    "dapo, beta=0.1, 4 minibatches": get_preset("dapo", beta=0.1, num_minibatches=4),
+    "grpo, TIS per token": get_preset("grpo", rollout_staleness=2, rollout_is_mode="truncate"),
+    "grpo, MIS geometric": get_preset("grpo", rollout_staleness=2, rollout_is_mode="mask", rollout_is_level="geometric"),
+    "grpo, is_corrected KL": get_preset("grpo", kl_gradient="is_corrected"),
+    "ppo, adaptive beta, dual clip": get_preset("ppo", target_kl=0.02, dual_clip=3.0),
+    "grpo, KL-Cov": get_preset("grpo", cov_mode="kl_cov"),
+}
+CASES = {**PRESETS, **VARIANTS}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_verl_key_is_in_the_released_config(case):
+    """verl 0.9.1's generated trainer config holds every key the export sets; a `+key` is one it lacks, under a
+    group it has (Hydra appends it there). The policy loss and advantage estimator it names are registered in verl."""
+    keys = verl_config_keys()
+    exported = settings(CASES[case], "verl", TASK)
+    for field, names in verl_registered().items():  # and the loss and estimator it names are registered there
+        assert exported.get(field, "vanilla" if "loss_mode" in field else "gae") in names, field
+    for field in exported:
+        if field.startswith("+"):
+            parts = field[1:].split(".")
+            assert field[1:] not in keys, f"{field}: the key exists, so Hydra refuses the +"
+            assert any(".".join(parts[:i]) in keys for i in range(1, len(parts))), field
+        else:
+            assert field in keys, field
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_openrlhfs_own_parser_reads_every_flag_as_set(case, tmp_path):
+    """OpenRLHF 0.11.2's argument parser (its names, types, choices and nargs) takes the script's flags, and ends
+    up with exactly the values the export set."""
+    arguments = _script_arguments(export_config(CASES[case], "openrlhf", TASK), tmp_path)
+    assert arguments[:2] == ["-m", "openrlhf.cli.train_ppo_ray"]
+    try:
+        parsed = vars(openrlhf_parser().parse_args(arguments[2:]))
+    except SystemExit:  # argparse's way to refuse; its message is in the captured stderr
+        pytest.fail(f"OpenRLHF refused the flags of {case}")
+    for flag, value in settings(CASES[case], "openrlhf", TASK).items():
+        assert parsed[flag[2:]] == (list(value) if isinstance(value, tuple) else value), flag
+
+
+def test_openrlhf_values_by_hand():
+    ppo = settings(PRESETS["ppo"], "openrlhf", TASK)
+    # KL (k1) in the reward with β = 0.05, GAE λ = 0.95, reward clipped at ±5 (deepspeed-chat), a critic.
+    assert ppo["--algo.advantage.estimator"] == "gae" and "--algo.kl.use_loss" not in ppo
+    assert (ppo["--algo.kl.init_coef"], ppo["--algo.kl.estimator"]) == (0.05, "k1")
+    assert ppo["--algo.advantage.lambd"] == 0.95 and ppo["--reward.clip_range"] == (-5.0, 5.0)
+    assert ppo["--train.max_epochs"] == 4 and ppo["--train.batch_size"] == 16  # 64 completions in 4 minibatches
+    tis = settings(VARIANTS["grpo, TIS per token"], "openrlhf", TASK)
+    assert (tis["--algo.advantage.is_correction_level"], tis["--algo.advantage.is_correction_mode"]) == ("token", "clip")
+    assert tis["--algo.advantage.is_correction_threshold"] == (2.0,)  # one number: the upper bound C, min(w, C)
+    assert settings(VARIANTS["grpo, is_corrected KL"], "openrlhf", TASK)["--algo.kl.unbiased_gradient"] is True
+    lines = dict(knob_lines(PRESETS["dppo"], "openrlhf", TASK))
+    assert lines["policy_loss"] == ["does not map: OpenRLHF 0.11's policy losses are ppo and gspo, not dppo_tv"]
+
+
+def test_no_export_names_a_class_the_releases_lack():
+    """Every `…Trainer` / `…Config` an export or a refusal names exists in TRL 1.16 (its PPOTrainer is gone)."""
+    texts = []
+    for algo in CASES.values():
+        for framework in FRAMEWORKS:
+            try:
+                texts.append(export_config(algo, framework, TASK))
+            except ValueError as refusal:
+                texts.append(str(refusal))
+    named = set(re.findall(r"\b(\w+(?:Trainer|Config))\b", "\n".join(texts)))
+    assert named and named <= trl_class_names(), named - trl_class_names()
+    # TRL 1.16's importance_sampling_level is "token" or "sequence", no GSPO-token level: GSPO-token exports as GSPO.
+    gspo_token = settings(get_preset("gspo", policy_loss="gspo_token"), "trl", TASK)
+    assert gspo_token["importance_sampling_level"] == "sequence"

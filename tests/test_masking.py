@@ -84,3 +84,9 @@ def test_dtype_is_kept_and_inputs_are_untouched(dtype):
     assert masked_whiten(x, mask).dtype == dtype
     assert masked_mean(x, mask).dtype == dtype
     assert torch.equal(x, before[0]) and torch.equal(mask, before[1])
+
+
+def test_whitening_a_batch_whose_std_is_below_the_floor_gives_zero():
+    """Values 1 and 1 + 1e-9 (population std 5e-10): 0, not ±5e-10/(5e-10 + 1e-8) = ±0.0476."""
+    x = torch.tensor([[1.0, 1.0 + 1e-9, 7.0]], dtype=torch.float64)
+    assert masked_whiten(x, torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)).tolist() == [[0.0, 0.0, 0.0]]

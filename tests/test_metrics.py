@@ -3,11 +3,12 @@ import math
 import pytest
 import torch
 
-from rl_core.losses import clipped_surrogate_loss
+from rl_core.losses import clipped_surrogate_loss, dppo_loss
 from rl_core.metrics import (
     advantage_stats,
     approx_kl,
     clip_fractions,
+    dppo_clip_fractions,
     explained_variance,
     silenced_tokens,
     zero_advantage_group_fraction,
@@ -100,3 +101,19 @@ def test_silenced_tokens_are_those_a_loss_gives_no_gradient_although_a_is_not_ze
     assert silenced_tokens(loss, logp, advantages).tolist() == [[True, False, True, False, False]]
     loss.sum().backward()  # the graph is kept for the training step's own backward pass
     assert logp.grad[0, 1] == pytest.approx(-1.0)
+
+
+def test_dppo_clip_fraction_is_the_masked_share_of_all_valid_tokens():
+    """Two groups of two responses, two tokens each, δ = 0.15; the second group has equal rewards (A = 0).
+    Masked: +0.3 with A > 0, and −0.3, −0.3 with A = 0 (the else-branch of the mask): 3 of 8 = 0.375 (verl's
+    pg_clipfrac), 1 of 8 high side, 2 of 8 low side. Silenced (A ≠ 0 and no gradient): only the first, 1/8."""
+    p_old = torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.6, 0.5], [0.7, 0.2]])
+    p = torch.tensor([[0.8, 0.55], [0.45, 0.5], [0.3, 0.5], [0.4, 0.25]])
+    advantages = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [0.0, 0.0], [0.0, 0.0]])
+    mask = torch.ones(4, 2)
+    logp, old_logp = p.log().requires_grad_(True), p_old.log()
+    clips = dppo_clip_fractions(logp.detach(), old_logp, advantages, mask, 0.15, 0.15)
+    assert clips == pytest.approx({"clip_frac": 0.375, "clip_frac_low": 0.25, "clip_frac_high": 0.125,
+                                   "dual_clip_frac": 0.0})
+    silenced = silenced_tokens(dppo_loss(logp, old_logp, advantages, 0.15, 0.15, 20.0), logp, advantages)
+    assert silenced.float().mean().item() == 0.125

@@ -88,18 +88,19 @@ def test_overlong_buffer_is_a_fraction_of_the_limit_unless_given():
 
 
 def test_dapo_never_punishes_an_answer_that_ends_within_the_limit(tmp_path):
-    """On `shift` (limit 8, answers of 4 letters + EOS) only responses without EOS or of 7+ letters pay."""
+    """On `shift` (limit 8, answers of 4 letters + EOS = 5 tokens) only responses of 7 or more tokens, their EOS
+    counted in |y| as verl's `valid_response_length` does, pay."""
     trainer = Trainer(RunConfig(algo=get_preset("dapo"), task="shift", steps=1, seed=0, sft_steps=30), cache_dir=tmp_path)
     trainer.prepare()
     rollout, rewards, _ = trainer._sample_batch(64)
     task_rewards = torch.tensor(trainer.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist()).rewards)
-    answer_lengths = rollout.lengths - rollout.ended_with_eos.float()
     penalty = rewards - task_rewards
-    free = rollout.ended_with_eos & (answer_lengths <= 8 - 2)
+    free = rollout.lengths <= 8 - 2
     assert free.any() and (~free).any()
     assert torch.all(penalty[free] == 0)
+    assert torch.all(penalty[rollout.ended_with_eos & (rollout.lengths == 5)] == 0)  # a right-length answer
     # The rest by hand: L_max = 8, L_cache = 2 → (6 − |y|)/2 clipped to [−1, 0].
-    assert torch.allclose(penalty[~free], ((6 - answer_lengths[~free]) / 2).clamp(-1, 0))
+    assert torch.allclose(penalty[~free], ((6 - rollout.lengths[~free]) / 2).clamp(-1, 0))
 
 
 def test_a_bad_overlong_buffer_is_named():

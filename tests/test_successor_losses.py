@@ -114,3 +114,12 @@ def test_dppo_caps_the_weight_of_a_huge_ratio():
     logp = torch.tensor([math.log(0.05)], requires_grad=True)  # ratio 50
     dppo_loss(logp, old_logp, torch.tensor([1.0]), 0.15, 0.15, 20.0).sum().backward()
     assert logp.grad.item() == pytest.approx(-20.0)
+
+
+def test_sapo_keeps_float64_temperatures():
+    """On-policy (ρ = 1) the gate is (4/τ)·½, so L = −A·2/τ: with A = −1 and τ_neg = 1.05 exactly 2/1.05 in float64
+    (a float32 τ = 1.0499999523 would be off by 9e-8)."""
+    logp = torch.zeros(2, dtype=torch.float64)
+    loss = sapo_loss(logp, logp, torch.tensor([-1.0, 1.0], dtype=torch.float64), tau_pos=1.0, tau_neg=1.05)
+    assert loss.dtype == torch.float64
+    assert abs(loss[0].item() - 2 / 1.05) < 1e-15 and loss[1].item() == -2.0

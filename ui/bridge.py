@@ -1,4 +1,4 @@
-"""The bridge from a lab run to the tools practitioners use: the knobs as TRL / verl configuration, and a
+"""The bridge from a lab run to the tools practitioners use: the knobs as TRL / verl / OpenRLHF configuration, and a
 finished run as a UNIPO log. The pages call one function each; everything they show comes from rl_core."""
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from rl_core.export_frameworks import export_config
 from rl_core.export_unipo import unipo_document
 from ui.jobs import Job
 
-FORMATS = {"TRL GRPOConfig (Python)": ("trl", "python", "py"), "verl overrides (bash)": ("verl", "bash", "sh")}
+FORMATS = {"TRL GRPOConfig (Python)": ("trl", "python", "py"), "verl overrides (bash)": ("verl", "bash", "sh"),
+           "OpenRLHF flags (bash)": ("openrlhf", "bash", "sh")}
 
 
 def scale_exports(page: str, run: RunConfig) -> None:
-    """These knobs as TRL or verl configuration, shown and downloadable; a knob that does not map is a comment.
+    """These knobs as TRL, verl or OpenRLHF configuration, shown and downloadable; a knob that does not map is a
+    comment.
     Drawn into the caller's container (the live lab's Share popover)."""
-    st.markdown("**Take it to scale:** these knobs as TRL or verl configuration")
+    st.markdown("**Take it to scale:** these knobs as TRL 1.16, verl 0.9 or OpenRLHF 0.11 configuration")
     choice = st.radio("format", list(FORMATS), key=f"{page}:export_format", horizontal=True)
     framework, language, suffix = FORMATS[choice]
     try:

@@ -125,6 +125,15 @@ CHARTS: tuple[Chart, ...] = (
                             else "β = 0: no KL term acts on this run; the curves only measure the drift."),
     ),
     Chart(
+        "KL guard",
+        (Series("kl_capped_frac", "capped at 10"),),
+        "Share of tokens whose KL term in the loss the guard caps (π_θ < π_ref and k > 10: no gradient beyond). "
+        "Look for: 0 near the reference; a few tenths of a per cent once the policy rules out tokens the "
+        "reference still likes.",
+        unit="share of tokens",
+        applies=lambda algo: algo.kl_in == "loss" and (algo.beta > 0 or algo.target_kl is not None),
+    ),
+    Chart(
         "Clip fraction (tokens)",
         (
             Series("clip_frac_low", "low side"),
@@ -144,6 +153,19 @@ CHARTS: tuple[Chart, ...] = (
         "or s > 1+ε_high and A > 0 (high). Look for: a large share is normal at GSPO's tiny ε.",
         unit="share of responses",
         applies=_clips_sequences,
+    ),
+    Chart(
+        "DPPO mask (tokens)",
+        (
+            Series("clip_frac", "masked, m = 0"),
+            Series("silenced_frac", "silenced with A ≠ 0"),
+        ),
+        "DPPO's clip is its mask: the share of tokens whose probability moved more than δ in the direction of "
+        "their advantage (m = 0, verl's pg_clipfrac, A = 0 counted as A ≤ 0), beside the share of tokens with "
+        "A ≠ 0 that get no gradient. Look for: exactly 0 with one update per batch; the gap is the masked "
+        "tokens of zero-advantage groups, which lose nothing.",
+        unit="share of tokens",
+        applies=lambda algo: algo.policy_loss == "dppo_tv",
     ),
     Chart(
         "Advantages",

@@ -53,6 +53,7 @@ CURVES = {  # record field → chart title
     "reward_mean": "Reward",
     "entropy": "Token entropy",
     "kl_exact": "KL to the reference (exact, per token)",
+    "kl_k3": "KL to the reference (k3 per token; TRL's kl)",  # the estimate TRL reports too (rl_core.parity)
     "clip_frac": "Clip fraction",  # drawn twice: per token, and per response for GSPO (see CLIP_UNITS)
     "response_length": "Response length (tokens)",
 }

@@ -289,12 +289,12 @@ KNOBS: dict[str, Knob] = {
     ),
     "overlong_punishment": Knob(
         "soft overlong punishment · overlong_punishment",
-        "DAPO's length penalty: within L_cache tokens of the limit the reward falls linearly to −1. An answer that "
-        "ends with EOS before the buffer is never punished.",
+        "DAPO's length penalty: within L_cache tokens of the limit the reward falls linearly to −1. |y| counts "
+        "the closing EOS: an answer whose tokens, EOS included, end before the buffer is never punished.",
     ),
     "overlong_buffer": Knob(
         "overlong buffer L_cache · overlong_buffer",
-        "The buffer in tokens (verl's overlong_buffer.len); 'a fraction' takes overlong_buffer_fraction of the "
+        "The buffer in tokens (verl's overlong_buffer_cfg.len); 'a fraction' takes overlong_buffer_fraction of the "
         "task's length limit instead.",
         (None, 1, 2, 3, 4, 6),
         none_label="a fraction",
