@@ -429,8 +429,13 @@ def _stored_runs(store: RunStore) -> None:
         }
         for run in runs
     ]), hide_index=True, key="compare:stored_table")
-    labels = {run.id: f"#{run.id} {run.label} · seed {run.seed} · {run.task} ({run.status})" for run in runs}
-    chosen = st.multiselect("runs", list(labels), format_func=labels.get, key="compare:stored",
+    # A multiselect keeps its choice by the options' labels: a status in them would change while a run trains and
+    # drop the run from the choice (the table shows the status). A run deleted meanwhile leaves the choice.
+    labels = {run.id: f"#{run.id} {run.label} · seed {run.seed} · {run.task}" for run in runs}
+    if "compare:stored" in st.session_state:
+        st.session_state["compare:stored"] = [i for i in st.session_state["compare:stored"] if i in labels]
+    chosen = st.multiselect("runs", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
+                            key="compare:stored",
                             placeholder="choose runs to reopen or delete")
     reopen, delete, _ = st.columns([1, 1, 4])
     reopen.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),

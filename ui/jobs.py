@@ -286,7 +286,9 @@ class Job(BackgroundJob):
                     setup = trainer.prepare(self._on_progress)
                     store.start_run(run_id)
                     self._set(status="training", phase=None, setup=setup)
+                    started = time.perf_counter()
                     for record in trainer.steps():
+                        record["elapsed"] = time.perf_counter() - started  # as a sweep's: "seconds to 90 %"
                         self._add(record)
                         store.add_step(run_id, record)
                     if not self.stop_event.is_set():
