@@ -14,6 +14,11 @@ store is opened, a run still queued or running is marked `interrupted` if
 * its owner ran on this host and that process no longer exists (or is a zombie), or
 * its heartbeat is older than `STALE_AFTER` seconds: the owner hangs, ran on another host, or its pid now
   belongs to another program.
+
+Size. The file never grows past `RLHF_LAB_STORE_MAX_MB` (SQLite's `max_page_count`; its write-ahead log is
+checkpointed and truncated well below that): a write that would pass it fails as a full disk would, with a
+`StoreError` saying so. A new run is refused once the runs fill `ADMIT_BELOW` of it. Per-step scalars are always
+kept; a run's token-level samples only for its latest `SAMPLE_WINDOW` steps (they are most of a step's bytes).
 """
 
 from __future__ import annotations
@@ -34,12 +39,16 @@ from pathlib import Path
 import platformdirs
 
 from rl_core.config import RunConfig
+from rl_core.messages import without_paths
 
 STATUSES = ("queued", "running", "finished", "failed", "stopped", "interrupted")
 ACTIVE_STATUSES = ("queued", "running")
 BUSY_TIMEOUT = 60.0  # seconds a write waits for another process's transaction before giving up
 HEARTBEAT_INTERVAL = 5.0
 STALE_AFTER = 600.0
+DEFAULT_MAX_MB = 500  # a laptop's spare disk: about 300,000 steps of scalars
+ADMIT_BELOW = 0.9  # of the limit: the room a run admitted just under it still has to write its steps
+SAMPLE_WINDOW = 100  # steps whose token-level samples a run keeps: its latest
 HOST = socket.gethostname()
 
 
@@ -99,7 +108,21 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class StoreError(RuntimeError):
-    """The database cannot be used (e.g. it was written by a newer schema); the message says which file."""
+    """The database cannot be used (a newer schema, a full disk or size limit); the message says why, naming the
+    file but never its folder."""
+
+
+def max_store_bytes() -> int:
+    """`RLHF_LAB_STORE_MAX_MB` (megabytes, default DEFAULT_MAX_MB) in bytes."""
+    text = os.environ.get("RLHF_LAB_STORE_MAX_MB", str(DEFAULT_MAX_MB))
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = math.nan
+    if not 0.1 <= megabytes <= 10**6:
+        raise StoreError(f"RLHF_LAB_STORE_MAX_MB={text[:20]!r} is out of range; allowed: a number of megabytes "
+                         "from 0.1 to 1000000")
+    return int(megabytes * 2**20)
 
 
 def default_db_path() -> Path:
@@ -169,16 +192,20 @@ def use_wal(connection: sqlite3.Connection) -> None:
 class RunStore:
     """The runs in one SQLite file. Safe to share between threads; each process opens its own `RunStore`."""
 
-    def __init__(self, path: str | Path | None = None, recover: bool = True):
+    def __init__(self, path: str | Path | None = None, recover: bool = True, create: bool = True):
+        """`create=False` (a command that only reads) refuses a file that does not exist instead of making one."""
         self.path = Path(path) if path is not None else default_db_path()
+        self.max_bytes = max_store_bytes()
         self._local = threading.local()
+        if not create and not self.path.is_file():
+            raise StoreError(f"there is no run store {self.path.name} there; give an existing file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._migrate(self._connection())
             if recover:
                 self.recover()
         except (OSError, sqlite3.Error) as error:
-            raise StoreError(f"cannot open the run store {self.path}: {error}") from error
+            raise StoreError(f"cannot open the run store {self.path.name}: {without_paths(str(error))}") from error
 
     # ------------------------------------------------------------------ connections
     def _connection(self) -> sqlite3.Connection:
@@ -191,6 +218,11 @@ class RunStore:
             use_wal(connection)
             # In WAL mode NORMAL never corrupts the file; a power cut may lose the last commits, a crash none.
             connection.execute("PRAGMA synchronous = NORMAL")
+            # The size limit, and a log checkpointed every eighth of it and cut back to that size afterwards.
+            page = connection.execute("PRAGMA page_size").fetchone()[0]
+            connection.execute(f"PRAGMA max_page_count = {max(self.max_bytes // page, 16)}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {max(self.max_bytes // page // 8, 8)}")
+            connection.execute(f"PRAGMA journal_size_limit = {self.max_bytes // 8}")
             self._local.connection = connection
         return connection
 
@@ -200,10 +232,27 @@ class RunStore:
         connection.execute("BEGIN IMMEDIATE")
         try:
             yield connection
-        except BaseException:
-            connection.execute("ROLLBACK")
+        except BaseException as error:
+            if connection.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
+                connection.execute("ROLLBACK")
+            if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
+                raise StoreError(self._full_message()) from error
             raise
         connection.execute("COMMIT")
+
+    def used_bytes(self) -> int:
+        """Bytes the runs take in the file (pages in use; a deleted run's pages are reused before the file grows)."""
+        connection = self._connection()
+        pages = connection.execute("PRAGMA page_count").fetchone()[0] - connection.execute(
+            "PRAGMA freelist_count").fetchone()[0]
+        return pages * connection.execute("PRAGMA page_size").fetchone()[0]
+
+    def _full_message(self) -> str:
+        megabytes = self.max_bytes / 2**20
+        if self.used_bytes() < ADMIT_BELOW * self.max_bytes:
+            return "the disk that holds the run store is full; the server's operator must free space on it"
+        return (f"the run store is full ({self.used_bytes() / 2**20:.1f} of RLHF_LAB_STORE_MAX_MB={megabytes:g} MB): "
+                "delete old runs on the Compare page (Stored runs), or raise the limit")
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
         if self._version(connection) == SCHEMA_VERSION:
@@ -212,7 +261,7 @@ class RunStore:
             version = self._version(connection)  # another process may have migrated while we waited
             if version > SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path} has schema version {version}, newer than this code's {SCHEMA_VERSION}; "
+                    f"{self.path.name} has schema version {version}, newer than this code's {SCHEMA_VERSION}; "
                     "update the lab or point RLHF_LAB_DB at another file"
                 )
             for migration in MIGRATIONS[version:]:
@@ -241,7 +290,11 @@ class RunStore:
 
     def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None,
                 session: str | None = None) -> int:
-        """A queued run owned by this process (and by app session `session`, if given); returns its id."""
+        """A queued run owned by this process (and by app session `session`, if given); returns its id.
+
+        StoreError once the runs fill ADMIT_BELOW of the size limit."""
+        if self.used_bytes() >= ADMIT_BELOW * self.max_bytes:
+            raise StoreError(self._full_message())
         now = time.time()
         with self._write() as db:
             return db.execute(
@@ -276,6 +329,8 @@ class RunStore:
             db.execute(
                 "UPDATE runs SET steps_done = ?, heartbeat_at = ? WHERE id = ?", (record["step"], time.time(), run_id)
             )
+            db.execute("UPDATE steps SET samples = '[]' WHERE run_id = ? AND step = ?",
+                       (run_id, record["step"] - SAMPLE_WINDOW))
 
     def finish_run(self, run_id: int, status: str, final: dict | None = None, error: str | None = None) -> None:
         if status in ACTIVE_STATUSES or status not in STATUSES:

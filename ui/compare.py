@@ -38,7 +38,8 @@ from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui.charts import RUN_COLOURS, thin
-from ui.jobs import TrainingSlots, without_paths
+from rl_core.messages import brief
+from ui.jobs import TrainingSlots
 from ui.knobs import KNOBS
 from ui.lab import training_slots
 from ui.session import session_token, session_worker_cap
@@ -95,7 +96,7 @@ def compare_page() -> None:
     try:
         store = RunStore()  # opening it marks runs whose process has gone as interrupted
     except StoreError as error:
-        st.error(f"The run store cannot be opened ({without_paths(str(error.__cause__ or error))}). The server's "
+        st.error(f"The run store cannot be opened ({brief(str(error.__cause__ or error))}). The server's "
                  "operator can point RLHF_LAB_DB at a writable file.")
         return
     session = session_token()
@@ -183,7 +184,7 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
             sft_steps=int(sft_steps),
         )
     except ValueError as error:  # the engine names the knob, preset or value it refuses
-        st.error(f"This comparison cannot run: {error}")
+        st.error(f"This comparison cannot run: {brief(str(error))}")
         return None, int(n_workers)
     groups = len({p.label for p in planned})
     st.caption(f"{len(planned)} runs: {groups} groups × {int(n_seeds)} seeds, {min(int(n_workers), len(planned))} "
@@ -295,7 +296,7 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
             "steps": f"{run.steps_done}/{run.steps_total}",
             "success (latest step)": records[run.id][-1].get("success_rate") if records[run.id] else None,
             "seconds": None if math.isnan(run.wall_time) else run.wall_time,
-            "error": without_paths(run.error or ""),
+            "error": brief(run.error or ""),
         }
         for run in runs
     ])

@@ -8,7 +8,6 @@ Streamlit from a thread that is not the script thread fails or corrupts the page
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -17,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from rl_core.config import RunConfig
-from rl_core.store import RunStore, StoreError
+from rl_core.messages import brief
+from rl_core.store import RunStore
 from rl_core.trainer import Trainer, TrainingStopped
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
@@ -296,25 +296,16 @@ class Job(BackgroundJob):
         except TrainingStopped:
             pass
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
-            status, error = "failed", without_paths(f"{type(exc).__name__}: {exc}")
+            status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         if status == "finished" and self.stop_event.is_set():
             status = "stopped"
         if run_id is not None:
             try:
                 store.finish_run(run_id, status, final=final, error=error)
-            except StoreError as exc:
-                error = error or str(exc)
+            except Exception as exc:  # noqa: BLE001 - a full disk, say: the job must still end and show why
+                status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
         self._set(status=status, error=error, phase=None, ended=time.monotonic())
 
-
-
-# An absolute file path in a message: the pages never show where the server keeps its files.
-_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\](?:[^\s/\\'\"]+[/\\])+")
-
-
-def without_paths(message: str) -> str:
-    """`message` with every absolute path cut to its last part: `/srv/cache/sft/x/model.bin` → `…/model.bin`."""
-    return _PATH.sub("…/", message)
 
 
 _warm_start_begun = threading.Event()
