@@ -411,7 +411,7 @@ class RunStore:
     def run(self, run_id: int) -> StoredRun:
         found = self.runs([run_id])
         if not found:
-            raise KeyError(f"no run {run_id} in {self.path}")
+            raise KeyError(f"no run {run_id} in {self.path.name}")
         return found[0]
 
     def steps(self, run_id: int, after: int = 0) -> list[dict]:
