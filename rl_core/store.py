@@ -27,11 +27,12 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,22 @@ STALE_AFTER = 600.0
 DEFAULT_MAX_MB = 500  # a laptop's spare disk: about 300,000 steps of scalars
 ADMIT_BELOW = 0.9  # of the limit: the room a run admitted just under it still has to write its steps
 SAMPLE_WINDOW = 100  # steps whose token-level samples a run keeps: its latest
+CLAIM_POLL = 0.5  # seconds between a waiting run's looks at the store's running count
+# The runs this process claimed and has not finished. A running row of this process that is not here is a ghost
+# (its end could not be written, say on a full disk) and takes no place under the cap.
+_TRAINING_HERE: set[int] = set()
+
+
+def max_trainings(default: int = 2) -> int:
+    """RLHF_LAB_MAX_TRAININGS: how many runs of one store train at once, across every process that uses it."""
+    text = os.environ.get("RLHF_LAB_MAX_TRAININGS")
+    try:
+        cap = default if text is None else int(text)
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise ValueError(f"RLHF_LAB_MAX_TRAININGS={str(text)[:20]!r} is out of range; allowed: an integer ≥ 1")
+    return cap
 HOST = socket.gethostname()
 
 
@@ -249,9 +266,9 @@ class RunStore:
 
     def _full_message(self) -> str:
         megabytes = self.max_bytes / 2**20
-        if self.used_bytes() < ADMIT_BELOW * self.max_bytes:
+        if shutil.disk_usage(self.path.parent).free < 2**20:  # else it was the limit: one record can take pages
             return "the disk that holds the run store is full; the server's operator must free space on it"
-        return (f"the run store is full ({self.used_bytes() / 2**20:.1f} of RLHF_LAB_STORE_MAX_MB={megabytes:g} MB): "
+        return (f"the run store is full ({self.used_bytes() / 2**20:.1f} of RLHF_LAB_STORE_MAX_MB={megabytes:.4g} MB): "
                 "delete old runs on the Compare page (Stored runs), or raise the limit")
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
@@ -307,13 +324,27 @@ class RunStore:
 
     def start_run(self, run_id: int) -> None:
         """This process now trains the run."""
-        now = time.time()
         with self._write() as db:
-            db.execute(
-                "UPDATE runs SET status = 'running', started_at = ?, heartbeat_at = ?, owner_pid = ?, owner_host = ? "
-                "WHERE id = ?",
-                (now, now, os.getpid(), HOST, run_id),
-            )
+            _start(db, run_id)
+
+    def claim(self, run_id: int, cap: int, stopped: Callable[[], bool]) -> bool:
+        """Start the run (as `start_run`) once fewer than `cap` runs of this store are training, in any process;
+        False, without starting it, if `stopped()` turns true first.
+
+        The count and the start are one write transaction, so two processes never both take the last place. A
+        running row counts while its owner lives and its heartbeat is fresh (the recovery rule); this process's
+        own rows count while it trains them."""
+        while not stopped():
+            now = time.time()
+            with self._write() as db:
+                rows = db.execute("SELECT id, owner_pid, owner_host, heartbeat_at FROM runs WHERE status = 'running'")
+                training = sum(1 for row in rows if _training(row, now))
+                if training < cap:
+                    _start(db, run_id)
+                    _TRAINING_HERE.add(run_id)
+                    return True
+            time.sleep(CLAIM_POLL)
+        return False
 
     def add_step(self, run_id: int, record: dict) -> None:
         """One trainer record: its scalars and its samples, and the run's step count, in one transaction.
@@ -335,6 +366,7 @@ class RunStore:
     def finish_run(self, run_id: int, status: str, final: dict | None = None, error: str | None = None) -> None:
         if status in ACTIVE_STATUSES or status not in STATUSES:
             raise ValueError(f"status={status!r} does not end a run; allowed: finished, failed, stopped, interrupted")
+        _TRAINING_HERE.discard(run_id)  # first: if the write below fails, the run still frees its place
         with self._write() as db:
             db.execute(
                 "UPDATE runs SET status = ?, finished_at = ?, final = ?, error = ? WHERE id = ?",
@@ -441,6 +473,27 @@ class RunStore:
         if session is None:
             return self._connection().execute("SELECT MAX(id) FROM sweeps").fetchone()[0]
         return self._connection().execute("SELECT MAX(id) FROM sweeps WHERE session = ?", (session,)).fetchone()[0]
+
+
+def _training(row: sqlite3.Row, now: float) -> bool:
+    """Whether a running row takes a place under the training cap (`RunStore.claim`)."""
+    if now - row["heartbeat_at"] > STALE_AFTER:
+        return False
+    if row["owner_host"] != HOST:
+        return True
+    if row["owner_pid"] == os.getpid():
+        return row["id"] in _TRAINING_HERE
+    return process_alive(row["owner_pid"])
+
+
+def _start(db: sqlite3.Connection, run_id: int) -> None:
+    """Mark the run as trained by this process from now on."""
+    now = time.time()
+    db.execute(
+        "UPDATE runs SET status = 'running', started_at = ?, heartbeat_at = ?, owner_pid = ?, owner_host = ? "
+        "WHERE id = ?",
+        (now, now, os.getpid(), HOST, run_id),
+    )
 
 
 def _stored_run(row: sqlite3.Row) -> StoredRun:

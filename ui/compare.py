@@ -216,7 +216,7 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
 def _start(planned: list[PlannedRun], workers: int) -> None:
     registry = live_sweeps()
     workers = min(workers, len(planned))
-    sweep = Sweep(planned, RunStore(), workers=workers, session=session_token())
+    sweep = Sweep(planned, RunStore(), workers=workers, session=session_token(), cap=training_slots().limit)
     registry[sweep.sweep_id] = sweep
     sweeps = session_sweeps()
     sweeps[:] = [s for s in sweeps if s.sweep_id in registry] + [sweep]

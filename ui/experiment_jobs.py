@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rl_core.experiments import Experiment
 from rl_core.experiments.runner import ExperimentRun
+from rl_core.messages import brief
 from rl_core.sft import default_cache_dir
 from rl_core.store import RunStore
 from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots
@@ -77,7 +78,8 @@ class ExperimentJob(BackgroundJob):
             with self.slots.hold(self.stop_event, self.workers, ticket=self) as acquired:
                 if acquired:
                     # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
-                    run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers, **self.options)
+                    run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers,
+                                        cap=self.slots.limit, **self.options)
                     with self._lock:
                         self._run, self._status = run, "training"
                     if self.stop_event.is_set():  # Stop pressed while the runs were being written
@@ -85,6 +87,6 @@ class ExperimentJob(BackgroundJob):
                     summary = run.run()
                     status = "stopped" if run.sweep.stopping else "finished"
         except Exception as exc:  # noqa: BLE001 - the page shows the message, never a traceback
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         with self._lock:
             self._status, self._summary, self._error = status, summary, error
