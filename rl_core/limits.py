@@ -93,17 +93,22 @@ class ServerLimits:
              "training time of one learner in any hour"),
         ]
 
-    def check_run(self, run: RunConfig, cuda: bool) -> None:
-        """ValueError naming the field (and the variable that sets the limit) if `run` asks more than allowed."""
-        if run.steps > self.max_steps:
-            raise ValueError(f"steps={run.steps} is out of range; allowed: at most {self.max_steps} on this server "
+    def check_fields(self, cuda: bool, steps: int = 1, sft_steps: int = 0, model: str = "tiny") -> None:
+        """ValueError naming the field and the variable that sets its limit, for a run's fields one by one (a
+        link's values are checked as they are read)."""
+        if steps > self.max_steps:
+            raise ValueError(f"steps={steps} is out of range; allowed: at most {self.max_steps} on this server "
                              "(RLHF_LAB_MAX_STEPS)")
-        if run.sft_steps > self.max_sft_steps:
-            raise ValueError(f"sft_steps={run.sft_steps} is out of range; allowed: at most {self.max_sft_steps} on "
+        if sft_steps > self.max_sft_steps:
+            raise ValueError(f"sft_steps={sft_steps} is out of range; allowed: at most {self.max_sft_steps} on "
                              "this server (RLHF_LAB_MAX_SFT_STEPS)")
-        if run.model == "gpt2" and not cuda:
+        if model == "gpt2" and not cuda:
             raise ValueError("model='gpt2' needs a GPU, and this server has none (a step would take seconds); "
                              "allowed: tiny, small")
+
+    def check_run(self, run: RunConfig, cuda: bool) -> None:
+        """ValueError naming the field (and the variable that sets the limit) if `run` asks more than allowed."""
+        self.check_fields(cuda, run.steps, run.sft_steps, run.model)
         seconds = estimated_seconds(run)
         if seconds > self.max_run_seconds:
             raise ValueError(

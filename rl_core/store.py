@@ -461,6 +461,15 @@ class RunStore:
         ).fetchone()
         return json.loads(row["samples"]) if row else []
 
+    def training_seconds(self, session: str, since: float) -> float:
+        """Seconds the runs of `session` trained after time `since` (until now for those still training)."""
+        now = time.time()
+        rows = self._connection().execute(
+            "SELECT started_at, finished_at FROM runs WHERE session = ? AND started_at IS NOT NULL "
+            "AND (finished_at IS NULL OR finished_at > ?)", (session, since),
+        )
+        return sum(max(min(row["finished_at"] or now, now) - max(row["started_at"], since), 0.0) for row in rows)
+
     def sweep_spec(self, sweep_id: int) -> dict:
         """What sweep `sweep_id` was started with (an experiment's sweep names the experiment)."""
         row = self._connection().execute("SELECT spec FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()

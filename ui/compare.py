@@ -42,6 +42,7 @@ from rl_core.messages import brief
 from ui.jobs import TrainingSlots
 from ui.knobs import KNOBS
 from ui.lab import training_slots
+from ui.limits import check_learner, check_runs
 from ui.session import session_token, session_worker_cap
 from ui.tokens import COLOURINGS, token_html
 
@@ -183,6 +184,8 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
             grid=parse_grid(grid),
             sft_steps=int(sft_steps),
         )
+        check_runs([p.run for p in planned])  # the server's limits: runs, steps, estimated seconds, the model
+        check_learner()
     except ValueError as error:  # the engine names the knob, preset or value it refuses
         st.error(f"This comparison cannot run: {brief(str(error))}")
         return None, int(n_workers)
