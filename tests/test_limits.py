@@ -145,3 +145,14 @@ def test_a_learner_past_the_hours_allowance_cannot_train(monkeypatch, tmp_path):
     at.switch_page("app_pages/grpo.py").run()
     assert any("your runs have trained 100 s in the last hour; allowed: 60 s" in w.value for w in at.warning)
     assert at.button(key="grpo:train").disabled
+
+
+def test_the_overview_shows_the_servers_limits(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLHF_LAB_MAX_STEPS", "300")
+    monkeypatch.setenv("RLHF_LAB_STORE_MAX_MB", "50")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()  # the overview is its first page
+    assert not at.exception
+    table = next(frame.value for frame in at.dataframe if "variable" in frame.value.columns)
+    shown = dict(zip(table["variable"], table["value"]))
+    assert shown["RLHF_LAB_MAX_STEPS"] == "300" and shown["RLHF_LAB_STORE_MAX_MB"] == "50 MB"
+    assert shown["RLHF_LAB_MAX_RUN_SECONDS"] == "600 s" and shown["RLHF_LAB_MAX_TRAININGS"] == "2"

@@ -33,7 +33,7 @@ from plotly.colors import hex_to_rgb
 from rl_core.algorithms import PRESETS
 from rl_core.config import AlgoConfig, RunConfig, parse_overrides
 from rl_core.experiments import EXPERIMENTS
-from rl_core.store import RunStore, StoredRun, StoreError
+from rl_core.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
 from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
@@ -395,6 +395,8 @@ def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) 
 
 def _samples(store: RunStore, runs: list[StoredRun]) -> None:
     with st.expander("Samples of a run's latest step"):
+        st.caption(f"The run store keeps every step's metrics, and a run's sampled tokens for its latest "
+                   f"{SAMPLE_WINDOW} steps only (they are most of a step's bytes): the disk cannot fill.")
         names = {run.id: f"#{run.id} {run.label} · seed {run.seed}" for run in runs}
         run_id = st.selectbox("run", list(names), format_func=names.get, key="compare:sample_run")
         colour_by = st.radio("colour tokens by", list(COLOURINGS), key="compare:colour_by", horizontal=True)
