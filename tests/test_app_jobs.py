@@ -12,9 +12,9 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.limits import ServerLimits
+from rl_core.limits import ServerLimits, estimated_seconds
 from rl_core.store import RunStore
-from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots
+from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left
 
 
 LONG = ServerLimits().max_steps  # the longest run the app allows by default: far longer than a test waits
@@ -336,3 +336,18 @@ def test_the_training_cap_counts_other_processes_runs_in_the_store(jobs, tmp_pat
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_sweeps_hold_tells_the_queue_its_estimated_seconds_left():
+    slots = TrainingSlots(1)
+    runs = [tiny_run(steps=100), tiny_run(steps=100)]
+    # one worker, no run measured yet (speed 1): both runs' estimates, one after the other
+    expected = 2 * estimated_seconds(runs[0])
+    never, give_up, waiting = threading.Event(), threading.Event(), object()
+    with slots.hold(never, seconds_left=planned_seconds_left(runs, 1, slots)):
+        queued = threading.Thread(target=lambda: slots.hold(give_up, ticket=waiting).__enter__(), daemon=True)
+        queued.start()
+        wait_for(lambda: slots.queue_place(waiting) == 1)
+        assert slots.wait_estimate(waiting) == pytest.approx(expected, abs=0.5)
+        give_up.set()
+        queued.join(5)

@@ -39,7 +39,7 @@ from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_s
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui.charts import RUN_COLOURS, thin
 from rl_core.messages import brief
-from ui.jobs import TrainingSlots
+from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS
 from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
@@ -232,7 +232,8 @@ def _coordinate(sweep: Sweep, registry: dict[int, Sweep], slots: TrainingSlots) 
     """The sweep's thread: wait for a training slot per worker, train, then leave the registry. Never calls
     Streamlit."""
     try:
-        with slots.hold(sweep.stop_event, slots=sweep.workers) as acquired:
+        left = planned_seconds_left([p.run for p in sweep.planned], sweep.workers, slots)
+        with slots.hold(sweep.stop_event, slots=sweep.workers, seconds_left=left) as acquired:
             if acquired:
                 sweep.run()
             else:  # stopped while it waited: none of its runs started

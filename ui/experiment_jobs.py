@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_core.experiments import Experiment
-from rl_core.experiments.runner import ExperimentRun
+from rl_core.experiments.runner import ExperimentRun, plan_experiment
 from rl_core.messages import brief
 from rl_core.sft import default_cache_dir
 from rl_core.store import RunStore
-from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots
+from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots, planned_seconds_left
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,10 @@ class ExperimentJob(BackgroundJob):
     def _work(self) -> None:
         status, summary, error = "stopped", None, None
         try:
-            with self.slots.hold(self.stop_event, self.workers, ticket=self) as acquired:
+            plan = {k: v for k, v in self.options.items() if k not in ("session", "cache_dir")}  # ExperimentRun's own
+            runs = [arm_run.planned.run for arm_run in plan_experiment(self.experiment, **plan)]
+            left = planned_seconds_left(runs, self.workers, self.slots)
+            with self.slots.hold(self.stop_event, self.workers, ticket=self, seconds_left=left) as acquired:
                 if acquired:
                     # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
                     run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers,

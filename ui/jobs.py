@@ -142,6 +142,13 @@ class TrainingSlots:
                 free[:n] = [None if held is None else start + held] * n
             return None
 
+def planned_seconds_left(runs: list[RunConfig], workers: int, slots: TrainingSlots) -> Callable[[float | None], float]:
+    """A sweep's `seconds_left` for `TrainingSlots.hold`: its runs' estimated seconds, scaled by the server's
+    measured speed and shared among its workers, less the time it has held its slots."""
+    total = sum(estimated_seconds(run) for run in runs) * slots.speed / workers
+    return lambda elapsed: max(total - (elapsed or 0.0), 0.0)
+
+
 class MetricHistory:
     """The scalar records of one run, at most `capacity` of them.
 
