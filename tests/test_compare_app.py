@@ -338,3 +338,11 @@ def test_a_live_lab_run_without_elapsed_is_shown_and_a_choice_survives_its_statu
     summary = table(at, "final success")
     assert summary["group"].tolist() == ["GRPO · grpo page #1", "rloo"]
     assert summary["steps to 90%"].tolist()[0] == "1 ± 0"
+
+
+def test_a_huge_knob_name_is_refused_in_a_message_of_a_few_hundred_characters(store):
+    at = open_page()
+    at.text_area(key="compare:extra").set_value("x" * 10_000 + "=1").run()
+    refusal = next(e.value for e in at.error if "unknown knob" in e.value)
+    assert len(refusal) <= 350 and refusal.startswith("This comparison cannot run: unknown knob 'xxx")
+    assert at.button(key="compare:run").disabled

@@ -276,3 +276,25 @@ def test_a_read_only_open_of_a_missing_file_creates_nothing(tmp_path):
     with pytest.raises(StoreError, match="there is no run store missing.sqlite there"):
         RunStore(tmp_path / "missing.sqlite", create=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_claim_counts_live_owners_runs_only_and_gives_up_when_stopped(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        for pid in (alive.pid, dead.pid):
+            run_id = store.add_run(tiny_run(), "elsewhere")
+            store.start_run(run_id)
+            with store._write() as db:
+                db.execute("UPDATE runs SET owner_pid = ? WHERE id = ?", (pid, run_id))
+        mine = store.add_run(tiny_run(), "mine")
+        stop_at = time.monotonic() + 1.0
+        # cap 1: the live process's run takes the place (the dead one's does not), so the claim waits, then stops
+        assert not store.claim(mine, 1, lambda: time.monotonic() > stop_at)
+        assert store.run(mine).status == "queued"
+        assert store.claim(mine, 2, lambda: False) and store.run(mine).status == "running"
+    finally:
+        alive.kill()
+        alive.wait()
