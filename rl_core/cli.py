@@ -16,7 +16,7 @@ from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import PRESETS, get_preset
-from rl_core.config import RunConfig, _shown, parse_overrides
+from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun
 from rl_core.export_frameworks import FRAMEWORKS, export_config
@@ -218,7 +218,7 @@ def _train(trainer: Trainer, args) -> int:
 def _sweep(args) -> int:
     try:
         if not 1 <= args.seeds <= MAX_SWEEP_RUNS:
-            raise ValueError(f"--seeds {_shown(args.seeds)} is out of range; allowed: an integer from 1 to "
+            raise ValueError(f"--seeds {shown(args.seeds)} is out of range; allowed: an integer from 1 to "
                              f"{MAX_SWEEP_RUNS}")
         algos = [name.strip() for name in args.algos.split(",") if name.strip()]
         planned = plan_sweep(

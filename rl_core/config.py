@@ -144,7 +144,7 @@ class AlgoConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(map(_shown, unknown))}; allowed: {', '.join(KNOB_NAMES)}")
+            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))}; allowed: {', '.join(KNOB_NAMES)}")
         config = dataclasses.replace(self, **overrides)
         config.validate()
         return config
@@ -230,10 +230,10 @@ class AlgoConfig:
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:
     if not ok:
-        raise ValueError(f"{knob}={_shown(value)} is out of range; allowed: {allowed}")
+        raise ValueError(f"{knob}={shown(value)} is out of range; allowed: {allowed}")
 
 
-def _shown(value) -> str:
+def shown(value) -> str:
     """The value as a message quotes it: its repr, cut short when huge (an integer of 400 digits, say)."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:24]}… ({len(text)} characters)"
@@ -386,25 +386,25 @@ def check_value(name: str, value, hint, allowed: Range | None) -> None:
         return
     if choices:
         if not isinstance(value, str) or value not in choices:
-            raise ValueError(f"{name}={_shown(value)} is not allowed; choose one of: {', '.join(choices)}")
+            raise ValueError(f"{name}={shown(value)} is not allowed; choose one of: {', '.join(choices)}")
     elif kind is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{name}={_shown(value)} is not a boolean; allowed: true or false")
+            raise ValueError(f"{name}={shown(value)} is not a boolean; allowed: true or false")
     elif kind is int:
         if type(value) is not int:
-            raise ValueError(f"{name}={_shown(value)} is not an integer; allowed: {describe}")
+            raise ValueError(f"{name}={shown(value)} is not an integer; allowed: {describe}")
     elif kind is float:
         if type(value) not in (int, float):
             inexact = isinstance(value, REAL_TYPES) and not isinstance(value, bool)
-            raise ValueError(f"{name}={_shown(value)} is not a number"
+            raise ValueError(f"{name}={shown(value)} is not a number"
                              + (" a float holds exactly" if inexact else "") + f"; allowed: {describe}")
         if value != value:  # NaN; math.isnan would overflow on a huge integer
             raise ValueError(f"{name}=nan is not a number; allowed: {describe}")
     elif kind is str:
         if type(value) is not str:
-            raise ValueError(f"{name}={_shown(value)} is not text; allowed: {describe}")
+            raise ValueError(f"{name}={shown(value)} is not text; allowed: {describe}")
     if allowed is not None and value not in allowed:
-        raise ValueError(f"{name}={_shown(value)} is out of range; allowed: {describe}")
+        raise ValueError(f"{name}={shown(value)} is out of range; allowed: {describe}")
 
 
 def _describe(kind, choices: tuple, allowed: Range | None) -> str:
@@ -491,11 +491,11 @@ def parse_overrides(assignments: list[str]) -> dict:
         name, sep, text = assignment.partition("=")
         name, text = name.strip(), text.strip()
         if not sep or not name:
-            raise ValueError(f"--set {_shown(assignment)} is not of the form knob=value")
+            raise ValueError(f"--set {shown(assignment)} is not of the form knob=value")
         if name in IDENTITY_FIELDS:
             raise ValueError(f"{name} names the preset and is not a knob; pick another preset instead")
         if name not in KNOB_NAMES:
-            raise ValueError(f"unknown knob {_shown(name)}; allowed: {', '.join(KNOB_NAMES)}")
+            raise ValueError(f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)}")
         if name in overrides:
             raise ValueError(f"{name} is set twice; give it one value")
         overrides[name] = _parse_value(name, text, hints[name])
@@ -514,12 +514,12 @@ def _parse_value(name: str, text: str, hint):
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"{name}={_shown(text)} is not a boolean; allowed: true or false")
+        raise ValueError(f"{name}={shown(text)} is not a boolean; allowed: true or false")
     try:
         return kind(text)
     except ValueError:  # int("2.5"), float("abc"), an integer of more digits than Python converts
         allowed = KNOB_RANGES.get(name)
         noun = "an integer" if kind is int else "a number"
         raise ValueError(
-            f"{name}={_shown(text)} is not {noun}; allowed: {allowed.describe(kind is int) if allowed else noun}"
+            f"{name}={shown(text)} is not {noun}; allowed: {allowed.describe(kind is int) if allowed else noun}"
         ) from None

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import get_preset
-from rl_core.config import RunConfig, _shown, parse_overrides
+from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.sft import sft_policy
 from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
@@ -63,12 +63,12 @@ def parse_grid(assignments: Sequence[str]) -> dict[str, list]:
         name, sep, text = assignment.partition("=")
         name = name.strip()
         if not sep or not name or not text.strip():
-            raise ValueError(f"grid {_shown(assignment)} is not of the form knob=value1,value2,…")
+            raise ValueError(f"grid {shown(assignment)} is not of the form knob=value1,value2,…")
         if name in grid:
             raise ValueError(f"the grid names {name} twice; list all its values at once, {name}=value1,value2,…")
         values = [parse_overrides([f"{name}={value}"])[name] for value in text.split(",") if value.strip()]
         if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"grid {_shown(assignment)} repeats a value of {name}")
+            raise ValueError(f"grid {shown(assignment)} repeats a value of {name}")
         grid[name] = values
     return grid
 

@@ -142,6 +142,7 @@ class TrainingSlots:
                 free[:n] = [None if held is None else start + held] * n
             return None
 
+
 def planned_seconds_left(runs: list[RunConfig], workers: int, slots: TrainingSlots) -> Callable[[float | None], float]:
     """A sweep's `seconds_left` for `TrainingSlots.hold`: its runs' estimated seconds, scaled by the server's
     measured speed and shared among its workers, less the time it has held its slots."""
@@ -277,14 +278,14 @@ class Job(BackgroundJob):
         self._step_times: deque[float] = deque(maxlen=10)
         # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the
         # estimate scaled by this server's measured speed until the first steps, then their measured time.
-        self._left = estimated_seconds(self.run) * self.slots.speed
+        self._seconds_left = estimated_seconds(self.run) * self.slots.speed
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     def stop(self) -> None:
         self.stop_event.set()
 
     def seconds_left(self, elapsed: float | None = None) -> float:
-        return self._left
+        return self._seconds_left
 
     def snapshot(self) -> JobSnapshot:
         with self._lock:
@@ -317,7 +318,7 @@ class Job(BackgroundJob):
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
         self._step_times.append(record["step_time"])
-        self._left = (self.run.steps - record["step"]) * statistics.fmean(self._step_times)
+        self._seconds_left = (self.run.steps - record["step"]) * statistics.fmean(self._step_times)
         with self._lock:
             self._history.add(scalars)
             self._latest = scalars
