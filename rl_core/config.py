@@ -301,7 +301,7 @@ KNOB_RANGES: dict[str, Range] = {
     "kl_cov_coef": Range(0.0, 100.0),
     "adam_epsilon": Range(1e-30, 1.0),  # the model trains in float32, where a smaller ε is 0 and 0 / 0 is NaN
     "overlong_buffer_fraction": Range(0.0, 1.0, low_open=True),  # of the task's length limit
-    # the gate (4/τ)·σ(τ(ρ−1)): below 1e-3 its float32 offset 2/τ drowns the ratio's term (at 0 it is ∞ − ∞)
+    # the gate (4/τ)·σ(τ(ρ−1)): below 1e-3 its float32 offset 2/τ drowns the ratio's term (at 0: ∞ − ∞)
     "sapo_tau_pos": Range(1e-3, 100.0),
     "sapo_tau_neg": Range(1e-3, 100.0),
     "dppo_delta_low": Range(0.0, 1.0, low_open=True, high_open=True),  # a change of probability

@@ -28,29 +28,40 @@ UPDATE_SECONDS = 1.84e-4
 REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time grows about linearly with it
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
 CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
+EVALUATION_PROMPTS = 256  # the final evaluation samples one response to each (Trainer.evaluate)
+
+
+def _scale(run: RunConfig) -> float:
+    """How much longer a response of `run` takes than one of the measured runs: `tokens / REFERENCE_TOKENS`
+    (at least 1) × the model's factor."""
+    from toy_tasks import TASKS  # imported late, as RunConfig.validate does: the tasks load torch
+
+    # An unknown task is refused later, by the trainer, with its own message.
+    tokens = run.algo.max_new_tokens or getattr(TASKS.get(run.task), "max_new_tokens", REFERENCE_TOKENS)
+    return max(tokens / REFERENCE_TOKENS, 1.0) * MODEL_FACTOR[run.model]
 
 
 def estimated_step_seconds(run: RunConfig) -> float:
     """Seconds one RL step of `run` takes on a CPU like the one it was measured on:
-    `responses × (SAMPLE_SECONDS + UPDATE_SECONDS · ppo_epochs) × tokens / REFERENCE_TOKENS × model × critic`,
-    where responses = prompts_per_step × num_generations (× every resampling round dynamic sampling may take)."""
-    from toy_tasks import TASKS  # imported late, as RunConfig.validate does: the tasks load torch
-
+    `responses × (SAMPLE_SECONDS + UPDATE_SECONDS · ppo_epochs) × scale × critic`, where responses =
+    prompts_per_step × num_generations (× every resampling round dynamic sampling may take)."""
     algo = run.algo
     responses = algo.prompts_per_step * algo.num_generations
     if algo.dynamic_sampling:
         responses *= 1 + algo.max_resample_rounds
-    tokens = algo.max_new_tokens or getattr(TASKS.get(run.task), "max_new_tokens", REFERENCE_TOKENS)  # unknown task:
-    # refused later, by the trainer, with its own message
-    per_response = SAMPLE_SECONDS + UPDATE_SECONDS * algo.ppo_epochs
     critic = CRITIC_FACTOR if algo.use_critic else 1.0
-    return responses * per_response * max(tokens / REFERENCE_TOKENS, 1.0) * MODEL_FACTOR[run.model] * critic
+    return responses * (SAMPLE_SECONDS + UPDATE_SECONDS * algo.ppo_epochs) * _scale(run) * critic
+
+
+def estimated_evaluation_seconds(run: RunConfig) -> float:
+    """Seconds of the evaluation after the last step: `EVALUATION_PROMPTS × SAMPLE_SECONDS × scale`."""
+    return EVALUATION_PROMPTS * SAMPLE_SECONDS * _scale(run)
 
 
 def estimated_seconds(run: RunConfig) -> float:
-    """Seconds of RL the whole run takes (`estimated_step_seconds` × steps); the SFT warm start is cached and
-    not counted."""
-    return run.steps * estimated_step_seconds(run)
+    """Seconds the whole run takes: its steps, then the evaluation; the SFT warm start is cached and not
+    counted."""
+    return run.steps * estimated_step_seconds(run) + estimated_evaluation_seconds(run)
 
 
 @dataclass(frozen=True)
