@@ -235,11 +235,13 @@ class RunStore:
             use_wal(connection)
             # In WAL mode NORMAL never corrupts the file; a power cut may lose the last commits, a crash none.
             connection.execute("PRAGMA synchronous = NORMAL")
-            # The size limit, and a log checkpointed every eighth of it and cut back to that size afterwards.
+            # The size limit, and a log checkpointed at SQLite's default 1000 pages, or an eighth of the limit if
+            # that is less, and cut back to that size afterwards.
             page = connection.execute("PRAGMA page_size").fetchone()[0]
+            checkpoint = max(min(1000, self.max_bytes // page // 8), 8)
             connection.execute(f"PRAGMA max_page_count = {max(self.max_bytes // page, 16)}")
-            connection.execute(f"PRAGMA wal_autocheckpoint = {max(self.max_bytes // page // 8, 8)}")
-            connection.execute(f"PRAGMA journal_size_limit = {self.max_bytes // 8}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {checkpoint}")
+            connection.execute(f"PRAGMA journal_size_limit = {checkpoint * page}")
             self._local.connection = connection
         return connection
 
