@@ -5,6 +5,7 @@ from rl_core.reward_model import bradley_terry_loss
 from rl_core.rewards import kl_penalized_token_rewards
 from rl_core.sft import sft_loss
 from toy_tasks import TASKS
+from ui.limits import limits_panel
 from ui.story import formula
 
 st.title("RLHF policy optimisation, one algorithm at a time")
@@ -100,3 +101,6 @@ st.markdown(
     "second. A finished run stays on screen; earlier runs can be overlaid and downloaded."
 )
 st.page_link("app_pages/policy_gradient.py", label="Start with the policy gradient", icon="➡️")
+
+with st.expander("This server: what one learner and one run may use"):
+    limits_panel()

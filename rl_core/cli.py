@@ -17,7 +17,7 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core import parity
 from rl_core.algorithms import PRESETS, get_preset
-from rl_core.config import RunConfig, parse_overrides
+from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun
 from rl_core.export_frameworks import FRAMEWORKS, export_config
@@ -26,8 +26,9 @@ from rl_core.models import MODEL_PRESETS
 from rl_core.records import json_safe
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.summary import format_table, run_row, summarise, write_csv
-from rl_core.sweep import Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
-from rl_core.trainer import Trainer, TrainingError
+from rl_core.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
+from rl_core.messages import brief
+from rl_core.trainer import Trainer, TrainingError, check_checkpoint_folder
 from rl_core.trl_env import trl_python
 from toy_tasks import DEFAULT_TASK, TASKS
 
@@ -124,11 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args, argv if argv is not None else sys.argv[1:])
     except (ValueError, StoreError) as error:  # refused input found late (e.g. a checkpoint folder)
-        print(f"error: {error}", file=sys.stderr)
+        _error(str(error))
         return 2
     except Exception as error:  # noqa: BLE001 - one line, never a traceback; the type says where to look
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        _error(f"{type(error).__name__}: {error}")
         return 1
+
+
+def _error(message: str) -> None:
+    """A refusal or failure: one line of its own on stderr, path-free and at most a few hundred characters."""
+    print(f"error: {brief(message)}", file=sys.stderr)
 
 
 def _run(args, argv: list[str]) -> int:
@@ -163,27 +169,29 @@ def _run(args, argv: list[str]) -> int:
             demo_noise=args.demo_noise,
             sft_steps=args.sft_steps,
         )
+        if args.checkpoint:
+            check_checkpoint_folder(args.checkpoint)  # before the training, not after it
         trainer = Trainer(run, cache_dir=args.cache_dir)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(str(error))
         return 2
     return _train(trainer, args)
 
 
 def _train(trainer: Trainer, args) -> int:
     start = time.perf_counter()
+    try:  # the output files before the progress bar, so that a refusal stands on a line of its own
+        metrics_file = args.metrics_out.open("w") if args.metrics_out else None
+        unipo = UnipoWriter(args.unipo_out, dataclasses.asdict(trainer.run)) if args.unipo_out else None
+    except (ValueError, OSError) as error:
+        _error(str(error))
+        return 2
     bar = tqdm(total=args.steps, desc=f"{args.algo} on {args.task}", unit="step", file=sys.stderr)
     phases = {"reward": "reward model", "sft": "SFT warm start", "value_pretrain": "value pretraining"}
 
     def setup_progress(phase: str, done: int, total: int) -> None:
         bar.set_description(f"{phases[phase]} {done}/{total}", refresh=False)
 
-    metrics_file = args.metrics_out.open("w") if args.metrics_out else None
-    try:
-        unipo = UnipoWriter(args.unipo_out, dataclasses.asdict(trainer.run)) if args.unipo_out else None
-    except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     record = {}
     try:
         trainer.prepare(setup_progress)
@@ -198,7 +206,7 @@ def _train(trainer: Trainer, args) -> int:
                 unipo.add(record)
     except TrainingError as error:
         bar.close()  # ends the bar's line, so the message stands on a line of its own
-        print(f"error: {error}", file=sys.stderr)
+        _error(str(error))
         return 1
     except KeyboardInterrupt:
         bar.close()
@@ -221,8 +229,9 @@ def _train(trainer: Trainer, args) -> int:
 
 def _sweep(args) -> int:
     try:
-        if args.seeds < 1:
-            raise ValueError(f"--seeds {args.seeds} is out of range; allowed: an integer ≥ 1")
+        if not 1 <= args.seeds <= MAX_SWEEP_RUNS:
+            raise ValueError(f"--seeds {shown(args.seeds)} is out of range; allowed: an integer from 1 to "
+                             f"{MAX_SWEEP_RUNS}")
         algos = [name.strip() for name in args.algos.split(",") if name.strip()]
         planned = plan_sweep(
             algos, range(args.seeds), args.task, args.steps,
@@ -250,15 +259,17 @@ def _sweep(args) -> int:
     print(format_table(summarise(rows)))
     failed = [run for run in runs if run.status in ("failed", "interrupted")]
     if failed:
-        print(f"error: {len(failed)} of {len(runs)} runs did not finish; see their lines above", file=sys.stderr)
+        _error(f"{len(failed)} of {len(runs)} runs did not finish; see their lines above")
     return 1 if failed else 0
 
 
 def _refuse(error: Exception, out: Path | None) -> int:
     """Bad input or an unwritable folder, in one line; exit status 2."""
     message = f"--out {out}: {error.strerror}" if isinstance(error, OSError) else str(error)
-    print(f"error: {message}", file=sys.stderr)
+    _error(message)
     return 2
+
+
 def _parity(args) -> int:
     if args.algo not in PRESETS:
         raise ValueError(f"algo={args.algo!r} is unknown; allowed: {', '.join(PRESETS)}")
@@ -279,10 +290,10 @@ def _export(args, argv: list[str]) -> int:
         else:
             print(text, end="")
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(str(error))
         return 2
     except OSError as error:
-        print(f"error: --out {args.out}: {error.strerror}", file=sys.stderr)
+        _error(f"--out {args.out}: {error.strerror}")
         return 2
     return 0
 
@@ -290,20 +301,20 @@ def _export(args, argv: list[str]) -> int:
 def _export_unipo(args) -> int:
     """A stored run (every step's metrics and sample views) as one validated UNIPO document."""
     if args.out.suffix != ".json":
-        print(f"error: --out {args.out}: the file must end in .json", file=sys.stderr)
+        _error(f"--out {args.out}: the file must end in .json")
         return 2
     try:
-        store = RunStore(args.db, recover=False)
+        store = RunStore(args.db, recover=False, create=False)  # reads only: a missing file is refused, not made
         run = store.run(args.run)
         records = [record | {"samples": store.samples(run.id, record["step"])} for record in store.steps(run.id)]
         document = unipo_document(run.config, records)
         validate_unipo(document)
         args.out.write_text(json.dumps(document))
     except KeyError as error:
-        print(f"error: {error.args[0]}", file=sys.stderr)
+        _error(str(error.args[0]))
         return 2
     except (ValueError, StoreError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(str(error))
         return 2
     print(f"wrote {args.out}: {len(records)} steps of run {run.id} ({run.label}), {args.out.stat().st_size} bytes")
     return 0

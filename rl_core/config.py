@@ -31,6 +31,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import numbers
 from dataclasses import dataclass
 from typing import Literal, get_args, get_origin, get_type_hints
@@ -132,6 +133,9 @@ class AlgoConfig:
     rollout_is_level: RolloutISLevel = "token"
     rollout_is_threshold: float = 2.0
 
+    def __post_init__(self):
+        _to_builtins(self)
+
     def replace(self, **overrides) -> "AlgoConfig":
         """A copy with some fields changed, validated; unknown names are refused.
 
@@ -140,7 +144,7 @@ class AlgoConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(unknown)}; allowed: {', '.join(KNOB_NAMES)}")
+            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))}; allowed: {', '.join(KNOB_NAMES)}")
         config = dataclasses.replace(self, **overrides)
         config.validate()
         return config
@@ -226,10 +230,10 @@ class AlgoConfig:
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:
     if not ok:
-        raise ValueError(f"{knob}={_shown(value)} is out of range; allowed: {allowed}")
+        raise ValueError(f"{knob}={shown(value)} is out of range; allowed: {allowed}")
 
 
-def _shown(value) -> str:
+def shown(value) -> str:
     """The value as a message quotes it: its repr, cut short when huge (an integer of 400 digits, say)."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:24]}… ({len(text)} characters)"
@@ -295,10 +299,11 @@ KNOB_RANGES: dict[str, Range] = {
     "overlong_buffer": Range(1, 1023),  # and below the task's length limit: RunConfig.validate
     "cov_fraction": Range(0.0, 1.0, low_open=True),
     "kl_cov_coef": Range(0.0, 100.0),
-    "adam_epsilon": Range(0.0, 1.0, low_open=True),
+    "adam_epsilon": Range(1e-30, 1.0),  # the model trains in float32, where a smaller ε is 0 and 0 / 0 is NaN
     "overlong_buffer_fraction": Range(0.0, 1.0, low_open=True),  # of the task's length limit
-    "sapo_tau_pos": Range(0.0, 100.0, low_open=True),
-    "sapo_tau_neg": Range(0.0, 100.0, low_open=True),
+    # the gate (4/τ)·σ(τ(ρ−1)): below 1e-3 its float32 offset 2/τ drowns the ratio's term (at 0: ∞ − ∞)
+    "sapo_tau_pos": Range(1e-3, 100.0),
+    "sapo_tau_neg": Range(1e-3, 100.0),
     "dppo_delta_low": Range(0.0, 1.0, low_open=True, high_open=True),  # a change of probability
     "dppo_delta_high": Range(0.0, 1.0, low_open=True, high_open=True),
     "dppo_ratio_cap": Range(1.0, 1000.0),
@@ -317,19 +322,63 @@ RUN_RANGES: dict[str, Range] = {
 
 
 def _check_fields(config, cls, ranges: dict[str, Range], skip=()) -> None:
-    for name, hint in get_type_hints(cls).items():
+    for name, hint in _type_hints(cls).items():
         if name not in skip:
             check_value(name, getattr(config, name), hint, ranges.get(name))
 
 
-def check_value(name: str, value, hint, allowed: Range | None) -> None:
-    """Raise ValueError unless `value` has the field's type (a bool is not a number, an integer knob takes no
-    float) and lies in its range; the message names the knob and says what is allowed."""
+def _field_kind(hint) -> tuple[type, tuple, bool]:
+    """A field's annotation as (kind, its Literal choices or (), whether None is allowed)."""
     options = get_args(hint) if get_origin(hint) is not Literal else (hint,)
-    optional = type(None) in options
-    kinds = [o for o in options if o is not type(None)] or [hint]
-    kind = kinds[0]
-    choices = get_args(kind) if get_origin(kind) is Literal else ()
+    kind = ([o for o in options if o is not type(None)] or [hint])[0]
+    return kind, get_args(kind) if get_origin(kind) is Literal else (), type(None) in options
+
+
+def _as_builtin(value, kind):
+    """`value` as its field's builtin type where that is exact: a numpy integer, float, bool or string, a
+    Fraction or Decimal that a float holds exactly. Anything else is returned as it
+    is, for `check_value` to refuse by name: a knob's value reaches torch and JSON, which know only builtins."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if kind is bool and getattr(getattr(value, "dtype", None), "kind", None) == "b":
+        return bool(value)
+    if kind is int and isinstance(value, numbers.Integral):
+        return int(value)
+    if kind is float and isinstance(value, REAL_TYPES):
+        try:
+            converted = float(value)
+        except (OverflowError, ValueError):
+            return value
+        return converted if converted == value else value
+    return value
+
+
+def _to_builtins(config) -> None:
+    """Convert every field of a (frozen) config to its builtin type where that is exact (`_as_builtin`)."""
+    for name, hint in _type_hints(type(config)).items():
+        value = getattr(config, name)
+        converted = _as_builtin(value, _field_kind(hint)[0])
+        if converted is not value:
+            object.__setattr__(config, name, converted)
+
+
+REAL_TYPES = (numbers.Real, decimal.Decimal)  # Decimal is no numbers.Real, yet equals the floats it holds
+_HINTS: dict[type, dict] = {}
+
+
+def _type_hints(cls) -> dict:
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def check_value(name: str, value, hint, allowed: Range | None) -> None:
+    """Raise ValueError unless `value` has the field's builtin type (a bool is not a number, an integer knob takes
+    no float; a number of another type, e.g. a Fraction no float holds exactly, is refused) and lies in its range;
+    the message names the knob and says what is allowed."""
+    kind, choices, optional = _field_kind(hint)
     describe = _describe(kind, choices, allowed) + (" (or none)" if optional else "")
     if value is None:
         if not optional:
@@ -337,23 +386,25 @@ def check_value(name: str, value, hint, allowed: Range | None) -> None:
         return
     if choices:
         if not isinstance(value, str) or value not in choices:
-            raise ValueError(f"{name}={_shown(value)} is not allowed; choose one of: {', '.join(choices)}")
+            raise ValueError(f"{name}={shown(value)} is not allowed; choose one of: {', '.join(choices)}")
     elif kind is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{name}={_shown(value)} is not a boolean; allowed: true or false")
+            raise ValueError(f"{name}={shown(value)} is not a boolean; allowed: true or false")
     elif kind is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"{name}={_shown(value)} is not an integer; allowed: {describe}")
+        if type(value) is not int:
+            raise ValueError(f"{name}={shown(value)} is not an integer; allowed: {describe}")
     elif kind is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ValueError(f"{name}={_shown(value)} is not a number; allowed: {describe}")
+        if type(value) not in (int, float):
+            inexact = isinstance(value, REAL_TYPES) and not isinstance(value, bool)
+            raise ValueError(f"{name}={shown(value)} is not a number"
+                             + (" a float holds exactly" if inexact else "") + f"; allowed: {describe}")
         if value != value:  # NaN; math.isnan would overflow on a huge integer
             raise ValueError(f"{name}=nan is not a number; allowed: {describe}")
     elif kind is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{name}={_shown(value)} is not text; allowed: {describe}")
+        if type(value) is not str:
+            raise ValueError(f"{name}={shown(value)} is not text; allowed: {describe}")
     if allowed is not None and value not in allowed:
-        raise ValueError(f"{name}={_shown(value)} is out of range; allowed: {describe}")
+        raise ValueError(f"{name}={shown(value)} is out of range; allowed: {describe}")
 
 
 def _describe(kind, choices: tuple, allowed: Range | None) -> str:
@@ -382,6 +433,9 @@ class RunConfig:
     demo_noise: float | None = None  # None: the task's default
     sft_steps: int = 200
     samples_per_record: int = 4
+
+    def __post_init__(self):
+        _to_builtins(self)
 
     def validate(self) -> None:
         """The algorithm's knobs, this run's fields, and what depends on the task and model: the response
@@ -437,11 +491,11 @@ def parse_overrides(assignments: list[str]) -> dict:
         name, sep, text = assignment.partition("=")
         name, text = name.strip(), text.strip()
         if not sep or not name:
-            raise ValueError(f"--set {assignment!r} is not of the form knob=value")
+            raise ValueError(f"--set {shown(assignment)} is not of the form knob=value")
         if name in IDENTITY_FIELDS:
             raise ValueError(f"{name} names the preset and is not a knob; pick another preset instead")
         if name not in KNOB_NAMES:
-            raise ValueError(f"unknown knob {name!r}; allowed: {', '.join(KNOB_NAMES)}")
+            raise ValueError(f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)}")
         if name in overrides:
             raise ValueError(f"{name} is set twice; give it one value")
         overrides[name] = _parse_value(name, text, hints[name])
@@ -460,12 +514,12 @@ def _parse_value(name: str, text: str, hint):
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"{name}={text!r} is not a boolean; allowed: true or false")
+        raise ValueError(f"{name}={shown(text)} is not a boolean; allowed: true or false")
     try:
         return kind(text)
     except ValueError:  # int("2.5"), float("abc"), an integer of more digits than Python converts
         allowed = KNOB_RANGES.get(name)
         noun = "an integer" if kind is int else "a number"
         raise ValueError(
-            f"{name}={text!r} is not {noun}; allowed: {allowed.describe(kind is int) if allowed else noun}"
+            f"{name}={shown(text)} is not {noun}; allowed: {allowed.describe(kind is int) if allowed else noun}"
         ) from None

@@ -14,6 +14,11 @@ store is opened, a run still queued or running is marked `interrupted` if
 * its owner ran on this host and that process no longer exists (or is a zombie), or
 * its heartbeat is older than `STALE_AFTER` seconds: the owner hangs, ran on another host, or its pid now
   belongs to another program.
+
+Size. The file never grows past `RLHF_LAB_STORE_MAX_MB` (SQLite's `max_page_count`; its write-ahead log is
+checkpointed and truncated well below that): a write that would pass it fails as a full disk would, with a
+`StoreError` saying so. A new run is refused once the runs fill `ADMIT_BELOW` of it. Per-step scalars are always
+kept; a run's token-level samples only for its latest `SAMPLE_WINDOW` steps (they are most of a step's bytes).
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +40,32 @@ from pathlib import Path
 import platformdirs
 
 from rl_core.config import RunConfig
+from rl_core.messages import without_paths
 
 STATUSES = ("queued", "running", "finished", "failed", "stopped", "interrupted")
 ACTIVE_STATUSES = ("queued", "running")
 BUSY_TIMEOUT = 60.0  # seconds a write waits for another process's transaction before giving up
 HEARTBEAT_INTERVAL = 5.0
 STALE_AFTER = 600.0
+DEFAULT_MAX_MB = 500  # a laptop's spare disk: about 300,000 steps of scalars
+ADMIT_BELOW = 0.9  # of the limit: the room a run admitted just under it still has to write its steps
+SAMPLE_WINDOW = 100  # steps whose token-level samples a run keeps: its latest
+CLAIM_POLL = 0.5  # seconds between a waiting run's looks at the store's running count
+# The runs this process claimed and has not finished. A running row of this process that is not here is a ghost
+# (its end could not be written, say on a full disk) and takes no place under the cap.
+_TRAINING_HERE: set[int] = set()
+
+
+def max_trainings(default: int = 2) -> int:
+    """RLHF_LAB_MAX_TRAININGS: how many runs of one store train at once, across every process that uses it."""
+    text = os.environ.get("RLHF_LAB_MAX_TRAININGS")
+    try:
+        cap = default if text is None else int(text)
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise ValueError(f"RLHF_LAB_MAX_TRAININGS={str(text)[:20]!r} is out of range; allowed: an integer ≥ 1")
+    return cap
 HOST = socket.gethostname()
 
 
@@ -99,7 +125,21 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class StoreError(RuntimeError):
-    """The database cannot be used (e.g. it was written by a newer schema); the message says which file."""
+    """The database cannot be used (a newer schema, a full disk or size limit); the message says why, naming the
+    file but never its folder."""
+
+
+def max_store_bytes() -> int:
+    """`RLHF_LAB_STORE_MAX_MB` (megabytes, default DEFAULT_MAX_MB) in bytes."""
+    text = os.environ.get("RLHF_LAB_STORE_MAX_MB", str(DEFAULT_MAX_MB))
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = math.nan
+    if not 0.1 <= megabytes <= 10**6:
+        raise StoreError(f"RLHF_LAB_STORE_MAX_MB={text[:20]!r} is out of range; allowed: a number of megabytes "
+                         "from 0.1 to 1000000")
+    return int(megabytes * 2**20)
 
 
 def default_db_path() -> Path:
@@ -169,16 +209,20 @@ def use_wal(connection: sqlite3.Connection) -> None:
 class RunStore:
     """The runs in one SQLite file. Safe to share between threads; each process opens its own `RunStore`."""
 
-    def __init__(self, path: str | Path | None = None, recover: bool = True):
+    def __init__(self, path: str | Path | None = None, recover: bool = True, create: bool = True):
+        """`create=False` (a command that only reads) refuses a file that does not exist instead of making one."""
         self.path = Path(path) if path is not None else default_db_path()
+        self.max_bytes = max_store_bytes()
         self._local = threading.local()
+        if not create and not self.path.is_file():
+            raise StoreError(f"there is no run store {self.path.name} there; give an existing file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._migrate(self._connection())
             if recover:
                 self.recover()
         except (OSError, sqlite3.Error) as error:
-            raise StoreError(f"cannot open the run store {self.path}: {error}") from error
+            raise StoreError(f"cannot open the run store {self.path.name}: {without_paths(str(error))}") from error
 
     # ------------------------------------------------------------------ connections
     def _connection(self) -> sqlite3.Connection:
@@ -191,6 +235,13 @@ class RunStore:
             use_wal(connection)
             # In WAL mode NORMAL never corrupts the file; a power cut may lose the last commits, a crash none.
             connection.execute("PRAGMA synchronous = NORMAL")
+            # The size limit, and a log checkpointed at SQLite's default 1000 pages, or an eighth of the limit if
+            # that is less, and cut back to that size afterwards.
+            page = connection.execute("PRAGMA page_size").fetchone()[0]
+            checkpoint = max(min(1000, self.max_bytes // page // 8), 8)
+            connection.execute(f"PRAGMA max_page_count = {max(self.max_bytes // page, 16)}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {checkpoint}")
+            connection.execute(f"PRAGMA journal_size_limit = {checkpoint * page}")
             self._local.connection = connection
         return connection
 
@@ -200,10 +251,27 @@ class RunStore:
         connection.execute("BEGIN IMMEDIATE")
         try:
             yield connection
-        except BaseException:
-            connection.execute("ROLLBACK")
+        except BaseException as error:
+            if connection.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
+                connection.execute("ROLLBACK")
+            if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
+                raise StoreError(self._full_message()) from error
             raise
         connection.execute("COMMIT")
+
+    def used_bytes(self) -> int:
+        """Bytes the runs take in the file (pages in use; a deleted run's pages are reused before the file grows)."""
+        connection = self._connection()
+        pages = connection.execute("PRAGMA page_count").fetchone()[0] - connection.execute(
+            "PRAGMA freelist_count").fetchone()[0]
+        return pages * connection.execute("PRAGMA page_size").fetchone()[0]
+
+    def _full_message(self) -> str:
+        megabytes = self.max_bytes / 2**20
+        if shutil.disk_usage(self.path.parent).free < 2**20:  # else it was the limit: one record can take pages
+            return "the disk that holds the run store is full; the server's operator must free space on it"
+        return (f"the run store is full ({self.used_bytes() / 2**20:.1f} of RLHF_LAB_STORE_MAX_MB={megabytes:.4g} MB): "
+                "delete old runs on the Compare page (Stored runs), or raise the limit")
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
         if self._version(connection) == SCHEMA_VERSION:
@@ -212,7 +280,7 @@ class RunStore:
             version = self._version(connection)  # another process may have migrated while we waited
             if version > SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path} has schema version {version}, newer than this code's {SCHEMA_VERSION}; "
+                    f"{self.path.name} has schema version {version}, newer than this code's {SCHEMA_VERSION}; "
                     "update the lab or point RLHF_LAB_DB at another file"
                 )
             for migration in MIGRATIONS[version:]:
@@ -241,7 +309,11 @@ class RunStore:
 
     def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None,
                 session: str | None = None) -> int:
-        """A queued run owned by this process (and by app session `session`, if given); returns its id."""
+        """A queued run owned by this process (and by app session `session`, if given); returns its id.
+
+        StoreError once the runs fill ADMIT_BELOW of the size limit."""
+        if self.used_bytes() >= ADMIT_BELOW * self.max_bytes:
+            raise StoreError(self._full_message())
         now = time.time()
         with self._write() as db:
             return db.execute(
@@ -254,13 +326,27 @@ class RunStore:
 
     def start_run(self, run_id: int) -> None:
         """This process now trains the run."""
-        now = time.time()
         with self._write() as db:
-            db.execute(
-                "UPDATE runs SET status = 'running', started_at = ?, heartbeat_at = ?, owner_pid = ?, owner_host = ? "
-                "WHERE id = ?",
-                (now, now, os.getpid(), HOST, run_id),
-            )
+            _start(db, run_id)
+
+    def claim(self, run_id: int, cap: int, stopped: Callable[[], bool]) -> bool:
+        """Start the run (as `start_run`) once fewer than `cap` runs of this store are training, in any process;
+        False, without starting it, if `stopped()` turns true first.
+
+        The count and the start are one write transaction, so two processes never both take the last place. A
+        running row counts while its owner lives and its heartbeat is fresh (the recovery rule); this process's
+        own rows count while it trains them."""
+        while not stopped():
+            now = time.time()
+            with self._write() as db:
+                rows = db.execute("SELECT id, owner_pid, owner_host, heartbeat_at FROM runs WHERE status = 'running'")
+                training = sum(1 for row in rows if _training(row, now))
+                if training < cap:
+                    _start(db, run_id)
+                    _TRAINING_HERE.add(run_id)
+                    return True
+            time.sleep(CLAIM_POLL)
+        return False
 
     def add_step(self, run_id: int, record: dict) -> None:
         """One trainer record: its scalars and its samples, and the run's step count, in one transaction.
@@ -276,10 +362,13 @@ class RunStore:
             db.execute(
                 "UPDATE runs SET steps_done = ?, heartbeat_at = ? WHERE id = ?", (record["step"], time.time(), run_id)
             )
+            db.execute("UPDATE steps SET samples = '[]' WHERE run_id = ? AND step = ?",
+                       (run_id, record["step"] - SAMPLE_WINDOW))
 
     def finish_run(self, run_id: int, status: str, final: dict | None = None, error: str | None = None) -> None:
         if status in ACTIVE_STATUSES or status not in STATUSES:
             raise ValueError(f"status={status!r} does not end a run; allowed: finished, failed, stopped, interrupted")
+        _TRAINING_HERE.discard(run_id)  # first: if the write below fails, the run still frees its place
         with self._write() as db:
             db.execute(
                 "UPDATE runs SET status = ?, finished_at = ?, final = ?, error = ? WHERE id = ?",
@@ -356,7 +445,7 @@ class RunStore:
     def run(self, run_id: int) -> StoredRun:
         found = self.runs([run_id])
         if not found:
-            raise KeyError(f"no run {run_id} in {self.path}")
+            raise KeyError(f"no run {run_id} in {self.path.name}")
         return found[0]
 
     def steps(self, run_id: int, after: int = 0) -> list[dict]:
@@ -374,6 +463,15 @@ class RunStore:
         ).fetchone()
         return json.loads(row["samples"]) if row else []
 
+    def training_seconds(self, session: str, since: float) -> float:
+        """Seconds the runs of `session` trained after time `since` (until now for those still training)."""
+        now = time.time()
+        rows = self._connection().execute(
+            "SELECT started_at, finished_at FROM runs WHERE session = ? AND started_at IS NOT NULL "
+            "AND (finished_at IS NULL OR finished_at > ?)", (session, since),
+        )
+        return sum(max(min(row["finished_at"] or now, now) - max(row["started_at"], since), 0.0) for row in rows)
+
     def sweep_spec(self, sweep_id: int) -> dict:
         """What sweep `sweep_id` was started with (an experiment's sweep names the experiment)."""
         row = self._connection().execute("SELECT spec FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
@@ -386,6 +484,27 @@ class RunStore:
         if session is None:
             return self._connection().execute("SELECT MAX(id) FROM sweeps").fetchone()[0]
         return self._connection().execute("SELECT MAX(id) FROM sweeps WHERE session = ?", (session,)).fetchone()[0]
+
+
+def _training(row: sqlite3.Row, now: float) -> bool:
+    """Whether a running row takes a place under the training cap (`RunStore.claim`)."""
+    if now - row["heartbeat_at"] > STALE_AFTER:
+        return False
+    if row["owner_host"] != HOST:
+        return True
+    if row["owner_pid"] == os.getpid():
+        return row["id"] in _TRAINING_HERE
+    return process_alive(row["owner_pid"])
+
+
+def _start(db: sqlite3.Connection, run_id: int) -> None:
+    """Mark the run as trained by this process from now on."""
+    now = time.time()
+    db.execute(
+        "UPDATE runs SET status = 'running', started_at = ?, heartbeat_at = ?, owner_pid = ?, owner_host = ? "
+        "WHERE id = ?",
+        (now, now, os.getpid(), HOST, run_id),
+    )
 
 
 def _stored_run(row: sqlite3.Row) -> StoredRun:

@@ -40,7 +40,8 @@ def run_outcome(run: StoredRun, records: list[dict]) -> dict:
     return {
         "final_success": (run.final or {}).get("success_rate", math.nan),
         "steps_to_target": reached["step"] if reached else math.nan,
-        "seconds_to_target": reached["elapsed"] if reached else math.nan,
+        # Runs trained before records carried `elapsed` (the live lab's, once) have no seconds to tell.
+        "seconds_to_target": reached.get("elapsed", math.nan) if reached else math.nan,
         "kl_final": last.get("kl_exact", math.nan),
         "entropy_final": last.get("entropy", math.nan),
         "wall_time": run.wall_time,

@@ -33,10 +33,10 @@ from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import get_preset
-from rl_core.config import RunConfig, parse_overrides
+from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.sft import sft_policy
-from rl_core.store import Heartbeat, RunStore, StoredRun
+from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
 from toy_tasks import get_task
 
@@ -63,12 +63,12 @@ def parse_grid(assignments: Sequence[str]) -> dict[str, list]:
         name, sep, text = assignment.partition("=")
         name = name.strip()
         if not sep or not name or not text.strip():
-            raise ValueError(f"grid {assignment!r} is not of the form knob=value1,value2,…")
+            raise ValueError(f"grid {shown(assignment)} is not of the form knob=value1,value2,…")
         if name in grid:
             raise ValueError(f"the grid names {name} twice; list all its values at once, {name}=value1,value2,…")
         values = [parse_overrides([f"{name}={value}"])[name] for value in text.split(",") if value.strip()]
         if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"grid {assignment!r} repeats a value of {name}")
+            raise ValueError(f"grid {shown(assignment)} repeats a value of {name}")
         grid[name] = values
     return grid
 
@@ -137,10 +137,14 @@ class Sweep:
         cache_dir: Path | None = None,
         spec: dict | None = None,
         session: str | None = None,
+        cap: int | None = None,
     ):
+        """`cap`: a worker starts a run only while fewer than `cap` runs of the store train, in any process (the
+        app passes its training cap); default RLHF_LAB_MAX_TRAININGS, else this sweep's worker count."""
         self.workers = default_workers() if workers is None else workers
         if self.workers < 1:
             raise ValueError(f"workers={self.workers} is out of range; allowed: an integer ≥ 1")
+        self.cap = max_trainings(default=self.workers) if cap is None else cap
         if not planned:
             raise ValueError("the sweep has no runs")
         self.planned = list(planned)
@@ -174,7 +178,7 @@ class Sweep:
         try:
             with Heartbeat(self.store), ProcessPoolExecutor(
                 min(self.workers, len(runs)), mp_context=self._context,
-                initializer=_init_worker, initargs=(self._stop, str(self.store.path), os.getpid()),
+                initializer=_init_worker, initargs=(self._stop, str(self.store.path), os.getpid(), self.cap),
             ) as pool:
                 try:
                     self._dispatch(pool, runs, by_key, report, interval)
@@ -270,11 +274,13 @@ def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
 _stop_event = None  # the sweep's stop event, shared with the parent
 _store: RunStore | None = None
 _current_run: int | None = None  # the run this worker trains now, if any
+_cap = 1  # runs of the store that may train at once, across processes
 PARENT_WATCH_INTERVAL = 0.5  # seconds between checks that the coordinator still lives
 
 
-def _init_worker(stop_event, db_path: str, coordinator: int) -> None:
-    global _stop_event, _store
+def _init_worker(stop_event, db_path: str, coordinator: int, cap: int) -> None:
+    global _stop_event, _store, _cap
+    _cap = cap
     torch.set_num_threads(1)
     transformers_logging.disable_progress_bar()
     _stop_event = stop_event
@@ -316,10 +322,10 @@ def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
 def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
     """Train one run, writing each record to the store; the run's outcome is its status there."""
     global _current_run
-    if _stop_event.is_set():
+    # Waits while the store's cap is taken by other processes' runs (another server, a command-line sweep).
+    if not _store.claim(run_id, _cap, _stop_event.is_set):
         _store.finish_run(run_id, "stopped")
         return
-    _store.start_run(run_id)
     _current_run = run_id
     try:
         trainer = Trainer(run, cache_dir=cache_dir, stop_event=_stop_event)

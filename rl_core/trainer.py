@@ -75,6 +75,23 @@ class TrainingStopped(Exception):
     """The stop event was set while the models were being prepared."""
 
 
+CHECKPOINT_FILES = ("trainer_state.json", "trainer_state.pt", "policy")  # what save_checkpoint always writes
+CHECKPOINT_OPTIONAL = ("critic",)  # and with a critic
+
+
+def check_checkpoint_folder(folder: Path) -> None:
+    """ValueError unless `folder` is free for a checkpoint: missing, empty, or a checkpoint of the lab (which a new
+    one replaces). A folder with anything else in it, or a file, is the user's and is never replaced."""
+    if not folder.exists() and not folder.is_symlink():
+        return
+    if not folder.is_dir() or folder.is_symlink():
+        raise ValueError(f"--checkpoint {folder.name} is not a folder; give a new or empty folder, or a checkpoint")
+    names = {child.name for child in folder.iterdir()}
+    if names and not set(CHECKPOINT_FILES) <= names <= {*CHECKPOINT_FILES, *CHECKPOINT_OPTIONAL}:
+        raise ValueError(f"--checkpoint {folder.name} holds files that are not a lab checkpoint; give a new or empty "
+                         "folder (an existing checkpoint is replaced, nothing else)")
+
+
 class Trainer:
     def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
         run.validate()
@@ -575,8 +592,10 @@ class Trainer:
 
         Tensors (optimiser moments, the sampling generator's state) go to `trainer_state.pt`, read back with
         `torch.load(weights_only=True)`, which unpickles tensors and plain containers only; counters and the
-        prompt sampler's state go to `trainer_state.json`."""
+        prompt sampler's state go to `trainer_state.json`. A folder that holds anything else is refused
+        (`check_checkpoint_folder`): the old checkpoint is replaced, nothing the lab did not write is deleted."""
         folder = Path(folder)
+        check_checkpoint_folder(folder)
         staging = staging_folder(folder)
         try:
             self.policy.save_pretrained(staging / "policy")

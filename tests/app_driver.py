@@ -1,7 +1,7 @@
 """Driving the real app: `streamlit run app.py` on 127.0.0.1 and Debian's Chromium through Playwright.
 
 Shared by the browser test and `bench/app_latency.py`. Never `playwright install`: the browser is
-/usr/bin/chromium (`apt-get install chromium`)."""
+/usr/bin/chromium (`apt-get install chromium`), or the file RLHF_LAB_CHROMIUM names."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("RLHF_LAB_CHROMIUM") or "/usr/bin/chromium")
+NO_CHROMIUM = f"Chromium not found at {CHROMIUM}: apt-get install chromium (or set RLHF_LAB_CHROMIUM)"
 LAUNCH_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -1,6 +1,10 @@
 """The job layer under the app, without Streamlit: the concurrency cap and its queue, Stop, failures, and the
 bounded metrics history."""
 
+import contextlib
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
 
@@ -8,7 +12,12 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots
+from rl_core.limits import ServerLimits, estimated_seconds
+from rl_core.store import RunStore
+from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left
+
+
+LONG = ServerLimits().max_steps  # the longest run the app allows by default: far longer than a test waits
 
 
 def tiny_run(steps: int = 1000, task: str = "reverse") -> RunConfig:
@@ -66,7 +75,7 @@ def test_a_job_beyond_the_cap_is_queued_and_says_so_until_a_slot_frees(jobs):
     # Threads started together may reach the queue in any order: admit the first two one after the other. They
     # train far longer than the test takes (its fixture stops them), so their slots stay taken until the Stop below.
     for _ in range(2):
-        jobs.append(Job(tiny_run(steps=100_000), slots).start())
+        jobs.append(Job(tiny_run(steps=LONG), slots).start())
         wait_for(lambda: jobs[-1].snapshot().status != "queued")
     jobs.append(Job(tiny_run(), slots).start())
     wait_for(lambda: slots.queue_place(jobs[2]) == 1)
@@ -91,7 +100,7 @@ def test_stop_ends_the_thread_within_a_second(jobs):
 
 def test_stop_while_queued_ends_at_once(jobs):
     slots = TrainingSlots(1)
-    jobs.append(Job(tiny_run(steps=100_000), slots).start())
+    jobs.append(Job(tiny_run(steps=LONG), slots).start())
     wait_for(lambda: jobs[0].snapshot().status in ("preparing", "training"))  # admitted before the second arrives
     jobs.append(Job(tiny_run(), slots).start())
     wait_for(lambda: slots.queue_place(jobs[1]) == 1)
@@ -206,7 +215,8 @@ def test_a_queued_job_reports_its_place(jobs):
     jobs.append(second)
     wait_for(lambda: second.snapshot().queue_place == 1)
     snap = second.snapshot()
-    assert snap.status == "queued" and snap.waiting_for == 1 and snap.wait_estimate is None  # nothing timed yet
+    assert snap.status == "queued" and snap.waiting_for == 1
+    assert 0 < snap.wait_estimate <= first.seconds_left() + 0.1, "the first run's seconds left: nothing is ahead"
 
 
 def test_a_stopped_training_does_not_shorten_the_estimates():
@@ -229,3 +239,115 @@ def test_a_stopped_training_does_not_shorten_the_estimates():
     wait_for(lambda: slots.queue_place(waiting) == 1)
     assert slots.wait_estimate(waiting) is None
     thread.join(5)
+
+
+# ------------------------------------------------------------------------------------------ limits and failures
+def test_the_wait_shown_to_a_queued_learner_is_within_a_factor_2_of_the_wait(jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    slots = TrainingSlots(1)
+    running = Job(tiny_run(steps=40), slots).start()
+    jobs.append(running)
+    wait_for(lambda: running.snapshot().steps_done >= 3)  # its step time is measured
+    queued = Job(tiny_run(steps=2), slots).start()
+    jobs.append(queued)
+    wait_for(lambda: slots.queue_place(queued) == 1)
+    shown, since = queued.snapshot().wait_estimate, time.monotonic()
+    wait_for(lambda: queued.snapshot().status != "queued", timeout=300)
+    waited = time.monotonic() - since
+    assert shown is not None and waited / 2 <= shown <= 2 * waited, (shown, waited)
+
+
+def test_a_job_beyond_the_server_limits_fails_naming_the_limit_and_stores_nothing(jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    slots = TrainingSlots(1)
+    job = Job(tiny_run(steps=1_000_000), slots).start()
+    jobs.append(job)
+    assert job.join(60)
+    snap = job.snapshot()
+    assert snap.status == "failed" and "steps=1000000 is out of range; allowed: at most 2000" in snap.error
+    assert slots.running == 0 and not (tmp_path / "runs.sqlite").exists()
+
+
+def test_a_full_store_ends_the_run_as_failed_says_why_and_frees_the_slot(jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setenv("RLHF_LAB_STORE_MAX_MB", "0.1")  # a few steps of samples fill it
+    slots = TrainingSlots(1)
+    job = Job(tiny_run(steps=200), slots).start()
+    jobs.append(job)
+    assert job.join(120)
+    snap = job.snapshot()
+    assert snap.status == "failed" and 0 < snap.steps_done < 200
+    assert "the run store is full" in snap.error and "RLHF_LAB_STORE_MAX_MB=0.1 MB" in snap.error
+    assert str(tmp_path) not in snap.error and slots.running == 0
+    assert [run.status for run in RunStore().runs()] == ["failed"]
+    refused = Job(tiny_run(steps=2), slots).start()  # the next one is refused at once, saying why
+    jobs.append(refused)
+    assert refused.join(60) and "delete old runs" in refused.snapshot().error
+
+
+def test_a_store_that_fails_to_record_the_end_still_ends_the_job_and_frees_its_slot(jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+
+    @contextlib.contextmanager
+    def full_disk(self):
+        raise sqlite3.OperationalError("database or disk is full")
+        yield
+
+    finish_run = RunStore.finish_run
+
+    def finish_on_a_full_disk(self, *args, **kwargs):  # the write of the run's end finds the disk full
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(RunStore, "_write", full_disk)
+            finish_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunStore, "finish_run", finish_on_a_full_disk)
+    slots = TrainingSlots(1)
+    job = Job(tiny_run(steps=2), slots).start()
+    jobs.append(job)
+    assert job.join(120)
+    snap = job.snapshot()
+    assert snap.status == "failed" and "could not record the run's end: database or disk is full" in snap.error
+    assert slots.running == 0 and not job.active
+    monkeypatch.undo()
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    after = Job(tiny_run(steps=1), slots).start()  # its ghost row ("running") takes no place under the cap
+    jobs.append(after)
+    assert after.join(120) and after.snapshot().status == "finished"
+
+
+def test_the_training_cap_counts_other_processes_runs_in_the_store(jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    store = RunStore()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])  # another server, alive
+    try:
+        elsewhere = []
+        for seed in (0, 1):
+            run_id = store.add_run(tiny_run(steps=5), "elsewhere")
+            store.start_run(run_id)
+            elsewhere.append(run_id)
+        with store._write() as db:
+            db.execute("UPDATE runs SET owner_pid = ?", (other.pid,))
+        job = Job(tiny_run(steps=2), TrainingSlots(2)).start()  # this server's cap is 2 too: both places taken
+        jobs.append(job)
+        time.sleep(3)
+        assert job.snapshot().steps_done == 0 and job.active
+        store.finish_run(elsewhere[0], "finished")  # one ends: the job starts
+        wait_for(lambda: job.snapshot().status == "finished")
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_sweeps_hold_tells_the_queue_its_estimated_seconds_left():
+    slots = TrainingSlots(1)
+    runs = [tiny_run(steps=100), tiny_run(steps=100)]
+    # one worker, no run measured yet (speed 1): both runs' estimates, one after the other
+    expected = 2 * estimated_seconds(runs[0])
+    never, give_up, waiting = threading.Event(), threading.Event(), object()
+    with slots.hold(never, seconds_left=planned_seconds_left(runs, 1, slots)):
+        queued = threading.Thread(target=lambda: slots.hold(give_up, ticket=waiting).__enter__(), daemon=True)
+        queued.start()
+        wait_for(lambda: slots.queue_place(waiting) == 1)
+        assert slots.wait_estimate(waiting) == pytest.approx(expected, abs=0.5)
+        give_up.set()
+        queued.join(5)

@@ -6,6 +6,7 @@ which draws the dashboard inline). The live refresh itself is covered by test_br
 """
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -209,7 +210,7 @@ def test_a_training_beyond_the_cap_waits_in_the_queue_and_says_so(open_page, one
     long_run(second, "ppo")
     second.run()
     assert any(note.value.startswith("queued: 1 training is running…") and "you are number 1 in the queue" in note.value
-               for note in second.info)
+               and re.search(r"about \d+ s to wait", note.value) for note in second.info)
     second.button(key="ppo:stop").click().run()
     job = second.session_state["ppo:runs"][-1]
     assert job.join(1.0) and job.snapshot().status == "stopped"

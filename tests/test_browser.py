@@ -19,6 +19,7 @@ import pytest
 from app_driver import (
     CHROMIUM,
     LAUNCH_FLAGS,
+    NO_CHROMIUM,
     PAGES,
     browser_page,
     first_point_latency,
@@ -31,7 +32,9 @@ from app_driver import (
 )
 from ui.compare import band_figure
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
+# Every test here needs the browser; without it they are skipped with the reason (a laptop without Chromium).
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
+              pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
 
 LAPTOP = {"width": 1366, "height": 768}
 QUICK = "algo=grpo&seed=0&steps=10&sft_steps=50"  # ten RL steps after a 50-step SFT warm start
@@ -72,8 +75,6 @@ LEGEND_AND_PLOT = """(title) => {
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    if not CHROMIUM.exists():
-        pytest.skip("Chromium not installed at /usr/bin/chromium: apt-get install chromium")
     log_path = tmp_path_factory.mktemp("server") / "streamlit.log"
     try:
         with serve_app(log_path) as (url, _):

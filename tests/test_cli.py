@@ -111,3 +111,49 @@ def test_bad_argument_types_are_one_line_with_exit_2():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr == "error: argument --steps: invalid int value: 'abc' (see python -m rl_core train --help)\n"
+
+
+def test_a_checkpoint_never_replaces_a_folder_the_lab_did_not_write(tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "important.txt").write_text("keep me")
+    (folder / "table.csv").write_text("a,b\n")
+    assert main(["train", "--algo", "grpo", "--steps", "1", "--checkpoint", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: --checkpoint results holds files that are not a lab checkpoint; give a new or empty "
+                   "folder (an existing checkpoint is replaced, nothing else)\n")
+    assert sorted(p.name for p in folder.iterdir()) == ["important.txt", "table.csv"]
+    assert not (tmp_path / "results.old").exists()
+    (tmp_path / "file").write_text("x")
+    assert main(["train", "--algo", "grpo", "--steps", "1", "--checkpoint", str(tmp_path / "file")]) == 2
+    assert "is not a folder" in capsys.readouterr().err and (tmp_path / "file").read_text() == "x"
+
+
+def test_a_huge_seed_count_is_refused_by_name(tmp_path, capsys):
+    assert main(["sweep", "--algos", "grpo", "--seeds", str(10**20), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --seeds 100000000000000000000 is out of range; allowed: an integer from 1 to")
+    assert "OverflowError" not in err and err.count("\n") == 1
+
+
+def test_export_unipo_of_a_missing_store_creates_nothing(tmp_path, capsys):
+    assert main(["export-unipo", "--run", "1", "--db", str(tmp_path / "none.sqlite"),
+                 "--out", str(tmp_path / "run.json")]) == 2
+    assert capsys.readouterr().err == "error: there is no run store none.sqlite there; give an existing file\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_huge_unknown_knob_is_cut_short_in_the_message(capsys):
+    assert main(["train", "--algo", "grpo", "--steps", "1", "--set", "x" * 10_000 + "=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown knob 'xxxx") and err.count("\n") == 1 and len(err) <= 320
+
+
+def test_any_failure_during_training_is_printed_on_a_line_of_its_own(capsys, monkeypatch, tmp_path):
+    def full_disk(self, progress=None):
+        raise OSError(28, "No space left on device", str(tmp_path / "cache" / "sft" / "model.bin"))
+
+    monkeypatch.setattr(Trainer, "prepare", full_disk)
+    assert main(["train", "--algo", "grpo", "--steps", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "\nerror: OSError: [Errno 28] No space left on device: '…/model.bin'\n" in err and str(tmp_path) not in err

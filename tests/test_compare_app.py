@@ -315,3 +315,34 @@ def test_a_store_that_cannot_be_opened_is_reported_without_its_path(tmp_path, mo
     at = open_page()
     assert any("The run store cannot be opened" in e.value for e in at.error)
     assert str(tmp_path) not in page_text(at)
+
+
+def test_a_live_lab_run_without_elapsed_is_shown_and_a_choice_survives_its_status_changing(store):
+    # A live-lab run as the lab stored them before its records carried `elapsed`: one that reached 90 % success.
+    old = store.add_run(RunConfig(algo=get_preset("grpo"), task="reverse", steps=2), "GRPO · grpo page #1",
+                        session="me")
+    store.start_run(old)
+    for step in (1, 2):
+        store.add_step(old, {"step": step, "success_rate": 0.95, "reward_mean": 0.95, "entropy": 0.5,
+                             "kl_exact": 0.01, "samples": []})
+    store.finish_run(old, "finished", final={"success_rate": 0.9})
+    training = store.add_run(RunConfig(algo=get_preset("rloo"), task="reverse", steps=3), "rloo", session="me")
+    store.start_run(training)
+    at = open_page()
+    at.multiselect(key="compare:stored").set_value([old, training]).run()
+    store.finish_run(training, "finished")  # its status changes while chosen
+    at.run()
+    assert not at.exception and at.multiselect(key="compare:stored").value == [old, training]
+    at.button(key="compare:reopen").click().run()
+    assert not at.exception
+    summary = table(at, "final success")
+    assert summary["group"].tolist() == ["GRPO · grpo page #1", "rloo"]
+    assert summary["steps to 90%"].tolist()[0] == "1 ± 0"
+
+
+def test_a_huge_knob_name_is_refused_in_a_message_of_a_few_hundred_characters(store):
+    at = open_page()
+    at.text_area(key="compare:extra").set_value("x" * 10_000 + "=1").run()
+    refusal = next(e.value for e in at.error if "unknown knob" in e.value)
+    assert len(refusal) <= 350 and refusal.startswith("This comparison cannot run: unknown knob 'xxx")
+    assert at.button(key="compare:run").disabled

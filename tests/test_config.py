@@ -7,8 +7,11 @@ import math
 import signal
 import tempfile
 from contextlib import contextmanager
+from decimal import Decimal
+from fractions import Fraction
 from typing import Literal, get_args, get_origin, get_type_hints
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -225,3 +228,64 @@ def test_every_task_declares_a_prompt_length_its_prompts_fit_in():
     for name, task in TASKS.items():
         longest = max(len(p) for p in task().sample_prompts(2000, random.Random(0)))  # one token per character
         assert longest <= task.max_prompt_length, name
+
+
+# ------------------------------------------------------------------------------- numbers of other types
+@pytest.mark.parametrize(
+    "knob, value, expected",
+    [
+        ("beta", Fraction(1, 4), 0.25),
+        ("beta", Decimal("0.5"), 0.5),
+        ("beta", np.float32(0.25), 0.25),
+        ("beta", np.float64(0.1), 0.1),
+        ("ppo_epochs", np.int64(3), 3),
+        ("use_critic", np.bool_(False), False),
+        ("kl_estimator", np.str_("k2"), "k2"),
+    ],
+)
+def test_a_number_of_another_type_becomes_the_builtin_it_equals(knob, value, expected):
+    config = get_preset("grpo", **{knob: value})
+    assert getattr(config, knob) == expected and type(getattr(config, knob)) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "knob, value, message",
+    [
+        ("beta", Fraction(1, 3), "beta=Fraction(1, 3) is not a number a float holds exactly"),
+        ("beta", Decimal("0.1"), "beta=Decimal('0.1') is not a number a float holds exactly"),
+        ("ppo_epochs", np.float64(2.0), "ppo_epochs=np.float64(2.0) is not an integer"),
+        ("adam_epsilon", 5e-324, "adam_epsilon=5e-324 is out of range; allowed: a number with 1e-30 ≤ x ≤ 1"),
+        ("sapo_tau_neg", 5e-324, "sapo_tau_neg=5e-324 is out of range; allowed: a number with 0.001 ≤ x ≤ 100"),
+        ("x" * 10_000, 1, "unknown knob(s) 'xxxxxxxxxxxxxxxxxxxxxxx… (10002 characters)"),
+    ],
+)
+def test_a_number_no_builtin_holds_exactly_or_a_float32_cannot_use_is_refused(knob, value, message):
+    with pytest.raises(ValueError) as refused:
+        get_preset("grpo", **{knob: value})
+    assert str(refused.value).startswith(message) and len(str(refused.value)) < 1000
+
+
+def test_converted_overrides_train(tmp_path):
+    """Values the conversion made builtin run: the Fraction once crashed at step 1."""
+    run = RunConfig(algo=get_preset("sapo", beta=Fraction(1, 4), ppo_epochs=np.int64(1), epsilon=np.float32(0.25)),
+                    task="caesar", steps=1, sft_steps=np.int64(0), seed=np.uint8(1))
+    run.validate()
+    assert [r["step"] for r in Trainer(run, cache_dir=tmp_path).steps()] == [1]
+
+
+OTHER_NUMBERS = [Fraction(1, 4), Fraction(1, 3), Decimal("0.5"), Decimal("1e-400"), np.float32(0.5), np.float16(2.0),
+                 np.int64(2), np.int8(-1), np.uint64(2**63), np.bool_(True), np.str_("k1"), np.float64("nan"),
+                 complex(1, 0), 5e-324, math.nextafter(0.0, 1.0), -0.0]
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True, database=None)
+@given(st.sampled_from(list(PRESETS)),
+       st.dictionaries(st.sampled_from(KNOB_NAMES), st.sampled_from(OTHER_NUMBERS), min_size=1, max_size=4))
+def test_every_accepted_override_is_a_builtin_int_float_bool_or_str(preset, overrides):
+    """1,000 sets of numbers of other types: each is refused by name, or every field ends up a builtin."""
+    try:
+        config = get_preset(preset, **overrides)
+    except ValueError as refused:
+        assert str(refused).split("=")[0] in KNOB_NAMES, refused
+        return
+    assert all(type(getattr(config, name)) in (int, float, bool, str, type(None)) for name in KNOB_NAMES)

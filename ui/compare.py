@@ -33,14 +33,16 @@ from plotly.colors import hex_to_rgb
 from rl_core.algorithms import PRESETS
 from rl_core.config import AlgoConfig, RunConfig, parse_overrides
 from rl_core.experiments import EXPERIMENTS
-from rl_core.store import RunStore, StoredRun, StoreError
+from rl_core.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
 from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui.charts import RUN_COLOURS, thin
-from ui.jobs import TrainingSlots, without_paths
+from rl_core.messages import brief
+from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS
 from ui.lab import training_slots
+from ui.limits import check_learner, check_runs
 from ui.session import session_token, session_worker_cap
 from ui.tokens import COLOURINGS, token_html
 
@@ -96,7 +98,7 @@ def compare_page() -> None:
     try:
         store = RunStore()  # opening it marks runs whose process has gone as interrupted
     except StoreError as error:
-        st.error(f"The run store cannot be opened ({without_paths(str(error.__cause__ or error))}). The server's "
+        st.error(f"The run store cannot be opened ({brief(str(error.__cause__ or error))}). The server's "
                  "operator can point RLHF_LAB_DB at a writable file.")
         return
     session = session_token()
@@ -183,8 +185,10 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
             grid=parse_grid(grid),
             sft_steps=int(sft_steps),
         )
+        check_runs([p.run for p in planned])  # the server's limits: runs, steps, estimated seconds, the model
+        check_learner()
     except ValueError as error:  # the engine names the knob, preset or value it refuses
-        st.error(f"This comparison cannot run: {error}")
+        st.error(f"This comparison cannot run: {brief(str(error))}")
         return None, int(n_workers)
     groups = len({p.label for p in planned})
     st.caption(f"{len(planned)} runs: {groups} groups × {int(n_seeds)} seeds, {min(int(n_workers), len(planned))} "
@@ -216,7 +220,7 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
 def _start(planned: list[PlannedRun], workers: int) -> None:
     registry = live_sweeps()
     workers = min(workers, len(planned))
-    sweep = Sweep(planned, RunStore(), workers=workers, session=session_token())
+    sweep = Sweep(planned, RunStore(), workers=workers, session=session_token(), cap=training_slots().limit)
     registry[sweep.sweep_id] = sweep
     sweeps = session_sweeps()
     sweeps[:] = [s for s in sweeps if s.sweep_id in registry] + [sweep]
@@ -229,7 +233,8 @@ def _coordinate(sweep: Sweep, registry: dict[int, Sweep], slots: TrainingSlots) 
     """The sweep's thread: wait for a training slot per worker, train, then leave the registry. Never calls
     Streamlit."""
     try:
-        with slots.hold(sweep.stop_event, slots=sweep.workers) as acquired:
+        left = planned_seconds_left([p.run for p in sweep.planned], sweep.workers, slots)
+        with slots.hold(sweep.stop_event, slots=sweep.workers, seconds_left=left) as acquired:
             if acquired:
                 sweep.run()
             else:  # stopped while it waited: none of its runs started
@@ -296,7 +301,7 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
             "steps": f"{run.steps_done}/{run.steps_total}",
             "success (latest step)": records[run.id][-1].get("success_rate") if records[run.id] else None,
             "seconds": None if math.isnan(run.wall_time) else run.wall_time,
-            "error": without_paths(run.error or ""),
+            "error": brief(run.error or ""),
         }
         for run in runs
     ])
@@ -392,6 +397,8 @@ def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) 
 
 def _samples(store: RunStore, runs: list[StoredRun]) -> None:
     with st.expander("Samples of a run's latest step"):
+        st.caption(f"The run store keeps every step's metrics, and a run's sampled tokens for its latest "
+                   f"{SAMPLE_WINDOW} steps only (they are most of a step's bytes): the disk cannot fill.")
         names = {run.id: f"#{run.id} {run.label} · seed {run.seed}" for run in runs}
         run_id = st.selectbox("run", list(names), format_func=names.get, key="compare:sample_run")
         colour_by = st.radio("colour tokens by", list(COLOURINGS), key="compare:colour_by", horizontal=True)
@@ -430,8 +437,13 @@ def _stored_runs(store: RunStore) -> None:
         }
         for run in runs
     ]), hide_index=True, key="compare:stored_table")
-    labels = {run.id: f"#{run.id} {run.label} · seed {run.seed} · {run.task} ({run.status})" for run in runs}
-    chosen = st.multiselect("runs", list(labels), format_func=labels.get, key="compare:stored",
+    # A multiselect keeps its choice by the options' labels: a status in them would change while a run trains and
+    # drop the run from the choice (the table shows the status). A run deleted meanwhile leaves the choice.
+    labels = {run.id: f"#{run.id} {run.label} · seed {run.seed} · {run.task}" for run in runs}
+    if "compare:stored" in st.session_state:
+        st.session_state["compare:stored"] = [i for i in st.session_state["compare:stored"] if i in labels]
+    chosen = st.multiselect("runs", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
+                            key="compare:stored",
                             placeholder="choose runs to reopen or delete")
     reopen, delete, _ = st.columns([1, 1, 4])
     reopen.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),

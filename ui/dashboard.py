@@ -47,8 +47,8 @@ def progress(snap: JobSnapshot, job: Job) -> None:
     if snap.status == "queued":
         running = "1 training is" if snap.waiting_for == 1 else f"{snap.waiting_for} trainings are"
         place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
-        estimate = (f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None
-                    else " (an estimate of the wait appears once a training here has run to its end)" if place else "")
+        # from the running trainings' remaining steps at their measured pace (TrainingSlots.wait_estimate)
+        estimate = f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None else ""
         st.info(
             f"queued: {running} running… this run starts as soon as a slot frees up{place}{estimate}.",
             icon=":material/hourglass_top:",

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_core.experiments import Experiment
-from rl_core.experiments.runner import ExperimentRun
+from rl_core.experiments.runner import ExperimentRun, plan_experiment
+from rl_core.messages import brief
 from rl_core.sft import default_cache_dir
 from rl_core.store import RunStore
-from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots
+from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots, planned_seconds_left
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,14 @@ class ExperimentJob(BackgroundJob):
     def _work(self) -> None:
         status, summary, error = "stopped", None, None
         try:
-            with self.slots.hold(self.stop_event, self.workers, ticket=self) as acquired:
+            plan = {k: v for k, v in self.options.items() if k not in ("session", "cache_dir")}  # ExperimentRun's own
+            runs = [arm_run.planned.run for arm_run in plan_experiment(self.experiment, **plan)]
+            left = planned_seconds_left(runs, self.workers, self.slots)
+            with self.slots.hold(self.stop_event, self.workers, ticket=self, seconds_left=left) as acquired:
                 if acquired:
                     # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
-                    run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers, **self.options)
+                    run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers,
+                                        cap=self.slots.limit, **self.options)
                     with self._lock:
                         self._run, self._status = run, "training"
                     if self.stop_event.is_set():  # Stop pressed while the runs were being written
@@ -85,6 +90,6 @@ class ExperimentJob(BackgroundJob):
                     summary = run.run()
                     status = "stopped" if run.sweep.stopping else "finished"
         except Exception as exc:  # noqa: BLE001 - the page shows the message, never a traceback
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         with self._lock:
             self._status, self._summary, self._error = status, summary, error

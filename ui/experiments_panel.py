@@ -16,12 +16,14 @@ import streamlit as st
 
 from rl_core.experiments import EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
-from rl_core.experiments.runner import effect_sentence, seed_effects, summarise_effects
+from rl_core.experiments.runner import effect_sentence, plan_experiment, seed_effects, summarise_effects
+from rl_core.messages import brief
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
 from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.lab import session_jobs, training_slots
+from ui.limits import check_learner, check_runs
 from ui.session import session_token, session_worker_cap
 
 REFRESH_SECONDS = 1.0
@@ -86,14 +88,28 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
                f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
                f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
                f"(expected {experiment.expected}).")
-    run, stop, _ = st.columns([1, 1, 4])
     active = job is not None and job.active
-    run.button("Run", key=f"{page}:experiment:{experiment.name}:run", type="primary", disabled=active,
+    refusal = None if active else _refusal(experiment)
+    if refusal:
+        st.warning(f"This experiment cannot run now: {refusal}", icon=":material/block:")
+    run, stop, _ = st.columns([1, 1, 4])
+    run.button("Run", key=f"{page}:experiment:{experiment.name}:run", type="primary",
+               disabled=active or refusal is not None,
                on_click=_start, args=(experiment,),
                help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs; a run of the page's lab or of "
                     "another learner may make it wait its turn.")
     stop.button("Stop", key=f"{page}:experiment:{experiment.name}:stop", disabled=not active,
                 on_click=job.stop if active else None, help="End every run after its current step.")
+
+
+def _refusal(experiment: Experiment) -> str | None:
+    """Why the server's limits refuse the experiment's runs now (how many, how long, this learner's hour)."""
+    try:
+        check_runs([arm_run.planned.run for arm_run in plan_experiment(experiment)])
+        check_learner()
+    except ValueError as error:
+        return brief(str(error))
+    return None
 
 
 def _start(experiment: Experiment) -> None:
@@ -116,7 +132,7 @@ def _live(page: str, experiment: Experiment) -> None:
 def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) -> None:
     st.markdown(f"**{experiment.title}**: {_status_line(snapshot)}")
     if snapshot.error:
-        st.error(f"The experiment failed: {snapshot.error}")
+        st.error(f"The experiment failed: {brief(snapshot.error)}")
     if not snapshot.arms:
         return
     found = arm_records(experiment, snapshot)
@@ -159,7 +175,7 @@ def arm_records(experiment: Experiment, snapshot: ExperimentSnapshot
     try:
         store = RunStore(recover=False)
     except StoreError as error:
-        st.error(str(error))
+        st.error(brief(str(error)))
         return None
     runs = store.runs(list(snapshot.arms))
     records = {run.id: store.steps(run.id) for run in runs}

@@ -8,16 +8,20 @@ Streamlit from a thread that is not the script thread fails or corrupts the page
 from __future__ import annotations
 
 import os
-import re
+import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import torch
+
 from rl_core.config import RunConfig
-from rl_core.store import RunStore, StoreError
+from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.messages import brief
+from rl_core.store import RunStore, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
@@ -39,10 +43,22 @@ class TrainingSlots:
         self._waiting: deque[tuple[object, int]] = deque()  # (ticket, slots) in arrival order
         self._holders: dict[object, tuple[float, int]] = {}  # ticket → (start time, slots)
         self._durations: deque[float] = deque(maxlen=20)  # seconds of the latest finished holds
+        self._left: dict[object, Callable[[float | None], float]] = {}  # ticket → its seconds left (`hold`)
+        self._speeds: deque[float] = deque(maxlen=20)  # measured ÷ estimated step time of the latest runs
 
     @classmethod
     def from_env(cls) -> "TrainingSlots":
-        return cls(int(os.environ.get("RLHF_LAB_MAX_TRAININGS", "2")))
+        return cls(max_trainings())
+
+    @property
+    def speed(self) -> float:
+        """How much slower than `rl_core.limits`' estimate this server's trainings step (median of the latest)."""
+        with self._condition:
+            return statistics.median(self._speeds) if self._speeds else 1.0
+
+    def observe_speed(self, measured_step: float, estimated_step: float) -> None:
+        with self._condition:
+            self._speeds.append(measured_step / estimated_step)
 
     @property
     def running(self) -> int:
@@ -50,15 +66,21 @@ class TrainingSlots:
             return self._running
 
     @contextmanager
-    def hold(self, stop_event, slots: int = 1, ticket: object | None = None) -> Iterator[bool]:
+    def hold(self, stop_event, slots: int = 1, ticket: object | None = None,
+             seconds_left: Callable[[float | None], float] | None = None) -> Iterator[bool]:
         """Wait for `slots` free slots; yields False (without them) if `stop_event` is set while waiting.
 
-        `ticket` names this request for `queue_place` and `wait_estimate` while it waits."""
+        `ticket` names this request for `queue_place` and `wait_estimate` while it waits. `seconds_left(elapsed)`
+        says how long the work will hold the slots from now (`elapsed`: seconds it has held them, None while it
+        waits); it must not block, since it is called under this object's lock. Without it, a hold is assumed to
+        last as long as the latest finished ones."""
         if not 1 <= slots <= self.limit:
             raise ValueError(f"workers={slots} is out of range; allowed: 1 to {self.limit} (the server's cap)")
         ticket = object() if ticket is None else ticket
         with self._condition:
             self._waiting.append((ticket, slots))
+            if seconds_left is not None:
+                self._left[ticket] = seconds_left
             # A timed wait, so that a Stop pressed while queued is noticed without anyone notifying us.
             while not stop_event.is_set() and (
                 self._waiting[0][0] is not ticket or self._running + slots > self.limit
@@ -69,6 +91,8 @@ class TrainingSlots:
             if acquired:
                 self._running += slots
                 self._holders[ticket] = (time.monotonic(), slots)
+            else:
+                self._left.pop(ticket, None)
             self._condition.notify_all()
         try:
             yield acquired
@@ -77,6 +101,7 @@ class TrainingSlots:
                 with self._condition:
                     self._running -= slots
                     started, _ = self._holders.pop(ticket)
+                    self._left.pop(ticket, None)
                     if not stop_event.is_set():  # a stopped training says nothing about how long one takes
                         self._durations.append(time.monotonic() - started)
                     self._condition.notify_all()
@@ -87,24 +112,43 @@ class TrainingSlots:
             return next((i + 1 for i, (t, _) in enumerate(self._waiting) if t is ticket), None)
 
     def wait_estimate(self, ticket: object) -> float | None:
-        """Seconds until `ticket` starts, if every training takes as long as the latest ones that ran to their end;
-        None until one has (or if `ticket` is not waiting)."""
+        """Seconds until `ticket` starts: each running hold ends after its own `seconds_left` (a live-lab run:
+        its remaining steps at its measured step time), each one ahead in the queue holds for its `seconds_left`;
+        a hold without one lasts as long as the latest finished holds. None while that is unknown (nothing
+        finished yet), or if `ticket` is not waiting."""
         with self._condition:
-            if not self._durations or all(t is not ticket for t, _ in self._waiting):
+            if all(t is not ticket for t, _ in self._waiting):
                 return None
-            typical = sum(self._durations) / len(self._durations)
+            typical = sum(self._durations) / len(self._durations) if self._durations else None
             now = time.monotonic()
-            # When each slot frees up: now for the idle ones, after a typical training for the busy ones.
-            free = [0.0] * (self.limit - self._running) + [
-                max(typical - (now - started), 0.0) for started, n in self._holders.values() for _ in range(n)
-            ]
+
+            def left(holder: object, elapsed: float | None) -> float | None:
+                if holder in self._left:
+                    return max(self._left[holder](elapsed), 0.0)
+                return None if typical is None else max(typical - (elapsed or 0.0), 0.0)
+
+            # When each slot frees up: now for the idle ones, when its holder is done for the busy ones.
+            free = [0.0] * (self.limit - self._running)
+            for holder, (started, n) in self._holders.items():
+                free += [left(holder, now - started)] * n
             for waiting, n in self._waiting:  # hand slots out in arrival order until it is this ticket's turn
+                if None in free:
+                    return None
                 free.sort()
                 start = max(free[:n])
                 if waiting is ticket:
                     return start
-                free[:n] = [start + typical] * n
+                held = left(waiting, None)
+                free[:n] = [None if held is None else start + held] * n
             return None
+
+
+def planned_seconds_left(runs: list[RunConfig], workers: int, slots: TrainingSlots) -> Callable[[float | None], float]:
+    """A sweep's `seconds_left` for `TrainingSlots.hold`: its runs' estimated seconds, scaled by the server's
+    measured speed and shared among its workers, less the time it has held its slots."""
+    total = sum(estimated_seconds(run) for run in runs) * slots.speed / workers
+    return lambda elapsed: max(total - (elapsed or 0.0), 0.0)
+
 
 class MetricHistory:
     """The scalar records of one run, at most `capacity` of them.
@@ -231,10 +275,17 @@ class Job(BackgroundJob):
         self._error: str | None = None
         self._started = time.monotonic()
         self._ended: float | None = None
+        self._step_times: deque[float] = deque(maxlen=10)
+        # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the
+        # estimate scaled by this server's measured speed until the first steps, then their measured time.
+        self._seconds_left = estimated_seconds(self.run) * self.slots.speed
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def seconds_left(self, elapsed: float | None = None) -> float:
+        return self._seconds_left
 
     def snapshot(self) -> JobSnapshot:
         with self._lock:
@@ -266,6 +317,11 @@ class Job(BackgroundJob):
 
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
+        self._step_times.append(record["step_time"])
+        # The steps still to come at the measured pace (a median: a first step is slow), and the evaluation after
+        # the last one, which takes about a step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer
+        # responses a step).
+        self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_times)
         with self._lock:
             self._history.add(scalars)
             self._latest = scalars
@@ -275,44 +331,42 @@ class Job(BackgroundJob):
         status, error, final = "finished", None, None
         store = run_id = None
         try:
-            with self.slots.hold(self.stop_event, ticket=self) as acquired:
+            with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
                     self._set(status="preparing")
+                    # The pages refuse such runs; this holds for any caller (a link that slipped past a page).
+                    ServerLimits.from_env().check_run(self.run, cuda=torch.cuda.is_available())
                     # Every run is kept in the run store as it goes: it outlives the session and can be compared.
                     store = RunStore()
                     run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab",
                                            session=self.session)
+                    # The cap holds across processes sharing the store: another server, a command-line sweep.
+                    if not store.claim(run_id, self.slots.limit, self.stop_event.is_set):
+                        raise TrainingStopped("stopped while other processes' runs held the training cap")
                     trainer = Trainer(self.run, stop_event=self.stop_event)
                     setup = trainer.prepare(self._on_progress)
-                    store.start_run(run_id)
                     self._set(status="training", phase=None, setup=setup)
+                    started = time.perf_counter()
                     for record in trainer.steps():
+                        record["elapsed"] = time.perf_counter() - started  # as a sweep's: "seconds to 90 %"
                         self._add(record)
                         store.add_step(run_id, record)
-                    if not self.stop_event.is_set():
+                    if not self.stop_event.is_set() and self._step_times:
                         final = trainer.evaluate()
+                        self.slots.observe_speed(statistics.fmean(self._step_times), estimated_step_seconds(self.run))
         except TrainingStopped:
             pass
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
-            status, error = "failed", without_paths(f"{type(exc).__name__}: {exc}")
+            status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         if status == "finished" and self.stop_event.is_set():
             status = "stopped"
         if run_id is not None:
             try:
                 store.finish_run(run_id, status, final=final, error=error)
-            except StoreError as exc:
-                error = error or str(exc)
+            except Exception as exc:  # noqa: BLE001 - a full disk, say: the job must still end and show why
+                status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
         self._set(status=status, error=error, phase=None, ended=time.monotonic())
 
-
-
-# An absolute file path in a message: the pages never show where the server keeps its files.
-_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\](?:[^\s/\\'\"]+[/\\])+")
-
-
-def without_paths(message: str) -> str:
-    """`message` with every absolute path cut to its last part: `/srv/cache/sft/x/model.bin` → `…/model.bin`."""
-    return _PATH.sub("…/", message)
 
 
 _warm_start_begun = threading.Event()

@@ -25,6 +25,7 @@ import torch
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig
+from rl_core.messages import brief
 from rl_core.models import MODEL_PRESETS
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share as share_state
@@ -32,6 +33,7 @@ from ui.bridge import scale_exports
 from ui.dashboard import dashboard
 from ui.jobs import Job, TrainingSlots
 from ui.knobs import KNOBS, render_knob
+from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
 from ui.session import session_token
 
@@ -90,6 +92,9 @@ def live_lab(
             run = _run_config(variant, values, all_knobs)
         except ValueError:
             run = None  # the message is drawn under the knobs
+        over_allowance = None if busy else _learner_refusal()
+        if over_allowance:
+            run = None
         _buttons(page, variants, all_knobs, run, variant, values, current, busy)
         if prediction is not None:
             st.radio(prediction.question, prediction.options, index=None, key=f"{page}:prediction", horizontal=True,
@@ -106,8 +111,11 @@ def live_lab(
                     _knob(page, name, values, extra.get(name, ()), busy)
         try:
             run = _run_config(variant, values, all_knobs)
-        except ValueError as error:  # the engine names the knob that is out of range
-            st.error(f"This combination cannot run: {error}")
+        except ValueError as error:  # the engine (or the server's limits) names the knob that is out of range
+            st.error(f"This combination cannot run: {brief(str(error))}")
+            run = None
+        if over_allowance:
+            st.warning(over_allowance, icon=":material/timer:")
             run = None
         share_state.write(variant, values, _defaults(variant, all_knobs))
         st.session_state[URL_WRITTEN] = dict(st.query_params)
@@ -158,11 +166,12 @@ def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> Non
     params = dict(st.query_params)
     if not params or params == st.session_state.get(URL_WRITTEN):
         return
-    choices = {"task": list(TASKS), "model": list(MODEL_PRESETS),
+    choices = {"task": list(TASKS), "model": _models(),
                **{name: KNOBS[name].options for name in knobs if KNOBS[name].kind == "choice"}}
-    preset, chosen, refused = share_state.read(params, variants, knobs, share_state.check_algo, choices)
+    preset, chosen, refused = share_state.read(params, variants, knobs, _check_link, choices)
     for message in refused:
-        st.warning(f"A setting in the link was refused, the default kept: {message}", icon=":material/link_off:")
+        st.warning(f"A setting in the link was refused, the default kept: {brief(message)}",
+                   icon=":material/link_off:")
     preset = preset or variants[st.session_state.get(f"{page}:variant", next(iter(variants)))]
     values = _defaults(preset, knobs) | chosen
     st.session_state[f"{page}:values"] = values
@@ -171,6 +180,27 @@ def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> Non
     for name, value in values.items():
         st.session_state[f"{page}:{name}"] = value
     st.session_state[URL_WRITTEN] = params
+
+
+def _learner_refusal() -> str | None:
+    """Why this learner may not start another run now (the hour's training allowance is used up), or None."""
+    try:
+        check_learner()
+    except ValueError as error:
+        return brief(str(error))
+    return None
+
+
+def _check_link(preset: str, values: dict) -> None:
+    """ValueError for a link's value that the preset or the server's limits refuse."""
+    share_state.check_algo(preset, values)
+    runs = {name: values[name] for name in ("steps", "sft_steps", "model") if name in values}
+    server_limits().check_fields(torch.cuda.is_available(), **runs)
+
+
+def _models() -> list[str]:
+    """The model shapes this server can train: the 124M shape only where a GPU can (`rl_core.limits`)."""
+    return [m for m in MODEL_PRESETS if m != "gpt2" or torch.cuda.is_available()]
 
 
 # ---------------------------------------------------------------------------------------------- controls
@@ -250,10 +280,8 @@ def _task_and_model(page: str, values: dict, disabled: bool) -> None:
     )
     values["task"] = st.session_state[f"{page}:task"]
     st.caption(TASKS[values["task"]].lesson)
-    # The 124M shape is only worth offering where a GPU can train it.
-    models = [m for m in MODEL_PRESETS if m != "gpt2" or torch.cuda.is_available()]
     st.selectbox(
-        "model size", models, key=f"{page}:model", disabled=disabled,
+        "model size", _models(), key=f"{page}:model", disabled=disabled,
         format_func=lambda name: f"{name}: {MODEL_PRESETS[name].description}",
         help="The GPT-2 shape of the policy (the reference and critic copy it).",
     )
@@ -274,6 +302,7 @@ def _run_config(variant: str, values: dict, knobs: Sequence[str]) -> RunConfig:
         samples_per_record=max(4, min(algo.num_generations, 8)),  # a whole group when it fits
     )
     run.validate()
+    check_runs([run])
     return run
 
 
