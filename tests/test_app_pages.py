@@ -169,6 +169,7 @@ def test_runs_persist_and_overlay_with_labels_naming_the_difference(open_page):
     picker = at.get("button_group")[0]
     assert picker.proto.label == "Runs on the charts"
     assert [option.content for option in picker.proto.options] == ["#1 · GRPO", "#2 · beta=0.1"]
+    assert "#2 against #1: `beta` 0.04 → 0.1" in [c.value for c in at.caption], "the one knob that differs"
     names = {trace.get("name", "") for trace in chart_spec(at, "Reward and success rate")["data"]}
     assert {name.split()[0] for name in names} == {"#1", "#2"}, "both runs overlaid by default"
     at.session_state["grpo:overlay"] = [2]

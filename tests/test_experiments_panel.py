@@ -50,6 +50,15 @@ def test_a_page_lists_exactly_the_experiments_that_name_it():
     assert not empty.exception and not empty.header, "a page without experiments shows no panel"
 
 
+def test_each_arm_states_its_values_of_the_knobs_the_arms_differ_in():
+    experiment = get_experiment("gspo_clipping")
+    at = panel(experiment.pages[0]).run()
+    captions = " ".join(c.value for c in at.caption)
+    # GSPO's preset clips sequence ratios at 1 ± 3e-4 / 4e-4 (the spec's GSPO preset), GRPO's token ratios at 0.2.
+    assert ("**GRPO** (`policy_loss` clip, `epsilon` 0.2, `epsilon_high` 0.2) · **GSPO** (`policy_loss` gspo, "
+            "`epsilon` 0.0003, `epsilon_high` 0.0004), differing only in") in captions
+
+
 def test_every_charted_record_has_a_readable_title():
     untitled = {key for e in EXPERIMENTS.values() for key in e.charts if record_title(key) == key}
     assert untitled == set()

@@ -14,7 +14,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from rl_core.experiments import EXPERIMENTS, Experiment
+from rl_core.algorithms import get_preset
+from rl_core.experiments import Arm, EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import effect_sentence, plan_experiment, seed_effects, summarise_effects
 from rl_core.messages import brief
@@ -22,6 +23,7 @@ from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
 from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
+from ui.knobs import KNOBS
 from ui.lab import session_jobs, training_slots
 from ui.limits import check_learner, check_runs
 from ui.session import session_token, session_worker_cap
@@ -80,10 +82,17 @@ def see_it_happen(page: str) -> None:
             _results(page, experiment, job.snapshot())
 
 
+def _arm_knobs(experiment: Experiment, arm: Arm) -> str:
+    """The arm's values of the knobs in which the arms differ, e.g. `epsilon_high` 0.28."""
+    config = get_preset(arm.preset, **arm.overrides)
+    return ", ".join(f"`{k}` {KNOBS[k].format(getattr(config, k)) if k in KNOBS else getattr(config, k)}"
+                     for k in experiment.knobs)
+
+
 def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> None:
     st.subheader(experiment.title)
     st.markdown(f"**Claim.** {experiment.claim}  \n*Source:* {experiment.source}")
-    arms = " · ".join(f"**{arm.label}**" for arm in experiment.arms)
+    arms = " · ".join(f"**{arm.label}** ({_arm_knobs(experiment, arm)})" for arm in experiment.arms)
     st.caption(f"Arms: {arms}, differing only in {', '.join(f'`{k}`' for k in experiment.knobs)}. Task "
                f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
                f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "

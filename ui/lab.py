@@ -24,7 +24,7 @@ import streamlit as st
 import torch
 
 from rl_core.algorithms import PRESETS, get_preset
-from rl_core.config import AlgoConfig, RunConfig
+from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.messages import brief
 from rl_core.models import MODEL_PRESETS
 from toy_tasks import DEFAULT_TASK, TASKS
@@ -42,7 +42,6 @@ KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overla
 DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
-DESCRIPTIVE_FIELDS = ("name", "title", "summary")
 URL_WRITTEN = "lab:url"  # the query parameters a page of this session last wrote
 
 
@@ -235,11 +234,7 @@ def _variant_switch(page: str, variants: dict[str, str], knobs: Sequence[str], b
 
 
 def _differences(base: AlgoConfig, other: AlgoConfig) -> list[str]:
-    return [
-        f"`{f.name}` {getattr(base, f.name)} → {getattr(other, f.name)}"
-        for f in dataclasses.fields(AlgoConfig)
-        if f.name not in DESCRIPTIVE_FIELDS and getattr(base, f.name) != getattr(other, f.name)
-    ]
+    return [f"`{name}` {was} → {now}" for name, (was, now) in knob_differences(base, other).items()]
 
 
 def _apply_variant(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
