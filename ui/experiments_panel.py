@@ -10,6 +10,7 @@ the Compare page; while a job is active they refresh in one `st.fragment(run_eve
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
 import streamlit as st
@@ -17,13 +18,15 @@ import streamlit as st
 from rl_core.algorithms import get_preset
 from rl_core.experiments import Arm, EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
-from rl_core.experiments.runner import effect_sentence, plan_experiment, seed_effects, summarise_effects
+from rl_core.experiments.runner import (effect_sentence, past_run_seconds, plan_experiment, seed_effects,
+                                        summarise_effects)
 from rl_core.messages import brief
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
 from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import KNOBS
+from ui.jobs import planned_seconds_left
 from ui.lab import session_jobs, training_slots
 from ui.limits import check_learner, check_runs
 from ui.session import session_token, session_worker_cap
@@ -101,7 +104,9 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
     refusal = None if active else _refusal(experiment)
     if refusal:
         st.warning(f"This experiment cannot run now: {refusal}", icon=":material/block:")
-    run, stop, _ = st.columns([1, 1, 4])
+    run, stop, duration = st.columns([1, 1, 4], vertical_alignment="center")
+    if not active:
+        duration.caption(_duration(experiment))
     run.button("Run", key=f"{page}:experiment:{experiment.name}:run", type="primary",
                disabled=active or refusal is not None,
                on_click=_start, args=(experiment,),
@@ -109,6 +114,34 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
                     "another learner may make it wait its turn.")
     stop.button("Stop", key=f"{page}:experiment:{experiment.name}:stop", disabled=not active,
                 on_click=job.stop if active else None, help="End every run after its current step.")
+
+
+def _workers() -> int:
+    # A panel's experiment counts against the server's training cap and the session's worker cap, like a sweep.
+    return min(default_workers(), training_slots().limit, session_worker_cap())
+
+
+def _duration(experiment: Experiment) -> str:
+    """How long Run will take on this server: from this experiment's earlier runs here when there are some, else
+    from the measured step time of this server's runs (`rl_core.limits`)."""
+    planned = [arm_run.planned.run for arm_run in plan_experiment(experiment)]
+    workers = _workers()
+    try:
+        past = past_run_seconds(experiment, RunStore(recover=False).runs())
+    except StoreError:
+        past = []
+    if past:
+        seconds = len(planned) * statistics.median(past) / min(workers, len(planned))
+        source = f"the median of its {len(past)} earlier runs on this server"
+    else:
+        seconds = planned_seconds_left(planned, min(workers, len(planned)), training_slots())(0.0)
+        source = "estimated from this server's step times; a first run also trains the SFT warm starts"
+    return (f"About {_seconds(seconds)} for {len(planned)} runs, {min(workers, len(planned))} at a time "
+            f"({source}), if no one else is training.")
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _refusal(experiment: Experiment) -> str | None:
@@ -122,10 +155,7 @@ def _refusal(experiment: Experiment) -> str | None:
 
 
 def _start(experiment: Experiment) -> None:
-    slots = training_slots()
-    # A panel's experiment counts against the server's training cap and the session's worker cap, like a sweep.
-    workers = min(default_workers(), slots.limit, session_worker_cap())
-    job = ExperimentJob(experiment, slots, workers=workers, session=session_token())
+    job = ExperimentJob(experiment, training_slots(), workers=_workers(), session=session_token())
     session_jobs().append(job)
     st.session_state[f"experiment:{experiment.name}"] = job.start()
 
@@ -173,8 +203,9 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
                      key=f"{page}:experiment:{experiment.name}:table")
         st.caption("Each charted metric from its mean over the first 5 steps to its mean over the last 10, "
                    "averaged over seeds.")
-        st.caption(f"Records and summary.json: `{snapshot.out}`. Command line: `python -m rl_core experiment "
-                   f"{experiment.name} --out DIR`.")
+        # The server's folder stays unnamed (a learner has no use for a server path); the command writes its own.
+        st.caption(f"The same on your own machine, with every record and summary.json in DIR: "
+                   f"`python -m rl_core experiment {experiment.name} --out DIR`.")
 
 
 def arm_records(experiment: Experiment, snapshot: ExperimentSnapshot
