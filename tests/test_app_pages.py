@@ -93,6 +93,13 @@ def test_overview_renders_the_pipeline_and_the_four_models(open_page):
     for model in ("actor", "reference", "critic", "reward model"):
         assert model in text
     assert len(at.get("graphviz_chart")) == 1
+    # The first screen says where to go: the call to action comes before the pipeline's background.
+    order = [node.type for node in at.main if node.type in ("page_link", "graphviz_chart")]
+    assert order[:3] == ["page_link", "page_link", "graphviz_chart"], order
+    links = [link.proto.label for link in at.get("page_link")]
+    assert links[:2] == ["Start at the beginning: the policy gradient",
+                         "Or train GRPO now: press Train at the top of its page"]
+    assert "ends in a lab" not in text and "ⓘ" not in text, "no false promise and no glyph without a font"
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
