@@ -20,7 +20,7 @@ from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_expe
 from rl_core.records import read_jsonl
 from rl_core.store import RunStore
 from ui.experiment_jobs import ExperimentJob
-from ui.experiments_panel import experiments_for, record_title
+from ui.experiments_panel import experiments_for, record_title, what_happened
 from ui.jobs import TrainingSlots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +81,18 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     assert "About 2 min for 6 runs, 1 at a time (the median of its 2 earlier runs on this server)" in captions
 
 
+def test_what_happened_puts_each_arms_start_and_end_in_words():
+    experiment = dataclasses.replace(get_experiment(NAME), charts=("entropy", "clip_frac", "kl_k3"))
+    steps = lambda values: [{"entropy": v, "clip_frac": 0.1} for v in values]  # noqa: E731
+    # GRPO: seeds start at 1.0 and 1.2 (first 5 steps), end at 0.4 and 0.6 (last 10): 1.1 → 0.5.
+    # GSPO: 1.0 → 1.02 over the seeds, within 5 %: "stayed". clip_frac is constant; kl_k3 is beyond the first two.
+    groups = {"GRPO": [steps([1.0] * 5 + [0.4] * 10), steps([1.2] * 5 + [0.6] * 10)],
+              "GSPO": [steps([1.0] * 5 + [1.02] * 10)]}
+    assert what_happened(experiment, groups) == (
+        "Token entropy fell from 1.1 to 0.5 with GRPO; stayed near 1.02 with GSPO. "
+        f"{record_title('clip_frac')} stayed near 0.1 with GRPO; stayed near 0.1 with GSPO.")
+
+
 def test_every_charted_record_has_a_readable_title():
     untitled = {key for e in EXPERIMENTS.values() for key in e.charts if record_title(key) == key}
     assert untitled == set()
@@ -104,6 +116,7 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     # The sentence on the page is computed from the store; the runner's summary.json from its own pass.
     written = json.loads((job.out / SUMMARY_FILE).read_text())
     assert [s.value for s in at.success] == [written["sentence"]]
+    assert any(m.value.startswith("**What happened.** ") for m in at.markdown)
     assert any("finished in" in m.value for m in at.markdown)
     table = at.dataframe[0].value
     assert list(table["arm"]) == [arm.label for arm in experiment.arms] and list(table["seeds"]) == [2, 2]

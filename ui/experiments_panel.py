@@ -199,6 +199,7 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     if snapshot.status == "finished":
         summary = summarise_effects(experiment, seed_effects(experiment, finished))
         st.success(effect_sentence(experiment, summary))
+        st.markdown(f"**What happened.** {what_happened(experiment, groups)}")
         st.dataframe(_arm_table(experiment, groups), hide_index=True,
                      key=f"{page}:experiment:{experiment.name}:table")
         st.caption("Each charted metric from its mean over the first 5 steps to its mean over the last 10, "
@@ -241,17 +242,41 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _start_and_end(seeds: list[list[dict]], key: str) -> tuple[float, float]:
+    """A metric at the start (its mean over the first 5 steps) and at the end (the last 10), over the seeds."""
+    return (mean_over_steps([r for records in seeds for r in records[:5]], key),
+            mean_over_steps([r for records in seeds for r in records[-10:]], key))
+
+
 def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> pd.DataFrame:
-    """Per arm: each charted metric at the start (first 5 steps) and at the end (last 10), mean over seeds."""
+    """Per arm: each charted metric at the start and at the end, mean over seeds."""
     rows = []
     for label, seeds in groups.items():
         row = {"arm": label, "seeds": len(seeds)}
         for key in experiment.charts:
-            start = mean_over_steps([r for records in seeds for r in records[:5]], key)
-            end = mean_over_steps([r for records in seeds for r in records[-10:]], key)
+            start, end = _start_and_end(seeds, key)
             row[record_title(key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _movement(start: float, end: float) -> str:
+    """How a metric moved, in words; a change within 5 % of its size is "stayed"."""
+    if math.isnan(start) or math.isnan(end):
+        return "was not measured"
+    if abs(end - start) <= 0.05 * max(abs(start), abs(end)):
+        return f"stayed near {end:.3g}"
+    return f"{'rose' if end > start else 'fell'} from {start:.3g} to {end:.3g}"
+
+
+def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> str:
+    """The experiment's first two charted metrics in words, arm by arm, start (first 5 steps) to end (last 10),
+    averaged over seeds: what the verdict's number came from."""
+    return " ".join(
+        f"{record_title(key)} " + "; ".join(f"{_movement(*_start_and_end(seeds, key))} with {label}"
+                                            for label, seeds in groups.items()) + "."
+        for key in experiment.charts[:2]
+    )
 
 
 def experiment_list() -> None:
