@@ -100,6 +100,7 @@ def test_overview_renders_the_pipeline_and_the_four_models(open_page):
     assert links[:2] == ["Start at the beginning: the policy gradient",
                          "Or train GRPO now: press Train at the top of its page"]
     assert "ends in a lab" not in text and "ⓘ" not in text, "no false promise and no glyph without a font"
+    assert '<abbr title="β, the KL coefficient' in text, "a formula's symbols are explained on hover"
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
