@@ -38,6 +38,7 @@ RECORD_TITLES = {
     "advantage_first_token": "Advantage of each response's first token",
     "advantage_last_token": "Advantage of each response's last token",
     "beta": "β, the KL coefficient",
+    "clip_frac_tokens": "Tokens the clip silences, share (GSPO: every token of a clipped response)",
     "clip_frac_high": "Clipped on the high side (ρ > 1 + ε_high, Â > 0), share of tokens",
     "dynamic_sampling_rounds": "Sampling rounds per step",
     "explained_variance": "Critic's explained variance",
