@@ -6,6 +6,7 @@ from rl_core.rewards import kl_penalized_token_rewards
 from rl_core.sft import sft_loss
 from toy_tasks import TASKS
 from ui.limits import limits_panel
+from ui.session import bookmark_link
 from ui.story import formula
 
 st.title("RLHF policy optimisation, one algorithm at a time")
@@ -109,3 +110,10 @@ st.page_link("app_pages/policy_gradient.py", label="Start with the policy gradie
 
 with st.expander("This server: what one learner and one run may use"):
     limits_panel()
+with st.expander("Your runs, in another browser"):
+    st.markdown(
+        "Your runs, comparisons and experiments belong to a key kept in this browser: a reload, a second tab or a "
+        "restart of the server shows them again, and no other learner sees them. To open them in another "
+        "browser, use this link there (keep it to yourself: it is your key):"
+    )
+    st.code(bookmark_link(), language=None, wrap_lines=True)

@@ -8,13 +8,13 @@ Where things live:
   `st.*`. It holds one of the server's training slots per worker (`ui.jobs.TrainingSlots`, shared with the live
   labs) for as long as it trains, so sweeps never push the server past its cap; a session's sweep has at most
   `RLHF_LAB_MAX_SESSION_WORKERS` workers.
-* Every run and sweep belongs to the browser session that started it (`ui.session`): a session sees, stops and
-  deletes only its own, plus the command line's runs, which it may show but not delete. Its sweeps stop when
-  the session ends (the tab closes), as its live-lab trainings do.
+* Every run and sweep belongs to the learner who started it (`ui.session`: a token in the browser, so a reload
+  or a second tab is the same learner): a learner sees, stops and deletes only their own, plus the command line's
+  runs, which they may show but not delete. A sweep goes on when its page reloads, and the page opens on it.
 * The page never asks a sweep how it is doing: it reads the store, which the workers write, once a second
   (`@st.fragment(run_every=…)`) while a shown run is active. Step records are cached in the session and read
   incrementally, so a refresh parses only the steps that are new.
-* The runs on the charts are a list of run ids in session state; a new session starts with an empty chart.
+* The runs on the charts are a list of run ids in session state; a new session opens on the learner's latest sweep.
 """
 
 from __future__ import annotations
@@ -74,17 +74,6 @@ PLOT_CONFIG = {
 def live_sweeps() -> dict[int, Sweep]:
     """Sweep id → the sweeps this server is running; a sweep's thread removes it when it ends."""
     return {}
-
-
-def _stop_sweeps(sweeps: list[Sweep]) -> None:
-    for sweep in sweeps:
-        sweep.stop()
-
-
-@st.cache_resource(scope="session", on_release=_stop_sweeps, show_spinner=False)
-def session_sweeps() -> list[Sweep]:
-    """The sweeps this browser session started; stopped when the session ends (no one else may stop them)."""
-    return []
 
 
 def compare_page() -> None:
@@ -259,8 +248,6 @@ def _start(planned: list[PlannedRun], workers: int) -> None:
     workers = min(workers, len(planned))
     sweep = Sweep(planned, RunStore(), workers=workers, session=session_token(), cap=training_slots().limit)
     registry[sweep.sweep_id] = sweep
-    sweeps = session_sweeps()
-    sweeps[:] = [s for s in sweeps if s.sweep_id in registry] + [sweep]
     threading.Thread(target=_coordinate, args=(sweep, registry, training_slots()), name=f"sweep-{sweep.sweep_id}",
                      daemon=True).start()
     st.session_state["compare:shown"] = list(sweep.run_ids)

@@ -27,9 +27,9 @@ from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import KNOBS
 from ui.jobs import planned_seconds_left
-from ui.lab import session_jobs, training_slots
+from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
-from ui.session import session_token, session_worker_cap
+from ui.session import learner_state, session_token, session_worker_cap
 
 REFRESH_SECONDS = 1.0
 # Titles of the record keys experiments chart beyond the Compare page's curves (`CURVES`).
@@ -78,7 +78,7 @@ def see_it_happen(page: str) -> None:
                "several seeds, side by side. Lines are the mean over seeds, bands span the lowest to the highest "
                "seed.")
     for experiment in experiments:
-        job = st.session_state.get(f"experiment:{experiment.name}")
+        job = _job(experiment)
         _controls(page, experiment, job)
         if job is not None and job.active:
             st.fragment(run_every=REFRESH_SECONDS)(_live)(page, experiment)
@@ -157,13 +157,22 @@ def _refusal(experiment: Experiment) -> str | None:
 
 def _start(experiment: Experiment) -> None:
     job = ExperimentJob(experiment, training_slots(), workers=_workers(), session=session_token())
-    session_jobs().append(job)
-    st.session_state[f"experiment:{experiment.name}"] = job.start()
+    # Kept for the learner as well as the session: a reload finds the experiment, still training or done.
+    st.session_state[f"experiment:{experiment.name}"] = learner_state()[f"experiment:{experiment.name}"] = job.start()
+
+
+def _job(experiment: Experiment) -> ExperimentJob | None:
+    """The learner's latest run of this experiment: this session's, else one started before a reload or in
+    another tab."""
+    key = f"experiment:{experiment.name}"
+    if key not in st.session_state and key in learner_state():
+        st.session_state[key] = learner_state()[key]
+    return st.session_state.get(key)
 
 
 def _live(page: str, experiment: Experiment) -> None:
     """An active experiment, redrawn every second; one full rerun when it ends."""
-    job = st.session_state[f"experiment:{experiment.name}"]
+    job = _job(experiment)
     _results(page, experiment, job.snapshot())
     if not job.active:
         st.rerun()  # re-enables the Run button and stops this refresh
