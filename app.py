@@ -7,6 +7,7 @@ from rl_core.algorithms import PRESETS
 from rl_core.config import RunConfig
 from toy_tasks import DEFAULT_TASK
 from ui.jobs import warm_default_start
+from ui.session import remember_learner
 
 st.set_page_config(page_title="RLHF policy optimisation lab", page_icon=":material/tune:", layout="wide")
 # A page is an instrument: at 1366 × 768 its Train button, lesson knobs and first chart share the first screen.
@@ -45,3 +46,5 @@ NAVIGATION = {
 warm_default_start(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
 # Navigation in the top bar, not a sidebar: the sidebar would take a quarter of a laptop screen's width.
 st.navigation(NAVIGATION, position="top").run()
+# After the page, so that its first screen is drawn first: the learner's token into the browser's cookie.
+remember_learner()

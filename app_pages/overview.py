@@ -6,6 +6,7 @@ from rl_core.rewards import kl_penalized_token_rewards
 from rl_core.sft import sft_loss
 from toy_tasks import TASKS
 from ui.limits import limits_panel
+from ui.session import bookmark_link
 from ui.story import formula
 
 st.title("RLHF policy optimisation, one algorithm at a time")
@@ -17,6 +18,10 @@ st.markdown(
     "same four-part story: the problem the previous method left open, the idea that addresses it, the formula "
     "next to the exact code that computes it, and a lab in which a real (tiny) GPT-2 learns a toy task live."
 )
+# The first screen's call to action: where to press Train, before the background below.
+start, grpo = st.columns(2)
+start.page_link("app_pages/policy_gradient.py", label="Start at the beginning: the policy gradient", icon="➡️")
+grpo.page_link("app_pages/grpo.py", label="Or train GRPO now: press Train at the top of its page", icon="▶️")
 
 st.header("The pipeline: SFT → reward model → RL")
 st.graphviz_chart(
@@ -96,11 +101,19 @@ for task in TASKS.values():
     st.markdown(f"- **{task.name}**: {task.description}. {task.lesson}")
 st.markdown("\n".join(f"- **{p.name}**: {p.description}" for p in MODEL_PRESETS.values()))
 st.markdown(
-    "Each algorithm page ends in a lab: pick a task and model, move the knobs (hover ⓘ for what each does), "
-    "press **Train** and watch reward, entropy, KL, clipping, advantages and the sampled tokens update every "
-    "second. A finished run stays on screen; earlier runs can be overlaid and downloaded."
+    "Each algorithm page opens with its lab: pick a task and model, move the knobs (hover the question mark "
+    "beside a knob for what it does), press **Train** and watch reward, entropy, KL, clipping, advantages and the "
+    "sampled tokens update every second, with the page's story below. A finished run stays on screen; earlier "
+    "runs can be overlaid and downloaded."
 )
 st.page_link("app_pages/policy_gradient.py", label="Start with the policy gradient", icon="➡️")
 
 with st.expander("This server: what one learner and one run may use"):
     limits_panel()
+with st.expander("Your runs, in another browser"):
+    st.markdown(
+        "Your runs, comparisons and experiments belong to a key kept in this browser: a reload, a second tab or a "
+        "restart of the server shows them again, and no other learner sees them. To open them in another "
+        "browser, use this link there (keep it to yourself: it is your key):"
+    )
+    st.code(bookmark_link(), language=None, wrap_lines=True)

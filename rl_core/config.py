@@ -481,6 +481,25 @@ class RunConfig:
             )
 
 
+def knob_differences(a: AlgoConfig | RunConfig, b: AlgoConfig | RunConfig) -> dict[str, tuple[object, object]]:
+    """The knobs whose values differ between two presets or two runs, name → (a's value, b's value), in the
+    configs' field order: the algorithm's knobs, then for runs the run's own fields (task, model, steps, SFT, …).
+
+    A run's seed is left out: runs that differ only in their seed are replicas of one setting, and a comparison
+    that differs in more than the knob under study has a confound this names."""
+    if isinstance(a, RunConfig) != isinstance(b, RunConfig):
+        raise ValueError("knob_differences compares two presets or two runs, not one of each")
+    differences = {
+        name: (getattr(a.algo if isinstance(a, RunConfig) else a, name),
+               getattr(b.algo if isinstance(b, RunConfig) else b, name))
+        for name in KNOB_NAMES
+    }
+    if isinstance(a, RunConfig):
+        differences |= {f.name: (getattr(a, f.name), getattr(b, f.name))
+                        for f in dataclasses.fields(RunConfig) if f.name not in ("algo", "seed")}
+    return {name: pair for name, pair in differences.items() if pair[0] != pair[1]}
+
+
 def parse_overrides(assignments: list[str]) -> dict:
     """`["beta=0.1", "dual_clip=none", "loss_agg_mode=token-mean"]` → typed knob values for `get_preset`.
 

@@ -467,16 +467,21 @@ class Trainer:
             if self._clips_sequences:
                 # GSPO clips whole responses, so its clip fractions count responses, not tokens.
                 seq_ratio = gspo_sequence_ratio(logp.detach(), old_logp, mask)[:, None]
+                seq_advantages = masked_mean(advantages, mask, dim=-1)[:, None]
                 seq_mask = (mask.sum(-1, keepdim=True) > 0).float()
-                clips = clip_fractions(
-                    seq_ratio, masked_mean(advantages, mask, dim=-1)[:, None], seq_mask, algo.epsilon, algo.epsilon_high
-                )
+                clips = clip_fractions(seq_ratio, seq_advantages, seq_mask, algo.epsilon, algo.epsilon_high)
+                # The GSPO paper and verl's pg_clipfrac count tokens: every token of a clipped response is clipped.
+                clips["clip_frac_tokens"] = clip_fractions(
+                    seq_ratio.expand_as(mask), seq_advantages.expand_as(mask), mask, algo.epsilon, algo.epsilon_high
+                )["clip_frac"]
             elif algo.policy_loss == "dppo_tv":  # a trust region in probability: its clip is the mask
                 clips = dppo_clip_fractions(
                     logp.detach(), old_logp, advantages, mask, algo.dppo_delta_low, algo.dppo_delta_high
                 )
             else:
                 clips = clip_fractions(ratio, advantages, mask, algo.epsilon, algo.epsilon_high, algo.dual_clip)
+            # The share of tokens the clip (or DPPO's mask) silences, whatever the loss clips: one axis for all.
+            clips.setdefault("clip_frac_tokens", clips["clip_frac"])
             if "kl_loss" in parts:
                 clips["kl_capped_frac"] = kl_capped_fraction(inputs)
             return {

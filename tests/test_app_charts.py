@@ -6,8 +6,10 @@ import math
 
 import plotly.graph_objects as go
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig, knob_differences
 from ui import share
 from ui.charts import CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, run_colour, thin
 from ui.predict import end_versus_start, ever_above, mean_near_zero
@@ -156,6 +158,46 @@ class FakeJob:
 def test_run_labels_name_only_what_differs_from_the_first_run():
     runs = [FakeJob(1), FakeJob(2, beta=0.1), FakeJob(3, seed=1, variant="DAPO"), FakeJob(4)]
     assert labels(runs) == {1: "#1 · GRPO", 2: "#2 · beta=0.1", 3: "#3 · variant=DAPO, seed=1", 4: "#4 · GRPO"}
+
+
+class RunJob:
+    def __init__(self, number, preset="grpo", seed=0, **overrides):
+        self.number = number
+        self.run = RunConfig(algo=get_preset(preset, **overrides), task="reverse", seed=seed)
+
+
+def overlay_notes(jobs: list) -> tuple[list[str], list[str]]:
+    """The captions and warnings `ui.runs.differences` draws under the overlay of these runs."""
+    def page(jobs):
+        from ui.runs import differences
+        differences(jobs, {job.number: f"#{job.number} · x" for job in jobs})
+    at = AppTest.from_function(page, args=(jobs,)).run()
+    assert not at.exception, at.exception
+    return [c.value for c in at.caption], [w.value for w in at.warning]
+
+
+def test_the_overlay_names_every_knob_in_which_its_runs_differ_and_flags_more_than_one():
+    # A replica (another seed) and a one-knob change are captions; DAPO against GRPO is the five knobs of the
+    # spec's DAPO preset (β 0, ε_high 0.28, dynamic sampling, token-mean, the overlong penalty), flagged.
+    captions, warnings = overlay_notes([RunJob(1), RunJob(2, seed=3), RunJob(3, beta=0.1)])
+    assert captions == ["#2: the same settings, another seed as #1  \n#3 against #1: `beta` 0.04 → 0.1"]
+    assert warnings == []
+    captions, warnings = overlay_notes([RunJob(1), RunJob(2, "dapo")])
+    assert captions == [] and len(warnings) == 1
+    assert warnings[0].startswith("#2 differs from #1 in 5 knobs: a gap between their curves may come from any")
+    for change in ("`beta` 0.04 → 0", "`epsilon_high` 0.2 → 0.28", "`dynamic_sampling` False → True",
+                   "`loss_agg_mode` seq-mean-token-mean → token-mean", "`overlong_punishment` False → True"):
+        assert change in warnings[0]
+
+
+def test_knob_differences_compares_presets_or_runs_and_leaves_the_seed_out():
+    assert knob_differences(get_preset("grpo"), get_preset("grpo", beta=0.1)) == {"beta": (0.04, 0.1)}
+    grpo = RunConfig(algo=get_preset("grpo"), task="reverse", seed=0, steps=40)
+    assert knob_differences(grpo, RunConfig(algo=get_preset("grpo"), task="reverse", seed=5, steps=40)) == {}
+    assert knob_differences(grpo, RunConfig(algo=get_preset("grpo"), task="caesar", seed=0, steps=60)) == {
+        "task": ("reverse", "caesar"), "steps": (40, 60)}
+    with pytest.raises(ValueError, match="two presets or two runs"):
+        knob_differences(grpo, get_preset("grpo"))
 
 
 VARIANTS = {"GRPO": "grpo", "DAPO": "dapo"}

@@ -93,6 +93,14 @@ def test_overview_renders_the_pipeline_and_the_four_models(open_page):
     for model in ("actor", "reference", "critic", "reward model"):
         assert model in text
     assert len(at.get("graphviz_chart")) == 1
+    # The first screen says where to go: the call to action comes before the pipeline's background.
+    order = [node.type for node in at.main if node.type in ("page_link", "graphviz_chart")]
+    assert order[:3] == ["page_link", "page_link", "graphviz_chart"], order
+    links = [link.proto.label for link in at.get("page_link")]
+    assert links[:2] == ["Start at the beginning: the policy gradient",
+                         "Or train GRPO now: press Train at the top of its page"]
+    assert "ends in a lab" not in text and "ⓘ" not in text, "no false promise and no glyph without a font"
+    assert '<abbr title="β, the KL coefficient' in text, "a formula's symbols are explained on hover"
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
@@ -169,6 +177,7 @@ def test_runs_persist_and_overlay_with_labels_naming_the_difference(open_page):
     picker = at.get("button_group")[0]
     assert picker.proto.label == "Runs on the charts"
     assert [option.content for option in picker.proto.options] == ["#1 · GRPO", "#2 · beta=0.1"]
+    assert "#2 against #1: `beta` 0.04 → 0.1" in [c.value for c in at.caption], "the one knob that differs"
     names = {trace.get("name", "") for trace in chart_spec(at, "Reward and success rate")["data"]}
     assert {name.split()[0] for name in names} == {"#1", "#2"}, "both runs overlaid by default"
     at.session_state["grpo:overlay"] = [2]

@@ -214,3 +214,29 @@ def test_under_load_the_dashboard_says_finished_soon_after_the_run_ends(app_url)
             browser.close()
     finally:
         hog.kill()
+
+
+def _learner_key(page, url: str) -> str:
+    """Open the overview and return the learner's key as its *Your runs, in another browser* link shows it, once
+    the browser holds it in its cookie."""
+    open_page(page, url, PAGES[""])
+    page.wait_for_function("() => document.cookie.includes('rlhf_lab_learner=')", timeout=30_000)
+    page.get_by_text("Your runs, in another browser").click()
+    link = page.get_by_test_id("stCode").filter(has_text="?me=").first.inner_text().strip()
+    cookie = next(c["value"] for c in page.context.cookies() if c["name"] == "rlhf_lab_learner")
+    assert link.endswith(f"?me={cookie}"), (link, cookie)
+    return cookie
+
+
+def test_a_reload_is_the_same_learner_and_another_browser_is_not(app_url, page):
+    first = _learner_key(page, app_url)
+    page.reload()
+    assert _learner_key(page, app_url) == first, "the cookie keeps the learner across a reload"
+    other = page.context.browser.new_context(viewport=LAPTOP)  # another browser profile: no cookies
+    try:
+        elsewhere = other.new_page()
+        assert _learner_key(elsewhere, app_url) != first, "another browser is another learner"
+        open_page(elsewhere, f"{app_url}/?me={first}", PAGES[""])  # the link adopts the key, and keeps it
+        elsewhere.wait_for_function(f"() => document.cookie.includes('rlhf_lab_learner={first}')", timeout=30_000)
+    finally:
+        other.close()

@@ -346,3 +346,31 @@ def test_a_huge_knob_name_is_refused_in_a_message_of_a_few_hundred_characters(st
     refusal = next(e.value for e in at.error if "unknown knob" in e.value)
     assert len(refusal) <= 350 and refusal.startswith("This comparison cannot run: unknown knob 'xxx")
     assert at.button(key="compare:run").disabled
+
+
+def test_presets_that_differ_in_several_knobs_are_flagged_and_one_knob_is_one_click_away(store):
+    at = open_page()
+    at.multiselect(key="compare:presets").set_value(["grpo", "dapo"]).run()
+    # DAPO is GRPO with ε_high 0.28, dynamic sampling, token-mean and the overlong penalty, and β = 0 (the spec's
+    # DAPO preset): five knobs, each named with both values.
+    listed = " ".join(c.value for c in at.caption)
+    for change in ("`beta` 0.04 → 0", "`epsilon_high` 0.2 → 0.28", "`dynamic_sampling` False → True",
+                   "`loss_agg_mode` seq-mean-token-mean → token-mean", "`overlong_punishment` False → True"):
+        assert change in listed
+    assert any("dapo differs from grpo in 5 knobs" in w.value for w in at.warning)
+    at.selectbox(key="compare:confound_knob").set_value("epsilon_high").run()
+    at.button(key="compare:one_knob").click().run()
+    assert not at.exception, at.exception
+    assert at.radio(key="compare:mode").value == "One preset, several values of a knob"
+    assert at.selectbox(key="compare:preset").value == "grpo"
+    assert at.selectbox(key="compare:knob").value == "epsilon_high"
+    assert at.text_input(key="compare:values").value == "0.2, 0.28"
+    assert "6 runs: 2 groups × 3 seeds" in " ".join(c.value for c in at.caption)
+
+
+def test_presets_that_differ_in_one_knob_are_not_flagged(store):
+    at = open_page()
+    at.multiselect(key="compare:presets").set_value(["grpo", "maxrl"]).run()
+    assert "**maxrl** against **grpo**: `advantage_estimator` grpo → maxrl" in " ".join(c.value for c in at.caption)
+    assert not any("differs from" in w.value for w in at.warning)
+    assert "compare:one_knob" not in [b.key for b in at.button]

@@ -16,10 +16,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from rl_core.experiments import EXPERIMENTS, get_experiment
-from rl_core.experiments.runner import SUMMARY_FILE, records_file
+from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_experiment, records_file
 from rl_core.records import read_jsonl
+from rl_core.store import RunStore
 from ui.experiment_jobs import ExperimentJob
-from ui.experiments_panel import experiments_for, record_title
+from ui.experiments_panel import experiments_for, record_title, what_happened
 from ui.jobs import TrainingSlots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,48 @@ def test_a_page_lists_exactly_the_experiments_that_name_it():
     assert not empty.exception and not empty.header, "a page without experiments shows no panel"
 
 
+def test_each_arm_states_its_values_of_the_knobs_the_arms_differ_in():
+    experiment = get_experiment("gspo_clipping")
+    at = panel(experiment.pages[0]).run()
+    captions = " ".join(c.value for c in at.caption)
+    # GSPO's preset clips sequence ratios at 1 ± 3e-4 / 4e-4 (the spec's GSPO preset), GRPO's token ratios at 0.2.
+    assert ("**GRPO** (`policy_loss` clip, `epsilon` 0.2, `epsilon_high` 0.2) · **GSPO** (`policy_loss` gspo, "
+            "`epsilon` 0.0003, `epsilon_high` 0.0004), differing only in") in captions
+
+
+def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")  # one run at a time: the arithmetic below
+    experiment = get_experiment(NAME)  # 2 arms × 3 seeds
+    first = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
+    assert "for 6 runs, 1 at a time (estimated from this server's step times" in first
+    store = RunStore()
+    for label, seconds, status in (("GRPO", 10.0, "finished"), ("GSPO", 30.0, "finished"), ("GSPO", 500.0, "failed")):
+        run_id = store.add_run(plan_experiment(experiment)[0].planned.run, f"{NAME}: {label}")
+        store.start_run(run_id)
+        store.finish_run(run_id, status)
+        with store._write() as db:  # the durations these runs took
+            db.execute("UPDATE runs SET started_at = 0, finished_at = ? WHERE id = ?", (seconds, run_id))
+    other = store.add_run(plan_experiment(get_experiment("clip_higher"))[0].planned.run, "clip_higher: x")
+    store.start_run(other)
+    store.finish_run(other, "finished")
+    assert sorted(past_run_seconds(experiment, store.runs())) == [10.0, 30.0], "finished runs of this one only"
+    # the median of 10 s and 30 s for each of 6 runs, one at a time: 120 s, shown as 2 min
+    captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
+    assert "About 2 min for 6 runs, 1 at a time (the median of its 2 earlier runs on this server)" in captions
+
+
+def test_what_happened_puts_each_arms_start_and_end_in_words():
+    experiment = dataclasses.replace(get_experiment(NAME), charts=("entropy", "clip_frac", "kl_k3"))
+    steps = lambda values: [{"entropy": v, "clip_frac": 0.1} for v in values]  # noqa: E731
+    # GRPO: seeds start at 1.0 and 1.2 (first 5 steps), end at 0.4 and 0.6 (last 10): 1.1 → 0.5.
+    # GSPO: 1.0 → 1.02 over the seeds, within 5 %: "stayed". clip_frac is constant; kl_k3 is beyond the first two.
+    groups = {"GRPO": [steps([1.0] * 5 + [0.4] * 10), steps([1.2] * 5 + [0.6] * 10)],
+              "GSPO": [steps([1.0] * 5 + [1.02] * 10)]}
+    assert what_happened(experiment, groups) == (
+        "Token entropy fell from 1.1 to 0.5 with GRPO; stayed near 1.02 with GSPO. "
+        f"{record_title('clip_frac')} stayed near 0.1 with GRPO; stayed near 0.1 with GSPO.")
+
+
 def test_every_charted_record_has_a_readable_title():
     untitled = {key for e in EXPERIMENTS.values() for key in e.charts if record_title(key) == key}
     assert untitled == set()
@@ -73,6 +116,7 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     # The sentence on the page is computed from the store; the runner's summary.json from its own pass.
     written = json.loads((job.out / SUMMARY_FILE).read_text())
     assert [s.value for s in at.success] == [written["sentence"]]
+    assert any(m.value.startswith("**What happened.** ") for m in at.markdown)
     assert any("finished in" in m.value for m in at.markdown)
     table = at.dataframe[0].value
     assert list(table["arm"]) == [arm.label for arm in experiment.arms] and list(table["seeds"]) == [2, 2]

@@ -49,6 +49,17 @@ def test_clip_fractions_per_sequence_with_column_tensors():
     assert fractions["clip_frac_low"] == pytest.approx(1 / 3)
 
 
+def test_a_clipped_sequence_counts_every_one_of_its_tokens():
+    # GSPO's token share (the trainer's clip_frac_tokens): the sequence ratio broadcast over each response's tokens.
+    # Response 0 (3 tokens) has ρ_seq = 1.0005 > 1 + 4e-4 with Â > 0: clipped; response 1 (1 token) is not.
+    # Per response 1 of 2 is clipped; per token 3 of 4.
+    ratio = torch.tensor([[1.0005], [1.0]]).expand(2, 3)
+    adv = torch.tensor([[1.0], [1.0]]).expand(2, 3)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    assert clip_fractions(ratio, adv, mask, 3e-4, 4e-4)["clip_frac"] == pytest.approx(3 / 4)
+    assert clip_fractions(ratio[:, :1], adv[:, :1], torch.ones(2, 1), 3e-4, 4e-4)["clip_frac"] == pytest.approx(1 / 2)
+
+
 def test_explained_variance_by_hand():
     returns = torch.tensor([[1.0, 2.0, 3.0, 50.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])

@@ -43,6 +43,9 @@ def test_every_preset_yields_records_with_every_spec_metric(algo):
         assert 0.0 <= record["success_rate"] <= 1.0
         assert 0.0 <= record["clip_frac"] <= 1.0
         assert math.isclose(record["clip_frac"], record["clip_frac_low"] + record["clip_frac_high"], abs_tol=1e-6)
+        assert 0.0 <= record["clip_frac_tokens"] <= 1.0
+        if PRESETS[algo].policy_loss != "gspo":  # a token-level clip: the token share is its clip fraction
+            assert record["clip_frac_tokens"] == record["clip_frac"]
         assert record["kl_k2"] >= 0 and record["kl_k3"] >= 0 and record["kl_exact"] >= -1e-6
         assert record["samples"] and SAMPLE_FIELDS <= set(record["samples"][0])
         sample = record["samples"][0]

@@ -8,13 +8,13 @@ Where things live:
   `st.*`. It holds one of the server's training slots per worker (`ui.jobs.TrainingSlots`, shared with the live
   labs) for as long as it trains, so sweeps never push the server past its cap; a session's sweep has at most
   `RLHF_LAB_MAX_SESSION_WORKERS` workers.
-* Every run and sweep belongs to the browser session that started it (`ui.session`): a session sees, stops and
-  deletes only its own, plus the command line's runs, which it may show but not delete. Its sweeps stop when
-  the session ends (the tab closes), as its live-lab trainings do.
+* Every run and sweep belongs to the learner who started it (`ui.session`: a token in the browser, so a reload
+  or a second tab is the same learner): a learner sees, stops and deletes only their own, plus the command line's
+  runs, which they may show but not delete. A sweep goes on when its page reloads, and the page opens on it.
 * The page never asks a sweep how it is doing: it reads the store, which the workers write, once a second
   (`@st.fragment(run_every=…)`) while a shown run is active. Step records are cached in the session and read
   incrementally, so a refresh parses only the steps that are new.
-* The runs on the charts are a list of run ids in session state; a new session starts with an empty chart.
+* The runs on the charts are a list of run ids in session state; a new session opens on the learner's latest sweep.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import streamlit as st
 from plotly.colors import hex_to_rgb
 
 from rl_core.algorithms import PRESETS
-from rl_core.config import AlgoConfig, RunConfig, parse_overrides
+from rl_core.config import AlgoConfig, RunConfig, knob_differences, parse_overrides
 from rl_core.experiments import EXPERIMENTS
 from rl_core.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
 from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
@@ -42,6 +42,7 @@ from rl_core.messages import brief
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS
 from ui.lab import training_slots
+from ui.runs import difference_text
 from ui.limits import check_learner, check_runs
 from ui.session import session_token, session_worker_cap
 from ui.tokens import COLOURINGS, token_html
@@ -73,17 +74,6 @@ PLOT_CONFIG = {
 def live_sweeps() -> dict[int, Sweep]:
     """Sweep id → the sweeps this server is running; a sweep's thread removes it when it ends."""
     return {}
-
-
-def _stop_sweeps(sweeps: list[Sweep]) -> None:
-    for sweep in sweeps:
-        sweep.stop()
-
-
-@st.cache_resource(scope="session", on_release=_stop_sweeps, show_spinner=False)
-def session_sweeps() -> list[Sweep]:
-    """The sweeps this browser session started; stopped when the session ends (no one else may stop them)."""
-    return []
 
 
 def compare_page() -> None:
@@ -146,6 +136,7 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
             "presets", list(PRESETS), default=list(DEFAULT_PRESETS), key="compare:presets", disabled=disabled,
             format_func=lambda name: f"{name}: {PRESETS[name].title}",
         )
+        _preset_differences(algos, disabled)
     else:
         preset, knob, values = st.columns([1, 1, 2])
         algos = [preset.selectbox("preset", list(PRESETS), index=list(PRESETS).index("grpo"),
@@ -196,6 +187,41 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
     return planned, int(n_workers)
 
 
+def _preset_differences(algos: list[str], disabled: bool) -> None:
+    """Every knob in which each chosen preset differs from the first; where that is more than one knob, say so
+    and offer the one-knob comparison: the first preset over the two values of a knob the learner picks."""
+    if len(algos) < 2:
+        return
+    base = PRESETS[algos[0]]
+    changes = {name: knob_differences(base, PRESETS[name]) for name in algos[1:]}
+    st.caption("  \n".join(
+        f"**{name}** against **{algos[0]}**: "
+        + (", ".join(difference_text(k, *v) for k, v in changed.items()) or "the same knobs")
+        for name, changed in changes.items()
+    ))
+    confounded = {name: changed for name, changed in changes.items() if len(changed) > 1}
+    if not confounded:
+        return
+    st.warning(
+        "; ".join(f"{name} differs from {algos[0]} in {len(changed)} knobs" for name, changed in confounded.items())
+        + ": a gap between their curves may come from any of them.", icon=":material/compare_arrows:",
+    )
+    name, changed = next(iter(confounded.items()))
+    knob, go_one = st.columns([2, 1], vertical_alignment="bottom")
+    chosen = knob.selectbox(f"one knob of {name}", list(changed), key="compare:confound_knob", disabled=disabled,
+                            format_func=lambda k: difference_text(k, *changed[k]))
+    go_one.button("Compare this knob alone", key="compare:one_knob", disabled=disabled, on_click=_one_knob,
+                  args=(algos[0], chosen, changed[chosen]), help=f"{algos[0]} with this knob at both values.")
+
+
+def _one_knob(preset: str, knob: str, values: tuple) -> None:
+    """The Compare controls set to one preset over two values of one knob (a callback: before the widgets)."""
+    st.session_state["compare:mode"] = MODES[1]
+    st.session_state["compare:preset"] = preset
+    st.session_state["compare:knob"] = knob
+    st.session_state["compare:values"] = ", ".join("none" if v is None else str(v) for v in values)
+
+
 def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRun], live: bool) -> None:
     registry = live_sweeps()
     session = session_token()
@@ -222,8 +248,6 @@ def _start(planned: list[PlannedRun], workers: int) -> None:
     workers = min(workers, len(planned))
     sweep = Sweep(planned, RunStore(), workers=workers, session=session_token(), cap=training_slots().limit)
     registry[sweep.sweep_id] = sweep
-    sweeps = session_sweeps()
-    sweeps[:] = [s for s in sweeps if s.sweep_id in registry] + [sweep]
     threading.Thread(target=_coordinate, args=(sweep, registry, training_slots()), name=f"sweep-{sweep.sweep_id}",
                      daemon=True).start()
     st.session_state["compare:shown"] = list(sweep.run_ids)

@@ -12,7 +12,7 @@ from ui.bridge import unipo_download
 from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
 from ui.jobs import SETUP_PHASES, Job, JobSnapshot
 from ui.predict import Prediction
-from ui.runs import download, labels, picker
+from ui.runs import differences, download, labels, picker
 from ui.tokens import COLOURINGS, EOS_TOKEN, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
@@ -30,6 +30,7 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
         return
     names = labels(runs)
     shown = picker(page, runs, names)
+    differences(shown, names)
     _follow_chart_click(page)
     charts_tab, tokens_tab = st.tabs(TABS, key=f"{page}:tab", on_change="rerun")
     if charts_tab.open:

@@ -10,21 +10,26 @@ the Compare page; while a job is active they refresh in one `st.fragment(run_eve
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
 import streamlit as st
 
-from rl_core.experiments import EXPERIMENTS, Experiment
+from rl_core.algorithms import get_preset
+from rl_core.experiments import Arm, EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
-from rl_core.experiments.runner import effect_sentence, plan_experiment, seed_effects, summarise_effects
+from rl_core.experiments.runner import (effect_sentence, past_run_seconds, plan_experiment, seed_effects,
+                                        summarise_effects)
 from rl_core.messages import brief
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
 from ui.compare import CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
-from ui.lab import session_jobs, training_slots
+from ui.knobs import KNOBS
+from ui.jobs import planned_seconds_left
+from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
-from ui.session import session_token, session_worker_cap
+from ui.session import learner_state, session_token, session_worker_cap
 
 REFRESH_SECONDS = 1.0
 # Titles of the record keys experiments chart beyond the Compare page's curves (`CURVES`).
@@ -33,6 +38,7 @@ RECORD_TITLES = {
     "advantage_first_token": "Advantage of each response's first token",
     "advantage_last_token": "Advantage of each response's last token",
     "beta": "β, the KL coefficient",
+    "clip_frac_tokens": "Tokens the clip silences, share (GSPO: every token of a clipped response)",
     "clip_frac_high": "Clipped on the high side (ρ > 1 + ε_high, Â > 0), share of tokens",
     "dynamic_sampling_rounds": "Sampling rounds per step",
     "explained_variance": "Critic's explained variance",
@@ -72,7 +78,7 @@ def see_it_happen(page: str) -> None:
                "several seeds, side by side. Lines are the mean over seeds, bands span the lowest to the highest "
                "seed.")
     for experiment in experiments:
-        job = st.session_state.get(f"experiment:{experiment.name}")
+        job = _job(experiment)
         _controls(page, experiment, job)
         if job is not None and job.active:
             st.fragment(run_every=REFRESH_SECONDS)(_live)(page, experiment)
@@ -80,10 +86,17 @@ def see_it_happen(page: str) -> None:
             _results(page, experiment, job.snapshot())
 
 
+def _arm_knobs(experiment: Experiment, arm: Arm) -> str:
+    """The arm's values of the knobs in which the arms differ, e.g. `epsilon_high` 0.28."""
+    config = get_preset(arm.preset, **arm.overrides)
+    return ", ".join(f"`{k}` {KNOBS[k].format(getattr(config, k)) if k in KNOBS else getattr(config, k)}"
+                     for k in experiment.knobs)
+
+
 def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> None:
     st.subheader(experiment.title)
     st.markdown(f"**Claim.** {experiment.claim}  \n*Source:* {experiment.source}")
-    arms = " · ".join(f"**{arm.label}**" for arm in experiment.arms)
+    arms = " · ".join(f"**{arm.label}** ({_arm_knobs(experiment, arm)})" for arm in experiment.arms)
     st.caption(f"Arms: {arms}, differing only in {', '.join(f'`{k}`' for k in experiment.knobs)}. Task "
                f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
                f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
@@ -92,7 +105,9 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
     refusal = None if active else _refusal(experiment)
     if refusal:
         st.warning(f"This experiment cannot run now: {refusal}", icon=":material/block:")
-    run, stop, _ = st.columns([1, 1, 4])
+    run, stop, duration = st.columns([1, 1, 4], vertical_alignment="center")
+    if not active:
+        duration.caption(_duration(experiment))
     run.button("Run", key=f"{page}:experiment:{experiment.name}:run", type="primary",
                disabled=active or refusal is not None,
                on_click=_start, args=(experiment,),
@@ -100,6 +115,34 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
                     "another learner may make it wait its turn.")
     stop.button("Stop", key=f"{page}:experiment:{experiment.name}:stop", disabled=not active,
                 on_click=job.stop if active else None, help="End every run after its current step.")
+
+
+def _workers() -> int:
+    # A panel's experiment counts against the server's training cap and the session's worker cap, like a sweep.
+    return min(default_workers(), training_slots().limit, session_worker_cap())
+
+
+def _duration(experiment: Experiment) -> str:
+    """How long Run will take on this server: from this experiment's earlier runs here when there are some, else
+    from the measured step time of this server's runs (`rl_core.limits`)."""
+    planned = [arm_run.planned.run for arm_run in plan_experiment(experiment)]
+    workers = _workers()
+    try:
+        past = past_run_seconds(experiment, RunStore(recover=False).runs())
+    except StoreError:
+        past = []
+    if past:
+        seconds = len(planned) * statistics.median(past) / min(workers, len(planned))
+        source = f"the median of its {len(past)} earlier runs on this server"
+    else:
+        seconds = planned_seconds_left(planned, min(workers, len(planned)), training_slots())(0.0)
+        source = "estimated from this server's step times; a first run also trains the SFT warm starts"
+    return (f"About {_seconds(seconds)} for {len(planned)} runs, {min(workers, len(planned))} at a time "
+            f"({source}), if no one else is training.")
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _refusal(experiment: Experiment) -> str | None:
@@ -113,17 +156,23 @@ def _refusal(experiment: Experiment) -> str | None:
 
 
 def _start(experiment: Experiment) -> None:
-    slots = training_slots()
-    # A panel's experiment counts against the server's training cap and the session's worker cap, like a sweep.
-    workers = min(default_workers(), slots.limit, session_worker_cap())
-    job = ExperimentJob(experiment, slots, workers=workers, session=session_token())
-    session_jobs().append(job)
-    st.session_state[f"experiment:{experiment.name}"] = job.start()
+    job = ExperimentJob(experiment, training_slots(), workers=_workers(), session=session_token())
+    # Kept for the learner as well as the session: a reload finds the experiment, still training or done.
+    st.session_state[f"experiment:{experiment.name}"] = learner_state()[f"experiment:{experiment.name}"] = job.start()
+
+
+def _job(experiment: Experiment) -> ExperimentJob | None:
+    """The learner's latest run of this experiment: this session's, else one started before a reload or in
+    another tab."""
+    key = f"experiment:{experiment.name}"
+    if key not in st.session_state and key in learner_state():
+        st.session_state[key] = learner_state()[key]
+    return st.session_state.get(key)
 
 
 def _live(page: str, experiment: Experiment) -> None:
     """An active experiment, redrawn every second; one full rerun when it ends."""
-    job = st.session_state[f"experiment:{experiment.name}"]
+    job = _job(experiment)
     _results(page, experiment, job.snapshot())
     if not job.active:
         st.rerun()  # re-enables the Run button and stops this refresh
@@ -160,12 +209,14 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     if snapshot.status == "finished":
         summary = summarise_effects(experiment, seed_effects(experiment, finished))
         st.success(effect_sentence(experiment, summary))
+        st.markdown(f"**What happened.** {what_happened(experiment, groups)}")
         st.dataframe(_arm_table(experiment, groups), hide_index=True,
                      key=f"{page}:experiment:{experiment.name}:table")
         st.caption("Each charted metric from its mean over the first 5 steps to its mean over the last 10, "
                    "averaged over seeds.")
-        st.caption(f"Records and summary.json: `{snapshot.out}`. Command line: `python -m rl_core experiment "
-                   f"{experiment.name} --out DIR`.")
+        # The server's folder stays unnamed (a learner has no use for a server path); the command writes its own.
+        st.caption(f"The same on your own machine, with every record and summary.json in DIR: "
+                   f"`python -m rl_core experiment {experiment.name} --out DIR`.")
 
 
 def arm_records(experiment: Experiment, snapshot: ExperimentSnapshot
@@ -201,17 +252,41 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _start_and_end(seeds: list[list[dict]], key: str) -> tuple[float, float]:
+    """A metric at the start (its mean over the first 5 steps) and at the end (the last 10), over the seeds."""
+    return (mean_over_steps([r for records in seeds for r in records[:5]], key),
+            mean_over_steps([r for records in seeds for r in records[-10:]], key))
+
+
 def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> pd.DataFrame:
-    """Per arm: each charted metric at the start (first 5 steps) and at the end (last 10), mean over seeds."""
+    """Per arm: each charted metric at the start and at the end, mean over seeds."""
     rows = []
     for label, seeds in groups.items():
         row = {"arm": label, "seeds": len(seeds)}
         for key in experiment.charts:
-            start = mean_over_steps([r for records in seeds for r in records[:5]], key)
-            end = mean_over_steps([r for records in seeds for r in records[-10:]], key)
+            start, end = _start_and_end(seeds, key)
             row[record_title(key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _movement(start: float, end: float) -> str:
+    """How a metric moved, in words; a change within 5 % of its size is "stayed"."""
+    if math.isnan(start) or math.isnan(end):
+        return "was not measured"
+    if abs(end - start) <= 0.05 * max(abs(start), abs(end)):
+        return f"stayed near {end:.3g}"
+    return f"{'rose' if end > start else 'fell'} from {start:.3g} to {end:.3g}"
+
+
+def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> str:
+    """The experiment's first two charted metrics in words, arm by arm, start (first 5 steps) to end (last 10),
+    averaged over seeds: what the verdict's number came from."""
+    return " ".join(
+        f"{record_title(key)} " + "; ".join(f"{_movement(*_start_and_end(seeds, key))} with {label}"
+                                            for label, seeds in groups.items()) + "."
+        for key in experiment.charts[:2]
+    )
 
 
 def experiment_list() -> None:

@@ -24,7 +24,7 @@ import streamlit as st
 import torch
 
 from rl_core.algorithms import PRESETS, get_preset
-from rl_core.config import AlgoConfig, RunConfig
+from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.messages import brief
 from rl_core.models import MODEL_PRESETS
 from toy_tasks import DEFAULT_TASK, TASKS
@@ -35,14 +35,14 @@ from ui.jobs import Job, TrainingSlots
 from ui.knobs import KNOBS, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
-from ui.session import session_token
+from ui.session import PARAM as LEARNER_PARAM
+from ui.session import learner_state, session_token
 
 REFRESH_SECONDS = 1.0
 KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overlay
 DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
-DESCRIPTIVE_FIELDS = ("name", "title", "summary")
 URL_WRITTEN = "lab:url"  # the query parameters a page of this session last wrote
 
 
@@ -52,15 +52,10 @@ def training_slots() -> TrainingSlots:
     return TrainingSlots.from_env()
 
 
-def _stop_jobs(jobs: list[Job]) -> None:
-    for job in jobs:
-        job.stop()
-
-
-@st.cache_resource(scope="session", on_release=_stop_jobs, show_spinner=False)
-def session_jobs() -> list[Job]:
-    """Every job this browser session started; released, and so stopped, when the session disconnects."""
-    return []
+def page_runs(page: str) -> list[Job]:
+    """The learner's runs on this page, kept by the server (`ui.session.learner_state`): a reload or a second tab
+    shows them again, and a run that was training when the page reloaded goes on and is drawn live."""
+    return st.session_state.setdefault(f"{page}:runs", learner_state().setdefault(f"{page}:runs", []))
 
 
 def live_lab(
@@ -76,7 +71,7 @@ def live_lab(
 
     `variants` maps a switch label to a preset name (one entry: no switch); `focus` names the charts drawn
     first; `prediction` is asked before Train and answered from the run. The settings live in the URL."""
-    runs: list[Job] = st.session_state.setdefault(f"{page}:runs", [])
+    runs = page_runs(page)
     current = runs[-1] if runs else None
     busy = current is not None and current.active
     all_knobs = tuple(dict.fromkeys((*lesson, *knobs)))
@@ -163,7 +158,7 @@ def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None
 def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
     """Settings from the URL, unless it holds what a page of this session wrote there itself (this page's own
     settings, or another page's just before a page switch): a shared link, a reload."""
-    params = dict(st.query_params)
+    params = {name: value for name, value in st.query_params.items() if name != LEARNER_PARAM}  # ?me= is whose
     if not params or params == st.session_state.get(URL_WRITTEN):
         return
     choices = {"task": list(TASKS), "model": _models(),
@@ -235,11 +230,7 @@ def _variant_switch(page: str, variants: dict[str, str], knobs: Sequence[str], b
 
 
 def _differences(base: AlgoConfig, other: AlgoConfig) -> list[str]:
-    return [
-        f"`{f.name}` {getattr(base, f.name)} → {getattr(other, f.name)}"
-        for f in dataclasses.fields(AlgoConfig)
-        if f.name not in DESCRIPTIVE_FIELDS and getattr(base, f.name) != getattr(other, f.name)
-    ]
+    return [f"`{name}` {was} → {now}" for name, (was, now) in knob_differences(base, other).items()]
 
 
 def _apply_variant(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
@@ -307,8 +298,9 @@ def _run_config(variant: str, values: dict, knobs: Sequence[str]) -> RunConfig:
 
 
 def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequence[str]) -> None:
-    runs: list[Job] = st.session_state[f"{page}:runs"]
-    number = st.session_state.get(f"{page}:counter", 0) + 1
+    runs = page_runs(page)
+    # Numbers go on from the learner's kept runs: a reload keeps them but starts a fresh session.
+    number = max([st.session_state.get(f"{page}:counter", 0), *(job.number for job in runs)]) + 1
     st.session_state[f"{page}:counter"] = number
     settings = {"variant": PRESETS[variant].title} | {
         name: values[name] for name in ("task", "model", *RUN_KNOBS, *WARM_START_KNOBS, *knobs)
@@ -316,8 +308,6 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
     label = f"{PRESETS[variant].title} · {page} page #{number}"
     st.session_state.setdefault(f"{page}:predictions", {})[number] = st.session_state.get(f"{page}:prediction")
     job = Job(run, training_slots(), settings=settings, number=number, label=label, session=session_token()).start()
-    jobs = session_jobs()
-    jobs[:] = [j for j in jobs if j.active] + [job]
     runs.append(job)
     finished = [j for j in runs if not j.active]
     while len(runs) > KEPT_RUNS and finished:
@@ -325,8 +315,9 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
 
 
 def _reset(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
-    for job in st.session_state.get(f"{page}:runs", []):
+    for job in page_runs(page):
         job.stop()
+    learner_state().pop(f"{page}:runs", None)
     prefix = f"{page}:"
     for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefix)]:
         del st.session_state[key]

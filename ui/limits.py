@@ -23,7 +23,7 @@ HOUR = 3600.0
 
 
 def learner() -> str:
-    """Whom the per-learner limit counts: the owner of the runs a page starts (today its browser session)."""
+    """Whom the per-learner limit counts: the owner of the runs a page starts (the token in the browser)."""
     return session_token()
 
 

@@ -1,4 +1,5 @@
-"""A page's runs: their labels (what differs from the first run), which of them the charts overlay, the CSV."""
+"""A page's runs: their labels (what differs from the first run), which of them the charts overlay, every knob in
+which the overlaid runs differ, the CSV."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import html
 import pandas as pd
 import streamlit as st
 
+from rl_core.config import knob_differences
 from ui.charts import run_colour
 from ui.jobs import Job
 from ui.knobs import KNOBS
@@ -51,6 +53,42 @@ def picker(page: str, runs: list[Job], names: dict[int, str]) -> list[Job]:
     if swatches:
         st.markdown(f'<div style="font-size:0.8rem;margin-top:-8px">colours: {swatches}</div>', unsafe_allow_html=True)
     return [job for job in runs if job.number in selected]
+
+
+def difference_text(name: str, was, now) -> str:
+    """One knob's change, e.g. `beta` 0.04 → 0, in the knob's own format where the page has one."""
+    show = KNOBS[name].format if name in KNOBS else str
+    return f"`{name}` {show(was)} → {show(now)}"
+
+
+def differences(shown: list[Job], names: dict[int, str]) -> None:
+    """Every knob (the full configuration, not only this page's knobs) in which each overlaid run differs from
+    the first one overlaid; a run that differs in more than one knob is flagged, since a gap between its curves
+    and the first run's may come from any of them."""
+    if len(shown) < 2:
+        return
+    base = shown[0]
+    first = names[base.number].split(" · ")[0]
+    lines, confounded = [], []
+    for job in shown[1:]:
+        changed = knob_differences(base.run, job.run)
+        number = names[job.number].split(" · ")[0]
+        if not changed:
+            same = "the same settings, another seed" if job.run.seed != base.run.seed else "the same settings"
+            lines.append(f"{number}: {same} as {first}")
+            continue
+        lines.append(f"{number} against {first}: " + ", ".join(difference_text(k, *v) for k, v in changed.items()))
+        if len(changed) > 1:
+            confounded.append(f"{number} differs from {first} in {len(changed)} knobs")
+    text = "  \n".join(lines)
+    if confounded:
+        st.warning(
+            f"{'; '.join(confounded)}: a gap between their curves may come from any of them. To see one knob's "
+            f"effect, train {first}'s settings again with only that knob changed (or compare one knob's values on "
+            "the Compare page).  \n" + text, icon=":material/compare_arrows:",
+        )
+    else:
+        st.caption(text)
 
 
 def download(page: str, shown: list[Job], names: dict[int, str]) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from ui.glossary import glossary_html
+
 
 def formula(title: str, latex: str | list[str], implementation: Callable, explanation: str = "") -> None:
     """The formula (st.latex) with what it means on the left, the rl_core function that runs it on the right,
@@ -15,8 +17,11 @@ def formula(title: str, latex: str | list[str], implementation: Callable, explan
     st.markdown(f"##### {title}")
     left, right = st.columns([6, 5], gap="medium")
     with left:
-        for line in [latex] if isinstance(latex, str) else latex:
+        lines = [latex] if isinstance(latex, str) else latex
+        for line in lines:
             st.latex(line)
+        if symbols := glossary_html(" ".join(lines)):
+            st.markdown(symbols, unsafe_allow_html=True)
         if explanation:
             st.markdown(explanation)
     with right.expander(f"Code: `{implementation.__module__}.{implementation.__qualname__}`", icon=":material/code:"):

@@ -1,4 +1,7 @@
-"""GSPO clips whole responses, far more often than GRPO clips tokens, and still trains stably."""
+"""GSPO clips whole responses, far more often than GRPO clips tokens, and still trains stably.
+
+Both arms are measured on one axis, the share of tokens the clip silences, as the GSPO paper counts it (and verl's
+pg_clipfrac): a token of a response whose sequence ratio GSPO clips is a clipped token."""
 
 from rl_core.experiments import Arm, Experiment
 from rl_core.experiments._measures import mean_difference
@@ -13,8 +16,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="gspo_clipping",
     title="GSPO clips whole responses, and still learns",
-    claim="GSPO clips a far larger share of responses than GRPO clips tokens (its sequence ratio against a range "
-          "of 3e-4 / 4e-4), yet its success climbs as steadily as GRPO's.",
+    claim="GSPO's clip silences a far larger share of tokens than GRPO's (it clips whole responses, on their "
+          "sequence ratio against a range of 3e-4 / 4e-4), yet its success climbs as steadily as GRPO's.",
     source="GSPO (Zheng et al. 2025, Group Sequence Policy Optimization)",
     arms=(
         Arm("GRPO", "grpo", {**SHARED, "policy_loss": "clip", "epsilon": 0.2, "epsilon_high": 0.2}),
@@ -23,10 +26,10 @@ EXPERIMENT = Experiment(
     knobs=("policy_loss", "epsilon", "epsilon_high"),
     task="caesar",
     steps=40,
-    metric="clip fraction averaged over training, GSPO's share of responses minus GRPO's share of tokens",
-    effect=mean_difference("clip_frac", "GSPO", "GRPO"),
+    metric="share of tokens the clip silences, averaged over training, GSPO minus GRPO",
+    effect=mean_difference("clip_frac_tokens", "GSPO", "GRPO"),
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("gspo",),
-    charts=("clip_frac", "success_rate"),
+    charts=("clip_frac_tokens", "success_rate"),
 )

@@ -93,6 +93,14 @@ def plan_experiment(
     return planned
 
 
+def past_run_seconds(experiment: Experiment, runs: Sequence[StoredRun]) -> list[float]:
+    """Wall seconds of the finished runs of this experiment (as planned now: its steps) in a store's runs, the
+    setup of each included — what the next run of it will take on the same machine."""
+    labels = {f"{experiment.name}: {arm.label}" for arm in experiment.arms}
+    return [run.wall_time for run in runs
+            if run.label in labels and run.status == "finished" and run.steps_total == experiment.steps]
+
+
 def seed_effects(experiment: Experiment, records: Mapping[int, Mapping[str, Records]]) -> dict[int, float]:
     """Seed → the experiment's effect on that seed's runs (arm label → records); NaN where an arm is missing."""
     labels = [arm.label for arm in experiment.arms]

@@ -1,0 +1,107 @@
+"""A learner is a token kept in the browser (a cookie, or a ?me= link), not a connection: a new session with the
+same token (a reload, a second tab) finds the learner's runs and experiments, a run that was training goes on and
+is drawn, and another learner sees none of it. The cookie itself is checked in a real browser (test_browser)."""
+
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ui.session import KEY, TOKEN, _learners
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+TIMEOUT = 300
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+
+
+def open_as(token: str | None, page: str = "grpo", **params) -> AppTest:
+    """The app in a new browser session of the learner `token` (None: a new learner), on `page`."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    if token is not None:
+        at.session_state[KEY] = token
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    if page != "overview":
+        at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_me_link_is_adopted_only_when_it_looks_like_a_token():
+    token = secrets.token_urlsafe(18)
+    assert open_as(None, "overview", me=token).session_state[KEY] == token
+    for bad in ("short", "x" * 65, "<script>alert(1)</script>-padding-padding"):
+        adopted = open_as(None, "overview", me=bad).session_state[KEY]
+        assert adopted != bad and TOKEN.fullmatch(adopted), "ignored: a fresh token instead"
+    assert open_as(None, "overview").session_state[KEY] != open_as(None, "overview").session_state[KEY]
+
+
+def test_the_overview_gives_the_link_that_opens_the_same_runs_elsewhere():
+    token = secrets.token_urlsafe(18)
+    at = open_as(token, "overview")
+    assert any(code.value.endswith(f"?me={token}") for code in at.code)
+
+
+def test_a_me_link_on_a_lab_page_is_not_read_as_a_setting():
+    at = open_as(None, "overview")
+    at.switch_page("app_pages/grpo.py")
+    at.query_params["me"] = secrets.token_urlsafe(18)
+    at.run()
+    assert not at.warning, [w.value for w in at.warning]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT + 120)
+def test_a_reload_finds_the_run_still_training_and_another_learner_sees_none_of_it():
+    token = secrets.token_urlsafe(18)
+    first = open_as(token)
+    first.select_slider(key="grpo:steps").set_value(3).run()
+    first.select_slider(key="grpo:sft_steps").set_value(50).run()
+    first.button(key="grpo:train").click().run()
+    job = first.session_state["grpo:runs"][-1]
+    try:
+        again = open_as(token)  # a reload: a new session of the same learner, while the run trains
+        assert again.session_state["grpo:runs"] == [job], "the page reattaches to the run"
+        deadline = time.monotonic() + TIMEOUT
+        while job.active:
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        assert job.snapshot().status == "finished", "the reload did not stop it"
+        again.run()
+        assert again.get("plotly_chart"), "its charts are drawn in the new session"
+        again.button(key="grpo:train").click().run()
+        assert [j.number for j in again.session_state["grpo:runs"]] == [1, 2], "numbering goes on"
+        other = open_as(None)
+        assert other.session_state["grpo:runs"] == [] and not other.get("plotly_chart")
+    finally:
+        for j in list(first.session_state["grpo:runs"]) + list(again.session_state["grpo:runs"]):
+            j.stop()
+            j.join(30)
+
+
+class FinishedRun:
+    """A stand-in for a finished run: Reset stops and forgets it before the page draws it again."""
+
+    active, number, stopped = False, 1, False
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_reset_forgets_the_runs_for_every_session_of_the_learner():
+    token = secrets.token_urlsafe(18)
+    first = open_as(token)
+    run = FinishedRun()
+    first.session_state["grpo:runs"].append(run)
+    assert _learners()[token]["grpo:runs"] == [run], "kept for the learner's next session"
+    first.button(key="grpo:reset").click().run()
+    assert run.stopped and _learners()[token]["grpo:runs"] == []
+    assert open_as(token).session_state["grpo:runs"] == []
