@@ -105,6 +105,26 @@ def test_a_chart_with_several_series_always_has_a_legend_below_its_plot_area():
     assert kl.layout.margin.b >= 20 * legend_rows
 
 
+def test_every_step_of_a_long_run_is_a_point_a_click_can_select():
+    # Plotly's point selection (Streamlit's on_select="rerun", selection_mode="points") picks only points drawn
+    # as markers: a lines-only trace gives an empty selection, and the click opens no step in the token view.
+    for chart in CHARTS:
+        for shown in ([run("grpo", 1, 50)], [run("grpo", 1, 50), run("ppo", 2, 50)], [run("dppo", 1, 50)]):
+            if not has_data(chart, shown):
+                continue
+            for trace in figure(chart, shown).data:
+                if trace.hoverinfo == "skip":  # the mean ± std band's edges are not steps
+                    continue
+                assert "markers" in trace.mode, (chart.title, trace.name)
+                assert list(trace.x) == list(range(1, 51)), (chart.title, trace.name)
+    # Long traces' markers are invisible (the line stays readable); short ones, and values between gaps, show.
+    entropy = CHART["Token entropy"]
+    assert figure(entropy, [run("grpo", 1, 50)]).data[0].marker.opacity == 0
+    assert figure(entropy, [run("grpo", 1, 10)]).data[0].marker.opacity == 1
+    gappy = [{"step": s, "entropy": math.nan if s % 2 else 1.0} for s in range(1, 51)]
+    assert figure(entropy, [ChartRun("#1", gappy, get_preset("grpo"))]).data[0].marker.opacity == 1
+
+
 def test_thinning_keeps_the_shape_bounded_and_the_latest_point():
     records = [{"step": s} for s in range(1, 1001)]
     kept = thin(records, limit=100)

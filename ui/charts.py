@@ -15,6 +15,7 @@ from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.loss_terms import LOSS_TERMS
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
+LONG_TRACE = 30  # points from which a trace's markers are invisible (they would hide the line)
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 
@@ -314,17 +315,21 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
             if all(v is None for v in values) or not series.applies(run.algo):
                 continue
             colour, dash = style(run, series_index)
+            shown_markers = len(steps) < LONG_TRACE or None in values
             traces.append(dict(
                 type="scatter",
                 x=steps,
                 y=[_drawn(chart, v) for v in values],
                 customdata=values,
                 hovertemplate=f"{run.label}<br>{series.name}: %{{customdata:.4g}} at step %{{x}}<extra></extra>",
-                # Markers for short runs, and where NaN gaps would leave isolated values without a line to draw.
-                mode="lines+markers" if len(steps) < 30 or None in values else "lines",
+                # Always markers: plotly selects (and Streamlit's on_select reports) only points drawn as markers,
+                # and a click on a step opens it in the token view. Seen on short runs and where NaN gaps would
+                # leave isolated values without a line to draw; on long runs they would bury the line, so they
+                # are invisible there but still catch the click.
+                mode="lines+markers",
                 name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
                 line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
-                marker=dict(size=5),
+                marker=dict(size=5, opacity=1) if shown_markers else dict(size=8, opacity=0),
             ))
     names = [t["name"] for t in traces if t.get("showlegend", True)]
     # A multi-series chart always names its series, even when only one of them has data.
