@@ -131,10 +131,14 @@ def test_thinning_keeps_the_shape_bounded_and_the_latest_point():
     assert len(kept) <= 101 and kept[0]["step"] == 1 and kept[-1]["step"] == 1000
 
 
+# π_old = 0.4, 0.5, 0.9 and π_θ = 0.6, 0.45, 0.9 after the updates: ρ = 1.5, 0.9, 1; π_ref = 0.5, 0.5, 0.9.
 SAMPLE = {
     "prompt": "<b>", "response": "ab", "tokens": ["a", "<", "<eos>"], "reward": 1.0, "success": True,
     "truncated": False, "advantages": [0.5, -0.5, 0.0], "ratios": [1.5, 0.9, 1.0],
     "clipped": [True, False, False], "silenced": [False, True, False], "entropies": [0.3, 0.1, 0.0],
+    "log_probs": [math.log(0.6), math.log(0.45), math.log(0.9)],
+    "old_log_probs": [math.log(0.4), math.log(0.5), math.log(0.9)],
+    "ref_log_probs": [math.log(0.5), math.log(0.5), math.log(0.9)],
 }
 
 
@@ -153,19 +157,81 @@ def test_token_view_escapes_text_and_colours_by_each_quantity_with_numbers_and_a
 
 
 def test_a_tokens_loss_term_is_the_clip_case_worked_out_by_hand():
-    clip = get_preset("grpo")  # ε = 0.2 on both sides
+    clip = get_preset("grpo", beta=0.0)  # ε = 0.2 on both sides
     # ρ = 1.5 > 1.2 with A = +0.5: min(0.75, 0.6) = 0.6 is the clipped term, constant in θ.
     high = token_term(SAMPLE, 0, clip)
     assert high.loss == pytest.approx(-0.6) and high.weight == 0 and "clipped" in high.case
+    assert high.kl is None and r"\beta" not in high.formula
     # ρ = 0.9 with A = −0.5: 0.9 > 0.8, inside the range, so ℓ = −ρA = 0.45
     # and −∂ℓ/∂log π = ρA = −0.45.
     low = token_term(SAMPLE, 1, clip)
     assert low.loss == pytest.approx(0.45) and low.weight == pytest.approx(-0.45) and "unclipped" in low.case
+    assert "1.5000" in high.formula and "+0.4500" in low.formula
+    # Vanilla: ℓ = −A·log π_θ = −0.5·log 0.6, gradient weight A.
     vanilla = token_term(SAMPLE, 0, get_preset("pg"))
-    assert vanilla.weight == pytest.approx(0.5) and vanilla.loss == pytest.approx(-0.5 * math.log(1.5))
+    assert vanilla.weight == pytest.approx(0.5) and vanilla.loss == pytest.approx(-0.5 * math.log(0.6))
     # GSPO: one ratio for the response, the geometric mean of its token ratios.
     gspo = token_term(SAMPLE, 0, get_preset("gspo"))
     assert gspo.ratio == pytest.approx((1.5 * 0.9 * 1.0) ** (1 / 3))
+
+
+def test_grpos_token_term_shows_its_kl_term_when_beta_is_positive():
+    # r = π_ref/π_θ = 0.5/0.6; k3 = r − 1 − log r; its gradient w.r.t. log π_θ is 1 − r.
+    r = 0.5 / 0.6
+    k3 = r - 1 - math.log(r)
+    grpo = token_term(SAMPLE, 0, get_preset("grpo"))  # β = 0.04, k3 in the loss
+    assert grpo.kl == pytest.approx(0.04 * k3) and grpo.kl_weight == pytest.approx(-0.04 * (1 - r))
+    assert r"\beta\,k_3" in grpo.formula and f"{k3:.4f}" in grpo.formula
+    assert grpo.loss == pytest.approx(-0.6), "the policy term is unchanged"
+    # The step's own β (adaptive KL control moves it) replaces the config's.
+    assert token_term(SAMPLE, 0, get_preset("grpo"), beta=0.1).kl == pytest.approx(0.1 * k3)
+    assert token_term(SAMPLE, 0, get_preset("grpo"), beta=0.0).kl is None
+
+
+def test_cispos_token_term_is_its_clamped_detached_weight_and_never_silences():
+    cispo = get_preset("cispo")  # ε_max = 5: ρ = 1.5 stays the weight
+    term = token_term(SAMPLE, 0, cispo)
+    assert term.loss == pytest.approx(-1.5 * 0.5 * math.log(0.6)) and term.weight == pytest.approx(1.5 * 0.5)
+    assert "never silences" in term.case and "PPO" not in term.case and "unclipped" not in term.case
+    assert r"\mathrm{sg}[\min(\rho_t, 5)]" in term.formula
+    # ε_max = 1.2: the weight is clamped to 1.2, and the token still gets a gradient (PPO's clip gave it 0).
+    capped = token_term(SAMPLE, 0, get_preset("cispo", epsilon_high=1.2))
+    assert capped.weight == pytest.approx(1.2 * 0.5) and "clamped" in capped.case
+    # verl's two-sided CISPO: ρ = 0.9 with A < 0 clamped to [0.95, 1.05] gives w = 0.95.
+    two_sided = token_term(SAMPLE, 1, get_preset("cispo", cispo_two_sided=True, epsilon=0.05, epsilon_high=0.05))
+    assert two_sided.weight == pytest.approx(-0.5 * 0.95) and "clamped" in two_sided.case
+
+
+def test_sapos_token_term_is_its_soft_gate():
+    sapo = get_preset("sapo")  # τ_pos = 1, τ_neg = 1.05
+    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    # A = +0.5, ρ = 1.5, τ = 1: g = 4σ(0.5); −∂ℓ/∂log π = A·ρ·4σ(1−σ).
+    up = token_term(SAMPLE, 0, sapo)
+    s = sigmoid(0.5)
+    assert up.loss == pytest.approx(-0.5 * 4 * s) and up.weight == pytest.approx(0.5 * 1.5 * 4 * s * (1 - s))
+    assert f"g = {4 * s:.4f}" in up.case and "never cut" in up.case and "τ_pos" in up.case
+    # A = −0.5, ρ = 0.9, τ = 1.05: g = (4/1.05)·σ(−0.105).
+    down = token_term(SAMPLE, 1, sapo)
+    s = sigmoid(1.05 * -0.1)
+    assert down.loss == pytest.approx(0.5 * 4 / 1.05 * s)
+    assert down.weight == pytest.approx(-0.5 * 0.9 * 4 * s * (1 - s)) and "τ_neg" in down.case
+    assert r"g_\tau" in down.formula and "unclipped" not in down.case
+
+
+def test_dppos_token_term_is_its_probability_band_and_mask():
+    dppo = get_preset("dppo", beta=0.0)  # δ = 0.15 on both sides, ratio cap c = 20
+    # A > 0 and π rose 0.4 → 0.6: +0.2 > δ, so the mask silences it (ℓ = 0, no gradient).
+    masked = token_term(SAMPLE, 0, dppo)
+    assert masked.loss == 0 and masked.weight == 0 and "masked (m = 0)" in masked.case and "+0.2000" in masked.case
+    # A < 0 and π fell 0.5 → 0.45: −0.05 ≥ −δ, kept; ℓ = −A·ρ·log π_θ, weight A·ρ.
+    kept = token_term(SAMPLE, 1, dppo)
+    assert kept.loss == pytest.approx(0.5 * 0.9 * math.log(0.45)) and kept.weight == pytest.approx(-0.45)
+    assert "kept (m = 1)" in kept.case and "m_t = 1" in kept.formula
+    # A rare token 0.01 → 0.05: ρ = 5, which PPO's clip would cut; its probability moved 0.04, inside the band.
+    rare = {**SAMPLE, "advantages": [0.5], "log_probs": [math.log(0.05)], "old_log_probs": [math.log(0.01)],
+            "ref_log_probs": [math.log(0.01)]}
+    term = token_term(rare, 0, dppo)
+    assert term.weight == pytest.approx(0.5 * 5) and "kept" in term.case
 
 
 class FakeJob:
