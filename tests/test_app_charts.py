@@ -6,10 +6,14 @@ import math
 
 import plotly.graph_objects as go
 import pytest
+import torch
 
-from rl_core.algorithms import get_preset
+from rl_core.aggregation import aggregate_loss
+from rl_core.algorithms import PRESETS, get_preset
+from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
 from ui import share
-from ui.charts import CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, run_colour, thin
+from ui.charts import (CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, policy_term_cancels,
+                       run_colour, thin)
 from ui.predict import end_versus_start, ever_above, mean_near_zero
 from ui.runs import labels
 from ui.tokens import COLOURINGS, legend_html, token_html, token_term
@@ -89,6 +93,52 @@ def test_captions_speak_of_the_algorithm_on_screen():
     assert "group" in caption(advantages, [run("grpo")])
     assert "group" not in caption(advantages, [run("ppo")]) and "group" not in caption(advantages, [run("vapo")])
     assert "critic" in caption(advantages, [run("vapo")])
+
+
+def _policy_term_at_ratio_one(algo) -> float:
+    """The engine's policy term of one batch before any update (π_θ = π_old): 16 responses (two groups of 8, or
+    four of 4) of unequal lengths with different rewards, advantages from the run's own estimator, aggregated by
+    its own loss_agg_mode."""
+    lengths = torch.tensor([3, 5, 2, 7, 4, 6, 1, 3, 8, 2, 5, 5, 1, 7, 3, 4])
+    mask = (torch.arange(8)[None, :] < lengths[:, None]).double()
+    rewards = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0, 0.2, 0.9, 0.3, 0.4, 0.4, 1.0, 0.0, 0.7, 0.1, 0.0, 0.6],
+                           dtype=torch.float64)
+    token_rewards = torch.zeros(16, 8, dtype=torch.float64)
+    token_rewards[torch.arange(16), lengths - 1] = rewards
+    generator = torch.Generator().manual_seed(0)
+    values = torch.rand(16, 8, generator=generator, dtype=torch.float64) * mask
+    logp = -torch.rand(16, 8, generator=generator, dtype=torch.float64) * 3
+    advantages, _ = estimate_advantages(algo, AdvantageInputs(token_rewards, mask, values, algo.num_generations, 0.3))
+    loss = policy_loss(algo, logp, logp, advantages, mask)
+    return aggregate_loss(loss, mask, algo.loss_agg_mode, 8).item()
+
+
+def _configs():
+    for name in PRESETS:
+        for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"):
+            for overrides in ({}, {"whiten_advantages": True}, {"adv_norm_mean": "batch", "adv_norm_std": "group"},
+                              {"adv_norm_mean": "batch", "adv_norm_std": "batch"}, {"adv_norm_mean": "none"},
+                              {"baseline": "running_mean"}, {"policy_loss": "gspo"}, {"policy_loss": "clip"}):
+                try:
+                    yield get_preset(name, loss_agg_mode=mode, **overrides)
+                except ValueError:  # a combination the engine refuses
+                    continue
+
+
+def test_the_loss_parts_caption_says_zero_exactly_where_the_engines_policy_term_is_zero():
+    cancels = []
+    for algo in _configs():
+        term = _policy_term_at_ratio_one(algo)
+        assert policy_term_cancels(algo) == (abs(term) < 1e-12), (algo, term)
+        cancels.append(policy_term_cancels(algo))
+    assert 50 < len(cancels) and any(cancels) and not all(cancels)
+    loss = CHART["Loss parts"]
+    # GRPO (seq-mean-token-mean over group-centred advantages) cancels; DAPO's token-mean over unequal lengths,
+    # RLOO's −A·log π and SAPO's asymmetric gate do not, and the caption says so.
+    assert "exactly 0 before the first update" in caption(loss, [run("grpo")])
+    for name in ("dapo", "rloo", "sapo", "cispo", "pg"):
+        assert "exactly 0" not in caption(loss, [run(name)]) and "≈ 0" not in caption(loss, [run(name)]), name
+    assert "log π_θ" in caption(loss, [run("rloo")]) and "length" in caption(loss, [run("dapo")])
 
 
 def test_a_chart_with_several_series_always_has_a_legend_below_its_plot_area():

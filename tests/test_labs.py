@@ -113,16 +113,34 @@ def test_reward_model_critic_makes_every_early_td_error_positive_and_token_one_t
     np.testing.assert_allclose(table["TD error δ_t"], [0.25, 0.25, 0.25, 0.0])
     # A_t = Σ_l λ^l δ_{t+l}: 0.25·(1 + 0.9 + 0.81), 0.25·(1 + 0.9), 0.25, 0.
     np.testing.assert_allclose(table["advantage A_t (λ_actor)"], [0.6775, 0.475, 0.25, 0.0])
-    summary = gae.gae_summary(table)
+    summary = gae.gae_summary(table, 1.0, 0.9)
     assert summary.startswith("Token 1 gets the largest advantage (A = 0.677")
-    assert "Every δ_t before the last token is positive" in summary
+    assert "Every δ_t before the last token is positive" in summary and "grows towards the start" in summary
+
+
+def test_the_gae_summary_claims_the_advantage_grows_towards_the_start_only_where_it_does():
+    # λ = 0: A_t = δ_t = 0.25 on tokens 1–3, nothing piles up.
+    flat = gae.gae_table(REWARD_AT_END, RM_CRITIC, gamma=1.0, lam_actor=0.0, lam_critic=1.0)
+    np.testing.assert_allclose(flat["advantage A_t (λ_actor)"], [0.25, 0.25, 0.25, 0.0])
+    summary = gae.gae_summary(flat, 1.0, 0.0)
+    assert summary.startswith("Tokens 1–3 share the largest advantage (A = 0.250)")
+    assert "γλ = 0" in summary and "grows towards the start" not in summary
+    # γ = 0 does the same whatever λ.
+    assert "grows towards the start" not in gae.gae_summary(
+        gae.gae_table(REWARD_AT_END, RM_CRITIC, gamma=0.0, lam_actor=0.9, lam_critic=1.0), 0.0, 0.9)
+    # A zero critic makes δ_t = r_t; rewards 0.1, 0.1, 1 then 0 with γλ = 0.5: A = 0.4, 0.6, 1, 0, every early δ
+    # positive yet the advantage grows towards the end.
+    late = gae.gae_table([0.1, 0.1, 1.0, 0.0], gae.CRITICS[0], gamma=1.0, lam_actor=0.5, lam_critic=1.0)
+    np.testing.assert_allclose(late["advantage A_t (λ_actor)"], [0.4, 0.6, 1.0, 0.0])
+    summary = gae.gae_summary(late, 1.0, 0.5)
+    assert summary.startswith("Token 3 gets") and "does not grow steadily towards the start" in summary
 
 
 def test_perfect_critic_leaves_nothing_to_learn():
     table = gae.gae_table(REWARD_AT_END, gae.CRITICS[1], gamma=0.9, lam_actor=0.95, lam_critic=1.0)
     np.testing.assert_allclose(table["value V(s_t)"], [0.729, 0.81, 0.9, 1.0])
     np.testing.assert_allclose(table["advantage A_t (λ_actor)"], 0.0, atol=1e-12)
-    assert gae.gae_summary(table).startswith("Every advantage is 0")
+    assert gae.gae_summary(table, 0.9, 0.95).startswith("Every advantage is 0")
 
 
 def test_decay_columns_are_gamma_lambda_to_the_distance_from_the_end():

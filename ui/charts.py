@@ -93,11 +93,51 @@ def _advantage_note(algo: AlgoConfig) -> str:
     return "Without a baseline every advantage of a rewarded response is positive: compare with the baseline on."
 
 
+def _centred_per_token(algo: AlgoConfig) -> bool:
+    """Advantages with mean 0 over the batch's tokens: whitened, or returns less their token mean."""
+    return (algo.whiten_advantages or algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline")
+            or (algo.advantage_estimator == "reward_to_go" and algo.use_baseline and algo.baseline == "batch_mean"))
+
+
+def _centred_per_response(algo: AlgoConfig) -> bool:
+    """One advantage per response, with mean 0 over the responses of each group (or of the batch)."""
+    if algo.whiten_advantages:  # whitening re-centres over tokens, which weighs a response by its length
+        return False
+    if algo.advantage_estimator == "grpo":  # b_i, then a divisor s_i that must be the same across a centring
+        return algo.adv_norm_mean in ("group", "leave_one_out") or (
+            algo.adv_norm_mean == "batch" and algo.adv_norm_std != "group")
+    return algo.advantage_estimator in ("dr_grpo", "rloo", "maxrl")
+
+
+def policy_term_cancels(algo: AlgoConfig) -> bool:
+    """Whether the policy term of a whole batch is exactly 0 at ρ = 1 (before the first update moves the policy).
+
+    There PPO's clip and GSPO give each token `−A_t`, so the term is minus the advantages' mean as
+    `loss_agg_mode` weighs them: 0 when they were centred with the same weights — per response under
+    `seq-mean-token-mean`, per token under the other modes. Those weigh a response by its length, so
+    advantages centred per response over unequal lengths do not cancel. Losses of `−w·A·log π_θ` (vanilla, CISPO,
+    DPPO) mix in the log-probabilities, and SAPO's gate weighs A > 0 and A < 0 by 2/τ_pos and 2/τ_neg."""
+    if algo.policy_loss not in ("clip", "gspo", "gspo_token"):
+        return False
+    if algo.loss_agg_mode == "seq-mean-token-mean":
+        return _centred_per_response(algo)
+    return _centred_per_token(algo)  # the other modes weigh every token alike (sums with a constant divisor)
+
+
 def _loss_note(algo: AlgoConfig) -> str:
-    if algo.advantage_estimator in GROUP_ESTIMATORS or algo.whiten_advantages:
-        return ("With centred advantages the policy term is ≈ 0 at every step by construction, so a falling total "
-                "says nothing about learning: watch the reward.")
-    return "The policy term's size follows the advantages' scale, not progress: watch the reward."
+    if algo.policy_loss in ("vanilla", "cispo", "dppo_tv"):
+        return ("This policy term is −w·A·log π_θ per token: its value mixes the advantages with the tokens' "
+                "log-probabilities, far from 0 even with centred advantages (most negative when the tokens with "
+                "A < 0 are unlikely), and says nothing about learning: watch the reward.")
+    if policy_term_cancels(algo):
+        return (f"Its advantages are centred with the weights {algo.loss_agg_mode} gives them, so the policy term "
+                "of a whole batch is exactly 0 before the first update; minibatches that split groups and ratios "
+                "≠ 1 after it leave it near, not at, 0. A falling total says nothing about learning: watch the "
+                "reward.")
+    return (f"The policy term is minus the advantages' mean as {algo.loss_agg_mode} weighs them (at ρ = 1"
+            f"{', times 2/τ by the sign of A' if algo.policy_loss == 'sapo' else ''}), not 0 here even where they "
+            "are centred: e.g. token-mean weighs each response by its length. Its size is not progress: watch the "
+            "reward.")
 
 
 CHARTS: tuple[Chart, ...] = (
