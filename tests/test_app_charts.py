@@ -48,8 +48,8 @@ def test_a_quantity_an_algorithm_lacks_is_not_drawn_for_it():
     # Per-response and per-token clip fractions never share an axis.
     tokens = figure(CHART["Clip fraction (tokens)"], [grpo, gspo])
     responses = figure(CHART["Clip fraction (responses)"], [grpo, gspo])
-    assert {t.name.split()[0] for t in tokens.data} == {"low", "high"}, "only the GRPO run, so no run prefix"
-    assert {t.name.split()[0] for t in responses.data} == {"low", "high"}
+    assert [t.name for t in tokens.data] == ["#2 low side", "#2 high side"], "only the GRPO run, named as a run"
+    assert [t.name for t in responses.data] == ["#3 low side", "#3 high side"], "only the GSPO run"
     assert tokens.layout.yaxis.title.text == "share of tokens"
     assert responses.layout.yaxis.title.text == "share of responses"
     # The dual-clip share only for a run that has a dual clip.
@@ -66,6 +66,22 @@ def test_kl_in_use_is_marked_only_when_a_kl_term_acts():
     assert dapo.algo.beta == 0
     assert not [t.name for t in figure(kl, [dapo]).data if "in use" in t.name]
     assert "β = 0" in caption(kl, [dapo])
+
+
+def test_a_colour_means_one_run_on_every_chart_of_the_page():
+    grpo, gspo = run("grpo", 1), run("gspo", 2)
+    # GSPO's per-response clip fraction holds only run #2 of the two: drawn in #2's colour (red), its sides told
+    # apart by the dash, never blue = low side and red = high side beside a legend where red is run #2.
+    responses = figure(CHART["Clip fraction (responses)"], [grpo, gspo])
+    assert [t.line.color for t in responses.data] == [run_colour(2)] * 2
+    assert [t.line.dash for t in responses.data] == ["solid", "dash"]
+    assert [t.name for t in responses.data] == ["#2 low side", "#2 high side"]
+    # A page with several runs, showing one of them: still that run's colour.
+    alone = figure(CHART["Clip fraction (tokens)"], [run("grpo", 2)], by_run=True)
+    assert {t.line.color for t in alone.data} == {run_colour(2)} and alone.data[0].name == "#2 low side"
+    # A page with one run: a colour per series, as before.
+    single = figure(CHART["Clip fraction (tokens)"], [run("grpo", 1)])
+    assert len({t.line.color for t in single.data}) == 2 and single.data[0].name == "low side"
 
 
 def test_correct_is_green_incorrect_red_and_nan_becomes_a_gap():

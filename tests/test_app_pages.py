@@ -15,6 +15,7 @@ import torch
 from streamlit.runtime.caching import clear_session_resource_cache
 from streamlit.testing.v1 import AppTest
 
+from ui.charts import run_colour
 from ui.lab import training_slots
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -173,8 +174,10 @@ def test_runs_persist_and_overlay_with_labels_naming_the_difference(open_page):
     assert {name.split()[0] for name in names} == {"#1", "#2"}, "both runs overlaid by default"
     at.session_state["grpo:overlay"] = [2]
     at.run()
-    names = {trace["name"] for trace in chart_spec(at, "Reward and success rate")["data"]}
-    assert names == {"reward", "success rate"}, "one run: no run prefix"
+    traces = chart_spec(at, "Reward and success rate")["data"]
+    # One run of the page's two: still named and coloured as run #2, as the picker's swatch shows it.
+    assert {trace["name"] for trace in traces} == {"#2 reward", "#2 success rate"}
+    assert {trace["line"]["color"] for trace in traces} == {run_colour(2)}
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)

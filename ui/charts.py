@@ -323,12 +323,14 @@ PLOT_PX, AXIS_PX, LEGEND_ROW_PX = 210, 55, 20
 LEGEND_WIDTH_PX, LEGEND_SAMPLE_PX, LEGEND_CHAR_PX = 260, 40, 6.5
 
 
-def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
-    """The chart for these runs. One run: a colour per series. Several: a colour per run, a dash per series.
+def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go.Figure:
+    """The chart for these runs. One run: a colour per series. Several (or `by_run`, where the page shows
+    several runs): a colour per run, a dash per series, so that a colour means one run on every chart of the
+    page, also on a chart that holds only one of them (e.g. GSPO's clip fraction beside a GRPO run).
     The legend sits under the plot area, whatever its length, and the figure grows to hold it."""
+    overlay = len(runs) > 1 if by_run is None else by_run
     runs = shown_runs(chart, runs)
     traces = []
-    overlay = len(runs) > 1
 
     def style(run: ChartRun, series_index: int) -> tuple[str, str]:
         series = chart.series[series_index]

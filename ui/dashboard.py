@@ -34,7 +34,8 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
     charts_tab, tokens_tab = st.tabs(TABS, key=f"{page}:tab", on_change="rerun")
     if charts_tab.open:
         with charts_tab:
-            _charts(page, shown, names, focus)
+            # With several runs on the page a colour names a run (the picker's swatches) on every chart.
+            _charts(page, shown, names, focus, by_run=len(runs) > 1)
             if not snap.active:
                 download(page, shown, names)
                 unipo_download(page, current)
@@ -96,7 +97,7 @@ def _chart_key(page: str, title: str) -> str:
     return f"{page}:chart:{title}"
 
 
-def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str]) -> None:
+def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str], by_run: bool) -> None:
     chart_runs = [
         ChartRun(names[job.number], job.snapshot().records, job.run.algo, tag=f"#{job.number}",
                  colour=run_colour(job.number))
@@ -109,7 +110,7 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
         for column, chart in zip(st.columns(2), charts[row : row + 2]):
             with column:
                 st.plotly_chart(
-                    figure(chart, chart_runs), key=_chart_key(page, chart.title), on_select="rerun",
+                    figure(chart, chart_runs, by_run), key=_chart_key(page, chart.title), on_select="rerun",
                     selection_mode="points", config={"displayModeBar": False},
                 )
                 st.caption(caption(chart, chart_runs))
