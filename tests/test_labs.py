@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 import torch
 
@@ -161,6 +162,11 @@ def test_length_adaptive_lambda_table():
     assert "0.133 of the final reward at 8 tokens" in gae.length_adaptive_summary(table)
 
 
+def test_the_length_adaptive_figure_labels_its_log_axis_in_full():
+    axis = gae.length_adaptive_figure(0.5).layout.xaxis
+    assert axis.type == "log" and list(axis.ticktext) == ["1", "10", "100", "1,000", "10,000"]
+
+
 def test_gae_figure_draws_the_table():
     table = gae.gae_table(REWARD_AT_END, RM_CRITIC, gamma=1.0, lam_actor=0.9, lam_critic=1.0)
     fig = gae.gae_figure(table)
@@ -232,6 +238,14 @@ def test_kl_histograms_mark_the_exact_value_on_every_panel():
     solid = [shape.x0 for shape in fig.layout.shapes if shape.line.dash is None]
     assert solid == [0.123] * 3
     assert [list(trace.x) for trace in fig.data] == [samples[name].tolist() for name in ("k1", "k2", "k3")]
+    # Both lines are named once in the legend; every panel says what its axes count.
+    assert [(shape.name, shape.showlegend) for shape in fig.layout.shapes[:2]] == [("exact KL", True),
+                                                                                   ("mean of the samples", True)]
+    assert not any(shape.showlegend for shape in fig.layout.shapes[2:]) and fig.layout.showlegend
+    assert [fig.layout[f"xaxis{k}"].title.text for k in ("", "2", "3")] == [
+        "k1 of one sampled token", "k2 of one sampled token", "k3 of one sampled token"]
+    assert fig.layout.yaxis.title.text == "samples"
+    go.Figure(fig.to_dict())  # valid with plotly's validation on
 
 
 # --- Advantage lab ------------------------------------------------------------------------------------------
@@ -304,5 +318,11 @@ def test_aggregation_summary_and_figure():
     assert "seq-mean-token-mean: one token of the 10-token response weighs 100× one of the 1000-token" in summary
     fig = aggregation.aggregation_figure(table)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
+    # Weights 1/2000 to 1/20 and pushes 0.5 to 1000/1010: ticks labelled in full, never plotly's bare "5, 2".
+    assert list(fig.layout.yaxis.ticktext) == ["0.0001", "0.001", "0.01", "0.1", "1"]
+    short = aggregation.aggregation_figure(aggregation.aggregation_table([3, 12], [1.0, -1.0]))
+    assert list(short.layout.yaxis2.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5", "10", "20", "50"]
+    for axis in (fig.layout.yaxis, fig.layout.yaxis2, short.layout.yaxis, short.layout.yaxis2):
+        assert [float(text.replace(",", "")) for text in axis.ticktext] == pytest.approx(list(axis.tickvals))
     long_push = [trace for trace in fig.data if trace.name.startswith("y2") and trace.xaxis == "x2"][0]
     assert list(long_push.y) == pytest.approx(table.loc[table["length"] == 1000, "total push on log π"].abs().tolist())

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from rl_core import advantages as adv
-from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal
+from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal, log_ticks
 
 
 CRITICS = ("zero", "perfect (values = true returns)", "initialised from the reward model")
@@ -186,7 +186,7 @@ def length_adaptive_figure(alpha: float, fixed_lam: float = 0.95, max_length: in
             shapes=[horizontal("line", fixed_lam, fixed_lam, line=dict(color=MUTED, dash="dash"))],
             annotations=[dict(x=0, xref="x domain", y=fixed_lam, yref="y", text=f"fixed λ = {fixed_lam}",
                               showarrow=False, xanchor="left", yanchor="bottom")],
-            height=300, margin=dict(t=30, b=40), xaxis=dict(type="log", title="response length |y|"),
+            height=300, margin=dict(t=30, b=40), xaxis=dict(type="log", title="response length |y|", **log_ticks([1, max_length])),
             yaxis=dict(title="λ_actor", range=[0, 1.02]),
         ),
     )
