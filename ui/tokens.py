@@ -187,14 +187,20 @@ def token_term(sample: dict, index: int, algo: AlgoConfig, beta: float | None = 
         algo, ratio, advantage, sample["log_probs"][index], sample["old_log_probs"][index], value)
     beta = algo.beta if beta is None else beta
     if algo.kl_in != "loss" or beta <= 0:
-        return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), formula)
+        return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula))
     inputs = LossInputs(algo, None, logp, old, ref, token_adv, mask, beta, len(sample["log_probs"]))
     kl = kl_estimators.clamped_kl(KL_IN_LOSS[algo.kl_gradient](inputs), logp, ref)[0, index]
     (kl_grad,) = torch.autograd.grad(beta * kl, logp)
-    formula += (rf" \qquad +\ \beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {beta:g} \cdot {kl.item():.4f} "
-                rf"= {beta * kl.item():+.4f}")
-    return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), formula, beta * kl.item(),
+    formula += (rf" \\ \text{{KL term: }} +\,\beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {beta:g} \cdot "
+                rf"{kl.item():.4f} = {beta * kl.item():+.4f}")
+    return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula), beta * kl.item(),
                      -kl_grad[0, index].item())
+
+
+def _lines(formula: str) -> str:
+    """The formula's lines (split by \\\\: the loss, then its numbers, then the KL term) centred one under another,
+    so that no line runs off the page."""
+    return rf"\begin{{gathered}} {formula} \end{{gathered}}"
 
 
 _KL_SYMBOL = {
@@ -219,7 +225,7 @@ def _clip_view(algo, ratio, advantage, logp, old_logp, loss):
     if algo.dual_clip is not None and advantage < 0:  # the dual clip caps a negative token's loss at −c·A
         surrogate = rf"\min\big({surrogate},\ -{algo.dual_clip:g}A\big)"
     return (clip_case(ratio, advantage, algo),
-            rf"\ell_t = {surrogate} \quad {rho} = {ratio:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
+            rf"\ell_t = {surrogate} \\ {rho} = {ratio:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
             rf"\ell_t = {loss:+.4f}")
 
 
@@ -236,7 +242,7 @@ def _cispo_view(algo, ratio, advantage, logp, old_logp, loss):
     how = f"ρ = {ratio:.4g} clamped to the weight w = {weight:.4g}" if clamped else f"weight w = ρ = {ratio:.4g}"
     push = "no push either way" if advantage == 0 else "the gradient flows: CISPO never silences a token"
     return (f"{_side(advantage)}, {how} (detached): {push}",
-            rf"\ell_t = -\mathrm{{sg}}[{bound}]\,A\log\pi_\theta(a_t) \quad \rho_t = {ratio:.4f},\ "
+            rf"\ell_t = -\mathrm{{sg}}[{bound}]\,A\log\pi_\theta(a_t) \\ \rho_t = {ratio:.4f},\ "
             rf"w = {weight:.4f},\ A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f} \;\Rightarrow\; "
             rf"\ell_t = {loss:+.4f}")
 
@@ -250,7 +256,7 @@ def _sapo_view(algo, ratio, advantage, logp, old_logp, loss):
     push = ("no push either way" if advantage == 0 else
             f"the gradient ρA is scaled by the gate's slope 4σ(1−σ) = {slope:.4f}, softly, never cut to 0")
     return (f"{_side(advantage)}, soft gate g = {gate:.4f} at ρ = {ratio:.4g} ({which} = {tau:g}): {push}",
-            rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \quad "
+            rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \\ "
             rf"\rho_t = {ratio:.4f},\ \tau = {tau:g},\ g = {gate:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
             rf"\ell_t = {loss:+.4f}")
 
@@ -273,7 +279,7 @@ def _dppo_view(algo, ratio, advantage, logp, old_logp, loss):
         verdict = ("masked (m = 0), no gradient: its probability already moved more than δ in the direction "
                    "its advantage pushes")
     return (f"{_side(advantage)}, {band}: {verdict}",
-            rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {algo.dppo_ratio_cap:g})]\log\pi_\theta(a_t) \quad "
+            rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {algo.dppo_ratio_cap:g})]\log\pi_\theta(a_t) \\ "
             rf"p = {p:.4f},\ p_{{old}} = {p_old:.4f},\ m_t = {int(kept)},\ \rho_t = {ratio:.4f},\ "
             rf"A = {advantage:+.4f} \;\Rightarrow\; \ell_t = {loss:+.4f}")
 
