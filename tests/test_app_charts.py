@@ -11,6 +11,7 @@ import torch
 from rl_core.aggregation import aggregate_loss
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
+from rl_core.metrics import advantage_stats
 from ui import share
 from ui.charts import (CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, policy_term_cancels,
                        run_colour, thin)
@@ -111,11 +112,13 @@ def test_captions_speak_of_the_algorithm_on_screen():
     assert "critic" in caption(advantages, [run("vapo")])
 
 
-def _policy_term_at_ratio_one(algo) -> float:
-    """The engine's policy term of one batch before any update (π_θ = π_old): 16 responses (two groups of 8, or
-    four of 4) of unequal lengths with different rewards, advantages from the run's own estimator, aggregated by
-    its own loss_agg_mode."""
-    lengths = torch.tensor([3, 5, 2, 7, 4, 6, 1, 3, 8, 2, 5, 5, 1, 7, 3, 4])
+UNEQUAL_LENGTHS = (3, 5, 2, 7, 4, 6, 1, 3, 8, 2, 5, 5, 1, 7, 3, 4)
+
+
+def _batch(algo, lengths=UNEQUAL_LENGTHS):
+    """A batch of 16 responses (two groups of 8, or four of 4) with different rewards: its mask, advantages from
+    the run's own estimator, and log-probabilities."""
+    lengths = torch.tensor(lengths)
     mask = (torch.arange(8)[None, :] < lengths[:, None]).double()
     rewards = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0, 0.2, 0.9, 0.3, 0.4, 0.4, 1.0, 0.0, 0.7, 0.1, 0.0, 0.6],
                            dtype=torch.float64)
@@ -125,6 +128,13 @@ def _policy_term_at_ratio_one(algo) -> float:
     values = torch.rand(16, 8, generator=generator, dtype=torch.float64) * mask
     logp = -torch.rand(16, 8, generator=generator, dtype=torch.float64) * 3
     advantages, _ = estimate_advantages(algo, AdvantageInputs(token_rewards, mask, values, algo.num_generations, 0.3))
+    return mask, advantages, logp
+
+
+def _policy_term_at_ratio_one(algo) -> float:
+    """The engine's policy term of the batch before any update (π_θ = π_old), aggregated by the run's
+    loss_agg_mode."""
+    mask, advantages, logp = _batch(algo)
     loss = policy_loss(algo, logp, logp, advantages, mask)
     return aggregate_loss(loss, mask, algo.loss_agg_mode, 8).item()
 
@@ -155,6 +165,19 @@ def test_the_loss_parts_caption_says_zero_exactly_where_the_engines_policy_term_
     for name in ("dapo", "rloo", "sapo", "cispo", "pg"):
         assert "exactly 0" not in caption(loss, [run(name)]) and "≈ 0" not in caption(loss, [run(name)]), name
     assert "log π_θ" in caption(loss, [run("rloo")]) and "length" in caption(loss, [run("dapo")])
+
+
+def test_the_advantages_caption_says_the_token_mean_is_zero_only_for_equal_lengths():
+    # The chart's mean is advantage_mean, over tokens: group-centred advantages of unequal lengths move it off 0.
+    grpo = get_preset("grpo")
+    mask, advantages, _ = _batch(grpo)
+    unequal = advantage_stats(advantages, mask)["mean"]
+    mask, advantages, _ = _batch(grpo, (4,) * 16)
+    equal = advantage_stats(advantages, mask)["mean"]
+    assert abs(unequal) > 0.01 and equal == pytest.approx(0, abs=1e-12)
+    text = caption(CHART["Advantages"], [run("grpo")])
+    assert "≈ 0" not in text and "equally long" in text
+    assert "Not centred" in caption(CHART["Advantages"], [run("grpo", adv_norm_mean="none")])
 
 
 def test_a_chart_with_several_series_always_has_a_legend_below_its_plot_area():

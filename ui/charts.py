@@ -86,8 +86,14 @@ def _kl_in_use(algo: AlgoConfig) -> str | None:
 def _advantage_note(algo: AlgoConfig) -> str:
     if algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline") or algo.whiten_advantages:
         return "Whitened over the batch: mean 0 and std 1 by construction, so watch the extremes."
+    if _centred_per_response(algo):
+        # The mean drawn is over tokens: a response weighs by its length, so unequal lengths move it off 0.
+        return ("One advantage per response, centred over the responses of each group (or of the batch): the mean "
+                "drawn here is over tokens, so it is 0 only where the responses are equally long, and negative "
+                "when the wrong ones run longer. Watch the spread and the extremes.")
     if algo.advantage_estimator in GROUP_ESTIMATORS:
-        return "Centred within each group: mean ≈ 0 by construction, so watch the spread and the extremes."
+        return (f"Not centred per response (adv_norm_mean = {algo.adv_norm_mean}, adv_norm_std = "
+                f"{algo.adv_norm_std}): a mean away from 0 is expected.")
     if algo.advantage_estimator == "gae":
         return "GAE advantages come from the critic: a mean far from 0 means its values are biased."
     return "Without a baseline every advantage of a rewarded response is positive: compare with the baseline on."
