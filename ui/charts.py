@@ -137,9 +137,9 @@ def _loss_note(algo: AlgoConfig) -> str:
                 "A < 0 are unlikely), and says nothing about learning: watch the reward.")
     if policy_term_cancels(algo):
         return (f"Its advantages are centred with the weights {algo.loss_agg_mode} gives them, so the policy term "
-                "of a whole batch is exactly 0 before the first update; minibatches that split groups and ratios "
-                "≠ 1 after it leave it near, not at, 0. A falling total says nothing about learning: watch the "
-                "reward.")
+                "of a whole batch is exactly 0 before the first update; a minibatch holds only part of the batch, "
+                "and the ratios move off 1 after that update, so the term drawn sits near, not at, 0. A falling "
+                "total says nothing about learning: watch the reward.")
     return (f"The policy term is minus the advantages' mean as {algo.loss_agg_mode} weighs them (at ρ = 1"
             f"{', times 2/τ by the sign of A' if algo.policy_loss == 'sapo' else ''}), not 0 here even where they "
             "are centred: e.g. token-mean weighs each response by its length. Its size is not progress: watch the "

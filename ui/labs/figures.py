@@ -21,10 +21,10 @@ def is_zero(x: torch.Tensor) -> torch.Tensor:
 
 
 def log_ticks(values: Sequence[float]) -> dict:
-    """Ticks for a log axis over these values: 1, 2 and 5 times each power of ten (only the powers beyond three
-    decades, which would crowd the axis) from the decade below the smallest positive value to the one above the
-    largest, each labelled in full ("0.02", "200"), where plotly's own labels read "5, 2, 0.1, 5, 2" (its minor
-    ticks show only their leading digit)."""
+    """Ticks for a log axis over these values: 1, 2 and 5 times each power of ten (the powers alone where the
+    values span more than three decades, which would crowd the axis) from the decade below the smallest positive
+    value to the one above the largest, each labelled in full ("0.02", "200"), where plotly's own labels read
+    "5, 2, 0.1, 5, 2" (its minor ticks show only their leading digit)."""
     positive = [v for v in values if v > 0 and math.isfinite(v)]
     if not positive:
         return {}
