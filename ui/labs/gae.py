@@ -186,7 +186,8 @@ def length_adaptive_figure(alpha: float, fixed_lam: float = 0.95, max_length: in
             shapes=[horizontal("line", fixed_lam, fixed_lam, line=dict(color=MUTED, dash="dash"))],
             annotations=[dict(x=0, xref="x domain", y=fixed_lam, yref="y", text=f"fixed λ = {fixed_lam}",
                               showarrow=False, xanchor="left", yanchor="bottom")],
-            height=300, margin=dict(t=30, b=40), xaxis=dict(type="log", title="response length |y|", **log_ticks([1, max_length])),
+            height=300, margin=dict(t=30, b=40),
+            xaxis=dict(type="log", title="response length |y|", **log_ticks([1, max_length])),
             yaxis=dict(title="λ_actor", range=[0, 1.02]),
         ),
     )
