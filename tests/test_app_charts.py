@@ -270,7 +270,7 @@ def test_grpos_token_term_shows_its_kl_term_when_beta_is_positive():
     k3 = r - 1 - math.log(r)
     grpo = token_term(SAMPLE, 0, get_preset("grpo"))  # β = 0.04, k3 in the loss
     assert grpo.kl == pytest.approx(0.04 * k3) and grpo.kl_weight == pytest.approx(-0.04 * (1 - r))
-    assert r"\beta\,k_3" in grpo.formula and f"{k3:.4f}" in grpo.formula
+    assert r"\beta\,k_3" in grpo.formula and f"{k3:.4g}" in grpo.formula and f"{0.04 * k3:+.4g}" in grpo.formula
     assert grpo.loss == pytest.approx(-0.6), "the policy term is unchanged"
     # The step's own β (adaptive KL control moves it) replaces the config's.
     assert token_term(SAMPLE, 0, get_preset("grpo"), beta=0.1).kl == pytest.approx(0.1 * k3)

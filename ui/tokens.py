@@ -192,7 +192,7 @@ def token_term(sample: dict, index: int, algo: AlgoConfig, beta: float | None = 
     kl = kl_estimators.clamped_kl(KL_IN_LOSS[algo.kl_gradient](inputs), logp, ref)[0, index]
     (kl_grad,) = torch.autograd.grad(beta * kl, logp)
     formula += (rf" \\ \text{{KL term: }} +\,\beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {beta:g} \cdot "
-                rf"{kl.item():.4f} = {beta * kl.item():+.4f}")
+                rf"{kl.item():.4g} = {beta * kl.item():+.4g}")  # significant digits: β·k is often tiny
     return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula), beta * kl.item(),
                      -kl_grad[0, index].item())
 
