@@ -270,3 +270,22 @@ def test_switching_gspo_to_the_token_clip_loads_the_token_clip_range(open_page):
     at.selectbox(key="gspo:policy_loss").set_value("clip").run()
     assert at.select_slider(key="gspo:epsilon").value == 0.2
     assert at.select_slider(key="gspo:epsilon_high").value == 0.2
+
+
+@pytest.mark.timeout(TRAINING_TIMEOUT + 120)
+@pytest.mark.parametrize("variant, loss", [("CISPO", r"\mathrm{sg}[\min(\rho_t, 5)]"), ("SAPO", r"g_\tau(\rho_t)"),
+                                           ("DPPO", r"-m_t\,A")])
+def test_the_token_view_shows_the_runs_own_loss(open_page, variant, loss):
+    at = open_page("beyond_grpo")
+    at.radio(key="beyond_grpo:variant").set_value(variant).run()
+    quick_settings(at, "beyond_grpo")
+    train(at, "beyond_grpo")
+    at.session_state["beyond_grpo:tab"] = "Tokens"
+    at.run()
+    at.session_state["beyond_grpo:token_index"] = 0
+    at.run()
+    assert not at.exception, at.exception
+    formulas = [latex.value for latex in at.latex if r"\ell_t" in latex.value and "gathered" in latex.value]
+    assert len(formulas) == 1 and loss in formulas[0], formulas
+    assert r"\mathrm{clip}" not in formulas[0], "not PPO's clipped surrogate"
+    assert any("Gradient weight on log π" in m.value for m in at.markdown)
