@@ -42,7 +42,7 @@ with st.expander("per-token rewards r_t (edit them)"):
 
 table = labs.gae_table(rewards, critic_name, gamma, lam_actor, lam_critic)
 st.plotly_chart(labs.gae_figure(table), key="gae_chart")
-st.caption("What to notice: " + labs.gae_summary(table))
+st.caption("What to notice: " + labs.gae_summary(table, gamma, lam_actor))
 
 st.subheader("The reward-signal decay")
 st.plotly_chart(labs.decay_figure(table), key="gae_decay_chart")

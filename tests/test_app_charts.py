@@ -6,12 +6,17 @@ import math
 
 import plotly.graph_objects as go
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
-from rl_core.algorithms import get_preset
+from rl_core.aggregation import aggregate_loss
+from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, knob_differences
+from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
+from rl_core.metrics import advantage_stats
 from ui import share
-from ui.charts import CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, run_colour, thin
+from ui.charts import (CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, policy_term_cancels,
+                       run_colour, thin)
 from ui.predict import end_versus_start, ever_above, mean_near_zero
 from ui.runs import labels
 from ui.tokens import COLOURINGS, legend_html, token_html, token_term
@@ -46,8 +51,8 @@ def test_a_quantity_an_algorithm_lacks_is_not_drawn_for_it():
     # Per-response and per-token clip fractions never share an axis.
     tokens = figure(CHART["Clip fraction (tokens)"], [grpo, gspo])
     responses = figure(CHART["Clip fraction (responses)"], [grpo, gspo])
-    assert {t.name.split()[0] for t in tokens.data} == {"low", "high"}, "only the GRPO run, so no run prefix"
-    assert {t.name.split()[0] for t in responses.data} == {"low", "high"}
+    assert [t.name for t in tokens.data] == ["#2 low side", "#2 high side"], "only the GRPO run, named as a run"
+    assert [t.name for t in responses.data] == ["#3 low side", "#3 high side"], "only the GSPO run"
     assert tokens.layout.yaxis.title.text == "share of tokens"
     assert responses.layout.yaxis.title.text == "share of responses"
     # The dual-clip share only for a run that has a dual clip.
@@ -64,6 +69,22 @@ def test_kl_in_use_is_marked_only_when_a_kl_term_acts():
     assert dapo.algo.beta == 0
     assert not [t.name for t in figure(kl, [dapo]).data if "in use" in t.name]
     assert "β = 0" in caption(kl, [dapo])
+
+
+def test_a_colour_means_one_run_on_every_chart_of_the_page():
+    grpo, gspo = run("grpo", 1), run("gspo", 2)
+    # GSPO's per-response clip fraction holds only run #2 of the two: drawn in #2's colour (red), its sides told
+    # apart by the dash, never blue = low side and red = high side beside a legend where red is run #2.
+    responses = figure(CHART["Clip fraction (responses)"], [grpo, gspo])
+    assert [t.line.color for t in responses.data] == [run_colour(2)] * 2
+    assert [t.line.dash for t in responses.data] == ["solid", "dash"]
+    assert [t.name for t in responses.data] == ["#2 low side", "#2 high side"]
+    # A page with several runs, showing one of them: still that run's colour.
+    alone = figure(CHART["Clip fraction (tokens)"], [run("grpo", 2)], by_run=True)
+    assert {t.line.color for t in alone.data} == {run_colour(2)} and alone.data[0].name == "#2 low side"
+    # A page with one run: a colour per series, as before.
+    single = figure(CHART["Clip fraction (tokens)"], [run("grpo", 1)])
+    assert len({t.line.color for t in single.data}) == 2 and single.data[0].name == "low side"
 
 
 def test_correct_is_green_incorrect_red_and_nan_becomes_a_gap():
@@ -93,6 +114,74 @@ def test_captions_speak_of_the_algorithm_on_screen():
     assert "critic" in caption(advantages, [run("vapo")])
 
 
+UNEQUAL_LENGTHS = (3, 5, 2, 7, 4, 6, 1, 3, 8, 2, 5, 5, 1, 7, 3, 4)
+
+
+def _batch(algo, lengths=UNEQUAL_LENGTHS):
+    """A batch of 16 responses (two groups of 8, or four of 4) with different rewards: its mask, advantages from
+    the run's own estimator, and log-probabilities."""
+    lengths = torch.tensor(lengths)
+    mask = (torch.arange(8)[None, :] < lengths[:, None]).double()
+    rewards = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0, 0.2, 0.9, 0.3, 0.4, 0.4, 1.0, 0.0, 0.7, 0.1, 0.0, 0.6],
+                           dtype=torch.float64)
+    token_rewards = torch.zeros(16, 8, dtype=torch.float64)
+    token_rewards[torch.arange(16), lengths - 1] = rewards
+    generator = torch.Generator().manual_seed(0)
+    values = torch.rand(16, 8, generator=generator, dtype=torch.float64) * mask
+    logp = -torch.rand(16, 8, generator=generator, dtype=torch.float64) * 3
+    advantages, _ = estimate_advantages(algo, AdvantageInputs(token_rewards, mask, values, algo.num_generations, 0.3))
+    return mask, advantages, logp
+
+
+def _policy_term_at_ratio_one(algo) -> float:
+    """The engine's policy term of the batch before any update (π_θ = π_old), aggregated by the run's
+    loss_agg_mode."""
+    mask, advantages, logp = _batch(algo)
+    loss = policy_loss(algo, logp, logp, advantages, mask)
+    return aggregate_loss(loss, mask, algo.loss_agg_mode, 8).item()
+
+
+def _configs():
+    for name in PRESETS:
+        for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"):
+            for overrides in ({}, {"whiten_advantages": True}, {"adv_norm_mean": "batch", "adv_norm_std": "group"},
+                              {"adv_norm_mean": "batch", "adv_norm_std": "batch"}, {"adv_norm_mean": "none"},
+                              {"baseline": "running_mean"}, {"policy_loss": "gspo"}, {"policy_loss": "clip"}):
+                try:
+                    yield get_preset(name, loss_agg_mode=mode, **overrides)
+                except ValueError:  # a combination the engine refuses
+                    continue
+
+
+def test_the_loss_parts_caption_says_zero_exactly_where_the_engines_policy_term_is_zero():
+    cancels = []
+    for algo in _configs():
+        term = _policy_term_at_ratio_one(algo)
+        assert policy_term_cancels(algo) == (abs(term) < 1e-12), (algo, term)
+        cancels.append(policy_term_cancels(algo))
+    assert 50 < len(cancels) and any(cancels) and not all(cancels)
+    loss = CHART["Loss parts"]
+    # GRPO (seq-mean-token-mean over group-centred advantages) cancels; DAPO's token-mean over unequal lengths,
+    # RLOO's −A·log π and SAPO's asymmetric gate do not, and the caption says so.
+    assert "exactly 0 before the first update" in caption(loss, [run("grpo")])
+    for name in ("dapo", "rloo", "sapo", "cispo", "pg"):
+        assert "exactly 0" not in caption(loss, [run(name)]) and "≈ 0" not in caption(loss, [run(name)]), name
+    assert "log π_θ" in caption(loss, [run("rloo")]) and "length" in caption(loss, [run("dapo")])
+
+
+def test_the_advantages_caption_says_the_token_mean_is_zero_only_for_equal_lengths():
+    # The chart's mean is advantage_mean, over tokens: group-centred advantages of unequal lengths move it off 0.
+    grpo = get_preset("grpo")
+    mask, advantages, _ = _batch(grpo)
+    unequal = advantage_stats(advantages, mask)["mean"]
+    mask, advantages, _ = _batch(grpo, (4,) * 16)
+    equal = advantage_stats(advantages, mask)["mean"]
+    assert abs(unequal) > 0.01 and equal == pytest.approx(0, abs=1e-12)
+    text = caption(CHART["Advantages"], [run("grpo")])
+    assert "≈ 0" not in text and "equally long" in text
+    assert "Not centred" in caption(CHART["Advantages"], [run("grpo", adv_norm_mean="none")])
+
+
 def test_a_chart_with_several_series_always_has_a_legend_below_its_plot_area():
     only_entropy = figure(CHART["Batch composition"],
                           [ChartRun("#1", [{"step": 1, "zero_adv_group_frac": 0.5}], get_preset("grpo"))])
@@ -107,16 +196,40 @@ def test_a_chart_with_several_series_always_has_a_legend_below_its_plot_area():
     assert kl.layout.margin.b >= 20 * legend_rows
 
 
+def test_every_step_of_a_long_run_is_a_point_a_click_can_select():
+    # Plotly's point selection (Streamlit's on_select="rerun", selection_mode="points") picks only points drawn
+    # as markers: a lines-only trace gives an empty selection, and the click opens no step in the token view.
+    for chart in CHARTS:
+        for shown in ([run("grpo", 1, 50)], [run("grpo", 1, 50), run("ppo", 2, 50)], [run("dppo", 1, 50)]):
+            if not has_data(chart, shown):
+                continue
+            for trace in figure(chart, shown).data:
+                if trace.hoverinfo == "skip":  # the mean ± std band's edges are not steps
+                    continue
+                assert "markers" in trace.mode, (chart.title, trace.name)
+                assert list(trace.x) == list(range(1, 51)), (chart.title, trace.name)
+    # Long traces' markers are invisible (the line stays readable); short ones, and values between gaps, show.
+    entropy = CHART["Token entropy"]
+    assert figure(entropy, [run("grpo", 1, 50)]).data[0].marker.opacity == 0
+    assert figure(entropy, [run("grpo", 1, 10)]).data[0].marker.opacity == 1
+    gappy = [{"step": s, "entropy": math.nan if s % 2 else 1.0} for s in range(1, 51)]
+    assert figure(entropy, [ChartRun("#1", gappy, get_preset("grpo"))]).data[0].marker.opacity == 1
+
+
 def test_thinning_keeps_the_shape_bounded_and_the_latest_point():
     records = [{"step": s} for s in range(1, 1001)]
     kept = thin(records, limit=100)
     assert len(kept) <= 101 and kept[0]["step"] == 1 and kept[-1]["step"] == 1000
 
 
+# π_old = 0.4, 0.5, 0.9 and π_θ = 0.6, 0.45, 0.9 after the updates: ρ = 1.5, 0.9, 1; π_ref = 0.5, 0.5, 0.9.
 SAMPLE = {
     "prompt": "<b>", "response": "ab", "tokens": ["a", "<", "<eos>"], "reward": 1.0, "success": True,
     "truncated": False, "advantages": [0.5, -0.5, 0.0], "ratios": [1.5, 0.9, 1.0],
     "clipped": [True, False, False], "silenced": [False, True, False], "entropies": [0.3, 0.1, 0.0],
+    "log_probs": [math.log(0.6), math.log(0.45), math.log(0.9)],
+    "old_log_probs": [math.log(0.4), math.log(0.5), math.log(0.9)],
+    "ref_log_probs": [math.log(0.5), math.log(0.5), math.log(0.9)],
 }
 
 
@@ -135,19 +248,81 @@ def test_token_view_escapes_text_and_colours_by_each_quantity_with_numbers_and_a
 
 
 def test_a_tokens_loss_term_is_the_clip_case_worked_out_by_hand():
-    clip = get_preset("grpo")  # ε = 0.2 on both sides
+    clip = get_preset("grpo", beta=0.0)  # ε = 0.2 on both sides
     # ρ = 1.5 > 1.2 with A = +0.5: min(0.75, 0.6) = 0.6 is the clipped term, constant in θ.
     high = token_term(SAMPLE, 0, clip)
     assert high.loss == pytest.approx(-0.6) and high.weight == 0 and "clipped" in high.case
+    assert high.kl is None and r"\beta" not in high.formula
     # ρ = 0.9 with A = −0.5: 0.9 > 0.8, inside the range, so ℓ = −ρA = 0.45
     # and −∂ℓ/∂log π = ρA = −0.45.
     low = token_term(SAMPLE, 1, clip)
     assert low.loss == pytest.approx(0.45) and low.weight == pytest.approx(-0.45) and "unclipped" in low.case
+    assert "1.5000" in high.formula and "+0.4500" in low.formula
+    # Vanilla: ℓ = −A·log π_θ = −0.5·log 0.6, gradient weight A.
     vanilla = token_term(SAMPLE, 0, get_preset("pg"))
-    assert vanilla.weight == pytest.approx(0.5) and vanilla.loss == pytest.approx(-0.5 * math.log(1.5))
+    assert vanilla.weight == pytest.approx(0.5) and vanilla.loss == pytest.approx(-0.5 * math.log(0.6))
     # GSPO: one ratio for the response, the geometric mean of its token ratios.
     gspo = token_term(SAMPLE, 0, get_preset("gspo"))
     assert gspo.ratio == pytest.approx((1.5 * 0.9 * 1.0) ** (1 / 3))
+
+
+def test_grpos_token_term_shows_its_kl_term_when_beta_is_positive():
+    # r = π_ref/π_θ = 0.5/0.6; k3 = r − 1 − log r; its gradient w.r.t. log π_θ is 1 − r.
+    r = 0.5 / 0.6
+    k3 = r - 1 - math.log(r)
+    grpo = token_term(SAMPLE, 0, get_preset("grpo"))  # β = 0.04, k3 in the loss
+    assert grpo.kl == pytest.approx(0.04 * k3) and grpo.kl_weight == pytest.approx(-0.04 * (1 - r))
+    assert r"\beta\,k_3" in grpo.formula and f"{k3:.4g}" in grpo.formula and f"{0.04 * k3:+.4g}" in grpo.formula
+    assert grpo.loss == pytest.approx(-0.6), "the policy term is unchanged"
+    # The step's own β (adaptive KL control moves it) replaces the config's.
+    assert token_term(SAMPLE, 0, get_preset("grpo"), beta=0.1).kl == pytest.approx(0.1 * k3)
+    assert token_term(SAMPLE, 0, get_preset("grpo"), beta=0.0).kl is None
+
+
+def test_cispos_token_term_is_its_clamped_detached_weight_and_never_silences():
+    cispo = get_preset("cispo")  # ε_max = 5: ρ = 1.5 stays the weight
+    term = token_term(SAMPLE, 0, cispo)
+    assert term.loss == pytest.approx(-1.5 * 0.5 * math.log(0.6)) and term.weight == pytest.approx(1.5 * 0.5)
+    assert "never silences" in term.case and "PPO" not in term.case and "unclipped" not in term.case
+    assert r"\mathrm{sg}[\min(\rho_t, 5)]" in term.formula
+    # ε_max = 1.2: the weight is clamped to 1.2, and the token still gets a gradient (PPO's clip gave it 0).
+    capped = token_term(SAMPLE, 0, get_preset("cispo", epsilon_high=1.2))
+    assert capped.weight == pytest.approx(1.2 * 0.5) and "clamped" in capped.case
+    # verl's two-sided CISPO: ρ = 0.9 with A < 0 clamped to [0.95, 1.05] gives w = 0.95.
+    two_sided = token_term(SAMPLE, 1, get_preset("cispo", cispo_two_sided=True, epsilon=0.05, epsilon_high=0.05))
+    assert two_sided.weight == pytest.approx(-0.5 * 0.95) and "clamped" in two_sided.case
+
+
+def test_sapos_token_term_is_its_soft_gate():
+    sapo = get_preset("sapo")  # τ_pos = 1, τ_neg = 1.05
+    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    # A = +0.5, ρ = 1.5, τ = 1: g = 4σ(0.5); −∂ℓ/∂log π = A·ρ·4σ(1−σ).
+    up = token_term(SAMPLE, 0, sapo)
+    s = sigmoid(0.5)
+    assert up.loss == pytest.approx(-0.5 * 4 * s) and up.weight == pytest.approx(0.5 * 1.5 * 4 * s * (1 - s))
+    assert f"g = {4 * s:.4f}" in up.case and "never cut" in up.case and "τ_pos" in up.case
+    # A = −0.5, ρ = 0.9, τ = 1.05: g = (4/1.05)·σ(−0.105).
+    down = token_term(SAMPLE, 1, sapo)
+    s = sigmoid(1.05 * -0.1)
+    assert down.loss == pytest.approx(0.5 * 4 / 1.05 * s)
+    assert down.weight == pytest.approx(-0.5 * 0.9 * 4 * s * (1 - s)) and "τ_neg" in down.case
+    assert r"g_\tau" in down.formula and "unclipped" not in down.case
+
+
+def test_dppos_token_term_is_its_probability_band_and_mask():
+    dppo = get_preset("dppo", beta=0.0)  # δ = 0.15 on both sides, ratio cap c = 20
+    # A > 0 and π rose 0.4 → 0.6: +0.2 > δ, so the mask silences it (ℓ = 0, no gradient).
+    masked = token_term(SAMPLE, 0, dppo)
+    assert masked.loss == 0 and masked.weight == 0 and "masked (m = 0)" in masked.case and "+0.2000" in masked.case
+    # A < 0 and π fell 0.5 → 0.45: −0.05 ≥ −δ, kept; ℓ = −A·ρ·log π_θ, weight A·ρ.
+    kept = token_term(SAMPLE, 1, dppo)
+    assert kept.loss == pytest.approx(0.5 * 0.9 * math.log(0.45)) and kept.weight == pytest.approx(-0.45)
+    assert "kept (m = 1)" in kept.case and "m_t = 1" in kept.formula
+    # A rare token 0.01 → 0.05: ρ = 5, which PPO's clip would cut; its probability moved 0.04, inside the band.
+    rare = {**SAMPLE, "advantages": [0.5], "log_probs": [math.log(0.05)], "old_log_probs": [math.log(0.01)],
+            "ref_log_probs": [math.log(0.01)]}
+    term = token_term(rare, 0, dppo)
+    assert term.weight == pytest.approx(0.5 * 5) and "kept" in term.case
 
 
 class FakeJob:

@@ -15,6 +15,7 @@ import torch
 from streamlit.runtime.caching import clear_session_resource_cache
 from streamlit.testing.v1 import AppTest
 
+from ui.charts import run_colour
 from ui.lab import training_slots
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -182,8 +183,10 @@ def test_runs_persist_and_overlay_with_labels_naming_the_difference(open_page):
     assert {name.split()[0] for name in names} == {"#1", "#2"}, "both runs overlaid by default"
     at.session_state["grpo:overlay"] = [2]
     at.run()
-    names = {trace["name"] for trace in chart_spec(at, "Reward and success rate")["data"]}
-    assert names == {"reward", "success rate"}, "one run: no run prefix"
+    traces = chart_spec(at, "Reward and success rate")["data"]
+    # One run of the page's two: still named and coloured as run #2, as the picker's swatch shows it.
+    assert {trace["name"] for trace in traces} == {"#2 reward", "#2 success rate"}
+    assert {trace["line"]["color"] for trace in traces} == {run_colour(2)}
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
@@ -276,3 +279,22 @@ def test_switching_gspo_to_the_token_clip_loads_the_token_clip_range(open_page):
     at.selectbox(key="gspo:policy_loss").set_value("clip").run()
     assert at.select_slider(key="gspo:epsilon").value == 0.2
     assert at.select_slider(key="gspo:epsilon_high").value == 0.2
+
+
+@pytest.mark.timeout(TRAINING_TIMEOUT + 120)
+@pytest.mark.parametrize("variant, loss", [("CISPO", r"\mathrm{sg}[\min(\rho_t, 5)]"), ("SAPO", r"g_\tau(\rho_t)"),
+                                           ("DPPO", r"-m_t\,A")])
+def test_the_token_view_shows_the_runs_own_loss(open_page, variant, loss):
+    at = open_page("beyond_grpo")
+    at.radio(key="beyond_grpo:variant").set_value(variant).run()
+    quick_settings(at, "beyond_grpo")
+    train(at, "beyond_grpo")
+    at.session_state["beyond_grpo:tab"] = "Tokens"
+    at.run()
+    at.session_state["beyond_grpo:token_index"] = 0
+    at.run()
+    assert not at.exception, at.exception
+    formulas = [latex.value for latex in at.latex if r"\ell_t" in latex.value and "gathered" in latex.value]
+    assert len(formulas) == 1 and loss in formulas[0], formulas
+    assert r"\mathrm{clip}" not in formulas[0], "not PPO's clipped surrogate"
+    assert any("Gradient weight on log π" in m.value for m in at.markdown)

@@ -159,6 +159,9 @@ def test_the_band_figures_pass_plotly_validation():
     mean = [t for t in figure.data if t.name == "grpo"][0]
     assert list(mean.x) == [1, 2] and list(mean.y) == [0.95, 0.8]
     assert sum(t.fill == "tonexty" for t in figure.data) == 1  # a band only where there are several seeds
+    assert figure.layout.yaxis.title.text == "nats per token"
+    assert band_figure("clip_frac", groups, "Clip fraction (responses)", "share of responses").layout.yaxis.title.text \
+        == "share of responses"
 
 
 @pytest.mark.slow

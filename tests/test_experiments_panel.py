@@ -20,7 +20,8 @@ from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_expe
 from rl_core.records import read_jsonl
 from rl_core.store import RunStore
 from ui.experiment_jobs import ExperimentJob
-from ui.experiments_panel import experiments_for, record_title, what_happened
+from ui.compare import band_figure
+from ui.experiments_panel import RECORD_UNITS, experiments_for, record_title, what_happened
 from ui.jobs import TrainingSlots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,3 +182,12 @@ def test_the_compare_page_lists_every_experiment():
     assert not at.exception, at.exception
     table = next(frame.value for frame in at.dataframe if "experiment" in frame.value.columns)
     assert list(table["experiment"]) == list(EXPERIMENTS)
+
+
+def test_every_experiment_chart_names_its_y_axis():
+    for experiment in EXPERIMENTS.values():
+        for key in experiment.charts:
+            assert RECORD_UNITS.get(key), (experiment.name, key)
+    groups = {"arm": [[{"step": 1, "kl_sequence": 0.5}]]}
+    assert band_figure("kl_sequence", groups, "KL", RECORD_UNITS["kl_sequence"]).layout.yaxis.title.text == \
+        "nats per response"

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 import torch
 
@@ -113,16 +114,34 @@ def test_reward_model_critic_makes_every_early_td_error_positive_and_token_one_t
     np.testing.assert_allclose(table["TD error δ_t"], [0.25, 0.25, 0.25, 0.0])
     # A_t = Σ_l λ^l δ_{t+l}: 0.25·(1 + 0.9 + 0.81), 0.25·(1 + 0.9), 0.25, 0.
     np.testing.assert_allclose(table["advantage A_t (λ_actor)"], [0.6775, 0.475, 0.25, 0.0])
-    summary = gae.gae_summary(table)
+    summary = gae.gae_summary(table, 1.0, 0.9)
     assert summary.startswith("Token 1 gets the largest advantage (A = 0.677")
-    assert "Every δ_t before the last token is positive" in summary
+    assert "Every δ_t before the last token is positive" in summary and "grows towards the start" in summary
+
+
+def test_the_gae_summary_claims_the_advantage_grows_towards_the_start_only_where_it_does():
+    # λ = 0: A_t = δ_t = 0.25 on tokens 1–3, nothing piles up.
+    flat = gae.gae_table(REWARD_AT_END, RM_CRITIC, gamma=1.0, lam_actor=0.0, lam_critic=1.0)
+    np.testing.assert_allclose(flat["advantage A_t (λ_actor)"], [0.25, 0.25, 0.25, 0.0])
+    summary = gae.gae_summary(flat, 1.0, 0.0)
+    assert summary.startswith("Tokens 1–3 share the largest advantage (A = 0.250)")
+    assert "γλ = 0" in summary and "grows towards the start" not in summary
+    # γ = 0 does the same whatever λ.
+    assert "grows towards the start" not in gae.gae_summary(
+        gae.gae_table(REWARD_AT_END, RM_CRITIC, gamma=0.0, lam_actor=0.9, lam_critic=1.0), 0.0, 0.9)
+    # A zero critic makes δ_t = r_t; rewards 0.1, 0.1, 1 then 0 with γλ = 0.5: A = 0.4, 0.6, 1, 0, every early δ
+    # positive yet the advantage grows towards the end.
+    late = gae.gae_table([0.1, 0.1, 1.0, 0.0], gae.CRITICS[0], gamma=1.0, lam_actor=0.5, lam_critic=1.0)
+    np.testing.assert_allclose(late["advantage A_t (λ_actor)"], [0.4, 0.6, 1.0, 0.0])
+    summary = gae.gae_summary(late, 1.0, 0.5)
+    assert summary.startswith("Token 3 gets") and "does not grow steadily towards the start" in summary
 
 
 def test_perfect_critic_leaves_nothing_to_learn():
     table = gae.gae_table(REWARD_AT_END, gae.CRITICS[1], gamma=0.9, lam_actor=0.95, lam_critic=1.0)
     np.testing.assert_allclose(table["value V(s_t)"], [0.729, 0.81, 0.9, 1.0])
     np.testing.assert_allclose(table["advantage A_t (λ_actor)"], 0.0, atol=1e-12)
-    assert gae.gae_summary(table).startswith("Every advantage is 0")
+    assert gae.gae_summary(table, 0.9, 0.95).startswith("Every advantage is 0")
 
 
 def test_decay_columns_are_gamma_lambda_to_the_distance_from_the_end():
@@ -141,6 +160,11 @@ def test_length_adaptive_lambda_table():
     np.testing.assert_allclose(table["weight of r_T at token 1 (adaptive λ)"], [0.75**7, 0.95**39])
     np.testing.assert_allclose(table["weight of r_T at token 1 (λ = 0.95)"], [0.95**7, 0.95**39])
     assert "0.133 of the final reward at 8 tokens" in gae.length_adaptive_summary(table)
+
+
+def test_the_length_adaptive_figure_labels_its_log_axis_in_full():
+    axis = gae.length_adaptive_figure(0.5).layout.xaxis
+    assert axis.type == "log" and list(axis.ticktext) == ["1", "10", "100", "1,000", "10,000"]
 
 
 def test_gae_figure_draws_the_table():
@@ -214,6 +238,14 @@ def test_kl_histograms_mark_the_exact_value_on_every_panel():
     solid = [shape.x0 for shape in fig.layout.shapes if shape.line.dash is None]
     assert solid == [0.123] * 3
     assert [list(trace.x) for trace in fig.data] == [samples[name].tolist() for name in ("k1", "k2", "k3")]
+    # Both lines are named once in the legend; every panel says what its axes count.
+    assert [(shape.name, shape.showlegend) for shape in fig.layout.shapes[:2]] == [("exact KL", True),
+                                                                                   ("mean of the samples", True)]
+    assert not any(shape.showlegend for shape in fig.layout.shapes[2:]) and fig.layout.showlegend
+    assert [fig.layout[f"xaxis{k}"].title.text for k in ("", "2", "3")] == [
+        "k1 of one sampled token", "k2 of one sampled token", "k3 of one sampled token"]
+    assert fig.layout.yaxis.title.text == "samples"
+    go.Figure(fig.to_dict())  # valid with plotly's validation on
 
 
 # --- Advantage lab ------------------------------------------------------------------------------------------
@@ -286,5 +318,11 @@ def test_aggregation_summary_and_figure():
     assert "seq-mean-token-mean: one token of the 10-token response weighs 100× one of the 1000-token" in summary
     fig = aggregation.aggregation_figure(table)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
+    # Weights 1/2000 to 1/20 and pushes 0.5 to 1000/1010: ticks labelled in full, never plotly's bare "5, 2".
+    assert list(fig.layout.yaxis.ticktext) == ["0.0001", "0.001", "0.01", "0.1", "1"]
+    short = aggregation.aggregation_figure(aggregation.aggregation_table([3, 12], [1.0, -1.0]))
+    assert list(short.layout.yaxis2.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5", "10", "20", "50"]
+    for axis in (fig.layout.yaxis, fig.layout.yaxis2, short.layout.yaxis, short.layout.yaxis2):
+        assert [float(text.replace(",", "")) for text in axis.ticktext] == pytest.approx(list(axis.tickvals))
     long_push = [trace for trace in fig.data if trace.name.startswith("y2") and trace.xaxis == "x2"][0]
     assert list(long_push.y) == pytest.approx(table.loc[table["length"] == 1000, "total push on log π"].abs().tolist())

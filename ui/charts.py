@@ -15,6 +15,7 @@ from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.loss_terms import LOSS_TERMS
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
+LONG_TRACE = 30  # points from which a trace's markers are invisible (they would hide the line)
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 
@@ -85,18 +86,64 @@ def _kl_in_use(algo: AlgoConfig) -> str | None:
 def _advantage_note(algo: AlgoConfig) -> str:
     if algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline") or algo.whiten_advantages:
         return "Whitened over the batch: mean 0 and std 1 by construction, so watch the extremes."
+    if _centred_per_response(algo):
+        # The mean drawn is over tokens: a response weighs by its length, so unequal lengths move it off 0.
+        return ("One advantage per response, centred over the responses of each group (or of the batch): the mean "
+                "drawn here is over tokens, so it is 0 only where the responses are equally long, and negative "
+                "when the wrong ones run longer. Watch the spread and the extremes.")
     if algo.advantage_estimator in GROUP_ESTIMATORS:
-        return "Centred within each group: mean ≈ 0 by construction, so watch the spread and the extremes."
+        return (f"Not centred per response (adv_norm_mean = {algo.adv_norm_mean}, adv_norm_std = "
+                f"{algo.adv_norm_std}): a mean away from 0 is expected.")
     if algo.advantage_estimator == "gae":
         return "GAE advantages come from the critic: a mean far from 0 means its values are biased."
     return "Without a baseline every advantage of a rewarded response is positive: compare with the baseline on."
 
 
+def _centred_per_token(algo: AlgoConfig) -> bool:
+    """Advantages with mean 0 over the batch's tokens: whitened, or returns less their token mean."""
+    return (algo.whiten_advantages or algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline")
+            or (algo.advantage_estimator == "reward_to_go" and algo.use_baseline and algo.baseline == "batch_mean"))
+
+
+def _centred_per_response(algo: AlgoConfig) -> bool:
+    """One advantage per response, with mean 0 over the responses of each group (or of the batch)."""
+    if algo.whiten_advantages:  # whitening re-centres over tokens, which weighs a response by its length
+        return False
+    if algo.advantage_estimator == "grpo":  # b_i, then a divisor s_i that must be the same across a centring
+        return algo.adv_norm_mean in ("group", "leave_one_out") or (
+            algo.adv_norm_mean == "batch" and algo.adv_norm_std != "group")
+    return algo.advantage_estimator in ("dr_grpo", "rloo", "maxrl")
+
+
+def policy_term_cancels(algo: AlgoConfig) -> bool:
+    """Whether the policy term of a whole batch is exactly 0 at ρ = 1 (before the first update moves the policy).
+
+    There PPO's clip and GSPO give each token `−A_t`, so the term is minus the advantages' mean as
+    `loss_agg_mode` weighs them: 0 when they were centred with the same weights — per response under
+    `seq-mean-token-mean`, per token under the other modes. Those weigh a response by its length, so
+    advantages centred per response over unequal lengths do not cancel. Losses of `−w·A·log π_θ` (vanilla, CISPO,
+    DPPO) mix in the log-probabilities, and SAPO's gate weighs A > 0 and A < 0 by 2/τ_pos and 2/τ_neg."""
+    if algo.policy_loss not in ("clip", "gspo", "gspo_token"):
+        return False
+    if algo.loss_agg_mode == "seq-mean-token-mean":
+        return _centred_per_response(algo)
+    return _centred_per_token(algo)  # the other modes weigh every token alike (sums with a constant divisor)
+
+
 def _loss_note(algo: AlgoConfig) -> str:
-    if algo.advantage_estimator in GROUP_ESTIMATORS or algo.whiten_advantages:
-        return ("With centred advantages the policy term is ≈ 0 at every step by construction, so a falling total "
-                "says nothing about learning: watch the reward.")
-    return "The policy term's size follows the advantages' scale, not progress: watch the reward."
+    if algo.policy_loss in ("vanilla", "cispo", "dppo_tv"):
+        return ("This policy term is −w·A·log π_θ per token: its value mixes the advantages with the tokens' "
+                "log-probabilities, far from 0 even with centred advantages (most negative when the tokens with "
+                "A < 0 are unlikely), and says nothing about learning: watch the reward.")
+    if policy_term_cancels(algo):
+        return (f"Its advantages are centred with the weights {algo.loss_agg_mode} gives them, so the policy term "
+                "of a whole batch is exactly 0 before the first update; a minibatch holds only part of the batch, "
+                "and the ratios move off 1 after that update, so the term drawn sits near, not at, 0. A falling "
+                "total says nothing about learning: watch the reward.")
+    return (f"The policy term is minus the advantages' mean as {algo.loss_agg_mode} weighs them (at ρ = 1"
+            f"{', times 2/τ by the sign of A' if algo.policy_loss == 'sapo' else ''}), not 0 here even where they "
+            "are centred: e.g. token-mean weighs each response by its length. Its size is not progress: watch the "
+            "reward.")
 
 
 CHARTS: tuple[Chart, ...] = (
@@ -282,12 +329,14 @@ PLOT_PX, AXIS_PX, LEGEND_ROW_PX = 210, 55, 20
 LEGEND_WIDTH_PX, LEGEND_SAMPLE_PX, LEGEND_CHAR_PX = 260, 40, 6.5
 
 
-def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
-    """The chart for these runs. One run: a colour per series. Several: a colour per run, a dash per series.
+def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go.Figure:
+    """The chart for these runs. One run: a colour per series. Several (or `by_run`, where the page shows
+    several runs): a colour per run, a dash per series, so that a colour means one run on every chart of the
+    page, also on a chart that holds only one of them (e.g. GSPO's clip fraction beside a GRPO run).
     The legend sits under the plot area, whatever its length, and the figure grows to hold it."""
+    overlay = len(runs) > 1 if by_run is None else by_run
     runs = shown_runs(chart, runs)
     traces = []
-    overlay = len(runs) > 1
 
     def style(run: ChartRun, series_index: int) -> tuple[str, str]:
         series = chart.series[series_index]
@@ -314,17 +363,21 @@ def figure(chart: Chart, runs: list[ChartRun]) -> go.Figure:
             if all(v is None for v in values) or not series.applies(run.algo):
                 continue
             colour, dash = style(run, series_index)
+            shown_markers = len(steps) < LONG_TRACE or None in values
             traces.append(dict(
                 type="scatter",
                 x=steps,
                 y=[_drawn(chart, v) for v in values],
                 customdata=values,
                 hovertemplate=f"{run.label}<br>{series.name}: %{{customdata:.4g}} at step %{{x}}<extra></extra>",
-                # Markers for short runs, and where NaN gaps would leave isolated values without a line to draw.
-                mode="lines+markers" if len(steps) < 30 or None in values else "lines",
+                # Always markers: plotly selects (and Streamlit's on_select reports) only points drawn as markers,
+                # and a click on a step opens it in the token view. Seen on short runs and where NaN gaps would
+                # leave isolated values without a line to draw; on long runs they would bury the line, so they
+                # are invisible there but still catch the click.
+                mode="lines+markers",
                 name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
                 line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
-                marker=dict(size=5),
+                marker=dict(size=5, opacity=1) if shown_markers else dict(size=8, opacity=0),
             ))
     names = [t["name"] for t in traces if t.get("showlegend", True)]
     # A multi-series chart always names its series, even when only one of them has data.

@@ -60,6 +60,15 @@ CURVES = {  # record field → chart title
     "clip_frac": "Clip fraction",  # drawn twice: per token, and per response for GSPO (see CLIP_UNITS)
     "response_length": "Response length (tokens)",
 }
+CURVE_UNITS = {  # record field → the y axis title
+    "success_rate": "share of responses",
+    "reward_mean": "reward",
+    "entropy": "nats per token",
+    "kl_exact": "nats per token",
+    "kl_k3": "nats per token",
+    "clip_frac": "share",  # of tokens or of responses (GSPO): the charts that know which say so
+    "response_length": "tokens",
+}
 # What a run's clip fraction counts, by its policy loss: GSPO clips whole responses, and a share of responses
 # never shares an axis with a share of tokens. Vanilla PG has no clip and no clip-fraction curve.
 CLIP_UNITS = {"clip": "tokens", "gspo_token": "tokens", "gspo": "responses"}
@@ -279,20 +288,21 @@ def _dashboard(shown: list[int], live: bool) -> None:
         groups.setdefault(run.label, []).append(records[run.id])
     losses = {run.label: run.config["algo"]["policy_loss"] for run in runs}
     charts = [
-        (key, title, shown)
+        (key, title, unit, shown)
         for key in CURVES
-        for title, shown in (
-            [(f"{CURVES[key]} ({unit})",
-              {label: seeds for label, seeds in groups.items() if CLIP_UNITS.get(losses[label]) == unit})
-             for unit in ("tokens", "responses")]
-            if key == "clip_frac" else [(CURVES[key], groups)]
+        for title, unit, shown in (
+            [(f"{CURVES[key]} ({counted})", f"share of {counted}",
+              {label: seeds for label, seeds in groups.items() if CLIP_UNITS.get(losses[label]) == counted})
+             for counted in ("tokens", "responses")]
+            if key == "clip_frac" else [(CURVES[key], CURVE_UNITS[key], groups)]
         )
         if any(_finite(record.get(key)) for seeds in shown.values() for run in seeds for record in run)
     ]
-    curves = [key for key, _, _ in charts]
+    curves = [key for key, _, _, _ in charts]
     for row in range(0, len(charts), 2):
-        for column, (key, title, shown) in zip(st.columns(2), charts[row : row + 2]):
-            column.plotly_chart(band_figure(key, shown, title), key=f"compare:chart:{title}", config=PLOT_CONFIG)
+        for column, (key, title, unit, shown) in zip(st.columns(2), charts[row : row + 2]):
+            column.plotly_chart(band_figure(key, shown, title, unit), key=f"compare:chart:{title}",
+                                config=PLOT_CONFIG)
     if curves:
         st.caption("Lines: the mean over seeds at each step; bands: from the lowest to the highest seed. To save a "
                    "chart as a PNG, hover it and press the camera button in its toolbar.")
@@ -339,8 +349,10 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
 
-def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None = None) -> go.Figure:
-    """One curve per group: the mean over its seeds of `key` at every step, in a min–max band."""
+def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None = None,
+                unit: str | None = None) -> go.Figure:
+    """One curve per group: the mean over its seeds of `key` at every step, in a min–max band; the y axis
+    titled `unit`, by default the curve's own (`CURVE_UNITS`)."""
     traces = []
     for index, (label, seeds) in enumerate(groups.items()):
         colour = RUN_COLOURS[index % len(RUN_COLOURS)]
@@ -369,6 +381,7 @@ def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None
         # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11), traceorder="normal"),
         xaxis=dict(title=dict(text="step")),
+        yaxis=dict(title=dict(text=unit or CURVE_UNITS[key])),
         uirevision=key,  # keep zoom and hidden traces across the live refreshes
     )
     # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.

@@ -35,7 +35,8 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
     charts_tab, tokens_tab = st.tabs(TABS, key=f"{page}:tab", on_change="rerun")
     if charts_tab.open:
         with charts_tab:
-            _charts(page, shown, names, focus)
+            # With several runs on the page a colour names a run (the picker's swatches) on every chart.
+            _charts(page, shown, names, focus, by_run=len(runs) > 1)
             if not snap.active:
                 download(page, shown, names)
                 unipo_download(page, current)
@@ -97,7 +98,7 @@ def _chart_key(page: str, title: str) -> str:
     return f"{page}:chart:{title}"
 
 
-def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str]) -> None:
+def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str], by_run: bool) -> None:
     chart_runs = [
         ChartRun(names[job.number], job.snapshot().records, job.run.algo, tag=f"#{job.number}",
                  colour=run_colour(job.number))
@@ -110,7 +111,7 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
         for column, chart in zip(st.columns(2), charts[row : row + 2]):
             with column:
                 st.plotly_chart(
-                    figure(chart, chart_runs), key=_chart_key(page, chart.title), on_select="rerun",
+                    figure(chart, chart_runs, by_run), key=_chart_key(page, chart.title), on_select="rerun",
                     selection_mode="points", config={"displayModeBar": False},
                 )
                 st.caption(caption(chart, chart_runs))
@@ -154,11 +155,13 @@ def token_view(page: str, job: Job, snap: JobSnapshot) -> None:
     st.markdown(legend_html(samples, colour_by), unsafe_allow_html=True)
     st.caption(COLOURINGS[colour_by].legend + " Ratios and clips are measured after this step's updates.")
     st.markdown(token_html(samples, colour_by), unsafe_allow_html=True)
-    _token_formula(page, job, samples)
+    # The KL coefficient this step's loss used (adaptive β moves it from the config's).
+    beta = next((r.get("beta") for r in snap.records if r.get("step") == step), None)
+    _token_formula(page, job, samples, beta)
 
 
-def _token_formula(page: str, job: Job, samples: list[dict]) -> None:
-    """Pick a token; see the page's loss with its numbers filled in."""
+def _token_formula(page: str, job: Job, samples: list[dict], beta: float | None) -> None:
+    """Pick a token; see the run's own loss with its numbers filled in."""
     algo = job.run.algo
     row_column, token_column = st.columns([1, 4])
     row = row_column.selectbox("response", range(len(samples)), key=f"{page}:token_row",
@@ -172,16 +175,10 @@ def _token_formula(page: str, job: Job, samples: list[dict]) -> None:
     if index is None or index >= len(tokens):
         st.caption("Pick a token to see its term of the loss with its own numbers.")
         return
-    term = token_term(sample, index, algo)
-    rho = "s" if algo.policy_loss in ("gspo", "gspo_token") else r"\rho_t"
-    if algo.policy_loss == "vanilla":
-        st.latex(rf"\ell_t = -A_t \log\pi_\theta(a_t) \qquad A_t = {term.advantage:+.4f}")
-    else:
-        st.latex(
-            rf"\ell_t = -\min\big({rho} A,\ \mathrm{{clip}}({rho}, 1-{algo.epsilon:g}, 1+{algo.epsilon_high:g})\,A\big)"
-            rf" \quad {rho} = {term.ratio:.4f},\ A = {term.advantage:+.4f} \;\Rightarrow\; \ell_t = {term.loss:+.4f}"
-        )
+    term = token_term(sample, index, algo, beta)
+    st.latex(term.formula)
+    kl = "" if term.kl is None else f", and **{term.kl_weight:+.4f}** from the KL term"
     st.markdown(
-        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{term.weight:+.4f}** "
-        "(−∂ℓ/∂log π: positive pushes the token up, negative down, 0 leaves it alone)."
+        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{term.weight:+.4f}** from the policy "
+        f"loss{kl} (−∂ℓ/∂log π: positive pushes the token up, negative down, 0 leaves it alone)."
     )

@@ -23,7 +23,7 @@ from rl_core.experiments.runner import (effect_sentence, past_run_seconds, plan_
 from rl_core.messages import brief
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
-from ui.compare import CURVES, PLOT_CONFIG, band_figure
+from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import KNOBS
 from ui.jobs import planned_seconds_left
@@ -56,6 +56,33 @@ RECORD_TITLES = {
     "skewed_group_weight_ratio": "|Â| in skewed groups ÷ |Â| in balanced groups",
     "truncated_frac": "Responses cut at the length limit, share",
     "zero_adv_group_frac": "Groups with identical rewards (zero advantage), share",
+}
+
+
+# The y axis title of each record key the experiments chart.
+RECORD_UNITS = {
+    **CURVE_UNITS,
+    "advantage_first_token": "advantage",
+    "advantage_last_token": "advantage",
+    "beta": "β",
+    "clip_frac_high": "share of tokens",
+    "clip_frac_tokens": "share of tokens",
+    "dynamic_sampling_rounds": "rounds",
+    "explained_variance": "explained variance",
+    "kl_k1_neg_frac": "share of tokens",
+    "kl_k1_std": "nats",
+    "kl_k2_bias": "nats per token",
+    "kl_k3_std": "nats",
+    "kl_sequence": "nats per response",
+    "response_length_correct": "tokens",
+    "response_length_incorrect": "tokens",
+    "rollout_is_capped_frac": "share",  # of tokens or of responses, as rollout_is_level says
+    "rollout_mismatch_kl": "nats per token",
+    "silenced_frac": "share of tokens",
+    "silenced_rare_frac": "share of tokens",
+    "skewed_group_weight_ratio": "ratio",
+    "truncated_frac": "share of responses",
+    "zero_adv_group_frac": "share of groups",
 }
 
 
@@ -200,7 +227,7 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     charts = experiment.charts
     for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
         for column, key in zip(st.columns(2), charts[row : row + 2]):
-            column.plotly_chart(band_figure(key, groups, record_title(key)), config=PLOT_CONFIG,
+            column.plotly_chart(band_figure(key, groups, record_title(key), RECORD_UNITS[key]), config=PLOT_CONFIG,
                                 key=f"{page}:experiment:{experiment.name}:{key}")
     finished = {}
     for run in runs:

@@ -1,5 +1,6 @@
 """The token view: a step's sampled responses as text, each token coloured by one per-token quantity with its
-number under it, and one token's term of the policy loss worked out by the engine's own loss function."""
+number under it, and one token's term of the run's own loss (its policy loss, and its KL term where one acts) worked
+out by the engine's own loss functions."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from dataclasses import dataclass
 import torch
 
 from rl_core.config import AlgoConfig
-from rl_core.losses import clipped_surrogate_loss, gspo_loss, gspo_token_loss, vanilla_pg_loss
+from rl_core import kl as kl_estimators
+from rl_core.estimators import policy_loss
+from rl_core.loss_terms import KL_IN_LOSS, LossInputs
+from rl_core.losses import dppo_tv_mask, gspo_sequence_ratio, sapo_gate
 
 EOS_TOKEN = "<eos>"
 
@@ -150,43 +154,144 @@ def token_html(samples: list[dict], colour_by: str) -> str:
 
 @dataclass(frozen=True)
 class TokenTerm:
-    """One token's share of the policy loss, as the engine's loss function computes it."""
+    """One token's share of the loss, as the engine's loss functions compute it."""
 
     ratio: float  # ρ_t = π_θ / π_old after the step's updates (GSPO: the response's sequence ratio s)
     advantage: float
-    case: str  # which clip case holds, in words
+    case: str  # what the run's loss does with this token, in words
     loss: float  # the token's term ℓ_t of the per-token policy loss
     weight: float  # −∂ℓ_t/∂log π_θ(a_t): how hard this token's log-probability is pushed up (negative: down)
+    formula: str  # LaTeX: the run's own per-token loss with this token's numbers filled in
+    kl: float | None = None  # β·k_t, the token's KL term of the loss (None where no KL term acts)
+    kl_weight: float = 0.0  # −∂(β·k_t)/∂log π_θ(a_t)
 
 
-def token_term(sample: dict, index: int, algo: AlgoConfig) -> TokenTerm:
-    """Token `index` of `sample` put through the run's policy loss (rl_core.losses) with log π_old = 0 and
-    log π_θ = log ρ, so its loss and its gradient weight are the ones the last update saw."""
-    log_ratio = torch.tensor([[math.log(max(r, 1e-12)) for r in sample["ratios"]]], dtype=torch.float64,
-                             requires_grad=True)
-    old = torch.zeros_like(log_ratio)
+def token_term(sample: dict, index: int, algo: AlgoConfig, beta: float | None = None) -> TokenTerm:
+    """Token `index` of `sample` put through the run's policy loss (`rl_core.estimators.policy_loss`, the
+    functions of rl_core.losses) at the log-probabilities the sample recorded after the step's updates, so its
+    loss and its gradient weight are the ones the last update saw; with a KL term in the loss (β > 0, `beta` the
+    step's coefficient, else the config's), its β·k_t as `rl_core.loss_terms` builds it."""
+    logp = torch.tensor([sample["log_probs"]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([sample["old_log_probs"]], dtype=torch.float64)
+    ref = torch.tensor([sample["ref_log_probs"]], dtype=torch.float64)
     token_adv = torch.tensor([sample["advantages"]], dtype=torch.float64)
     mask = torch.ones_like(old)
+    loss = policy_loss(algo, logp, old, token_adv, mask)
+    (grad,) = torch.autograd.grad(loss[0, index], logp)
     sequence = algo.policy_loss in ("gspo", "gspo_token")
-    if algo.policy_loss == "vanilla":
-        loss = vanilla_pg_loss(log_ratio, token_adv)
-    elif sequence:
-        function = gspo_loss if algo.policy_loss == "gspo" else gspo_token_loss
-        loss = function(log_ratio, old, token_adv.mean(-1), mask, algo.epsilon, algo.epsilon_high)
-    else:
-        loss = clipped_surrogate_loss(log_ratio, old, token_adv, algo.epsilon, algo.epsilon_high, algo.dual_clip)
-    (grad,) = torch.autograd.grad(loss[0, index], log_ratio)
-    ratio = math.exp(log_ratio.detach().mean().item()) if sequence else sample["ratios"][index]
+    ratio = gspo_sequence_ratio(logp.detach(), old, mask).item() if sequence else math.exp(
+        sample["log_probs"][index] - sample["old_log_probs"][index])
     advantage = token_adv.mean().item() if sequence else sample["advantages"][index]
-    return TokenTerm(ratio, advantage, clip_case(ratio, advantage, algo), loss[0, index].item(),
-                     -grad[0, index].item())
+    value = loss[0, index].item()
+    case, formula = _LOSS_VIEWS.get(algo.policy_loss, _clip_view)(
+        algo, ratio, advantage, sample["log_probs"][index], sample["old_log_probs"][index], value)
+    beta = algo.beta if beta is None else beta
+    if algo.kl_in != "loss" or beta <= 0:
+        return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula))
+    inputs = LossInputs(algo, None, logp, old, ref, token_adv, mask, beta, len(sample["log_probs"]))
+    kl = kl_estimators.clamped_kl(KL_IN_LOSS[algo.kl_gradient](inputs), logp, ref)[0, index]
+    (kl_grad,) = torch.autograd.grad(beta * kl, logp)
+    formula += (rf" \\ \text{{KL term: }} +\,\beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {beta:g} \cdot "
+                rf"{kl.item():.4g} = {beta * kl.item():+.4g}")  # significant digits: β·k is often tiny
+    return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula), beta * kl.item(),
+                     -kl_grad[0, index].item())
+
+
+def _lines(formula: str) -> str:
+    """The formula's lines (split by \\\\: the loss, then its numbers, then the KL term) centred one under another,
+    so that no line runs off the page."""
+    return rf"\begin{{gathered}} {formula} \end{{gathered}}"
+
+
+_KL_SYMBOL = {
+    "plain": lambda algo: f"k_{algo.kl_estimator[1]}",
+    "is_corrected": lambda algo: r"\rho_t k_3",
+    "k2_grad": lambda algo: r"k_3^{+}",
+}
+
+
+def _side(advantage: float) -> str:
+    return "A > 0" if advantage > 0 else "A < 0" if advantage < 0 else "A = 0"
+
+
+def _vanilla_view(algo, ratio, advantage, logp, old_logp, loss):
+    return ("no clip: vanilla policy gradient, every token keeps its gradient A",
+            rf"\ell_t = -A_t \log\pi_\theta(a_t) = -({advantage:+.4f})({logp:.4f}) = {loss:+.4f}")
+
+
+def _clip_view(algo, ratio, advantage, logp, old_logp, loss):
+    rho = "s" if algo.policy_loss in ("gspo", "gspo_token") else r"\rho_t"
+    surrogate = rf"-\min\big({rho} A,\ \mathrm{{clip}}({rho}, 1-{algo.epsilon:g}, 1+{algo.epsilon_high:g})\,A\big)"
+    if algo.dual_clip is not None and advantage < 0:  # the dual clip caps a negative token's loss at −c·A
+        surrogate = rf"\min\big({surrogate},\ -{algo.dual_clip:g}A\big)"
+    return (clip_case(ratio, advantage, algo),
+            rf"\ell_t = {surrogate} \\ {rho} = {ratio:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
+            rf"\ell_t = {loss:+.4f}")
+
+
+def _cispo_view(algo, ratio, advantage, logp, old_logp, loss):
+    if algo.cispo_two_sided:
+        low, high = 1 - algo.epsilon, 1 + algo.epsilon_high
+        weight = min(max(ratio, low), high)
+        bound = rf"\mathrm{{clip}}(\rho_t, {low:g}, {high:g})"
+        clamped = ratio < low or ratio > high
+    else:
+        weight = min(ratio, algo.epsilon_high)
+        bound = rf"\min(\rho_t, {algo.epsilon_high:g})"
+        clamped = ratio > algo.epsilon_high
+    how = f"ρ = {ratio:.4g} clamped to the weight w = {weight:.4g}" if clamped else f"weight w = ρ = {ratio:.4g}"
+    push = "no push either way" if advantage == 0 else "the gradient flows: CISPO never silences a token"
+    return (f"{_side(advantage)}, {how} (detached): {push}",
+            rf"\ell_t = -\mathrm{{sg}}[{bound}]\,A\log\pi_\theta(a_t) \\ \rho_t = {ratio:.4f},\ "
+            rf"w = {weight:.4f},\ A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f} \;\Rightarrow\; "
+            rf"\ell_t = {loss:+.4f}")
+
+
+def _sapo_view(algo, ratio, advantage, logp, old_logp, loss):
+    tau = algo.sapo_tau_pos if advantage > 0 else algo.sapo_tau_neg
+    gate = sapo_gate(torch.tensor(ratio, dtype=torch.float64), tau).item()
+    sigma = torch.sigmoid(torch.tensor(tau * (ratio - 1), dtype=torch.float64)).item()
+    slope = 4 * sigma * (1 - sigma)  # dg/dρ: the gate's scale on the plain gradient ρ·A
+    which = "τ_pos" if advantage > 0 else "τ_neg"
+    push = ("no push either way" if advantage == 0 else
+            f"the gradient ρA is scaled by the gate's slope 4σ(1−σ) = {slope:.4f}, softly, never cut to 0")
+    return (f"{_side(advantage)}, soft gate g = {gate:.4f} at ρ = {ratio:.4g} ({which} = {tau:g}): {push}",
+            rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \\ "
+            rf"\rho_t = {ratio:.4f},\ \tau = {tau:g},\ g = {gate:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
+            rf"\ell_t = {loss:+.4f}")
+
+
+def _dppo_view(algo, ratio, advantage, logp, old_logp, loss):
+    p, p_old = math.exp(logp), math.exp(old_logp)
+    kept = bool(dppo_tv_mask(torch.tensor(p), torch.tensor(p_old), torch.tensor(advantage), algo.dppo_delta_low,
+                             algo.dppo_delta_high))
+    change = p - p_old
+    if advantage > 0:
+        band = f"p − p_old = {change:+.4f} {'≤' if kept else '>'} δ_high = {algo.dppo_delta_high:g}"
+    else:  # A = 0 is checked as A ≤ 0, as in verl
+        band = f"p − p_old = {change:+.4f} {'≥' if kept else '<'} −δ_low = {-algo.dppo_delta_low:g}"
+    if advantage == 0:
+        verdict = f"{'kept' if kept else 'masked'}, and A = 0: no push either way"
+    elif kept:
+        verdict = (f"inside the band, kept (m = 1): gradient with weight min(ρ, c) = "
+                   f"{min(ratio, algo.dppo_ratio_cap):.4g}")
+    else:
+        verdict = ("masked (m = 0), no gradient: its probability already moved more than δ in the direction "
+                   "its advantage pushes")
+    return (f"{_side(advantage)}, {band}: {verdict}",
+            rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {algo.dppo_ratio_cap:g})]\log\pi_\theta(a_t) \\ "
+            rf"p = {p:.4f},\ p_{{old}} = {p_old:.4f},\ m_t = {int(kept)},\ \rho_t = {ratio:.4f},\ "
+            rf"A = {advantage:+.4f} \;\Rightarrow\; \ell_t = {loss:+.4f}")
+
+
+# How each policy loss reads for one token: (the case in words, the formula with its numbers). The clip family
+# (PPO's clip, GSPO, GSPO-token) is the default.
+_LOSS_VIEWS = {"vanilla": _vanilla_view, "cispo": _cispo_view, "sapo": _sapo_view, "dppo_tv": _dppo_view}
 
 
 def clip_case(ratio: float, advantage: float, algo: AlgoConfig) -> str:
-    if algo.policy_loss == "vanilla":
-        return "no clip: vanilla policy gradient, every token keeps its gradient −A"
     low, high = 1 - algo.epsilon, 1 + algo.epsilon_high
-    side = "A > 0" if advantage > 0 else "A < 0" if advantage < 0 else "A = 0"
+    side = _side(advantage)
     if advantage == 0:
         return "A = 0: no push either way"
     if advantage > 0 and ratio > high:

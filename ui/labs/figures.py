@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -17,6 +18,19 @@ ZERO = 1e-12
 
 def is_zero(x: torch.Tensor) -> torch.Tensor:
     return x.abs() <= ZERO
+
+
+def log_ticks(values: Sequence[float]) -> dict:
+    """Ticks for a log axis over these values: 1, 2 and 5 times each power of ten (the powers alone where the
+    values span more than three decades, which would crowd the axis) from the decade below the smallest positive
+    value to the one above the largest, each labelled in full ("0.02", "200"), where plotly's own labels read
+    "5, 2, 0.1, 5, 2" (its minor ticks show only their leading digit)."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if not positive:
+        return {}
+    low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    ticks = [m * 10.0**k for k in range(low, high + 1) for m in ((1, 2, 5) if high - low <= 3 else (1,))]
+    return dict(tickvals=ticks, ticktext=[f"{t:g}" if t < 1000 else f"{t:,.0f}" for t in ticks])
 
 
 

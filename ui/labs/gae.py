@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from rl_core import advantages as adv
-from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal
+from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal, log_ticks
 
 
 CRITICS = ("zero", "perfect (values = true returns)", "initialised from the reward model")
@@ -66,23 +66,39 @@ def gae_table(
     )
 
 
-def gae_summary(table: pd.DataFrame) -> str:
-    """Which token the advantages favour, and whether every TD error before the end is positive."""
+def gae_summary(table: pd.DataFrame, gamma: float, lam_actor: float) -> str:
+    """Which tokens the advantages favour, and whether the positive TD errors of a rising critic pile up towards
+    the start: they do only with γλ > 0 (A_t = δ_t + γλ·A_{t+1}), and only where the sums outgrow the δ_t."""
     advantages = table["advantage A_t (λ_actor)"]
     if advantages.abs().max() <= ZERO:
         return "Every advantage is 0: the critic already predicts every return, so no token is singled out."
-    best = int(table.loc[advantages.idxmax(), "token"])
-    text = (
-        f"Token {best} gets the largest advantage (A = {advantages.max():.3f}); "
-        f"the last token gets {advantages.iloc[-1]:.3f}."
-    )
+    top = table.loc[(advantages.max() - advantages) <= ZERO, "token"].astype(int).tolist()
+    if len(top) == 1:
+        who = f"Token {top[0]} gets"
+    elif top == list(range(top[0], top[-1] + 1)):
+        who = f"Tokens {top[0]}–{top[-1]} share"
+    else:
+        who = f"Tokens {', '.join(map(str, top))} share"
+    text = f"{who} the largest advantage (A = {advantages.max():.3f}); the last token gets {advantages.iloc[-1]:.3f}."
     early = table["TD error δ_t"].iloc[:-1]
-    if len(early) and (early > ZERO).all():
-        text += (
-            " Every δ_t before the last token is positive, so each earlier token sums more of them: the "
-            "advantage grows towards the start, the bias VC-PPO blames for responses collapsing in length."
+    if len(early) < 2 or not (early > ZERO).all():  # one early token has nothing to pile up on
+        return text
+    decay = gamma * lam_actor
+    text += " Every δ_t before the last token is positive"
+    if decay <= ZERO:
+        return text + (
+            f", but with γλ = {decay:g} each advantage is its own δ_t: no token collects the TD errors after it, so "
+            "nothing piles up towards the start."
         )
-    return text
+    if (advantages.iloc[:-1].diff().iloc[1:] < -ZERO).all():
+        return text + (
+            f", and each earlier token sums more of them (weights (γλ)^k, γλ = {decay:.3g}): the advantage grows "
+            "towards the start, the bias VC-PPO blames for responses collapsing in length."
+        )
+    return text + (
+        f"; each earlier token sums more of them (weights (γλ)^k, γλ = {decay:.3g}), yet here the advantage does "
+        "not grow steadily towards the start: the δ_t differ more than the sums add up."
+    )
 
 
 def decay_summary(table: pd.DataFrame, lam_actor: float, lam_critic: float) -> str:
@@ -170,7 +186,8 @@ def length_adaptive_figure(alpha: float, fixed_lam: float = 0.95, max_length: in
             shapes=[horizontal("line", fixed_lam, fixed_lam, line=dict(color=MUTED, dash="dash"))],
             annotations=[dict(x=0, xref="x domain", y=fixed_lam, yref="y", text=f"fixed λ = {fixed_lam}",
                               showarrow=False, xanchor="left", yanchor="bottom")],
-            height=300, margin=dict(t=30, b=40), xaxis=dict(type="log", title="response length |y|"),
+            height=300, margin=dict(t=30, b=40),
+            xaxis=dict(type="log", title="response length |y|", **log_ticks([1, max_length])),
             yaxis=dict(title="λ_actor", range=[0, 1.02]),
         ),
     )

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from rl_core.kl import KL_ESTIMATORS, kl_exact
-from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, grid_layout, subplot_axes, vertical
+from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, subplot_axes, vertical
 
 
 VOCABULARY = ("the", "a", "cat", "dog", "sat", "ran")
@@ -130,9 +130,15 @@ def kl_histograms(samples: pd.DataFrame, exact: float) -> go.Figure:
         mean = samples[name].mean()
         traces.append(go.Histogram(x=samples[name], nbinsx=40, marker_color=NEUTRAL, showlegend=False,
                                    xaxis=axes[0], yaxis=axes[1]))
+        # The two lines are named once, on the first panel, for the legend.
         shapes += [
-            vertical("line", exact, exact, axes[0], line=dict(color=NEGATIVE, width=3)),
-            vertical("line", mean, mean, axes[0], line=dict(color=POSITIVE, width=2, dash="dash")),
+            vertical("line", exact, exact, axes[0], line=dict(color=NEGATIVE, width=3), name="exact KL",
+                     showlegend=col == 1),
+            vertical("line", mean, mean, axes[0], line=dict(color=POSITIVE, width=2, dash="dash"),
+                     name="mean of the samples", showlegend=col == 1),
         ]
-    layout.update(shapes=shapes, height=300, margin=dict(t=40, b=30), bargap=0.05)
+        layout[axis_key(axes[0])]["title"] = dict(text=f"{name} of one sampled token")
+    layout[axis_key(subplot_axes(1, 1, len(names))[1])]["title"] = dict(text="samples")
+    layout.update(shapes=shapes, height=360, margin=dict(t=40, b=90), bargap=0.05, showlegend=True,
+                  legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
     return go.Figure(data=traces, layout=layout)
