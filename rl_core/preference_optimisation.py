@@ -40,6 +40,7 @@ from rl_core.rollout import (
     token_logprobs,
 )
 from rl_core.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
+from rl_core.tokenizer import build_char_tokenizer
 from toy_tasks.base import ToyTask
 
 MAX_BETA = 10.0  # beyond it the implicit reward is so stiff that the policy cannot move from the reference
@@ -126,7 +127,7 @@ def preference_warm_start(task: ToyTask, seed: int, device: torch.device | str =
     cached), after the task is prepared (its SFT check scores with the task's reward)."""
     device = torch.device(device)
     task.prepare(cache_dir or default_cache_dir(), device, seed)
-    policy, _ = sft_policy(task, task.tokenizer, model_preset, seed, task.default_demo_noise, DEFAULT_SFT_STEPS,
+    policy, _ = sft_policy(task, build_char_tokenizer(), model_preset, seed, task.default_demo_noise, DEFAULT_SFT_STEPS,
                            device, cache_dir)
     return policy
 
@@ -150,7 +151,7 @@ class DPOTraining:
         beta: float = 0.1,
         steps: int = 100,
         batch_size: int = 32,
-        learning_rate: float = 1e-3,
+        learning_rate: float = 5e-4,
         seed: int = 0,
         holdout_fraction: float = 0.2,
         eval_every: int = 10,
@@ -164,7 +165,7 @@ class DPOTraining:
         for knob, value in (("eval_every", eval_every), ("n_eval_prompts", n_eval_prompts)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{knob}={value!r} is out of range; allowed: an integer ≥ 1")
-        self.policy, self.task, self.tokenizer = policy, task, task.tokenizer
+        self.policy, self.task, self.tokenizer = policy, task, build_char_tokenizer()
         self.loss_fn, self.loss_type, self.beta = PREFERENCE_LOSSES[loss_type], loss_type, float(beta)
         self.total_steps, self.batch_size, self.eval_every = steps, batch_size, eval_every
         self.rng = random.Random(seed)
