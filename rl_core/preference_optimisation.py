@@ -121,6 +121,15 @@ def preference_metrics(loss: torch.Tensor, chosen_logps: torch.Tensor, rejected_
             "logps/chosen": chosen_logps.detach().mean().item(), "logps/rejected": rejected_logps.detach().mean().item()}
 
 
+def check_preference_loss(loss_type: str, beta: float) -> None:
+    """`loss_type` one of PREFERENCE_LOSSES and 0 < `beta` ≤ MAX_BETA, or a ValueError naming the knob (a page
+    asks before it spends seconds on the warm start)."""
+    if loss_type not in PREFERENCE_LOSSES:
+        raise ValueError(f"loss_type={loss_type!r} is unknown; allowed: {', '.join(PREFERENCE_LOSSES)}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta <= MAX_BETA:
+        raise ValueError(f"beta={beta!r} is out of range; allowed: 0 < beta ≤ {MAX_BETA:g}")
+
+
 def preference_warm_start(task: ToyTask, seed: int, device: torch.device | str = "cpu", model_preset: str = "tiny",
                           cache_dir: Path | None = None) -> GPT2LMHeadModel:
     """The task's SFT policy for `seed` with its default demonstrations and steps (the checkpoint RL starts from,
@@ -157,10 +166,7 @@ class DPOTraining:
         eval_every: int = 10,
         n_eval_prompts: int = 128,
     ):
-        if loss_type not in PREFERENCE_LOSSES:
-            raise ValueError(f"loss_type={loss_type!r} is unknown; allowed: {', '.join(PREFERENCE_LOSSES)}")
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta <= MAX_BETA:
-            raise ValueError(f"beta={beta!r} is out of range; allowed: 0 < beta ≤ {MAX_BETA:g}")
+        check_preference_loss(loss_type, beta)
         check_pair_training(pairs, holdout_fraction, steps, batch_size, learning_rate)
         for knob, value in (("eval_every", eval_every), ("n_eval_prompts", n_eval_prompts)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
