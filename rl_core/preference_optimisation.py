@@ -23,7 +23,7 @@ from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.kl import kl_k3
 from rl_core.masking import masked_mean, masked_sum
-from rl_core.models import frozen_reference
+from rl_core.models import MODEL_PRESETS, frozen_reference, use_preset_threads
 from rl_core.reward_model import (
     PreferencePair,
     bradley_terry_loss,
@@ -134,7 +134,11 @@ def preference_warm_start(task: ToyTask, seed: int, device: torch.device | str =
                           cache_dir: Path | None = None) -> GPT2LMHeadModel:
     """The task's SFT policy for `seed` with its default demonstrations and steps (the checkpoint RL starts from,
     cached), after the task is prepared (its SFT check scores with the task's reward)."""
+    if model_preset not in MODEL_PRESETS:
+        raise ValueError(f"model_preset={model_preset!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
     device = torch.device(device)
+    # The thread count of the preset, as for RL (one thread for the small presets): DPOTraining runs with it too.
+    use_preset_threads(model_preset, device)
     task.prepare(cache_dir or default_cache_dir(), device, seed)
     policy, _ = sft_policy(task, build_char_tokenizer(), model_preset, seed, task.default_demo_noise, DEFAULT_SFT_STEPS,
                            device, cache_dir)
