@@ -56,6 +56,8 @@ def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
     assert logps[0]["x"] == list(range(0, 21, EVAL_EVERY))
     assert logps[1]["y"] == pytest.approx([r["eval_logps/rejected"] for r in records if "eval_loss" in r])
     assert charts["Loss"]["data"][0]["x"] == list(range(1, 21))  # the minibatch loss: one point per step
+    # A line for the every-step minibatch series; the held-out evaluations every EVAL_EVERY steps are marked.
+    assert [trace["mode"] for trace in charts["Loss"]["data"]] == ["lines", "lines+markers"]
     assert any(c.value == summary(records[0], records[-1]) for c in at.caption)
     assert any("ipo (IPO) with β = 0.25 on 1000 pairs (200 held out), 20 steps: finished." in c.value
                for c in at.caption)

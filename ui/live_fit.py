@@ -79,12 +79,14 @@ def status_text(fit: dict, total_steps: int) -> str:
 
 def step_figure(title: str, records: list[dict], series, height: int = 250) -> go.Figure:
     """One line per `(key, label)` of `series` against the step; a series recorded on some steps only (held-out
-    evaluations) also marks its points."""
+    evaluations) also marks its points. The first record may be an evaluation before any step (DPO's step 0), so
+    a series counts as every step's when each later record has it."""
     figure = go.Figure()
     for index, (key, label) in enumerate(series):
         points = [(r["step"], r[key]) for r in records if key in r]
+        every_step = len(points) > 1 and all(key in r for r in records[1:])
         figure.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], name=label,
-                                    mode="lines" if len(points) == len(records) else "lines+markers",
+                                    mode="lines" if every_step else "lines+markers",
                                     line={"color": RUN_COLOURS[index]}))
     figure.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
                          margin={"l": 10, "r": 10, "t": 35, "b": 10}, legend={"orientation": "h", "y": -0.25},
