@@ -43,7 +43,7 @@ formula(
     "0.22–0.29 at β = 1, with the gold success at 0.54–0.61.",
 )
 formula(
-    "The IPO loss (Azar et al. 2023, eq. 17; TRL `loss_type=\"ipo\"`)",
+    "The IPO loss (Azar et al. 2023; TRL `loss_type=\"ipo\"`)",
     r"\mathcal{L}_{\text{IPO}} = \frac{1}{N}\sum_i \Big(h_i - \frac{1}{2\beta}\Big)^2",
     ipo_loss,
     "DPO's sigmoid keeps pushing an ordered pair apart, ever more weakly, for ever; with labels that are "

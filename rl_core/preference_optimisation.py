@@ -77,7 +77,7 @@ def dpo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chose
 def ipo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
              ref_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
     """L_IPO = mean_i (h_i − 1/(2β))², h the `log_ratio_difference` of *sequence* log-probabilities (Azar et al.
-    2023, eq. 17, with their τ written β as in TRL's `loss_type="ipo"`).
+    2023, their empirical IPO loss, with τ written β as in TRL's `loss_type="ipo"`).
 
     TRL's `ipo` averages each response's log-probabilities over its tokens before taking h; this follows the
     paper and sums them, as `dpo_loss` does, so that the two losses see the same h. The loss is 1/(4β²) while
