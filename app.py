@@ -29,6 +29,7 @@ NAVIGATION = {
         st.Page("app_pages/vapo.py", title="VAPO / VC-PPO", icon=":material/filter_7:"),
         st.Page("app_pages/beyond_grpo.py", title="Beyond GRPO (2025–26)", icon=":material/filter_8:"),
         st.Page("app_pages/reward_model.py", title="Reward model", icon=":material/thumbs_up_down:"),
+        st.Page("app_pages/dpo.py", title="DPO · IPO", icon=":material/how_to_vote:"),
     ],
     "Labs": [
         st.Page("app_pages/labs_clip.py", title="Clip lab", icon=":material/content_cut:"),

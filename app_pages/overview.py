@@ -47,7 +47,9 @@ st.markdown(
     "`preference` task trains a real Bradley–Terry model, flaws included.\n\n"
     "**3. Reinforcement learning** samples responses, scores them and shifts probability towards the "
     "better ones, while a KL penalty keeps the policy near the reference so it cannot wander into text the "
-    "reward model has never seen and scores wrongly."
+    "reward model has never seen and scores wrongly.\n\n"
+    "DPO and IPO (their own page) fold steps 2 and 3 into one: the policy learns from the preference pairs "
+    "directly, with no reward model and no sampling."
 )
 formula(
     "SFT: the demonstrations' negative log-likelihood",

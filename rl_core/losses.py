@@ -116,6 +116,16 @@ def cispo_loss(
     return -weight * advantages * logp
 
 
+def dro_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, beta: float) -> torch.Tensor:
+    """verl's `dro` policy loss: `L_t = −[A_t · log π_θ(a_t|s_t) − (β/2) (log π_θ(a_t|s_t) − log π_old(a_t|s_t))²]`.
+
+    No ratio and no clip: the policy-gradient term of `vanilla_pg_loss` plus a quadratic spring on the log-ratio to
+    the policy that sampled. Gradient: `−(A_t − β (log π_θ − log π_old)) · ∇log π_θ`, the plain policy gradient
+    while π_θ = π_old; once a token's log-probability has moved by A_t / β the two cancel and it moves no further.
+    """
+    return -(advantages * logp - 0.5 * beta * (logp - old_logp) ** 2)
+
+
 def sapo_gate(ratio: torch.Tensor, tau: float | torch.Tensor) -> torch.Tensor:
     """SAPO's soft gate `g_τ(ρ) = (4/τ)·σ(τ(ρ − 1))`: its slope `dg/dρ = 4σ(1−σ)` is 1 at ρ = 1 (plain policy
     gradient on-policy) and decays smoothly on both sides, where PPO's clip cuts it to 0."""

@@ -145,6 +145,17 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+# Torch's intra-op thread count when this module was imported: a model preset without a count of its own gets this,
+# not whatever count the previous training in the process happened to set.
+DEFAULT_CPU_THREADS = torch.get_num_threads()
+
+
+def use_preset_threads(preset: str, device: torch.device) -> None:
+    """On a CPU, set torch's intra-op threads to the preset's count (torch's default where it names none)."""
+    if device.type == "cpu":
+        torch.set_num_threads(MODEL_PRESETS[preset].cpu_threads or DEFAULT_CPU_THREADS)
+
+
 def select_device(requested: str = "auto") -> torch.device:
     """`auto` picks cuda, then mps, then cpu; any torch device string forces that device."""
     if requested != "auto":

@@ -13,6 +13,7 @@ The model is a `ValueModel` (GPT-2 backbone + scalar head) read at the last real
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,6 +103,30 @@ def preference_stats(model: ValueModel, tokenizer: PreTrainedTokenizerBase,
             "margin": reward_margin(chosen, rejected).item()}
 
 
+def check_pair_training(pairs: list[PreferencePair], holdout_fraction: float, steps: int, batch_size: int,
+                        learning_rate: float) -> None:
+    """The knobs every fit to preference pairs shares (the reward model's, DPO's): a ValueError names the one out
+    of range and what is allowed."""
+    if len(pairs) < 2:
+        raise ValueError(f"pairs has {len(pairs)} entries; allowed: at least 2 (some are held out)")
+    if not 0 < holdout_fraction < 1:
+        raise ValueError(f"holdout_fraction={holdout_fraction!r} is out of range; allowed: 0 < fraction < 1")
+    for knob, value in (("steps", steps), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{knob}={value!r} is out of range; allowed: an integer ≥ 1")
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not 0 < learning_rate < math.inf:
+        raise ValueError(f"learning_rate={learning_rate!r} is out of range; allowed: a number > 0")
+
+
+def split_pairs(pairs: list[PreferencePair], holdout_fraction: float,
+                rng: random.Random) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """`(held_out, train)`: the pairs shuffled by `rng`, a `holdout_fraction` of them (at least one, and never
+    all) kept out of training."""
+    shuffled = rng.sample(pairs, len(pairs))
+    n_holdout = min(len(pairs) - 1, max(1, round(holdout_fraction * len(pairs))))
+    return shuffled[:n_holdout], shuffled[n_holdout:]
+
+
 class RewardModelTraining:
     """A fresh reward model fitted to `pairs` with the Bradley-Terry loss (AdamW, minibatches drawn with
     replacement), one step at a time: `steps()` yields a record per optimiser step, so a page can draw the fit live.
@@ -122,23 +147,13 @@ class RewardModelTraining:
         holdout_fraction: float = 0.2,
         eval_every: int = 0,
     ):
-        if len(pairs) < 2:
-            raise ValueError(f"pairs has {len(pairs)} entries; allowed: at least 2 (some are held out)")
-        if not 0 < holdout_fraction < 1:
-            raise ValueError(f"holdout_fraction={holdout_fraction!r} is out of range; allowed: 0 < fraction < 1")
-        for knob, value in (("steps", steps), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{knob}={value!r} is out of range; allowed: an integer ≥ 1")
-        if not learning_rate > 0:
-            raise ValueError(f"learning_rate={learning_rate!r} is out of range; allowed: a number > 0")
+        check_pair_training(pairs, holdout_fraction, steps, batch_size, learning_rate)
         self.tokenizer = tokenizer
         self.total_steps = steps
         self.batch_size = batch_size
         self.eval_every = eval_every
         self.rng = random.Random(seed)
-        shuffled = self.rng.sample(pairs, len(pairs))
-        n_holdout = min(len(pairs) - 1, max(1, round(holdout_fraction * len(pairs))))
-        self.held_out, self.train = shuffled[:n_holdout], shuffled[n_holdout:]
+        self.held_out, self.train = split_pairs(pairs, holdout_fraction, self.rng)
         torch.manual_seed(seed)
         self.model = build_value_model(preset, tokenizer).to(device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate, weight_decay=0.0)

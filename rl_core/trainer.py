@@ -47,7 +47,7 @@ from rl_core.metrics import (
     skewed_group_weight_ratio,
     zero_advantage_group_fraction,
 )
-from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device
+from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device, use_preset_threads
 from rl_core.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
 from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
 from rl_core.rollout_correction import is_weights, masked_is, rollout_mismatch_metrics, truncated_is
@@ -60,9 +60,6 @@ from toy_tasks import get_task
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 RARE_TOKEN_PROBABILITY = 0.1  # π_old(a_t) below this counts as a rare token in `silenced_rare_frac`
 
-# Torch's intra-op thread count when this module was imported: a model preset without a count of its own gets this,
-# not whatever count the previous training in the process happened to set.
-DEFAULT_CPU_THREADS = torch.get_num_threads()
 # Value pretraining stops once the critic explains this much of the return variance on a batch it has not seen.
 VALUE_PRETRAIN_TARGET = 0.5
 
@@ -102,9 +99,7 @@ class Trainer:
         self.device = select_device(run.device)
         if run.model not in MODEL_PRESETS:
             raise ValueError(f"model={run.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
-        threads = MODEL_PRESETS[run.model].cpu_threads
-        if self.device.type == "cpu":
-            torch.set_num_threads(threads or DEFAULT_CPU_THREADS)
+        use_preset_threads(run.model, self.device)
         self.task = get_task(run.task)
         self.max_new_tokens = self.algo.max_new_tokens or self.task.max_new_tokens
         self.overlong_buffer = overlong_buffer_length(

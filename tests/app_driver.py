@@ -37,6 +37,7 @@ PAGES = {  # URL path → a heading the page shows once it has rendered
     "vapo": "VAPO and VC-PPO: repairing the critic",
     "beyond_grpo": "Beyond GRPO (2025–26)",
     "reward_model": "The reward model: Bradley-Terry on preference pairs",
+    "dpo": "DPO and IPO: the policy learns from the pairs themselves",
     "labs_clip": "Clip lab: where the clipped surrogate stops pushing",
     "labs_gae": "GAE lab: how a reward at the end reaches the first token",
     "labs_kl": "KL lab: three estimators of one KL",

@@ -8,6 +8,7 @@ from rl_core.losses import (
     clip_cov_detach_mask,
     clipped_surrogate_loss,
     clipped_value_loss,
+    dro_loss,
     entropy_bonus_loss,
     entropy_from_logits,
     gspo_loss,
@@ -296,3 +297,20 @@ def test_policy_losses_keep_the_dtype_and_leave_inputs_alone(dtype):
     assert gspo_loss(logp, old_logp, advantages[:, 0], mask, 0.2, 0.2).dtype == dtype
     assert gspo_token_loss(logp, old_logp, advantages[:, 0], mask, 0.2, 0.2).dtype == dtype
     assert all(torch.equal(a, b) for a, b in zip(copies, (logp, old_logp, advantages)))
+
+
+def test_dro_loss_and_its_gradient_by_hand():
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    old_logp = torch.tensor([[-1.5, -2.0, -0.5]])
+    advantages = torch.tensor([[2.0, -1.0, 0.4]])
+    loss = dro_loss(logp, old_logp, advantages, beta=0.4)
+    # −[A·log π − (β/2)(log π − log π_old)²]: −[2·(−1) − 0.2·0.5²] = 2.05; −[(−1)(−2) − 0] = −2; −[0.4·(−0.5)] = 0.2.
+    assert loss.tolist() == [pytest.approx([2.05, -2.0, 0.2])]
+    loss.sum().backward()
+    # −(A − β (log π − log π_old)): −(2 − 0.4·0.5) = −1.8 (the spring weakens the push); at π_θ = π_old the plain
+    # policy gradient −A: 1.0 and −0.4.
+    assert logp.grad.tolist() == [pytest.approx([-1.8, 1.0, -0.4])]
+    # A token whose log-probability has moved by A/β = 2/0.4 = 5 nats feels no gradient.
+    moved = torch.tensor([[3.5]], requires_grad=True)
+    dro_loss(moved, torch.tensor([[-1.5]]), torch.tensor([[2.0]]), beta=0.4).sum().backward()
+    assert moved.grad.item() == pytest.approx(0.0)

@@ -1,15 +1,11 @@
-"""The reward-model page's instrument: a Bradley-Terry model trained live on the `preference` task's pairs, the
-ranking it gives a policy's kinds of responses, and the over-optimisation curves (proxy and gold against √KL).
-
-A fit takes seconds (100 steps of the tiny model), so it runs in the script itself rather than a background job:
-the charts redraw every few steps, any click (Stop included) interrupts it at the next redraw (Streamlit stops a
-script at its next element call), and the steps done so far stay on the page. It holds one of the server's training slots while it runs, like any training.
+"""The reward-model page's instrument: a Bradley-Terry model trained live on the `preference` task's pairs
+(`ui.live_fit`: 100 steps of the tiny model take seconds), the ranking it gives a policy's kinds of responses, and
+the over-optimisation curves (proxy and gold against √KL).
 """
 
 from __future__ import annotations
 
 import random
-import threading
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -25,9 +21,8 @@ from ui.charts import RUN_COLOURS
 from ui.compare import PLOT_CONFIG
 from ui.experiments_panel import arm_records
 from ui.knobs import LEARNING_RATES
-from ui.lab import training_slots
+from ui.live_fit import fit_lab, run_fit, select_sliders, status_text, step_figure
 
-REDRAW_EVERY = 5  # steps between redraws, and so the most steps a Stop can take to land
 EVAL_EVERY = 10  # steps between held-out evaluations (one pass over every held-out pair)
 CONTROLS = {  # key → (label, options, default, help); names as TRL's RewardTrainer where it has one
     "n_pairs": ("preference pairs", (200, 500, 1000, 2000, 3000), 1000,
@@ -46,27 +41,9 @@ CONTROLS = {  # key → (label, options, default, help); names as TRL's RewardTr
 def reward_model_lab(page: str) -> dict | None:
     """Controls and Train on the left, the live fit on the right; returns the latest fit (None before the first):
     `{"model", "tokenizer", "records", "settings", "status"}`."""
-    controls, effect = st.columns([10, 23], gap="medium")
-    with controls:
-        train, stop = st.columns(2)
-        start = train.button("Train", key=f"{page}:train", type="primary", width="stretch")
-        stop.button("Stop", key=f"{page}:stop", width="stretch",
-                    help=f"Ends the fit within {REDRAW_EVERY} steps; the steps done stay on the page.")
-        settings = {key: st.select_slider(label, options, value=default, key=f"{page}:{key}", help=help_)
-                    for key, (label, options, default, help_) in CONTROLS.items()}
-    with effect:
-        charts = st.empty()
-        if start:
-            _train(page, settings, charts)
-        fit = st.session_state.get(f"{page}:fit")
-        if fit is None:
-            charts.info("Press **Train**: the loss, the held-out accuracy and the margin fill in here live, one "
-                        "point per step.", icon=":material/play_arrow:")
-        elif not start:
-            if fit["status"] != "finished":
-                fit["status"] = "stopped"  # a click interrupted the script run that was training it
-            _draw(charts, fit)
-    return fit
+    return fit_lab(page, lambda: select_sliders(page, CONTROLS), lambda settings, charts: _train(page, settings, charts),
+                   _draw, "Press **Train**: the loss, the held-out accuracy and the margin fill in here live, one "
+                   "point per step.")
 
 
 def _train(page: str, settings: dict, charts) -> None:
@@ -80,53 +57,30 @@ def _train(page: str, settings: dict, charts) -> None:
     fit = {"model": training.model, "tokenizer": task.tokenizer, "records": [], "settings": settings,
            "status": "waiting for a training slot", "held_out": len(training.held_out)}
     st.session_state[f"{page}:fit"] = fit
-    _draw(charts, fit)
-    with training_slots().hold(threading.Event()):
-        fit["status"] = "training"
-        for record in training.steps():
-            fit["records"].append(record)
-            # The fit lives in session state as it grows: a click interrupts the loop at the next redraw.
-            if record["step"] % REDRAW_EVERY == 0 and record["step"] < training.total_steps:
-                _draw(charts, fit)
-        fit["status"] = "finished"
-    _draw(charts, fit)
+    run_fit(fit, training.steps, training.total_steps, charts, _draw)
 
 
 def _draw(charts, fit: dict) -> None:
     records = fit["records"]
-    done, total = len(records), fit["settings"]["max_steps"]
-    status = {"training": f"training, step {done} of {total}", "stopped": f"stopped after {done} steps"}.get(
-        fit["status"], fit["status"])
+    total = fit["settings"]["max_steps"]
     # Streamlit needs a key per chart per script run, and a fit redraws the same charts many times in one run.
     fit["draws"] = fit.get("draws", 0) + 1
     with charts.container():
         st.caption(f"Bradley-Terry fit on {fit['settings']['n_pairs']} pairs ({fit['held_out']} held out), "
-                   f"{total} steps: {status}.")
-        st.progress(done / total)  # drawn in every state, so a redraw replaces the same elements
+                   f"{total} steps: {status_text(fit, total)}.")
+        st.progress(len(records) / total)  # drawn in every state, so a redraw replaces the same elements
         specs = (
             ("Bradley-Terry loss", (("loss", "minibatch"), ("heldout_loss", "held-out pairs"))),
             ("Pairwise accuracy", (("accuracy", "minibatch"), ("heldout_accuracy", "held-out pairs"))),
             ("Reward margin r(y_w) − r(y_l)", (("margin", "minibatch"), ("heldout_margin", "held-out pairs"))),
         )
         for column, (title, series) in zip(st.columns(3), specs):
-            column.plotly_chart(_figure(title, records, series), config=PLOT_CONFIG,
+            column.plotly_chart(step_figure(title, records, series), config=PLOT_CONFIG,
                                 key=f"reward_model:chart:{title}:{fit['draws']}")
         last = next((r for r in reversed(records) if "heldout_accuracy" in r), None)
         if last is not None:
             st.caption(f"Held-out pairs at step {last['step']}: accuracy {last['heldout_accuracy']:.2f}, margin "
                        f"{last['heldout_margin']:.2f}, loss {last['heldout_loss']:.3f} (log 2 = 0.693 is a coin).")
-
-
-def _figure(title: str, records: list[dict], series) -> go.Figure:
-    figure = go.Figure()
-    for index, (key, label) in enumerate(series):
-        points = [(r["step"], r[key]) for r in records if key in r]
-        figure.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], name=label,
-                                    mode="lines" if index == 0 else "lines+markers",
-                                    line={"color": RUN_COLOURS[index]}))
-    figure.update_layout(title={"text": title, "font": {"size": 13}}, height=250, margin={"l": 10, "r": 10, "t": 35,
-                         "b": 10}, legend={"orientation": "h", "y": -0.25}, xaxis_title="step")
-    return figure
 
 
 def ranking_table(fit: dict, prompt: str, rng: random.Random) -> pd.DataFrame:

@@ -1,0 +1,74 @@
+"""The DPO page under Streamlit's AppTest: it renders before any fit, Train runs DPO or IPO from the page's knobs
+(records on schedule, the five charts, the summary of the held-out pairs), and a β the engine refuses is named in
+a message, with nothing trained."""
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ui.dpo import EVAL_EVERY, summary
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+
+
+def open_page() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)  # the first Train of a process also builds the warm start
+    at.run()
+    at.switch_page("app_pages/dpo.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_the_page_asks_for_a_fit_before_drawing_one():
+    at = open_page()
+    assert at.title[0].value.startswith("DPO and IPO")
+    assert any("Press **Train**" in info.value for info in at.info)
+    assert not at.get("plotly_chart")
+    assert at.button(key="dpo:train") is not None and at.number_input(key="dpo:beta").value == pytest.approx(0.1)
+    assert at.radio(key="dpo:loss_type").value == "sigmoid"
+    assert "The surprise: both log-probabilities fall" in [h.value for h in at.subheader]
+
+
+def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
+    at = open_page()
+    at.radio(key="dpo:loss_type").set_value("ipo").run()
+    at.number_input(key="dpo:beta").set_value(0.25).run()
+    at.select_slider(key="dpo:max_steps").set_value(20).run()
+    at.select_slider(key="dpo:seed").set_value(1).run()
+    at.button(key="dpo:train").click().run()
+    assert not at.exception, at.exception
+    fit = at.session_state["dpo:fit"]
+    assert fit["status"] == "finished" and fit["held_out"] == 200  # a fifth of the 1000 pairs
+    assert fit["settings"] | {"beta": round(fit["settings"]["beta"], 6)} == {
+        "loss_type": "ipo", "beta": 0.25, "learning_rate": 5e-4, "max_steps": 20, "seed": 1}
+    records = fit["records"]
+    assert [r["step"] for r in records] == list(range(21))
+    assert [r["step"] for r in records if "eval_loss" in r] == list(range(0, 21, EVAL_EVERY))
+    # IPO with β = 0.25 costs (0 − 1/(2β))² = 4 before the first step, where the policy is its reference.
+    assert records[0]["eval_loss"] == pytest.approx(4.0)
+    charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+              for c in at.get("plotly_chart")}
+    assert set(charts) == {"Loss", "Implicit rewards β·log(π_θ/π_ref), held out", "Sequence log π_θ(y|x), held out",
+                           "Reward accuracy", "Gold success and KL of the policy's samples"}
+    logps = charts["Sequence log π_θ(y|x), held out"]["data"]
+    assert logps[0]["x"] == list(range(0, 21, EVAL_EVERY))
+    assert logps[1]["y"] == pytest.approx([r["eval_logps/rejected"] for r in records if "eval_loss" in r])
+    assert charts["Loss"]["data"][0]["x"] == list(range(1, 21))  # the minibatch loss: one point per step
+    # A line for the every-step minibatch series; the held-out evaluations every EVAL_EVERY steps are marked.
+    assert [trace["mode"] for trace in charts["Loss"]["data"]] == ["lines", "lines+markers"]
+    assert any(c.value == summary(records[0], records[-1]) for c in at.caption)
+    assert any("ipo (IPO) with β = 0.25 on 1000 pairs (200 held out), 20 steps: finished." in c.value
+               for c in at.caption)
+
+
+@pytest.mark.parametrize("beta, message", [(0.0, "beta=0.0 is out of range; allowed: 0 < beta ≤ 10"),
+                                           (12.0, "beta=12.0 is out of range; allowed: 0 < beta ≤ 10")])
+def test_a_refused_beta_is_named_and_nothing_trains(beta, message):
+    at = open_page()
+    at.number_input(key="dpo:beta").set_value(beta).run()
+    at.button(key="dpo:train").click().run()
+    assert not at.exception, at.exception
+    assert any(message in error.value for error in at.error)
+    assert "dpo:fit" not in at.session_state
