@@ -184,6 +184,7 @@ class Sweep:
         stored = self.store.runs(self.run_ids)
         to_train = [run.id for run in stored if run.active and not run.reused]
         watching = {run.id for run in stored if run.active and run.reused}
+        workers = min(self.workers, len(to_train) + len(watching))  # a watched run may fall to this sweep to train
         try:
             with Heartbeat(self.store), ExitStack() as stack:
                 pool: ProcessPoolExecutor | None = None
@@ -192,7 +193,7 @@ class Sweep:
                     nonlocal pool
                     if pool is None:
                         pool = stack.enter_context(ProcessPoolExecutor(
-                            min(self.workers, len(to_train) + len(watching)), mp_context=self._context,
+                            workers, mp_context=self._context,
                             initializer=_init_worker,
                             initargs=(self._stop, str(self.store.path), os.getpid(), self.cap),
                         ))
