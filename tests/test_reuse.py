@@ -269,3 +269,30 @@ def test_a_changed_knob_trains_only_the_changed_runs(tmp_path):
     rows = RunStore(db).runs(changed.sweep.run_ids)
     assert [(run.reused, run.status) for run in rows] == [(True, "finished"), (False, "finished")]
     assert len(trained_here(RunStore(db))) == 3
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([NAME, "--all"], f"--all runs every experiment; drop the name '{NAME}' or --all"),
+    ([], "or pass --all or --list"),
+])
+def test_all_with_a_name_or_neither_is_refused_in_one_line(arguments, message, tmp_path, capsys):
+    assert main(["experiment", *arguments, "--db", str(tmp_path / "runs.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.slow
+def test_all_runs_every_experiment_in_turn_and_warms_the_store(tmp_path, capsys, monkeypatch):
+    from rl_core import cli
+
+    two_arms = Experiment(arms=(Arm("a", "grpo", {"beta": 0.0}), Arm("b", "grpo", {"beta": 0.1})), **TWO_ARMS)
+    monkeypatch.setattr(cli, "EXPERIMENTS", {NAME: get_experiment(NAME), two_arms.name: two_arms})
+    command = ["experiment", "--all", "--seeds", "0", "--steps", "2", "--db", str(tmp_path / "runs.sqlite"),
+               "--out", str(tmp_path / "out")]
+    assert main(command) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [NAME, "two_arms"]
+    assert all(", reused 0 of 2 runs, " in line for line in lines)
+    assert (tmp_path / "out" / NAME / SUMMARY_FILE).is_file() and (tmp_path / "out" / "two_arms" / SUMMARY_FILE).is_file()
+    assert main(command) == 0
+    assert all(", reused 2 of 2 runs (recorded " in line for line in capsys.readouterr().out.splitlines())
