@@ -24,6 +24,8 @@ from rl_core.export_frameworks import FRAMEWORKS, export_config
 from rl_core.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.models import MODEL_PRESETS
 from rl_core.records import json_safe
+from rl_core.reuse import reuse_line
+from rl_core.sft import default_cache_dir
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.summary import format_table, run_row, summarise, write_csv
 from rl_core.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
@@ -64,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"runs trained at once, one process each (default: the cores here, {default_workers()})")
     _add_run_arguments(sweep)
     sweep.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
+    sweep.add_argument("--fresh", action="store_true",
+                       help="train every run again, even those the run store already holds")
     sweep.add_argument("--out", type=Path, required=True,
                        help="folder for runs/<group>-seed<N>.csv (per-step metrics), runs.csv and summary.csv")
     experiment = commands.add_parser(
@@ -71,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     experiment.add_argument("name", nargs="?", help="the experiment (see --list)")
     experiment.add_argument("--list", action="store_true", help="list the experiments, one a line, name first")
+    experiment.add_argument("--all", action="store_true", help="run every experiment of --list in turn, one line "
+                            "each (before a class: later identical requests answer from the run store)")
+    experiment.add_argument("--fresh", action="store_true",
+                            help="train every run again, even those the run store already holds")
     experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 1 2)")
     experiment.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
     experiment.add_argument("--workers", type=int, default=None, help="runs trained at once, one process each "
@@ -80,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--steps", type=int, help="replace the experiment's number of RL steps (a quick try)")
     experiment.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
-    experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json")
+    experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json (with "
+                            "--all: a folder per experiment in it; default the cache's experiments folder)")
     export = commands.add_parser(
         "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags (bash)"
     )
@@ -243,7 +252,8 @@ def _sweep(args) -> int:
         (args.out / "runs").mkdir(parents=True, exist_ok=True)  # before training: a folder we cannot write fails now
         spec = {"task": args.task, "algos": algos, "seeds": args.seeds, "steps": args.steps,
                 "grid": args.grid, "overrides": args.overrides}
-        sweep = Sweep(planned, RunStore(args.db), workers=args.workers, cache_dir=args.cache_dir, spec=spec)
+        sweep = Sweep(planned, RunStore(args.db), workers=args.workers, cache_dir=args.cache_dir, spec=spec,
+                      fresh=args.fresh)
     except (OSError, ValueError, StoreError) as error:
         return _refuse(error, args.out)
     workers = min(sweep.workers, len(planned))
@@ -254,7 +264,8 @@ def _sweep(args) -> int:
         runs = sweep.run(progress)
     finally:
         progress.close()
-    print(f"{len(runs)} runs in {time.perf_counter() - start:.1f} s, {workers} at a time", file=sys.stderr)
+    print(f"{len(runs)} runs in {time.perf_counter() - start:.1f} s, {workers} at a time; {reuse_line(runs)}",
+          file=sys.stderr)
     rows = _write_sweep(sweep.store, runs, args.out)
     print(format_table(summarise(rows)))
     failed = [run for run in runs if run.status in ("failed", "interrupted")]
@@ -342,18 +353,58 @@ def _experiment(args) -> int:
             print(f"{experiment.name:<22} {experiment.title}  [{experiment.task}; {len(experiment.arms)} arms]")
         return 0
     try:
-        if args.name is None:
-            raise ValueError(f"name an experiment (one of: {', '.join(EXPERIMENTS)}) or pass --list")
-        experiment = get_experiment(args.name)
-        if args.out is None:
+        if args.all and args.name is not None:
+            raise ValueError(f"--all runs every experiment; drop the name {args.name!r} or --all")
+        if args.name is None and not args.all:
+            raise ValueError(f"name an experiment (one of: {', '.join(EXPERIMENTS)}), or pass --all or --list")
+        if args.out is None and not args.all:
             raise ValueError("--out is required: the folder for the runs' JSON lines and summary.json")
         if args.steps is not None and args.steps < 1:
             raise ValueError(f"--steps {args.steps} is out of range; allowed: an integer ≥ 1")
-        run = ExperimentRun(experiment, args.out, RunStore(args.db), seeds=args.seeds, workers=args.workers,
-                            cache_dir=args.cache_dir, steps=args.steps, model=args.model, device=args.device)
+        store = RunStore(args.db)
     except (OSError, ValueError, StoreError) as error:
         return _refuse(error, args.out)
+    if args.all:
+        return _all_experiments(args, store)
+    try:
+        experiment = get_experiment(args.name)
+        run = _plan_experiment(experiment, args, store, args.out)
+    except (OSError, ValueError, StoreError) as error:
+        return _refuse(error, args.out)
+    summary, reused = _run_experiment(run)
+    print(f"claim: {experiment.claim}")
+    for seed, effect in summary["effects"].items():
+        print(f"seed {seed}: effect {effect:+.4g}")
+    print(f"{summary['sentence']} ({summary['wall_time']:.0f} s)")
+    print(f"verdict: {summary['verdict']}; records and summary.json in {args.out}")
+    print(reused)
+    return _unfinished(summary)
+
+
+def _all_experiments(args, store: RunStore) -> int:
+    """Every experiment in turn, each in a folder of its own under --out; one line each on stdout."""
+    folder = args.out or default_cache_dir() / "experiments"
+    status = 0
+    for experiment in EXPERIMENTS.values():
+        try:
+            run = _plan_experiment(experiment, args, store, folder / experiment.name)
+        except (OSError, ValueError, StoreError) as error:
+            return _refuse(error, folder / experiment.name)
+        summary, reused = _run_experiment(run)
+        print(f"{experiment.name}: {summary['verdict']}, {reused}, {summary['wall_time']:.1f} s", flush=True)
+        status = max(status, _unfinished(summary))
+    return status
+
+
+def _plan_experiment(experiment, args, store: RunStore, out: Path) -> ExperimentRun:
+    return ExperimentRun(experiment, out, store, seeds=args.seeds, workers=args.workers, cache_dir=args.cache_dir,
+                         steps=args.steps, model=args.model, device=args.device, fresh=args.fresh)
+
+
+def _run_experiment(run: ExperimentRun) -> tuple[dict, str]:
+    """Run it under a progress bar; its summary and the line that says how many runs it reused."""
     planned = [arm_run.planned for arm_run in run.arm_runs]
+    experiment = run.experiment
     print(f"{experiment.title}: {len(planned)} runs ({len(experiment.arms)} arms × {len(run.seeds)} seeds), "
           f"{min(run.sweep.workers, len(planned))} at a time; the run store is {run.sweep.store.path}", file=sys.stderr)
     progress = SweepProgress(planned, description=experiment.name)
@@ -361,11 +412,11 @@ def _experiment(args) -> int:
         summary = run.run(progress)
     finally:
         progress.close()
-    print(f"claim: {experiment.claim}")
-    for seed, effect in summary["effects"].items():
-        print(f"seed {seed}: effect {effect:+.4g}")
-    print(f"{summary['sentence']} ({summary['wall_time']:.0f} s)")
-    print(f"verdict: {summary['verdict']}; records and summary.json in {args.out}")
+    return summary, reuse_line(run.sweep.store.runs(run.sweep.run_ids))
+
+
+def _unfinished(summary: dict) -> int:
+    """1, with a line on stderr, if a run of the experiment did not finish; else 0."""
     failed = [row for row in summary["runs"] if row["status"] in ("failed", "interrupted")]
     if failed:
         print(f"error: {len(failed)} of {len(summary['runs'])} runs did not finish; see their lines above",

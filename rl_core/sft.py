@@ -12,7 +12,6 @@ rounds; the checkpoint's `sft.json` says what happened, and so does a warning.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import logging
@@ -30,6 +29,7 @@ from safetensors import safe_open
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.models import MODEL_PRESETS, build_policy, load_policy, model_config
+from rl_core.reuse import fingerprint
 from rl_core.rollout import encode_pairs, response_logits, sample, token_logprobs
 from rl_core.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
@@ -114,13 +114,13 @@ def sft_policy(
     # The architecture, its SFT learning rate and the task's code are part of the key, so a changed preset or a
     # task whose demonstrations changed never loads a stale checkpoint.
     learning_rate = MODEL_PRESETS[model_preset].sft_learning_rate
-    fingerprint = (
+    sources = (
         model_config(model_preset, tokenizer).to_json_string()
         + f"lr={learning_rate}"
         + inspect.getsource(inspect.getmodule(type(task)))
         + f"band={task.sft_success_band}"
     )
-    version = hashlib.sha1(fingerprint.encode()).hexdigest()[:10]
+    version = fingerprint(sources, 10)
     name = f"{task.name}-{model_preset}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
     folder = cache_dir / "sft" / name
     lock = _checkpoint_lock(folder.resolve())

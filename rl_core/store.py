@@ -15,6 +15,11 @@ store is opened, a run still queued or running is marked `interrupted` if
 * its heartbeat is older than `STALE_AFTER` seconds: the owner hangs, ran on another host, or its pid now
   belongs to another program.
 
+Reuse. A run stored with its key (`rl_core.reuse.run_key`) may answer a later identical request: that request's
+row (its own, in its session) shows the finished run's records instead of training (`records_from`), or watches the
+run while it is in flight and trains itself only if that run does not finish (`follow`). Steps are stored once,
+with the run that trained them; deleting it hands them to a row that shows them.
+
 Size. The file never grows past `RLHF_LAB_STORE_MAX_MB` (SQLite's `max_page_count`; its write-ahead log is
 checkpointed and truncated well below that): a write that would pass it fails as a full disk would, with a
 `StoreError` saying so. A new run is refused once the runs fill `ADMIT_BELOW` of it. Per-step scalars are always
@@ -120,6 +125,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN session TEXT",
         "CREATE INDEX runs_by_session ON runs(session)",
     ),
+    # v2 → v3: reuse of finished runs. `run_key` (`rl_core.reuse.run_key`) identifies the computation; a row that
+    # answers from another run's records names that run in `records_from` (it holds no steps of its own).
+    (
+        "ALTER TABLE runs ADD COLUMN run_key TEXT",
+        "ALTER TABLE runs ADD COLUMN records_from INTEGER",
+        "CREATE INDEX runs_by_key ON runs(run_key)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -174,6 +186,13 @@ class StoredRun:
     final: dict | None
     error: str | None
     session: str | None  # the app session that owns it; None: shared (the command line's), read-only in the app
+    run_key: str | None  # what it computes (`rl_core.reuse.run_key`); None for runs stored without one
+    records_from: int | None  # the run whose records it shows instead of training (itself: it holds them)
+
+    @property
+    def reused(self) -> bool:
+        """Whether it answers from a run trained for another request (or watches one train)."""
+        return self.records_from is not None
 
     @property
     def active(self) -> bool:
@@ -308,21 +327,47 @@ class RunStore:
             ).lastrowid
 
     def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None,
-                session: str | None = None) -> int:
+                session: str | None = None, key: str | None = None, reuse: bool = False) -> int:
         """A queued run owned by this process (and by app session `session`, if given); returns its id.
+
+        `key` is the run's `rl_core.reuse.run_key`. With `reuse`, in the same transaction (so two requests never
+        both train one key): a finished run of that key makes the new row a finished one that shows its records; a
+        run of that key queued or training, its owner alive, makes it a queued row that watches that one
+        (`follow`); otherwise the row is queued to train. Either way the row is the caller's own (its session),
+        and only the records are shared.
 
         StoreError once the runs fill ADMIT_BELOW of the size limit."""
         if self.used_bytes() >= ADMIT_BELOW * self.max_bytes:
             raise StoreError(self._full_message())
         now = time.time()
         with self._write() as db:
-            return db.execute(
+            source = _reusable_run(db, key, now) if reuse and key is not None else None
+            run_id = db.execute(
                 "INSERT INTO runs (sweep_id, label, task, algo, seed, variant, config, status, steps_total, "
-                "created_at, heartbeat_at, owner_pid, owner_host, session) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                "created_at, heartbeat_at, owner_pid, owner_host, session, run_key) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
                 (sweep_id, label, run.task, run.algo.name, run.seed, json.dumps(variant or {}),
-                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST, session),
+                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST, session, key),
             ).lastrowid
+            if source is not None:
+                _link(db, run_id, source)
+            return run_id
+
+    def follow(self, run_id: int) -> str:
+        """A watching row's look at the run it watches, in one transaction: "waiting" while that run is queued or
+        training (its step count copied, so progress shows), "finished" once it has finished (this row finishes
+        with it, showing its records), "train" if it failed, stopped, was interrupted or deleted, or its owner is
+        gone: the row is then an ordinary queued run, for its caller to train."""
+        now = time.time()
+        with self._write() as db:
+            watched = db.execute("SELECT records_from FROM runs WHERE id = ?", (run_id,)).fetchone()["records_from"]
+            source = None if watched is None else db.execute("SELECT * FROM runs WHERE id = ?", (watched,)).fetchone()
+            if source is not None and (source["status"] == "finished"
+                                       or source["status"] in ACTIVE_STATUSES and _lost(source, now) is None):
+                _link(db, run_id, source)
+                return "finished" if source["status"] == "finished" else "waiting"
+            db.execute("UPDATE runs SET records_from = NULL, steps_done = 0 WHERE id = ?", (run_id,))
+            return "train"
 
     def start_run(self, run_id: int) -> None:
         """This process now trains the run."""
@@ -397,12 +442,7 @@ class RunStore:
             rows = db.execute(
                 f"SELECT id, owner_pid, owner_host, heartbeat_at FROM runs WHERE status IN {ACTIVE_SQL}"
             ).fetchall()
-            lost = {}
-            for row in rows:
-                if row["owner_host"] == HOST and not process_alive(row["owner_pid"]):
-                    lost[row["id"]] = f"its process (pid {row['owner_pid']}) ended before the run did"
-                elif now - row["heartbeat_at"] > STALE_AFTER:
-                    lost[row["id"]] = f"no sign of life from its process for {now - row['heartbeat_at']:.0f} s"
+            lost = {row["id"]: reason for row in rows if (reason := _lost(row, now)) is not None}
             for run_id, reason in lost.items():
                 db.execute(
                     "UPDATE runs SET status = 'interrupted', finished_at = ?, error = ? WHERE id = ?",
@@ -413,15 +453,19 @@ class RunStore:
     def delete(self, run_ids: Iterable[int], session: str | None = None) -> int:
         """Delete these runs and their steps, except any still queued or running; returns how many went.
 
-        With `session`, only that session's own runs go: shared runs and other sessions' are never touched."""
+        With `session`, only that session's own runs go: shared runs and other sessions' are never touched. Records
+        that other runs show (reuse) stay with the first of those that finished."""
         ids = list(run_ids)
         with self._write() as db:
-            deleted = db.execute(
-                f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(ids))}) AND status NOT IN {ACTIVE_SQL}"
+            going = [row["id"] for row in db.execute(
+                f"SELECT id FROM runs WHERE id IN ({', '.join('?' * len(ids))}) AND status NOT IN {ACTIVE_SQL}"
                 + ("" if session is None else " AND session = ?"),
                 ids + ([] if session is None else [session]),
-            )
-            return deleted.rowcount
+            )]
+            for run_id in going:
+                _hand_down(db, run_id, going)
+            db.execute(f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(going))})", going)
+            return len(going)
 
     # ------------------------------------------------------------------ reading
     def runs(self, run_ids: list[int] | None = None, sweep_id: int | None = None,
@@ -449,28 +493,38 @@ class RunStore:
         return found[0]
 
     def steps(self, run_id: int, after: int = 0) -> list[dict]:
-        """The scalar metrics of the run's steps after step `after`, in step order."""
+        """The scalar metrics of the run's steps after step `after`, in step order (a reused run's: those of the run
+        it shows)."""
         rows = self._connection().execute(
-            "SELECT metrics FROM steps WHERE run_id = ? AND step > ? ORDER BY step", (run_id, after)
+            f"SELECT metrics FROM steps WHERE run_id = {RECORDS_OF} AND step > ? ORDER BY step", (run_id, run_id, after)
         )
         return [json.loads(row["metrics"]) for row in rows]
 
     def samples(self, run_id: int, step: int | None = None) -> list[dict]:
         """The sample views recorded at `step` (default: the run's latest step)."""
         row = self._connection().execute(
-            "SELECT samples FROM steps WHERE run_id = ? AND (? IS NULL OR step = ?) ORDER BY step DESC LIMIT 1",
-            (run_id, step, step),
+            f"SELECT samples FROM steps WHERE run_id = {RECORDS_OF} AND (? IS NULL OR step = ?) "
+            "ORDER BY step DESC LIMIT 1",
+            (run_id, run_id, step, step),
         ).fetchone()
         return json.loads(row["samples"]) if row else []
 
     def training_seconds(self, session: str, since: float) -> float:
-        """Seconds the runs of `session` trained after time `since` (until now for those still training)."""
+        """Seconds the runs of `session` trained after time `since` (until now for those still training); a reused
+        run trained for someone else and counts for no one."""
         now = time.time()
         rows = self._connection().execute(
             "SELECT started_at, finished_at FROM runs WHERE session = ? AND started_at IS NOT NULL "
+            "AND records_from IS NULL "
             "AND (finished_at IS NULL OR finished_at > ?)", (session, since),
         )
         return sum(max(min(row["finished_at"] or now, now) - max(row["started_at"], since), 0.0) for row in rows)
+
+    def reusable(self, keys: Iterable[str]) -> set[str]:
+        """Those of `keys` that `add_run(…, reuse=True)` would not train: a run of the key finished, or one in
+        flight (queued or training, its owner alive)."""
+        now = time.time()
+        return {key for key in set(keys) if _reusable_run(self._connection(), key, now) is not None}
 
     def sweep_spec(self, sweep_id: int) -> dict:
         """What sweep `sweep_id` was started with (an experiment's sweep names the experiment)."""
@@ -484,6 +538,55 @@ class RunStore:
         if session is None:
             return self._connection().execute("SELECT MAX(id) FROM sweeps").fetchone()[0]
         return self._connection().execute("SELECT MAX(id) FROM sweeps WHERE session = ?", (session,)).fetchone()[0]
+
+
+# The run whose steps run `?` shows: the one it reuses, or itself.
+RECORDS_OF = "COALESCE((SELECT records_from FROM runs WHERE id = ?), ?)"
+
+
+def _lost(row: sqlite3.Row, now: float) -> str | None:
+    """Why a queued or running row's owner is taken to be gone (the rule in the module docstring); None if not."""
+    if row["owner_host"] == HOST and not process_alive(row["owner_pid"]):
+        return f"its process (pid {row['owner_pid']}) ended before the run did"
+    if now - row["heartbeat_at"] > STALE_AFTER:
+        return f"no sign of life from its process for {now - row['heartbeat_at']:.0f} s"
+    return None
+
+
+def _reusable_run(db: sqlite3.Connection, key: str, now: float) -> sqlite3.Row | None:
+    """The run a request of `key` reuses: the first finished one, else the first in flight that trains for itself
+    (not one that watches another) and whose owner lives; None if there is none."""
+    finished = db.execute("SELECT * FROM runs WHERE run_key = ? AND status = 'finished' ORDER BY id LIMIT 1",
+                          (key,)).fetchone()
+    if finished is not None:
+        return finished
+    flying = db.execute(f"SELECT * FROM runs WHERE run_key = ? AND status IN {ACTIVE_SQL} AND records_from IS NULL "
+                        "ORDER BY id", (key,))
+    return next((row for row in flying if _lost(row, now) is None), None)
+
+
+def _link(db: sqlite3.Connection, run_id: int, source: sqlite3.Row) -> None:
+    """Make run `run_id` show the records of `source` (of the run that holds them, if `source` shows another's):
+    finished as it finished (steps, times, evaluation), or watching it while it is in flight."""
+    holder = source["records_from"] if source["records_from"] is not None else source["id"]
+    if source["status"] == "finished":
+        db.execute("UPDATE runs SET status = 'finished', records_from = ?, steps_done = ?, started_at = ?, "
+                   "finished_at = ?, final = ? WHERE id = ?",
+                   (holder, source["steps_done"], source["started_at"], source["finished_at"], source["final"], run_id))
+    else:
+        db.execute("UPDATE runs SET records_from = ?, steps_done = ? WHERE id = ?", (holder, source["steps_done"], run_id))
+
+
+def _hand_down(db: sqlite3.Connection, run_id: int, going: list[int]) -> None:
+    """Before run `run_id` is deleted: its steps go to the first finished run that shows them and stays, which then
+    holds them (it names itself), and the others that show them show that one's; with no such heir they show
+    nothing, and a watching run trains for itself (`follow`)."""
+    heir = db.execute(
+        f"SELECT id FROM runs WHERE records_from = ? AND status = 'finished' AND id NOT IN "
+        f"({', '.join('?' * len(going))}) ORDER BY id LIMIT 1", [run_id, *going]).fetchone()
+    if heir is not None:
+        db.execute("UPDATE steps SET run_id = ? WHERE run_id = ?", (heir["id"], run_id))
+    db.execute("UPDATE runs SET records_from = ? WHERE records_from = ?", (None if heir is None else heir["id"], run_id))
 
 
 def _training(row: sqlite3.Row, now: float) -> bool:

@@ -10,6 +10,10 @@ Warm starts first. Runs that differ only in the preset or a knob share an SFT ch
 (cached on disk per task, model, seed, noise and SFT steps). The sweep trains each distinct one once, in a
 worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint; distinct
 ones (one per seed) are trained in parallel.
+
+Reuse. A planned run identical to one in the store (`rl_core.reuse.run_key`) is not trained: it answers from the
+finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
+trains every run.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +40,7 @@ from transformers.utils import logging as transformers_logging
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.models import MODEL_PRESETS, select_device
+from rl_core.reuse import run_key
 from rl_core.sft import sft_policy
 from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
@@ -138,9 +144,11 @@ class Sweep:
         spec: dict | None = None,
         session: str | None = None,
         cap: int | None = None,
+        fresh: bool = False,
     ):
         """`cap`: a worker starts a run only while fewer than `cap` runs of the store train, in any process (the
-        app passes its training cap); default RLHF_LAB_MAX_TRAININGS, else this sweep's worker count."""
+        app passes its training cap); default RLHF_LAB_MAX_TRAININGS, else this sweep's worker count.
+        `fresh`: train every run, even one the store already holds or trains."""
         self.workers = default_workers() if workers is None else workers
         if self.workers < 1:
             raise ValueError(f"workers={self.workers} is out of range; allowed: an integer ≥ 1")
@@ -154,7 +162,8 @@ class Sweep:
         self._stop = self._context.Event()
         self.session = session  # the app session that owns the sweep and its runs (None: shared)
         self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})}, session)
-        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id, session) for p in self.planned]
+        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id, session, key=run_key(p.run),
+                                      reuse=not fresh) for p in self.planned]
 
     @property
     def stopping(self) -> bool:
@@ -169,19 +178,29 @@ class Sweep:
         self._stop.set()
 
     def run(self, report: Callable[[list[StoredRun]], None] | None = None, interval: float = 1.0) -> list[StoredRun]:
-        """Train every run; `report` gets the sweep's runs from the store every `interval` seconds and at the
-        end. Ctrl+C becomes a stop request: the runs end after their current step and are kept as stopped."""
-        runs = dict(zip(self.run_ids, self.planned))
-        by_key: dict[tuple, list[int]] = {}
-        for run_id, planned in runs.items():
-            by_key.setdefault(warm_start_key(planned.run), []).append(run_id)
+        """Train every run that is not reused; `report` gets the sweep's runs from the store every `interval`
+        seconds and at the end. Ctrl+C becomes a stop request: the runs end after their current step and are kept
+        as stopped. No worker process starts unless a run must train."""
+        stored = self.store.runs(self.run_ids)
+        to_train = [run.id for run in stored if run.active and not run.reused]
+        watching = {run.id for run in stored if run.active and run.reused}
+        workers = min(self.workers, len(to_train) + len(watching))  # a watched run may fall to this sweep to train
         try:
-            with Heartbeat(self.store), ProcessPoolExecutor(
-                min(self.workers, len(runs)), mp_context=self._context,
-                initializer=_init_worker, initargs=(self._stop, str(self.store.path), os.getpid(), self.cap),
-            ) as pool:
+            with Heartbeat(self.store), ExitStack() as stack:
+                pool: ProcessPoolExecutor | None = None
+
+                def get_pool() -> ProcessPoolExecutor:
+                    nonlocal pool
+                    if pool is None:
+                        pool = stack.enter_context(ProcessPoolExecutor(
+                            workers, mp_context=self._context,
+                            initializer=_init_worker,
+                            initargs=(self._stop, str(self.store.path), os.getpid(), self.cap),
+                        ))
+                    return pool
+
                 try:
-                    self._dispatch(pool, runs, by_key, report, interval)
+                    self._dispatch(get_pool, to_train, watching, report, interval)
                 except BaseException:
                     self.stop()  # before the pool's exit waits for the workers: they must end their runs
                     raise
@@ -194,19 +213,38 @@ class Sweep:
             report(final)
         return final
 
-    def _dispatch(self, pool: ProcessPoolExecutor, runs: dict[int, PlannedRun], by_key: dict[tuple, list[int]],
+    def _dispatch(self, pool: Callable[[], ProcessPoolExecutor], to_train: list[int], watching: set[int],
                   report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
+        runs = dict(zip(self.run_ids, self.planned))
         # A future maps to the runs it stands for: a warm start to every run sharing it, a training to one.
-        pending: dict[Future, list[int]] = {
-            _submit(pool, _warm_start, runs[ids[0]].run, self.cache_dir): ids for ids in by_key.values()
-        }
-        warm_starts = set(pending)
-        while pending:
+        pending: dict[Future, list[int]] = {}
+        warm_starts: set[Future] = set()
+
+        def warm_start(ids: list[int]) -> None:
+            by_key: dict[tuple, list[int]] = {}
+            for run_id in ids:
+                by_key.setdefault(warm_start_key(runs[run_id].run), []).append(run_id)
+            for shared in by_key.values():
+                future = _submit(pool(), _warm_start, runs[shared[0]].run, self.cache_dir)
+                pending[future] = shared
+                warm_starts.add(future)
+
+        warm_start(to_train)
+        while pending or watching:
             try:
-                done, _ = wait(pending, timeout=interval, return_when=FIRST_COMPLETED)
+                if pending:
+                    done, _ = wait(pending, timeout=interval, return_when=FIRST_COMPLETED)
+                else:
+                    done = set()
+                    self._stop.wait(interval)
             except KeyboardInterrupt:
                 self.stop()
                 continue
+            if self.stopping:
+                watching.clear()  # what did not start is marked stopped at the end
+            follows = {run_id: self.store.follow(run_id) for run_id in watching}
+            watching -= {run_id for run_id, outcome in follows.items() if outcome != "waiting"}
+            warm_start([run_id for run_id, outcome in follows.items() if outcome == "train"])
             for future in done:
                 ids = pending.pop(future)
                 if self.stopping:
@@ -215,7 +253,7 @@ class Sweep:
                     future.result()
                     if future in warm_starts:
                         for run_id in ids:
-                            pending[_submit(pool, _train, run_id, runs[run_id].run, self.cache_dir)] = [run_id]
+                            pending[_submit(pool(), _train, run_id, runs[run_id].run, self.cache_dir)] = [run_id]
                 except BrokenProcessPool as error:  # a worker was killed: the pool and every run in it are gone
                     self.store.settle(ids, "interrupted", f"a worker process died: {error}")
                 except Exception as error:  # noqa: BLE001 - a warm start failed: so do the runs that need it
@@ -230,7 +268,7 @@ class Sweep:
 
 class SweepProgress:
     """`sweep.run(progress)` draws a tqdm bar over the steps of every run and writes one line per run as it ends
-    (status, steps, seconds, final success, error); `close()` ends the bar."""
+    (status, whether it was reused, steps, seconds, final success, error); `close()` ends the bar."""
 
     def __init__(self, planned: Sequence[PlannedRun], description: str = "sweep"):
         self.bar = tqdm(total=sum(p.run.steps for p in planned), desc=description, unit="step", file=sys.stderr)
@@ -248,7 +286,8 @@ class SweepProgress:
                 seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
                 success = f", final success {run.final['success_rate']:.3f}" if run.final else ""
                 error = f": {run.error}" if run.error else ""
-                self.bar.write(f"{run.label} seed {run.seed}: {run.status} after {run.steps_done} steps{seconds}"
+                status = f"{run.status} (reused)" if run.reused else run.status
+                self.bar.write(f"{run.label} seed {run.seed}: {status} after {run.steps_done} steps{seconds}"
                                f"{success}{error}", file=sys.stderr)
 
     def close(self) -> None:

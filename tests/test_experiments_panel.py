@@ -1,6 +1,7 @@
 """The "See it happen" panel under AppTest: it lists a page's experiments, draws a finished experiment's arms with
 seed bands and states the effect the runner measured, tells a queued learner its place, and its Run button starts
-the experiment inside the training cap. The Compare page lists every experiment.
+the experiment inside the training cap. A request the store has recorded answers without a training slot, labelled
+with when it was recorded, and offers Re-run live and New seeds. The Compare page lists every experiment.
 
 AppTest has no browser, so `run_every` never fires: a finished job is placed in session state, as the page keeps
 it, after its thread has really trained (a short version: one seed, two steps).
@@ -18,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_experiment, records_file
 from rl_core.records import read_jsonl
+from rl_core.reuse import recorded_when
 from rl_core.store import RunStore
 from ui.experiment_jobs import ExperimentJob
 from ui.compare import band_figure
@@ -191,3 +193,54 @@ def test_every_experiment_chart_names_its_y_axis():
     groups = {"arm": [[{"step": 1, "kl_sequence": 0.5}]]}
     assert band_figure("kl_sequence", groups, "KL", RECORD_UNITS["kl_sequence"]).layout.yaxis.title.text == \
         "nats per response"
+
+
+def test_a_recorded_request_answers_at_once_with_re_run_live_and_new_seeds():
+    experiment = get_experiment(NAME)
+    options = {"seeds": [0], "steps": 2, "sft_steps": 5}
+    trained = ExperimentJob(experiment, TrainingSlots(2), workers=2, **options).start()
+    assert trained.join(600) and trained.snapshot().status == "finished" and trained.snapshot().recorded is None
+    # Every slot is taken by another training: a request that needed one would wait for it.
+    slots, release, held = TrainingSlots(1), threading.Event(), threading.Event()
+
+    def other_training():
+        with slots.hold(threading.Event()):
+            held.set()
+            release.wait(120)
+
+    threading.Thread(target=other_training, daemon=True).start()
+    assert held.wait(10)
+    try:
+        job = ExperimentJob(experiment, slots, workers=1, **options)
+        assert job.from_store
+        assert job.start().join(120), "it waited for a training slot"
+    finally:
+        release.set()
+    snapshot = job.snapshot()
+    runs = RunStore().runs(list(snapshot.arms))
+    assert snapshot.status == "finished" and all(run.reused for run in runs)
+    assert snapshot.recorded == recorded_when(run.finished_at for run in runs)
+    page = experiment.pages[0]
+    at = panel(page)
+    at.session_state[f"experiment:{NAME}"] = job
+    at.run()
+    assert not at.exception, at.exception
+    assert any(f"recorded {snapshot.recorded} on this server." in m.value for m in at.markdown)
+    assert at.success, "the effect is stated as for a run trained now"
+    at.button(key=f"{page}:experiment:{NAME}:new_seeds").click().run()
+    new = at.session_state[f"experiment:{NAME}"]
+    try:
+        assert new is not job and new.seeds == (1,) and new.plan_options == {"steps": 2, "sft_steps": 5}
+        assert not new.from_store
+    finally:
+        new.stop()
+    assert new.join(120)
+    at.session_state[f"experiment:{NAME}"] = job
+    at.run()
+    at.button(key=f"{page}:experiment:{NAME}:rerun").click().run()
+    rerun = at.session_state[f"experiment:{NAME}"]
+    try:
+        assert rerun.seeds == (0,) and rerun.options["fresh"] and not rerun.from_store
+    finally:
+        rerun.stop()
+    assert rerun.join(120)

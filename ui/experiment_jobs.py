@@ -1,6 +1,10 @@
 """An experiment started from a page, in a background thread: it waits its turn for training slots, then runs
 `rl_core.experiments.runner` (worker processes, the run store, JSON lines, summary.json).
 
+A request whose every run the store holds or trains already (`RunStore.reusable`) takes no slots: it answers from
+the stored records at once, or watches the runs in flight fill in. Should a watched run not finish, its watcher
+trains it, within the store's training cap (`RunStore.claim`) rather than the page's queue.
+
 Like `ui.jobs.Job`, nothing here imports Streamlit and the thread touches only its own job: the page reads a
 snapshot taken under the job's lock, and the runs' records from the run store.
 """
@@ -15,8 +19,9 @@ from pathlib import Path
 from rl_core.experiments import Experiment
 from rl_core.experiments.runner import ExperimentRun, plan_experiment
 from rl_core.messages import brief
+from rl_core.reuse import recorded_when, run_key
 from rl_core.sft import default_cache_dir
-from rl_core.store import RunStore
+from rl_core.store import RunStore, StoreError
 from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots, planned_seconds_left
 
 
@@ -29,6 +34,8 @@ class ExperimentSnapshot:
     summary: dict | None  # the runner's summary.json, once finished
     error: str | None
     out: Path
+    seeds: tuple[int, ...]  # the seeds it runs
+    recorded: str | None = None  # when its runs were recorded, if every one was reused (`reuse.recorded_when`)
 
     @property
     def active(self) -> bool:
@@ -43,7 +50,13 @@ class ExperimentJob(BackgroundJob):
         self.experiment = experiment
         self.slots = slots
         self.workers = max(1, min(workers, slots.limit))
-        self.options = options  # ExperimentRun's: seeds, steps, sft_steps, …
+        self.options = options  # ExperimentRun's: seeds, steps, sft_steps, fresh, …
+        # What `plan_experiment` takes besides the seeds: steps, model, sft_steps, …
+        self.plan_options = {k: v for k, v in options.items() if k not in ("session", "cache_dir", "fresh", "seeds")}
+        self.runs = [arm_run.planned.run
+                     for arm_run in plan_experiment(experiment, options.get("seeds"), **self.plan_options)]
+        self.seeds = tuple(dict.fromkeys(run.seed for run in self.runs))
+        self.from_store = not options.get("fresh") and self._reusable()
         self.out = Path(default_cache_dir()) / "experiments" / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -51,6 +64,7 @@ class ExperimentJob(BackgroundJob):
         self._run: ExperimentRun | None = None
         self._summary: dict | None = None
         self._error: str | None = None
+        self._recorded: str | None = None
         self._thread = threading.Thread(target=self._work, name=f"experiment-{experiment.name}", daemon=True)
 
     def stop(self) -> None:
@@ -70,26 +84,46 @@ class ExperimentJob(BackgroundJob):
                 summary=self._summary,
                 error=self._error,
                 out=self.out,
+                seeds=self.seeds,
+                recorded=self._recorded,
             )
+
+    def _reusable(self) -> bool:
+        """Whether the store holds or trains every run of the request already (False if it cannot be read: the
+        job's thread then reports why)."""
+        keys = {run_key(run) for run in self.runs}
+        try:
+            return RunStore(recover=False).reusable(keys) == keys
+        except StoreError:
+            return False
 
     def _work(self) -> None:
         status, summary, error = "stopped", None, None
         try:
-            plan = {k: v for k, v in self.options.items() if k not in ("session", "cache_dir")}  # ExperimentRun's own
-            runs = [arm_run.planned.run for arm_run in plan_experiment(self.experiment, **plan)]
-            left = planned_seconds_left(runs, self.workers, self.slots)
-            with self.slots.hold(self.stop_event, self.workers, ticket=self, seconds_left=left) as acquired:
-                if acquired:
-                    # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
-                    run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers,
-                                        cap=self.slots.limit, **self.options)
-                    with self._lock:
-                        self._run, self._status = run, "training"
-                    if self.stop_event.is_set():  # Stop pressed while the runs were being written
-                        run.stop()
-                    summary = run.run()
-                    status = "stopped" if run.sweep.stopping else "finished"
+            if self.from_store:
+                status, summary = self._experiment()
+            else:
+                left = planned_seconds_left(self.runs, self.workers, self.slots)
+                with self.slots.hold(self.stop_event, self.workers, ticket=self, seconds_left=left) as acquired:
+                    if acquired:
+                        status, summary = self._experiment()
         except Exception as exc:  # noqa: BLE001 - the page shows the message, never a traceback
             status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         with self._lock:
             self._status, self._summary, self._error = status, summary, error
+
+    def _experiment(self) -> tuple[str, dict]:
+        """Run the experiment (its slots held, or none needed); its status and summary."""
+        # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
+        run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers, cap=self.slots.limit,
+                            **self.options)
+        with self._lock:
+            self._run, self._status = run, "training"
+        if self.stop_event.is_set():  # Stop pressed while the runs were being written
+            run.stop()
+        summary = run.run()
+        stored = run.sweep.store.runs(run.sweep.run_ids)
+        if all(stored_run.reused and stored_run.status == "finished" for stored_run in stored):
+            with self._lock:
+                self._recorded = recorded_when(stored_run.finished_at for stored_run in stored)
+        return ("stopped" if run.sweep.stopping else "finished"), summary

@@ -3,7 +3,9 @@ seeds, in worker processes, inside the app's training cap); the arms are drawn w
 that matter, and the measured effect is stated in one sentence.
 
 An experiment's job lives in `st.session_state["experiment:<name>"]`, so every page that offers it shows the same
-run, and in the session's job list, so closing the tab stops it. The charts are read from the run store, as on
+run, and in the session's job list, so closing the tab stops it. A request the run store has answered before is
+answered from it at once, labelled with when it was recorded, with *Re-run live* (train it again) and *New seeds*
+(the next seeds the store has no runs of). The charts are read from the run store, as on
 the Compare page; while a job is active they refresh in one `st.fragment(run_every=…)`.
 """
 
@@ -18,8 +20,14 @@ import streamlit as st
 from rl_core.algorithms import get_preset
 from rl_core.experiments import Arm, EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
-from rl_core.experiments.runner import (effect_sentence, past_run_seconds, plan_experiment, seed_effects,
-                                        summarise_effects)
+from rl_core.experiments.runner import (
+    effect_sentence,
+    past_run_seconds,
+    plan_experiment,
+    seed_effects,
+    summarise_effects,
+    unused_seeds,
+)
 from rl_core.messages import brief
 from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
@@ -132,16 +140,26 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
     refusal = None if active else _refusal(experiment)
     if refusal:
         st.warning(f"This experiment cannot run now: {refusal}", icon=":material/block:")
-    run, stop, duration = st.columns([1, 1, 4], vertical_alignment="center")
-    if not active:
-        duration.caption(_duration(experiment))
-    run.button("Run", key=f"{page}:experiment:{experiment.name}:run", type="primary",
-               disabled=active or refusal is not None,
+    run, stop, rerun, new_seeds, _ = st.columns([1, 1, 1, 1, 2])
+    key = f"{page}:experiment:{experiment.name}"
+    run.button("Run", key=f"{key}:run", type="primary", disabled=active or refusal is not None,
                on_click=_start, args=(experiment,),
-               help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs; a run of the page's lab or of "
-                    "another learner may make it wait its turn.")
-    stop.button("Stop", key=f"{page}:experiment:{experiment.name}:stop", disabled=not active,
+               help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs, or show them at once if this server "
+                    "has recorded them; a run of the page's lab or of another learner may make it wait its turn.")
+    stop.button("Stop", key=f"{key}:stop", disabled=not active,
                 on_click=job.stop if active else None, help="End every run after its current step.")
+    if job is not None and not active and job.snapshot().recorded:
+        rerun.button("Re-run live", key=f"{key}:rerun", disabled=refusal is not None, on_click=_start,
+                     args=(experiment,), kwargs={**job.plan_options, "seeds": list(job.seeds), "fresh": True},
+                     help="Train these runs again and watch them learn, instead of the recorded ones.")
+        new_seeds.button("New seeds", key=f"{key}:new_seeds", disabled=refusal is not None, on_click=_start_new_seeds,
+                         args=(experiment, job),
+                         help="Run the experiment on seeds this server has not run it with yet.")
+    refused = st.session_state.pop(f"experiment:{experiment.name}:error", None)
+    if refused:
+        st.error(refused)
+    if not active:
+        st.caption(_duration(experiment))
 
 
 def _workers() -> int:
@@ -182,10 +200,14 @@ def _refusal(experiment: Experiment) -> str | None:
     return None
 
 
-def _start(experiment: Experiment) -> None:
-    job = ExperimentJob(experiment, training_slots(), workers=_workers(), session=session_token())
+def _start(experiment: Experiment, **options) -> None:
+    """Start the experiment (`options`: ExperimentRun's seeds, fresh); a request answered from the store is waited
+    for (it takes well under REFRESH_SECONDS), so the rerun after the click draws the answer."""
+    job = ExperimentJob(experiment, training_slots(), workers=_workers(), session=session_token(), **options)
     # Kept for the learner as well as the session: a reload finds the experiment, still training or done.
     st.session_state[f"experiment:{experiment.name}"] = learner_state()[f"experiment:{experiment.name}"] = job.start()
+    if job.from_store:
+        job.join(REFRESH_SECONDS)
 
 
 def _job(experiment: Experiment) -> ExperimentJob | None:
@@ -197,6 +219,17 @@ def _job(experiment: Experiment) -> ExperimentJob | None:
     return st.session_state.get(key)
 
 
+def _start_new_seeds(experiment: Experiment, job: ExperimentJob) -> None:
+    """`job`'s request on as many seeds as it had, the first after them that the store has no runs of."""
+    try:
+        seeds = unused_seeds(experiment, RunStore(recover=False), len(job.seeds), after=max(job.seeds),
+                             **job.plan_options)
+    except StoreError as error:
+        st.session_state[f"experiment:{experiment.name}:error"] = brief(str(error))
+        return
+    _start(experiment, **job.plan_options, seeds=seeds)
+
+
 def _live(page: str, experiment: Experiment) -> None:
     """An active experiment, redrawn every second; one full rerun when it ends."""
     job = _job(experiment)
@@ -206,7 +239,8 @@ def _live(page: str, experiment: Experiment) -> None:
 
 
 def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) -> None:
-    st.markdown(f"**{experiment.title}**: {_status_line(snapshot)}")
+    seeds = "" if snapshot.seeds == experiment.seeds else f" (seeds {', '.join(map(str, snapshot.seeds))})"
+    st.markdown(f"**{experiment.title}**{seeds}: {_status_line(snapshot)}")
     if snapshot.error:
         st.error(f"The experiment failed: {brief(snapshot.error)}")
     if not snapshot.arms:
@@ -268,6 +302,8 @@ def _status_line(snapshot: ExperimentSnapshot) -> str:
         place = snapshot.place or 1
         return (f"queued, {_ordinal(place)} in line for the training slots ({snapshot.running_elsewhere} in use by "
                 "other trainings); it starts by itself.")
+    if snapshot.status == "finished" and snapshot.recorded:
+        return f"recorded {snapshot.recorded} on this server."
     if snapshot.status == "finished" and snapshot.summary:
         return f"finished in {snapshot.summary['wall_time']:.0f} s."
     return {"training": "training…", "finished": "finished.", "stopped": "stopped; the effect needs every run.",

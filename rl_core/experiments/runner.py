@@ -27,6 +27,7 @@ from rl_core.config import RunConfig
 from rl_core.experiments import Arm, Experiment, Records, verdict
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.records import json_safe, write_jsonl
+from rl_core.reuse import run_key
 from rl_core.store import RunStore, StoredRun
 from rl_core.sweep import PlannedRun, Sweep
 from toy_tasks import get_task
@@ -95,10 +96,24 @@ def plan_experiment(
 
 def past_run_seconds(experiment: Experiment, runs: Sequence[StoredRun]) -> list[float]:
     """Wall seconds of the finished runs of this experiment (as planned now: its steps) in a store's runs, the
-    setup of each included — what the next run of it will take on the same machine."""
+    setup of each included — what the next run of it will take on the same machine. A reused row trained nothing
+    and is left out."""
     labels = {f"{experiment.name}: {arm.label}" for arm in experiment.arms}
     return [run.wall_time for run in runs
-            if run.label in labels and run.status == "finished" and run.steps_total == experiment.steps]
+            if run.label in labels and run.status == "finished" and not run.reused
+            and run.steps_total == experiment.steps]
+
+
+def unused_seeds(experiment: Experiment, store: RunStore, count: int, after: int = -1, **plan_options) -> list[int]:
+    """The first `count` seeds above `after` for which the store holds no run of the experiment, finished or in
+    flight (`plan_options` as in `plan_experiment`): new samples of its effect, not the recorded ones again."""
+    seeds, seed = [], after + 1
+    while len(seeds) < count:
+        keys = [run_key(arm_run.planned.run) for arm_run in plan_experiment(experiment, [seed], **plan_options)]
+        if not store.reusable(keys):
+            seeds.append(seed)
+        seed += 1
+    return seeds
 
 
 def seed_effects(experiment: Experiment, records: Mapping[int, Mapping[str, Records]]) -> dict[int, float]:
@@ -140,11 +155,14 @@ def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
 class ExperimentRun:
     """An experiment planned and written to the store as queued runs; `run()` trains them and writes `out`.
 
+    A run the store already holds (or trains) is reused, as in `Sweep`, unless `fresh`; its JSON lines and its row of
+    summary.json are written from the reused records, as for a run trained here.
+
     `stop()` may come from any thread (the app's Stop button): every run ends after its current step."""
 
     def __init__(self, experiment: Experiment, out: Path, store: RunStore, seeds: Sequence[int] | None = None,
                  workers: int | None = None, cache_dir: Path | None = None, session: str | None = None,
-                 cap: int | None = None, **plan_options):
+                 cap: int | None = None, fresh: bool = False, **plan_options):
         self.experiment = experiment
         self.arm_runs = plan_experiment(experiment, seeds, **plan_options)
         self.out = Path(out)
@@ -155,7 +173,7 @@ class ExperimentRun:
         spec = {"experiment": experiment.name, "seeds": self.seeds, "arms": [a.label for a in experiment.arms]}
         # `session`: the browser session that owns the runs (None from the command line: visible to every session).
         self.sweep = Sweep([a.planned for a in self.arm_runs], store, workers=workers, cache_dir=cache_dir,
-                           spec=spec, session=session, cap=cap)
+                           spec=spec, session=session, cap=cap, fresh=fresh)
         self.runs_by_id = dict(zip(self.sweep.run_ids, self.arm_runs))
 
     def stop(self) -> None:
