@@ -114,8 +114,10 @@ with st.expander("This server: what one learner and one run may use"):
     limits_panel()
 with st.expander("Your runs, in another browser"):
     st.markdown(
-        "Your runs, comparisons and experiments belong to a key kept in this browser: a reload, a second tab or a "
-        "restart of the server shows them again, and no other learner sees them. To open them in another "
-        "browser, use this link there (keep it to yourself: it is your key):"
+        "Your runs on the algorithm pages, your comparisons and your experiments belong to a key kept in this "
+        "browser: a reload or a second tab shows them again (after a restart of the server, the Compare page "
+        "lists them), and no other learner sees them. The reward-model and DPO fits, which run while you watch, "
+        "are not kept. To open your runs in another browser, use this link there (keep it to yourself: it is "
+        "your key):"
     )
     st.code(bookmark_link(), language=None, wrap_lines=True)

@@ -299,3 +299,45 @@ def test_the_token_view_shows_the_runs_own_loss(open_page, variant, loss):
     assert len(formulas) == 1 and loss in formulas[0], formulas
     assert r"\mathrm{clip}" not in formulas[0], "not PPO's clipped surrogate"
     assert any("Gradient weight on log π" in m.value for m in at.markdown)
+
+
+@pytest.mark.timeout(2 * TRAINING_TIMEOUT + 120)
+def test_the_token_view_shows_the_chosen_runs_samples_and_loss(open_page):
+    at = open_page("beyond_grpo")
+    quick_settings(at, "beyond_grpo")
+    for variant in ("CISPO", "SAPO"):
+        at.radio(key="beyond_grpo:variant").set_value(variant).run()
+        train(at, "beyond_grpo")
+    at.session_state["beyond_grpo:tab"] = "Tokens"
+    at.run()
+
+    def formula() -> str:
+        at.session_state["beyond_grpo:token_index"] = 0
+        at.run()
+        assert not at.exception, at.exception
+        return next(latex.value for latex in at.latex if r"\ell_t" in latex.value and "gathered" in latex.value)
+
+    chooser = at.selectbox(key="beyond_grpo:token_run")
+    assert chooser.value == 2 and r"g_\tau(\rho_t)" in formula(), "the newest run, SAPO, by default"
+    chooser.set_value(1).run()
+    assert r"\mathrm{sg}[\min(\rho_t, 5)]" in formula(), "run #1's own samples and loss: CISPO's"
+
+
+def test_a_click_on_an_overlaid_trace_opens_that_runs_samples():
+    def page():
+        import streamlit as st
+
+        from ui.dashboard import _chart_key, _follow_chart_click
+
+        st.session_state["lab:trace_runs:Reward and success rate"] = [1, 1, 2, 2]  # traces of runs #1 and #2
+        st.session_state[_chart_key("lab", "Reward and success rate")] = {
+            "selection": {"points": [{"x": 7, "curve_number": 1}]}}
+        _follow_chart_click("lab")
+        st.session_state[_chart_key("lab", "Reward and success rate")] = {
+            "selection": {"points": [{"x": 9, "curve_number": 3}]}}
+        _follow_chart_click("lab")
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception, at.exception
+    assert at.session_state["lab:token_run"] == 2 and at.session_state["lab:token_step"] == 9
+    assert at.session_state["lab:tab"] == "Tokens"

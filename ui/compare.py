@@ -148,12 +148,14 @@ def _controls(disabled: bool) -> tuple[list[PlannedRun] | None, int]:
         _preset_differences(algos, disabled)
     else:
         preset, knob, values = st.columns([1, 1, 2])
-        algos = [preset.selectbox("preset", list(PRESETS), index=list(PRESETS).index("grpo"),
-                                  key="compare:preset", disabled=disabled)]
-        knob_name = knob.selectbox("knob", SWEEPABLE, index=SWEEPABLE.index("beta"), key="compare:knob",
-                                   disabled=disabled)
+        # Defaults through the session state, which "Compare this knob alone" also sets (a widget given both a
+        # default and a session-state value makes Streamlit warn).
+        for name, default in (("preset", "grpo"), ("knob", "beta"), ("values", "0, 0.04, 0.2")):
+            st.session_state.setdefault(f"compare:{name}", default)
+        algos = [preset.selectbox("preset", list(PRESETS), key="compare:preset", disabled=disabled)]
+        knob_name = knob.selectbox("knob", SWEEPABLE, key="compare:knob", disabled=disabled)
         grid_text = values.text_input(
-            "values (comma-separated)", "0, 0.04, 0.2", key="compare:values", disabled=disabled,
+            "values (comma-separated)", key="compare:values", disabled=disabled,
             help="Every value becomes one group of runs; 'none' switches an optional knob off.",
         )
         grid = [f"{knob_name}={grid_text}"]
@@ -218,7 +220,7 @@ def _preset_differences(algos: list[str], disabled: bool) -> None:
     name, changed = next(iter(confounded.items()))
     knob, go_one = st.columns([2, 1], vertical_alignment="bottom")
     chosen = knob.selectbox(f"one knob of {name}", list(changed), key="compare:confound_knob", disabled=disabled,
-                            format_func=lambda k: difference_text(k, *changed[k]))
+                            format_func=lambda k: difference_text(k, *changed[k]).replace("`", ""))
     go_one.button("Compare this knob alone", key="compare:one_knob", disabled=disabled, on_click=_one_knob,
                   args=(algos[0], chosen, changed[chosen]), help=f"{algos[0]} with this knob at both values.")
 

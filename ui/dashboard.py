@@ -3,6 +3,7 @@ the answer to the page's prediction. Drawn by one fragment per page (ui/lab.py),
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import streamlit as st
@@ -16,6 +17,7 @@ from ui.runs import differences, download, labels, picker
 from ui.tokens import COLOURINGS, EOS_TOKEN, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
+RUN_TAG = re.compile(r"#(\d+) ")  # how an overlay's trace names its run (ui.charts)
 
 
 def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None) -> None:
@@ -42,7 +44,8 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
                 unipo_download(page, current)
     if tokens_tab.open:
         with tokens_tab:
-            token_view(page, current, snap)
+            job = _token_run(page, runs, names)
+            token_view(page, job, snap if job is current else job.snapshot())
 
 
 def progress(snap: JobSnapshot, job: Job) -> None:
@@ -110,8 +113,15 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
     for row in range(0, len(charts), 2):
         for column, chart in zip(st.columns(2), charts[row : row + 2]):
             with column:
+                drawn = figure(chart, chart_runs, by_run)
+                # Which run each trace draws, so that a click opens that run's samples (a tag prefixes every
+                # trace of an overlay; a chart of one run has none).
+                st.session_state[f"{page}:trace_runs:{chart.title}"] = [
+                    int(tagged.group(1)) if (tagged := RUN_TAG.match(trace.name or "")) else shown[0].number
+                    for trace in drawn.data
+                ]
                 st.plotly_chart(
-                    figure(chart, chart_runs, by_run), key=_chart_key(page, chart.title), on_select="rerun",
+                    drawn, key=_chart_key(page, chart.title), on_select="rerun",
                     selection_mode="points", config={"displayModeBar": False},
                 )
                 st.caption(caption(chart, chart_runs))
@@ -129,6 +139,24 @@ def _follow_chart_click(page: str) -> None:
             st.session_state[f"{page}:clicked:{chart.title}"] = clicked
             st.session_state[f"{page}:token_step"] = int(points[0]["x"])
             st.session_state[f"{page}:tab"] = "Tokens"
+            trace_runs = st.session_state.get(f"{page}:trace_runs:{chart.title}", [])
+            curve = points[0].get("curve_number")
+            if isinstance(curve, int) and 0 <= curve < len(trace_runs):
+                st.session_state[f"{page}:token_run"] = trace_runs[curve]
+
+
+def _token_run(page: str, runs: list[Job], names: dict[int, str]) -> Job:
+    """The run whose samples the token view shows: the one whose chart point was clicked, or the one chosen here;
+    the newest run while the learner has not chosen another."""
+    key, latest = f"{page}:token_run", f"{page}:token_run_latest"
+    numbers = [job.number for job in runs]
+    if st.session_state.get(key) not in numbers or st.session_state.get(latest) == st.session_state[key]:
+        st.session_state[key] = numbers[-1]
+    st.session_state[latest] = numbers[-1]
+    if len(runs) > 1:
+        st.selectbox("samples of run", numbers, key=key, format_func=lambda n: names[n],
+                     help="Whose sampled responses to show; clicking a run's point on a chart chooses it too.")
+    return next(job for job in runs if job.number == st.session_state[key])
 
 
 # ---------------------------------------------------------------------------------------------- tokens

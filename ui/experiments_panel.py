@@ -176,14 +176,16 @@ def _duration(experiment: Experiment) -> str:
         past = past_run_seconds(experiment, RunStore(recover=False).runs())
     except StoreError:
         past = []
+    at_once = min(workers, len(planned))
     if past:
-        seconds = len(planned) * statistics.median(past) / min(workers, len(planned))
-        source = f"the median of its {len(past)} earlier runs on this server"
-    else:
-        seconds = planned_seconds_left(planned, min(workers, len(planned)), training_slots())(0.0)
-        source = "estimated from this server's step times; a first run also trains the SFT warm starts"
-    return (f"About {_seconds(seconds)} for {len(planned)} runs, {min(workers, len(planned))} at a time "
-            f"({source}), if no one else is training.")
+        seconds = len(planned) * statistics.median(past) / at_once
+        return (f"About {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (the median of its "
+                f"{len(past)} earlier runs on this server), if no one else is training.")
+    # The step times leave out what a first run also pays: starting the workers and training the SFT warm starts.
+    seconds = planned_seconds_left(planned, at_once, training_slots())(0.0)
+    return (f"At least {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (their steps at this "
+            "server's step time; starting the workers and a first run's SFT warm starts add to it), if no one else "
+            "is training.")
 
 
 def _seconds(seconds: float) -> str:
