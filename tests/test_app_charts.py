@@ -114,6 +114,17 @@ def test_captions_speak_of_the_algorithm_on_screen():
     assert "critic" in caption(advantages, [run("vapo")])
 
 
+
+def test_overlaid_runs_that_read_a_chart_differently_are_named_in_its_caption():
+    kl = CHART["KL to the reference"]
+    text = caption(kl, [run("grpo", 1), run("grpo", 2, beta=0.1), run("grpo", 3, beta=0.0)])
+    assert text.endswith("#1, #2: The estimator in the loss is drawn thick. #3: β = 0: no KL term acts on this run; "
+                         "the curves only measure the drift.")
+    assert caption(kl, [run("grpo", 1), run("grpo", 2, beta=0.1)]).endswith(
+        "drifts from the SFT model, and which estimator tracks the exact value. The estimator in the loss is drawn "
+        "thick."), "one note for all: no names"
+
+
 UNEQUAL_LENGTHS = (3, 5, 2, 7, 4, 6, 1, 3, 8, 2, 5, 5, 1, 7, 3, 4)
 
 

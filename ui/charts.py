@@ -307,9 +307,14 @@ def has_data(chart: Chart, runs: list[ChartRun]) -> bool:
 
 
 def caption(chart: Chart, runs: list[ChartRun]) -> str:
-    """The chart's caption and, for the algorithms shown, what it means for them."""
-    notes = dict.fromkeys(chart.notes(run.algo) for run in shown_runs(chart, runs)) if chart.notes else {}
-    return " ".join([chart.caption, *notes])
+    """The chart's caption and, for the algorithms shown, what it means for them; where overlaid runs differ in
+    what it means, each note names its runs ("#1, #3: …")."""
+    tags_of_note: dict[str, list[str]] = {}
+    for run in shown_runs(chart, runs) if chart.notes else ():
+        tags_of_note.setdefault(chart.notes(run.algo), []).append(run.tag)
+    if len(tags_of_note) > 1:
+        return " ".join([chart.caption, *(f"{', '.join(tags)}: {note}" for note, tags in tags_of_note.items())])
+    return " ".join([chart.caption, *tags_of_note])
 
 
 def _drawn(chart: Chart, value: float | None) -> float | None:
