@@ -422,3 +422,12 @@ def test_prediction_answers_come_from_the_records():
     assert end_versus_start("entropy", "entropy")(records[:3]) is None, "too short to tell"
     assert ever_above("clip_frac", "clip fraction", 0.0)(records)[0] == "no"
     assert mean_near_zero("advantage_mean", "advantage", 0.05)(records)[0] == "clearly positive"
+
+
+def test_a_series_lying_on_another_stays_visible():
+    # On caesar the reward is the success rate: success is dashed over the solid reward.
+    lines = {t.name: t.line.dash for t in figure(CHART["Reward and success rate"], [run("grpo")]).data}
+    assert lines == {"reward": "solid", "success rate": "dash"}
+    # GRPO's k3 is in use (thick): drawn first, so the thin exact KL on top of it is not hidden.
+    names = [t.name for t in figure(CHART["KL to the reference"], [run("grpo")]).data]
+    assert names[0] == "k3 (in use)" and names.index("exact") > 0

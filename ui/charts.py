@@ -29,6 +29,7 @@ class Series:
     key: str  # the record field
     name: str
     colour: str | None = None  # a fixed colour where the meaning has one (correct = green), else by position
+    dash: str | None = None  # on a chart of one run: a dash where the series often lies on another (success on reward)
     applies: Callable[[AlgoConfig], bool] = _always  # e.g. the dual-clip share only with a dual clip
 
 
@@ -149,7 +150,7 @@ def _loss_note(algo: AlgoConfig) -> str:
 CHARTS: tuple[Chart, ...] = (
     Chart(
         "Reward and success rate",
-        (Series("reward_mean", "reward"), Series("success_rate", "success rate", CORRECT)),
+        (Series("reward_mean", "reward"), Series("success_rate", "success rate", CORRECT, dash="dash")),
         "Look for: success climbing to 1. With a learned reward model, reward rising while success stalls is "
         "reward hacking.",
         unit="reward / share",
@@ -347,7 +348,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go
         series = chart.series[series_index]
         if overlay:
             return run.colour, DASHES[series_index % len(DASHES)]
-        return series.colour or RUN_COLOURS[series_index % len(RUN_COLOURS)], "solid"
+        return series.colour or RUN_COLOURS[series_index % len(RUN_COLOURS)], series.dash or "solid"
 
     for run in runs:
         records = thin(run.records)
@@ -363,7 +364,8 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go
             traces.append(dict(type="scatter", x=steps, y=lower, mode="lines", line=dict(width=0), fill="tonexty",
                                fillcolor=_translucent(colour), name=f"{prefix}mean ± std", hoverinfo="skip"))
         emphasised = chart.emphasise(run.algo) if chart.emphasise else None
-        for series_index, series in enumerate(chart.series):
+        # The thick series in use first, underneath: a thin one lying on it (the exact KL on k3) stays visible.
+        for series_index, series in sorted(enumerate(chart.series), key=lambda item: item[1].key != emphasised):
             values = [_value(r, series.key) for r in records]
             if all(v is None for v in values) or not series.applies(run.algo):
                 continue
