@@ -50,9 +50,10 @@ def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
     assert records[0]["eval_loss"] == pytest.approx(4.0)
     charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
               for c in at.get("plotly_chart")}
-    assert set(charts) == {"Loss", "Implicit rewards β·log(π_θ/π_ref), held out", "Sequence log π_θ(y|x), held out",
-                           "Reward accuracy", "Gold success and KL of the policy's samples"}
-    logps = charts["Sequence log π_θ(y|x), held out"]["data"]
+    assert set(charts) == {"Loss", "Implicit rewards, held out", "log π_θ(y|x), held out", "Reward accuracy",
+                           "Gold success of samples", "KL to π_ref, k3 per token"}
+    assert all(len(title) <= 27 for title in charts), "a title fits a third of a 1024-pixel screen"
+    logps = charts["log π_θ(y|x), held out"]["data"]
     assert logps[0]["x"] == list(range(0, 21, EVAL_EVERY))
     assert logps[1]["y"] == pytest.approx([r["eval_logps/rejected"] for r in records if "eval_loss" in r])
     assert charts["Loss"]["data"][0]["x"] == list(range(1, 21))  # the minibatch loss: one point per step

@@ -77,7 +77,7 @@ def status_text(fit: dict, total_steps: int) -> str:
             "stopped": f"stopped after {done} steps"}.get(fit["status"], fit["status"])
 
 
-def step_figure(title: str, records: list[dict], series, height: int = 250) -> go.Figure:
+def step_figure(title: str, records: list[dict], series, height: int = 290) -> go.Figure:
     """One line per `(key, label)` of `series` against the step; a series recorded on some steps only (held-out
     evaluations) also marks its points. The first record may be an evaluation before any step (DPO's step 0), so
     a series counts as every step's when each later record has it."""
@@ -89,6 +89,7 @@ def step_figure(title: str, records: list[dict], series, height: int = 250) -> g
                                     mode="lines" if every_step else "lines+markers",
                                     line={"color": RUN_COLOURS[index]}))
     figure.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
-                         margin={"l": 10, "r": 10, "t": 35, "b": 10}, legend={"orientation": "h", "y": -0.25},
-                         xaxis_title="step")
+                         # The legend under the axis title (at y = −0.25 it lay on "step"), inside the margin.
+                         margin={"l": 10, "r": 10, "t": 35, "b": 85},
+                         legend={"orientation": "h", "yanchor": "top", "y": -0.3}, xaxis_title="step")
     return figure
