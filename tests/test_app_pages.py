@@ -341,3 +341,18 @@ def test_a_click_on_an_overlaid_trace_opens_that_runs_samples():
     assert not at.exception, at.exception
     assert at.session_state["lab:token_run"] == 2 and at.session_state["lab:token_step"] == 9
     assert at.session_state["lab:tab"] == "Tokens"
+
+
+def test_a_run_without_a_prediction_still_gets_the_answer():
+    def page():
+        from types import SimpleNamespace
+
+        from ui.dashboard import reveal
+        from ui.predict import Prediction
+
+        question = Prediction("Will it rise?", ("yes", "no"), lambda records: ("yes", "0.1 → 0.9"))
+        reveal("lab", SimpleNamespace(number=1), SimpleNamespace(active=False, records=[]), question)
+
+    at = AppTest.from_function(page).run()
+    assert [i.value for i in at.info] == ["Will it rise? The run says **yes**: 0.1 → 0.9. Answer before the next "
+                                          "Train to test your intuition."]

@@ -85,9 +85,14 @@ def progress(snap: JobSnapshot, job: Job) -> None:
 def reveal(page: str, job: Job, snap: JobSnapshot, prediction: Prediction) -> None:
     """Once the run has ended, the page's question answered from its records, next to what the learner said."""
     said = st.session_state.get(f"{page}:predictions", {}).get(job.number)
-    if snap.active or said is None:
+    if snap.active:
         return
     answer = prediction.answer(snap.records)
+    if said is None:  # no prediction: the answer still, and the invitation for the next run
+        if answer is not None:
+            st.info(f"{prediction.question} The run says **{answer[0]}**: {answer[1]}. Answer before the next "
+                    "Train to test your intuition.", icon=":material/quiz:")
+        return
     if answer is None:
         st.info(f"You predicted **{said}**; this run is too short to tell.")
         return
