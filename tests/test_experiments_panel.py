@@ -136,6 +136,14 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     at.session_state[f"experiment:{NAME}"] = midrun
     at.run()
     assert not at.exception, at.exception
+    # Every step of these runs is stored: what is left is their evaluations and the summary, and no effect yet.
+    assert any(c.value.startswith("Every step is trained; the runs' last evaluations") for c in at.caption)
+    assert not at.success and not any("seeds with steps so far" in c.value for c in at.caption)
+    # One run a step short (as the store would say mid-run): each line averages the seeds it has so far.
+    store = RunStore()
+    with store._write() as db:
+        db.execute("UPDATE runs SET steps_done = 1 WHERE id = ?", (min(job.snapshot().arms),))
+    at.run()
     counts = ", ".join(f"{arm.label} 2 of 2" for arm in experiment.arms)
     assert any(f"seeds with steps so far ({counts})" in c.value for c in at.caption) and not at.success
 

@@ -254,7 +254,9 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     done = sum(run.steps_done for run in runs)
     total = sum(run.steps_total for run in runs)
     st.progress(done / total if total else 0.0, text=f"{done} of {total} steps")
-    if snapshot.active and any(records for seeds in groups.values() for records in seeds):
+    if snapshot.active and done == total:  # every step trained: the runs' evaluations and the summary remain
+        st.caption("Every step is trained; the runs' last evaluations and the summary are being written.")
+    elif snapshot.active and any(records for seeds in groups.values() for records in seeds):
         counts = ", ".join(f"{label} {sum(bool(records) for records in seeds)} of {len(seeds)}"
                            for label, seeds in groups.items())
         st.caption(f"Still training, so each line averages only the seeds with steps so far ({counts}), and a band "
