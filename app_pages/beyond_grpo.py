@@ -65,8 +65,8 @@ st.markdown(
     "pushes; keep the others with a capped, detached ratio weight. Rare tokens keep learning; big absolute moves "
     "stop."
 )
-formula("DPPO-Binary-TV", [r"m_t = \mathbb{1}[p - p_{old} \le \delta_{high}]\ (A_t>0),\quad "
-                           r"\mathbb{1}[p - p_{old} \ge -\delta_{low}]\ (A_t \le 0)",
+formula("DPPO-Binary-TV", [r"m_t = \mathbb{1}[p - p_{old} \le \delta_{high}]\quad (A_t>0)",  # a line each: one is
+                           r"m_t = \mathbb{1}[p - p_{old} \ge -\delta_{low}]\quad (A_t \le 0)",  # too wide at 1024 px
                            r"L_t = -\,m_t\,A_t\,\mathrm{sg}\big[\min(\rho_t, c)\big]\log\pi_\theta(a_t)"], dppo_loss,
         "Its clip metric is the masked share mean(1 − m) over all valid tokens (verl's pg_clipfrac), which counts "
         "the masked tokens of zero-advantage groups too; the run's DPPO chart draws it beside the share of A ≠ 0 "

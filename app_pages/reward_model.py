@@ -50,7 +50,8 @@ formula(
 )
 formula(
     "The reward margin",
-    r"m = \frac{1}{N}\sum_i \big(r_\phi(x_i, y_{w,i}) - r_\phi(x_i, y_{l,i})\big),\qquad P(y_w \succ y_l) = \sigma(m)",
+    # Two lines: on one, the formula is wider than its column on a 1024-pixel screen.
+    [r"m = \frac{1}{N}\sum_i \big(r_\phi(x_i, y_{w,i}) - r_\phi(x_i, y_{l,i})\big)", r"P(y_w \succ y_l) = \sigma(m)"],
     reward_margin,
     "The margin is the model's confidence in log-odds. On the training pairs it can keep growing after the "
     "held-out accuracy has stopped improving: the model grows sure, not right.",
