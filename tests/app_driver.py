@@ -181,3 +181,15 @@ def set_slider(page, label: str, keys: str, shown: str) -> None:
 def stop_run(page) -> None:
     page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
     page.get_by_text("Stopped after").wait_for(timeout=30_000)
+
+
+def app_test_on(page: str, timeout: float = 60):
+    """The whole app under Streamlit's AppTest (no browser), switched to `app_pages/<page>.py` and drawn without an
+    exception."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    at.run()
+    at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, at.exception
+    return at

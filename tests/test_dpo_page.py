@@ -1,24 +1,18 @@
 """The DPO page under Streamlit's AppTest: it renders before any fit, Train runs DPO or IPO from the page's knobs
-(records on schedule, the five charts, the summary of the held-out pairs), and a β the engine refuses is named in
+(records on schedule, the six charts, the summary of the held-out pairs), and a β the engine refuses is named in
 a message, with nothing trained."""
 
 import json
-from pathlib import Path
 
 import pytest
+from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
 from ui.dpo import EVAL_EVERY, summary
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-
 
 def open_page() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)  # the first Train of a process also builds the warm start
-    at.run()
-    at.switch_page("app_pages/dpo.py").run()
-    assert not at.exception, at.exception
-    return at
+    return app_test_on("dpo", timeout=180)  # the first Train of a process also builds the warm start
 
 
 def test_the_page_asks_for_a_fit_before_drawing_one():

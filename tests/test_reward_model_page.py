@@ -5,10 +5,10 @@ drawn against √KL from its records."""
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
 from rl_core.experiments import get_experiment
@@ -18,15 +18,9 @@ from rl_core.reward_model import reward_scores
 from ui.experiment_jobs import ExperimentJob
 from ui.jobs import TrainingSlots
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-
 
 def open_page() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.switch_page("app_pages/reward_model.py").run()
-    assert not at.exception, at.exception
-    return at
+    return app_test_on("reward_model", timeout=120)
 
 
 def test_the_page_asks_for_a_fit_before_drawing_one():
