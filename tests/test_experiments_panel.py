@@ -195,6 +195,15 @@ def test_the_compare_page_lists_every_experiment():
     assert list(table["experiment"]) == list(EXPERIMENTS)
 
 
+def test_an_experiments_log_charts_are_among_its_charts_and_drawn_on_a_log_axis():
+    for experiment in EXPERIMENTS.values():
+        assert set(experiment.log_charts) <= set(experiment.charts), experiment.name
+    assert get_experiment("kl_estimators").log_charts, "its near arm would be a flat line at 0"
+    groups = {"arm": [[{"step": 1, "kl_exact": 0.005}, {"step": 2, "kl_exact": 2.5}]]}
+    assert band_figure("kl_exact", groups, log=True).layout.yaxis.type == "log"
+    assert band_figure("kl_exact", groups).layout.yaxis.type is None
+
+
 def test_every_experiment_chart_names_its_y_axis():
     for experiment in EXPERIMENTS.values():
         for key in experiment.charts:

@@ -352,9 +352,9 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
 
 
 def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None = None,
-                unit: str | None = None) -> go.Figure:
+                unit: str | None = None, log: bool = False) -> go.Figure:
     """One curve per group: the mean over its seeds of `key` at every step, in a min–max band; the y axis
-    titled `unit`, by default the curve's own (`CURVE_UNITS`)."""
+    titled `unit`, by default the curve's own (`CURVE_UNITS`), and logarithmic with `log`."""
     traces = []
     for index, (label, seeds) in enumerate(groups.items()):
         colour = RUN_COLOURS[index % len(RUN_COLOURS)]
@@ -383,7 +383,7 @@ def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None
         # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11), traceorder="normal"),
         xaxis=dict(title=dict(text="step")),
-        yaxis=dict(title=dict(text=unit or CURVE_UNITS[key])),
+        yaxis=dict(title=dict(text=unit or CURVE_UNITS[key]), **({"type": "log"} if log else {})),
         uirevision=key,  # keep zoom and hidden traces across the live refreshes
     )
     # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.

@@ -265,8 +265,8 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     charts = experiment.charts
     for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
         for column, key in zip(st.columns(2), charts[row : row + 2]):
-            column.plotly_chart(band_figure(key, groups, record_title(key), RECORD_UNITS[key]), config=PLOT_CONFIG,
-                                key=f"{page}:experiment:{experiment.name}:{key}")
+            drawn = band_figure(key, groups, record_title(key), RECORD_UNITS[key], log=key in experiment.log_charts)
+            column.plotly_chart(drawn, config=PLOT_CONFIG, key=f"{page}:experiment:{experiment.name}:{key}")
     finished = {}
     for run in runs:
         if run.status == "finished":

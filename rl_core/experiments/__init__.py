@@ -54,6 +54,7 @@ class Experiment:
     run_fields: Mapping[str, object] = field(default_factory=dict)  # other RunConfig fields (sft_steps, …)
     pages: tuple[str, ...] = ()  # the app pages whose "See it happen" panel offers it
     charts: tuple[str, ...] = ()  # record keys to draw, arms overlaid with seed bands
+    log_charts: tuple[str, ...] = ()  # of `charts`, those drawn on a log axis: arms whose values differ 100-fold
 
 
 def verdict(effects: Sequence[float], expected: Direction) -> Verdict:

@@ -37,4 +37,7 @@ EXPERIMENT = Experiment(
     run_fields={"sft_steps": 500},
     pages=("labs_kl",),
     charts=("kl_k1_std", "kl_k3_std", "kl_k1_neg_frac", "kl_k2_bias", "kl_exact"),
+    # The near arm, which the claim is about, sits 10- to 700-fold below the far one (seed 0: k1 std 0.10 against
+    # 1.0, k3 std 0.015 against 11.5, exact 0.005 against 2.5 nats, medians over steps): linear, a flat line at 0.
+    log_charts=("kl_k1_std", "kl_k3_std", "kl_exact"),
 )
