@@ -37,7 +37,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -469,9 +469,9 @@ class RunStore:
 
     # ------------------------------------------------------------------ reading
     def runs(self, run_ids: list[int] | None = None, sweep_id: int | None = None,
-             visible_to: str | None = None) -> list[StoredRun]:
+             visible_to: str | None = None, labels: Sequence[str] | None = None) -> list[StoredRun]:
         """Runs in the order they were created: all of them, the listed ids, or one sweep's; with `visible_to`,
-        only those that session may see (its own and the shared ones)."""
+        only those that session may see (its own and the shared ones); with `labels`, only runs so labelled."""
         clauses, parameters = [], []
         if run_ids is not None:
             clauses.append(f"id IN ({', '.join('?' * len(run_ids))})")
@@ -479,6 +479,9 @@ class RunStore:
         elif sweep_id is not None:
             clauses.append("sweep_id = ?")
             parameters.append(sweep_id)
+        if labels is not None:
+            clauses.append(f"label IN ({', '.join('?' * len(labels))})")
+            parameters += list(labels)
         if visible_to is not None:
             clauses.append("(session = ? OR session IS NULL)")
             parameters.append(visible_to)

@@ -356,7 +356,7 @@ def overlay_notes(jobs: list) -> tuple[list[str], list[str]]:
     """The captions and warnings `ui.runs.differences` draws under the overlay of these runs."""
     def page(jobs):
         from ui.runs import differences
-        differences(jobs, {job.number: f"#{job.number} · x" for job in jobs})
+        differences(jobs)
     at = AppTest.from_function(page, args=(jobs,)).run()
     assert not at.exception, at.exception
     return [c.value for c in at.caption], [w.value for w in at.warning]

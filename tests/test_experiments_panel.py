@@ -79,7 +79,7 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     other = store.add_run(plan_experiment(get_experiment("clip_higher"))[0].planned.run, "clip_higher: x")
     store.start_run(other)
     store.finish_run(other, "finished")
-    assert sorted(past_run_seconds(experiment, store.runs())) == [10.0, 30.0], "finished runs of this one only"
+    assert sorted(past_run_seconds(experiment, store)) == [10.0, 30.0], "finished runs of this one only"
     # the median of 10 s and 30 s for each of 6 runs, one at a time: 120 s, shown as 2 min
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
     assert "About 2 min for 6 runs, 1 at a time (the median of its 2 earlier runs on this server)" in captions

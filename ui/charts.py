@@ -351,6 +351,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go
         return series.colour or RUN_COLOURS[series_index % len(RUN_COLOURS)], series.dash or "solid"
 
     for run in runs:
+        first_trace = len(traces)
         records = thin(run.records)
         steps = [r["step"] for r in records]
         prefix = f"{run.tag} " if overlay else ""
@@ -386,6 +387,8 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go
                 line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
                 marker=dict(size=5, opacity=1) if shown_markers else dict(size=8, opacity=0),
             ))
+        for trace in traces[first_trace:]:  # which run drew it: a click on it opens that run's samples
+            trace["meta"] = run.tag
     names = [t["name"] for t in traces if t.get("showlegend", True)]
     # A multi-series chart always names its series, even when only one of them has data.
     show_legend = len(names) > 1 or len(chart.series) > 1

@@ -37,12 +37,12 @@ from rl_core.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
 from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
+from ui import share
 from ui.charts import RUN_COLOURS, thin
 from rl_core.messages import brief
 from ui.jobs import TrainingSlots, planned_seconds_left
-from ui.knobs import KNOBS
+from ui.knobs import KNOBS, difference_text
 from ui.lab import training_slots
-from ui.runs import difference_text
 from ui.limits import check_learner, check_runs
 from ui.session import session_token, session_worker_cap
 from ui.tokens import COLOURINGS, token_html
@@ -230,7 +230,7 @@ def _one_knob(preset: str, knob: str, values: tuple) -> None:
     st.session_state["compare:mode"] = MODES[1]
     st.session_state["compare:preset"] = preset
     st.session_state["compare:knob"] = knob
-    st.session_state["compare:values"] = ", ".join("none" if v is None else str(v) for v in values)
+    st.session_state["compare:values"] = ", ".join(map(share.text, values))
 
 
 def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRun], live: bool) -> None:

@@ -3,7 +3,6 @@ the answer to the page's prediction. Drawn by one fragment per page (ui/lab.py),
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import streamlit as st
@@ -17,7 +16,6 @@ from ui.runs import differences, download, labels, picker
 from ui.tokens import COLOURINGS, EOS_TOKEN, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
-RUN_TAG = re.compile(r"#(\d+) ")  # how an overlay's trace names its run (ui.charts)
 
 
 def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None) -> None:
@@ -32,7 +30,7 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
         return
     names = labels(runs)
     shown = picker(page, runs, names)
-    differences(shown, names)
+    differences(shown)
     _follow_chart_click(page)
     charts_tab, tokens_tab = st.tabs(TABS, key=f"{page}:tab", on_change="rerun")
     if charts_tab.open:
@@ -112,6 +110,7 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
                  colour=run_colour(job.number))
         for job in shown
     ]
+    number_of = {run.tag: job.number for run, job in zip(chart_runs, shown)}
     ordered = sorted(CHARTS, key=lambda chart: (chart.title not in focus, focus.index(chart.title)
                                                  if chart.title in focus else 0))
     charts = [chart for chart in ordered if has_data(chart, chart_runs)]
@@ -119,12 +118,8 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
         for column, chart in zip(st.columns(2), charts[row : row + 2]):
             with column:
                 drawn = figure(chart, chart_runs, by_run)
-                # Which run each trace draws, so that a click opens that run's samples (a tag prefixes every
-                # trace of an overlay; a chart of one run has none).
-                st.session_state[f"{page}:trace_runs:{chart.title}"] = [
-                    int(tagged.group(1)) if (tagged := RUN_TAG.match(trace.name or "")) else shown[0].number
-                    for trace in drawn.data
-                ]
+                # Which run each trace draws (its meta is the run's tag), so that a click opens that run's samples.
+                st.session_state[f"{page}:trace_runs:{chart.title}"] = [number_of[trace.meta] for trace in drawn.data]
                 st.plotly_chart(
                     drawn, key=_chart_key(page, chart.title), on_select="rerun",
                     selection_mode="points", config={"displayModeBar": False},
@@ -153,15 +148,22 @@ def _follow_chart_click(page: str) -> None:
 def _token_run(page: str, runs: list[Job], names: dict[int, str]) -> Job:
     """The run whose samples the token view shows: the one whose chart point was clicked, or the one chosen here;
     the newest run while the learner has not chosen another."""
-    key, latest = f"{page}:token_run", f"{page}:token_run_latest"
+    key = f"{page}:token_run"
     numbers = [job.number for job in runs]
-    if st.session_state.get(key) not in numbers or st.session_state.get(latest) == st.session_state[key]:
-        st.session_state[key] = numbers[-1]
-    st.session_state[latest] = numbers[-1]
+    _follow_newest(key, numbers)
     if len(runs) > 1:
         st.selectbox("samples of run", numbers, key=key, format_func=lambda n: names[n],
                      help="Whose sampled responses to show; clicking a run's point on a chart chooses it too.")
     return next(job for job in runs if job.number == st.session_state[key])
+
+
+def _follow_newest(key: str, options: list) -> None:
+    """Keep a widget's choice (`key`) on the newest of `options` as they grow, unless the learner chose an older
+    one; a choice no longer offered falls back to the newest."""
+    latest = f"{key}:latest"
+    if st.session_state.get(key) not in options or st.session_state.get(latest) == st.session_state[key]:
+        st.session_state[key] = options[-1]
+    st.session_state[latest] = options[-1]
 
 
 # ---------------------------------------------------------------------------------------------- tokens
@@ -171,10 +173,7 @@ def token_view(page: str, job: Job, snap: JobSnapshot) -> None:
         st.caption("No sampled responses recorded for this run.")
         return
     key = f"{page}:token_step"
-    # Follow the newest step while training, unless the learner has scrubbed back.
-    if st.session_state.get(key) not in steps or st.session_state.get(f"{page}:token_latest") == st.session_state[key]:
-        st.session_state[key] = steps[-1]
-    st.session_state[f"{page}:token_latest"] = steps[-1]
+    _follow_newest(key, steps)  # the newest step while training, unless the learner has scrubbed back
     step_column, colour_column = st.columns([3, 2])
     step = step_column.select_slider(
         "step", steps, key=key, help="Scrub through the run: every step's samples are kept (evenly thinned "

@@ -3,7 +3,7 @@ seeds, in worker processes, inside the app's training cap); the arms are drawn w
 that matter, and the measured effect is stated in one sentence.
 
 An experiment's job lives in `st.session_state["experiment:<name>"]`, so every page that offers it shows the same
-run, and in the session's job list, so closing the tab stops it. A request the run store has answered before is
+run, and in the learner's state on the server (`ui.session.learner_state`), so a reload finds it. A request the run store has answered before is
 answered from it at once, labelled with when it was recorded, with *Re-run live* (train it again) and *New seeds*
 (the next seeds the store has no runs of). The charts are read from the run store, as on
 the Compare page; while a job is active they refresh in one `st.fragment(run_every=…)`.
@@ -18,6 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
 from rl_core.experiments import Arm, EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import (
@@ -33,7 +34,7 @@ from rl_core.store import RunStore, StoredRun, StoreError
 from rl_core.sweep import default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
-from ui.knobs import KNOBS
+from ui.knobs import knob_text
 from ui.jobs import planned_seconds_left
 from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
@@ -124,8 +125,7 @@ def see_it_happen(page: str) -> None:
 def _arm_knobs(experiment: Experiment, arm: Arm) -> str:
     """The arm's values of the knobs in which the arms differ, e.g. `epsilon_high` 0.28."""
     config = get_preset(arm.preset, **arm.overrides)
-    return ", ".join(f"`{k}` {KNOBS[k].format(getattr(config, k)) if k in KNOBS else getattr(config, k)}"
-                     for k in experiment.knobs)
+    return ", ".join(f"`{k}` {knob_text(k, getattr(config, k))}" for k in experiment.knobs)
 
 
 def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> None:
@@ -137,7 +137,8 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
                f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
                f"(expected {experiment.expected}).")
     active = job is not None and job.active
-    refusal = None if active else _refusal(experiment)
+    planned = None if active else [arm_run.planned.run for arm_run in plan_experiment(experiment)]
+    refusal = None if active else _refusal(planned)
     if refusal:
         st.warning(f"This experiment cannot run now: {refusal}", icon=":material/block:")
     run, stop, rerun, new_seeds, _ = st.columns([1, 1, 1, 1, 2])
@@ -159,7 +160,7 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
     if refused:
         st.error(refused)
     if not active:
-        st.caption(_duration(experiment))
+        st.caption(_duration(experiment, planned))
 
 
 def _workers() -> int:
@@ -167,16 +168,14 @@ def _workers() -> int:
     return min(default_workers(), training_slots().limit, session_worker_cap())
 
 
-def _duration(experiment: Experiment) -> str:
-    """How long Run will take on this server: from this experiment's earlier runs here when there are some, else
-    from the measured step time of this server's runs (`rl_core.limits`)."""
-    planned = [arm_run.planned.run for arm_run in plan_experiment(experiment)]
-    workers = _workers()
+def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
+    """How long Run (its `planned` runs) will take on this server: from this experiment's earlier runs here when
+    there are some, else from the measured step time of this server's runs (`rl_core.limits`)."""
     try:
-        past = past_run_seconds(experiment, RunStore(recover=False).runs())
+        past = past_run_seconds(experiment, RunStore(recover=False))
     except StoreError:
         past = []
-    at_once = min(workers, len(planned))
+    at_once = min(_workers(), len(planned))
     if past:
         seconds = len(planned) * statistics.median(past) / at_once
         return (f"About {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (the median of its "
@@ -192,10 +191,11 @@ def _seconds(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def _refusal(experiment: Experiment) -> str | None:
-    """Why the server's limits refuse the experiment's runs now (how many, how long, this learner's hour)."""
+def _refusal(planned: list[RunConfig]) -> str | None:
+    """Why the server's limits refuse the experiment's `planned` runs now (how many, how long, this learner's
+    hour)."""
     try:
-        check_runs([arm_run.planned.run for arm_run in plan_experiment(experiment)])
+        check_runs(planned)
         check_learner()
     except ValueError as error:
         return brief(str(error))

@@ -381,6 +381,16 @@ KNOBS: dict[str, Knob] = {
 }
 
 
+def knob_text(name: str, value) -> str:
+    """A value as the pages show it: in its knob's format (`0.04`, `off`) where the page has the knob, else as is."""
+    return KNOBS[name].format(value) if name in KNOBS else str(value)
+
+
+def difference_text(name: str, was, now) -> str:
+    """One knob's change, e.g. `beta` 0.04 → 0."""
+    return f"`{name}` {knob_text(name, was)} → {knob_text(name, now)}"
+
+
 def option_values(name: str, extra=()) -> list:
     """The values a knob offers: its grid plus `extra` (e.g. every preset default on the page), in order."""
     knob = KNOBS[name]

@@ -32,7 +32,7 @@ from ui import share as share_state
 from ui.bridge import scale_exports
 from ui.dashboard import dashboard
 from ui.jobs import Job, TrainingSlots
-from ui.knobs import KNOBS, render_knob
+from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
 from ui.session import PARAM as LEARNER_PARAM
@@ -230,7 +230,7 @@ def _variant_switch(page: str, variants: dict[str, str], knobs: Sequence[str], b
 
 
 def _differences(base: AlgoConfig, other: AlgoConfig) -> list[str]:
-    return [f"`{name}` {was} → {now}" for name, (was, now) in knob_differences(base, other).items()]
+    return [difference_text(name, *pair) for name, pair in knob_differences(base, other).items()]
 
 
 def _apply_variant(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:

@@ -11,7 +11,7 @@ import streamlit as st
 from rl_core.config import knob_differences
 from ui.charts import run_colour
 from ui.jobs import Job
-from ui.knobs import KNOBS
+from ui.knobs import difference_text, knob_text
 
 
 def labels(runs: list[Job]) -> dict[int, str]:
@@ -25,7 +25,7 @@ def labels(runs: list[Job]) -> dict[int, str]:
         changed = [k for k in job.settings if k != "variant" and job.settings[k] != first.get(k)]
         if job.settings.get("variant") != first.get("variant"):
             changed.insert(0, "variant")
-        shown = ", ".join(f"{k}={KNOBS[k].format(job.settings[k]) if k in KNOBS else job.settings[k]}" for k in changed)
+        shown = ", ".join(f"{k}={knob_text(k, job.settings[k])}" for k in changed)
         result[job.number] = f"#{job.number} · " + (shown or str(first.get("variant", "first run")))
     return result
 
@@ -55,24 +55,18 @@ def picker(page: str, runs: list[Job], names: dict[int, str]) -> list[Job]:
     return [job for job in runs if job.number in selected]
 
 
-def difference_text(name: str, was, now) -> str:
-    """One knob's change, e.g. `beta` 0.04 → 0, in the knob's own format where the page has one."""
-    show = KNOBS[name].format if name in KNOBS else str
-    return f"`{name}` {show(was)} → {show(now)}"
-
-
-def differences(shown: list[Job], names: dict[int, str]) -> None:
+def differences(shown: list[Job]) -> None:
     """Every knob (the full configuration, not only this page's knobs) in which each overlaid run differs from
     the first one overlaid; a run that differs in more than one knob is flagged, since a gap between its curves
     and the first run's may come from any of them."""
     if len(shown) < 2:
         return
     base = shown[0]
-    first = names[base.number].split(" · ")[0]
+    first = f"#{base.number}"
     lines, confounded = [], []
     for job in shown[1:]:
         changed = knob_differences(base.run, job.run)
-        number = names[job.number].split(" · ")[0]
+        number = f"#{job.number}"
         if not changed:
             same = "the same settings, another seed" if job.run.seed != base.run.seed else "the same settings"
             lines.append(f"{number}: {same} as {first}")

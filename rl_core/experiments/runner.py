@@ -90,18 +90,22 @@ def plan_experiment(
         for seed in seeds:
             run = RunConfig(algo=config, task=experiment.task, seed=seed, **run_fields)
             run.validate()
-            planned.append(ArmRun(arm, PlannedRun(run, f"{experiment.name}: {arm.label}", variant)))
+            planned.append(ArmRun(arm, PlannedRun(run, arm_run_label(experiment, arm), variant)))
     return planned
 
 
-def past_run_seconds(experiment: Experiment, runs: Sequence[StoredRun]) -> list[float]:
-    """Wall seconds of the finished runs of this experiment (as planned now: its steps) in a store's runs, the
-    setup of each included — what the next run of it will take on the same machine. A reused row trained nothing
-    and is left out."""
-    labels = {f"{experiment.name}: {arm.label}" for arm in experiment.arms}
+def arm_run_label(experiment: Experiment, arm: Arm) -> str:
+    """How the store labels a run of this arm (the Compare page lists it so)."""
+    return f"{experiment.name}: {arm.label}"
+
+
+def past_run_seconds(experiment: Experiment, store: RunStore) -> list[float]:
+    """Wall seconds of the finished runs of this experiment (as planned now: its steps) in the store, the setup of
+    each included — what the next run of it will take on the same machine. A reused row trained nothing and is
+    left out."""
+    runs = store.runs(labels=[arm_run_label(experiment, arm) for arm in experiment.arms])
     return [run.wall_time for run in runs
-            if run.label in labels and run.status == "finished" and not run.reused
-            and run.steps_total == experiment.steps]
+            if run.status == "finished" and not run.reused and run.steps_total == experiment.steps]
 
 
 def unused_seeds(experiment: Experiment, store: RunStore, count: int, after: int = -1, **plan_options) -> list[int]:
