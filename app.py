@@ -6,7 +6,10 @@ import streamlit as st
 from rl_core.algorithms import PRESETS
 from rl_core.config import RunConfig
 from toy_tasks import DEFAULT_TASK
+from ui.classroom import mark_seen, pinned_banner
+from ui.instructor import authorised, with_instructor_page
 from ui.jobs import warm_default_start
+from ui.present import presenter_switch
 from ui.session import remember_learner
 
 st.set_page_config(page_title="RLHF policy optimisation lab", page_icon=":material/tune:", layout="wide")
@@ -16,6 +19,7 @@ st.html(
     "<style>.block-container{padding-top:3.5rem;padding-bottom:2rem}"
     "h1{font-size:1.9rem !important;padding:0.25rem 0 0.5rem !important}</style>"
 )
+presenter_switch()  # ?present=1: larger text and charts for a projector
 
 NAVIGATION = {
     "Walk-through": [
@@ -46,6 +50,11 @@ NAVIGATION = {
 # The default page's first Train should not wait for a supervised warm start: build it while the learner reads.
 warm_default_start(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
 # Navigation in the top bar, not a sidebar: the sidebar would take a quarter of a laptop screen's width.
-st.navigation(NAVIGATION, position="top").run()
+# The instructor's page exists only where the server has an instructor's token (ui/instructor.py).
+page = st.navigation(with_instructor_page(NAVIGATION), position="top")
+if not authorised():  # a learner: counted as present, and shown the link the instructor pinned
+    mark_seen()
+    pinned_banner()
+page.run()
 # After the page, so that its first screen is drawn first: the learner's token into the browser's cookie.
 remember_learner()

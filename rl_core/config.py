@@ -437,6 +437,11 @@ class RunConfig:
     def __post_init__(self):
         _to_builtins(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        """The run that `dataclasses.asdict` wrote as `data` (the run store's `config`)."""
+        return cls(**{**data, "algo": AlgoConfig(**data["algo"])})
+
     def validate(self) -> None:
         """The algorithm's knobs, this run's fields, and what depends on the task and model: the response
         must fit in the model's context after the task's longest prompt, and the overlong buffer below the limit."""

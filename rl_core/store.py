@@ -132,7 +132,33 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN records_from INTEGER",
         "CREATE INDEX runs_by_key ON runs(run_key)",
     ),
+    # v3 → v4: teaching a class. A live-lab run names its page and its number there (`page` NULL: no page's run,
+    # or one its learner reset away), so a restarted server shows a learner's page runs again; the learners'
+    # answers to the pages' questions, when each learner was last seen, and the banner the instructor pins.
+    (
+        "ALTER TABLE runs ADD COLUMN page TEXT",
+        "ALTER TABLE runs ADD COLUMN page_run INTEGER",
+        "CREATE INDEX runs_by_page ON runs(page, session)",
+        """CREATE TABLE predictions (
+            session TEXT NOT NULL,                 -- the learner
+            page TEXT NOT NULL,
+            phase TEXT NOT NULL CHECK (phase IN ('before', 'after')),  -- predicted, or what the run showed
+            question TEXT NOT NULL,
+            options TEXT NOT NULL,                 -- JSON: the answers the question offers
+            answer TEXT NOT NULL,
+            answered_at REAL NOT NULL,
+            PRIMARY KEY (session, page, phase)     -- a learner's latest answer counts
+        ) WITHOUT ROWID""",
+        "CREATE TABLE learners (session TEXT PRIMARY KEY, last_seen REAL NOT NULL) WITHOUT ROWID",
+        """CREATE TABLE banner (
+            id INTEGER PRIMARY KEY CHECK (id = 1), -- one banner at a time
+            text TEXT NOT NULL,
+            link TEXT NOT NULL,
+            pinned_at REAL NOT NULL
+        )""",
+    ),
 )
+PHASES = ("before", "after")
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -188,6 +214,8 @@ class StoredRun:
     session: str | None  # the app session that owns it; None: shared (the command line's), read-only in the app
     run_key: str | None  # what it computes (`rl_core.reuse.run_key`); None for runs stored without one
     records_from: int | None  # the run whose records it shows instead of training (itself: it holds them)
+    page: str | None = None  # the lab page whose run it is (a live lab's), while its learner keeps it there
+    page_run: int | None = None  # its number on that page (`#n`)
 
     @property
     def reused(self) -> bool:
@@ -327,8 +355,10 @@ class RunStore:
             ).lastrowid
 
     def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None,
-                session: str | None = None, key: str | None = None, reuse: bool = False) -> int:
-        """A queued run owned by this process (and by app session `session`, if given); returns its id.
+                session: str | None = None, key: str | None = None, reuse: bool = False,
+                page: str | None = None, page_run: int | None = None) -> int:
+        """A queued run owned by this process (and by app session `session`, if given); returns its id. A live
+        lab's run names its `page` and its number there (`page_run`).
 
         `key` is the run's `rl_core.reuse.run_key`. With `reuse`, in the same transaction (so two requests never
         both train one key): a finished run of that key makes the new row a finished one that shows its records; a
@@ -344,10 +374,11 @@ class RunStore:
             source = _reusable_run(db, key, now) if reuse and key is not None else None
             run_id = db.execute(
                 "INSERT INTO runs (sweep_id, label, task, algo, seed, variant, config, status, steps_total, "
-                "created_at, heartbeat_at, owner_pid, owner_host, session, run_key) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+                "created_at, heartbeat_at, owner_pid, owner_host, session, run_key, page, page_run) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (sweep_id, label, run.task, run.algo.name, run.seed, json.dumps(variant or {}),
-                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST, session, key),
+                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST, session, key, page,
+                 page_run),
             ).lastrowid
             if source is not None:
                 _link(db, run_id, source)
@@ -469,10 +500,15 @@ class RunStore:
 
     # ------------------------------------------------------------------ reading
     def runs(self, run_ids: list[int] | None = None, sweep_id: int | None = None,
-             visible_to: str | None = None, labels: Sequence[str] | None = None) -> list[StoredRun]:
+             visible_to: str | None = None, labels: Sequence[str] | None = None,
+             page: str | None = None) -> list[StoredRun]:
         """Runs in the order they were created: all of them, the listed ids, or one sweep's; with `visible_to`,
-        only those that session may see (its own and the shared ones); with `labels`, only runs so labelled."""
+        only those that session may see (its own and the shared ones); with `labels`, only runs so labelled; with
+        `page`, only the live-lab runs their learners keep on that page."""
         clauses, parameters = [], []
+        if page is not None:
+            clauses.append("page = ?")
+            parameters.append(page)
         if run_ids is not None:
             clauses.append(f"id IN ({', '.join('?' * len(run_ids))})")
             parameters += list(run_ids)
@@ -541,6 +577,70 @@ class RunStore:
         if session is None:
             return self._connection().execute("SELECT MAX(id) FROM sweeps").fetchone()[0]
         return self._connection().execute("SELECT MAX(id) FROM sweeps WHERE session = ?", (session,)).fetchone()[0]
+
+    def leave_page(self, session: str, page: str) -> None:
+        """The learner's runs of `page` are no longer that page's (Reset): they stay in the store, off the page."""
+        with self._write() as db:
+            db.execute("UPDATE runs SET page = NULL WHERE session = ? AND page = ?", (session, page))
+
+    # ------------------------------------------------------------------ a class: predictions, learners, banner
+    def answer(self, session: str, page: str, phase: str, question: str, options: Sequence[str], answer: str) -> None:
+        """A learner's answer to a page's question: `before` the run (their prediction) or `after` it (what their
+        run showed). It replaces their earlier answer of that phase on that page."""
+        if phase not in PHASES:
+            raise ValueError(f"phase={phase!r} is not a phase of an answer; allowed: {', '.join(PHASES)}")
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO predictions (session, page, phase, question, options, answer, "
+                       "answered_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (session, page, phase, question, json.dumps(list(options)), answer, time.time()))
+
+    def answer_counts(self) -> list[AnswerCount]:
+        """Per page and question: how many learners gave each answer before and after their runs (each learner's
+        latest answer of each phase counts once), in page order."""
+        rows = self._connection().execute(
+            "SELECT page, question, phase, answer, COUNT(*) AS learners, MAX(options) AS options FROM predictions "
+            "GROUP BY page, question, phase, answer ORDER BY page, question")
+        counts: dict[tuple[str, str], AnswerCount] = {}
+        for row in rows:
+            entry = counts.setdefault((row["page"], row["question"]), AnswerCount(
+                row["page"], row["question"], tuple(json.loads(row["options"])), {phase: {} for phase in PHASES}))
+            entry.counts[row["phase"]][row["answer"]] = row["learners"]
+        return list(counts.values())
+
+    def seen(self, session: str, when: float | None = None) -> None:
+        """The learner has just opened or redrawn a page."""
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO learners (session, last_seen) VALUES (?, ?)",
+                       (session, time.time() if when is None else when))
+
+    def active_learners(self, since: float) -> int:
+        """How many learners were seen at or after time `since`."""
+        return self._connection().execute("SELECT COUNT(*) FROM learners WHERE last_seen >= ?", (since,)).fetchone()[0]
+
+    def pin(self, text: str, link: str) -> None:
+        """Pin the banner every learner's page shows (it replaces the one pinned before)."""
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO banner (id, text, link, pinned_at) VALUES (1, ?, ?, ?)",
+                       (text, link, time.time()))
+
+    def unpin(self) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM banner")
+
+    def pinned(self) -> tuple[str, str] | None:
+        """The pinned banner's (text, link), or None."""
+        row = self._connection().execute("SELECT text, link FROM banner").fetchone()
+        return None if row is None else (row["text"], row["link"])
+
+
+@dataclass(frozen=True)
+class AnswerCount:
+    """The class's answers to one page's question: phase (`before`, `after`) → answer → learners."""
+
+    page: str
+    question: str
+    options: tuple[str, ...]
+    counts: dict[str, dict[str, int]]
 
 
 # The run whose steps run `?` shows: the one it reuses, or itself.

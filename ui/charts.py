@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.loss_terms import LOSS_TERMS
+from ui.present import chart_layout
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
 LONG_TRACE = 30  # points from which a trace's markers are invisible (they would hide the line)
@@ -409,7 +410,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go
     # Plotly's per-property validation costs ~8x the rest of a redraw (≈0.25 s of CPU for the whole dashboard,
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
     # test builds every chart with validation on.
-    return go.Figure(data=traces, layout=layout, _validate=False)
+    return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
 
 
 def _legend_rows(widths: list[float]) -> int:

@@ -44,6 +44,7 @@ from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
 from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
+from ui.present import chart_layout
 from ui.session import session_token, session_worker_cap
 from ui.tokens import COLOURINGS, token_html
 
@@ -387,7 +388,7 @@ def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None
         uirevision=key,  # keep zoom and hidden traces across the live refreshes
     )
     # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.
-    return go.Figure(data=traces, layout=layout, _validate=False)
+    return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
 
 
 def _finite(value) -> bool:

@@ -10,6 +10,7 @@ import streamlit as st
 from toy_tasks import TASKS
 from ui.bridge import unipo_download
 from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
+from ui.classroom import record_answer
 from ui.jobs import SETUP_PHASES, Job, JobSnapshot
 from ui.predict import Prediction
 from ui.runs import differences, download, labels, picker
@@ -86,6 +87,8 @@ def reveal(page: str, job: Job, snap: JobSnapshot, prediction: Prediction) -> No
     if snap.active:
         return
     answer = prediction.answer(snap.records)
+    if answer is not None:
+        record_answer(page, prediction, "after", answer[0])
     if said is None:  # no prediction: the answer still, and the invitation for the next run
         if answer is not None:
             st.info(f"{prediction.question} The run says **{answer[0]}**: {answer[1]}. Answer before the next "

@@ -127,3 +127,71 @@ class ExperimentJob(BackgroundJob):
             with self._lock:
                 self._recorded = recorded_when(stored_run.finished_at for stored_run in stored)
         return ("stopped" if run.sweep.stopping else "finished"), summary
+
+
+@dataclass(frozen=True)
+class WarmUpSnapshot:
+    status: str  # training, finished, stopped
+    done: dict[str, str]  # experiment name → how it ended (finished, stopped, failed), in order
+    current: str | None  # the experiment in progress
+    current_status: str | None  # its status (queued while it waits for slots)
+    total: int
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+class WarmUp(BackgroundJob):
+    """Every experiment in turn, as `python -m rl_core experiment --all` runs them: an `ExperimentJob` each, whose
+    runs no learner owns (like the command line's, every session sees them), so that a panel's Run afterwards
+    answers from the store at once. A run already recorded is reused, not trained again. `stop()` ends the
+    experiment in progress and starts no other."""
+
+    def __init__(self, experiments: list[Experiment], slots: TrainingSlots, workers: int):
+        self.experiments = list(experiments)
+        self.slots = slots
+        self.workers = workers
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._status = "training"
+        self._done: dict[str, str] = {}
+        self._current: ExperimentJob | None = None
+        self._thread = threading.Thread(target=self._work, name="experiment-warm-up", daemon=True)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        with self._lock:
+            if self._current is not None:
+                self._current.stop()
+
+    def snapshot(self) -> WarmUpSnapshot:
+        with self._lock:
+            current = self._current
+            return WarmUpSnapshot(
+                status=self._status, done=dict(self._done), total=len(self.experiments),
+                current=None if current is None else current.experiment.name,
+                current_status=None if current is None else current.snapshot().status,
+            )
+
+    def _work(self) -> None:
+        for experiment in self.experiments:
+            if self.stop_event.is_set():
+                break
+            try:
+                job = ExperimentJob(experiment, self.slots, self.workers)
+            except Exception as exc:  # noqa: BLE001 - a plan the server refuses: the list says why, the rest go on
+                with self._lock:
+                    self._done[experiment.name] = f"failed: {brief(str(exc))}"
+                continue
+            with self._lock:
+                self._current = job
+            if self.stop_event.is_set():  # Stop pressed before this job was visible to it
+                job.stop()
+            job.start().join()
+            ended = job.snapshot()
+            with self._lock:
+                self._done[experiment.name] = ended.status + (f": {ended.error}" if ended.error else "")
+                self._current = None
+        with self._lock:
+            self._status = "stopped" if self.stop_event.is_set() else "finished"

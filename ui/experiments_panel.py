@@ -163,7 +163,7 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
         st.caption(_duration(experiment, planned))
 
 
-def _workers() -> int:
+def experiment_workers() -> int:
     # A panel's experiment counts against the server's training cap and the session's worker cap, like a sweep.
     return min(default_workers(), training_slots().limit, session_worker_cap())
 
@@ -175,7 +175,7 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
         past = past_run_seconds(experiment, RunStore(recover=False))
     except StoreError:
         past = []
-    at_once = min(_workers(), len(planned))
+    at_once = min(experiment_workers(), len(planned))
     if past:
         seconds = len(planned) * statistics.median(past) / at_once
         return (f"About {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (the median of its "
@@ -205,7 +205,7 @@ def _refusal(planned: list[RunConfig]) -> str | None:
 def _start(experiment: Experiment, **options) -> None:
     """Start the experiment (`options`: ExperimentRun's seeds, fresh); a request answered from the store is waited
     for (it takes well under REFRESH_SECONDS), so the rerun after the click draws the answer."""
-    job = ExperimentJob(experiment, training_slots(), workers=_workers(), session=session_token(), **options)
+    job = ExperimentJob(experiment, training_slots(), workers=experiment_workers(), session=session_token(), **options)
     # Kept for the learner as well as the session: a reload finds the experiment, still training or done.
     st.session_state[f"experiment:{experiment.name}"] = learner_state()[f"experiment:{experiment.name}"] = job.start()
     if job.from_store:

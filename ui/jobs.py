@@ -7,6 +7,7 @@ Streamlit from a thread that is not the script thread fails or corrupts the page
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
@@ -21,7 +22,7 @@ import torch
 from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.messages import brief
-from rl_core.store import RunStore, max_trainings
+from rl_core.store import RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
@@ -262,6 +263,7 @@ class Job(BackgroundJob):
     number: int = 0  # the run's number on its page
     label: str = ""  # how the run is listed in the run store, next to the Compare page's runs
     session: str | None = None  # the browser session that owns the run in the store
+    page: str | None = None  # the lab page whose run it is, in the store too (a restarted server shows it there)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self):
@@ -280,6 +282,23 @@ class Job(BackgroundJob):
         # estimate scaled by this server's measured speed until the first steps, then their measured time.
         self._seconds_left = estimated_seconds(self.run) * self.slots.speed
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
+
+    @classmethod
+    def from_store(cls, stored: StoredRun, store: RunStore, slots: TrainingSlots) -> "Job":
+        """A page's run as the store kept it, for a server that did not train it (it restarted since): its
+        records and latest samples, ended as it ended. A run the store still lists as training (its owner
+        another process) shows what it has recorded so far, as stopped; its thread never starts."""
+        job = cls(RunConfig.from_dict(stored.config), slots, settings=stored.variant, number=stored.page_run or 0,
+                  label=stored.label, session=stored.session, page=stored.page)
+        job._status = stored.status if stored.status in ("finished", "failed") else "stopped"
+        job._error = stored.error
+        for record in store.steps(stored.id):
+            job._history.add(record)
+            job._latest = record
+        if job._latest is not None:
+            job._samples.add(job._latest["step"], store.samples(stored.id))
+        job._ended = job._started + (0.0 if math.isnan(stored.wall_time) else stored.wall_time)
+        return job
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -339,7 +358,8 @@ class Job(BackgroundJob):
                     # Every run is kept in the run store as it goes: it outlives the session and can be compared.
                     store = RunStore()
                     run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab",
-                                           session=self.session)
+                                           self.settings, session=self.session, page=self.page,
+                                           page_run=self.number if self.page else None)
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not store.claim(run_id, self.slots.limit, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")

@@ -27,15 +27,16 @@ from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.messages import brief
 from rl_core.models import MODEL_PRESETS
+from rl_core.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share as share_state
 from ui.bridge import scale_exports
+from ui.classroom import record_answer
 from ui.dashboard import dashboard
 from ui.jobs import Job, TrainingSlots
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
-from ui.session import PARAM as LEARNER_PARAM
 from ui.session import learner_state, session_token
 
 REFRESH_SECONDS = 1.0
@@ -54,8 +55,23 @@ def training_slots() -> TrainingSlots:
 
 def page_runs(page: str) -> list[Job]:
     """The learner's runs on this page, kept by the server (`ui.session.learner_state`): a reload or a second tab
-    shows them again, and a run that was training when the page reloaded goes on and is drawn live."""
-    return st.session_state.setdefault(f"{page}:runs", learner_state().setdefault(f"{page}:runs", []))
+    shows them again, and a run that was training when the page reloaded goes on and is drawn live. A server
+    that holds none for the learner (it restarted since) reads them from the run store."""
+    state = learner_state()
+    if f"{page}:runs" not in state:
+        state[f"{page}:runs"] = stored_page_runs(page)
+    return st.session_state.setdefault(f"{page}:runs", state[f"{page}:runs"])
+
+
+def stored_page_runs(page: str) -> list[Job]:
+    """The learner's latest KEPT_RUNS runs of this page in the run store, as ended jobs (none if the store cannot
+    be read, or a run's configuration no longer fits the engine's)."""
+    try:
+        store = RunStore(recover=False)
+        stored = store.runs(visible_to=session_token(), page=page)[-KEPT_RUNS:]
+        return [Job.from_store(run, store, training_slots()) for run in stored]
+    except (StoreError, TypeError, ValueError):
+        return []
 
 
 def live_lab(
@@ -93,7 +109,9 @@ def live_lab(
         _buttons(page, variants, all_knobs, run, variant, values, current, busy)
         if prediction is not None:
             st.radio(prediction.question, prediction.options, index=None, key=f"{page}:prediction", horizontal=True,
-                     disabled=busy, help="Answer before you press Train; the run's own numbers answer it at the end.")
+                     disabled=busy, help="Answer before you press Train; the run's own numbers answer it at the end.",
+                     on_change=lambda: record_answer(page, prediction, "before",
+                                                     st.session_state[f"{page}:prediction"]))
         extra = {name: [getattr(PRESETS[v], name) for v in variants.values()] for name in all_knobs}
         for name in lesson:
             _knob(page, name, values, extra[name], busy)
@@ -113,7 +131,7 @@ def live_lab(
             st.warning(over_allowance, icon=":material/timer:")
             run = None
         share_state.write(variant, values, _defaults(variant, all_knobs))
-        st.session_state[URL_WRITTEN] = dict(st.query_params)
+        st.session_state[URL_WRITTEN] = share_state.settings_params()
         with share.popover("Share", width="stretch"):
             st.caption("This page with these settings (copy with the icon):")
             st.code(share_state.link(), language=None, wrap_lines=True)
@@ -158,7 +176,7 @@ def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None
 def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
     """Settings from the URL, unless it holds what a page of this session wrote there itself (this page's own
     settings, or another page's just before a page switch): a shared link, a reload."""
-    params = {name: value for name, value in st.query_params.items() if name != LEARNER_PARAM}  # ?me= is whose
+    params = share_state.settings_params()  # not ?me= (whose) nor ?present= (how to draw)
     if not params or params == st.session_state.get(URL_WRITTEN):
         return
     choices = {"task": list(TASKS), "model": _models(),
@@ -307,7 +325,8 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
     }
     label = f"{PRESETS[variant].title} · {page} page #{number}"
     st.session_state.setdefault(f"{page}:predictions", {})[number] = st.session_state.get(f"{page}:prediction")
-    job = Job(run, training_slots(), settings=settings, number=number, label=label, session=session_token()).start()
+    job = Job(run, training_slots(), settings=settings, number=number, label=label, session=session_token(),
+              page=page).start()
     runs.append(job)
     finished = [j for j in runs if not j.active]
     while len(runs) > KEPT_RUNS and finished:
@@ -317,7 +336,11 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
 def _reset(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
     for job in page_runs(page):
         job.stop()
-    learner_state().pop(f"{page}:runs", None)
+    learner_state()[f"{page}:runs"] = []
+    try:
+        RunStore(recover=False).leave_page(session_token(), page)  # nor do they come back after a restart
+    except StoreError:
+        pass
     prefix = f"{page}:"
     for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefix)]:
         del st.session_state[key]

@@ -12,9 +12,13 @@ from collections.abc import Callable, Sequence
 import streamlit as st
 
 from rl_core.algorithms import get_preset
+from ui import present, session
 from ui.knobs import KNOBS
 
 RUN_PARAMS = ("task", "model", "steps", "seed", "sft_steps", "demo_noise")
+# Parameters that say who is asking and how to draw, not what to train: never read as settings, and the
+# presenter switch kept in the URL across a page's writes.
+NOT_SETTINGS = (session.PARAM, present.PARAM)
 
 
 def parse(name: str, text: str, allowed: Sequence | None = None):
@@ -78,16 +82,22 @@ def check_algo(preset: str, values: dict) -> None:
     get_preset(preset, **{k: v for k, v in values.items() if k not in RUN_PARAMS})
 
 
+def settings_params() -> dict[str, str]:
+    """The URL's query parameters that are settings (all but NOT_SETTINGS)."""
+    return {name: value for name, value in st.query_params.items() if name not in NOT_SETTINGS}
+
+
 def write(preset: str, values: dict, defaults: dict) -> None:
-    """Mirror the page's settings in the URL: the preset, the seed, and every value that differs from its default."""
+    """Mirror the page's settings in the URL: the preset, the seed, and every value that differs from its default
+    (and the presenter switch while it is on)."""
     wanted = {"algo": preset, "seed": text(values["seed"])} | {
         name: text(value) for name, value in values.items() if name != "seed" and value != defaults.get(name)
-    }
+    } | ({present.PARAM: "1"} if present.presenting() else {})
     if dict(st.query_params) != wanted:
         st.query_params.from_dict(wanted)
 
 
 def link() -> str:
     """The page's address with its settings, for the learner to copy."""
-    query = "&".join(f"{k}={v}" for k, v in st.query_params.items())
+    query = "&".join(f"{k}={v}" for k, v in settings_params().items())
     return f"{(st.context.url or '').split('?')[0]}?{query}"  # no URL without a browser (AppTest)

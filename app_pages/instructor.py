@@ -1,0 +1,3 @@
+from ui.instructor import instructor_page
+
+instructor_page()
