@@ -243,8 +243,9 @@ class BackgroundJob:
         return self
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread to end; True if it has."""
-        self._thread.join(timeout)
+        """Wait for the thread to end; True if it has (a job rebuilt from the store never had one)."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
         return not self._thread.is_alive()
 
     @property
