@@ -16,6 +16,7 @@ from rl_core.store import RunStore, StoreError
 from ui.predict import Prediction
 from ui.session import session_token
 
+INSTRUCTOR_PARAM = "instructor"  # ?instructor=<token> opens the instructor's page (ui/instructor.py)
 SEEN_EVERY = 30.0  # seconds between two writes of a learner's "last seen": a page redraws every second
 
 

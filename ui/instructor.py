@@ -25,7 +25,7 @@ from rl_core.messages import brief
 from rl_core.store import PHASES, AnswerCount, RunStore, StoreError
 from ui import share
 from ui.charts import RUN_COLOURS
-from ui.classroom import banner_html
+from ui.classroom import INSTRUCTOR_PARAM, banner_html
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import WarmUp
 from ui.experiments_panel import experiment_workers
@@ -34,7 +34,7 @@ from ui.lab import training_slots
 from ui.present import chart_layout
 
 TOKEN_ENV = "RLHF_LAB_INSTRUCTOR_TOKEN"
-PARAM = "instructor"  # ?instructor=<token>
+PARAM = INSTRUCTOR_PARAM
 KEY = "lab:instructor"
 PAGE_FILE = "app_pages/instructor.py"
 ACTIVE_MINUTES = 10  # a learner seen within this many minutes counts as active

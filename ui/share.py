@@ -12,13 +12,13 @@ from collections.abc import Callable, Sequence
 import streamlit as st
 
 from rl_core.algorithms import get_preset
-from ui import present, session
+from ui import classroom, present, session
 from ui.knobs import KNOBS
 
 RUN_PARAMS = ("task", "model", "steps", "seed", "sft_steps", "demo_noise")
 # Parameters that say who is asking and how to draw, not what to train: never read as settings, and the
 # presenter switch kept in the URL across a page's writes.
-NOT_SETTINGS = (session.PARAM, present.PARAM)
+NOT_SETTINGS = (session.PARAM, present.PARAM, classroom.INSTRUCTOR_PARAM)
 
 
 def parse(name: str, text: str, allowed: Sequence | None = None):
