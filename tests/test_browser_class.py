@@ -55,22 +55,22 @@ def test_a_class_of_three_learners_and_their_instructor(tmp_path):
             runs = instructor.evaluate(CHART, "3 runs of 3 learners")
             assert runs is not None and {t["name"] for t in runs["traces"] if t["name"]} == {
                 "learner 1 · #1", "learner 2 · #1", "learner 3 · #1"}, runs
-            instructor.get_by_label("Settings (as in a share link)").fill("algo=dapo&epsilon_high=0.28")
+            instructor.get_by_role("textbox", name="Settings (as in a share link)").fill("algo=grpo&epsilon_high=0.28")
             instructor.get_by_role("button", name="Pin", exact=True).click()
-            instructor.get_by_text("Now open: DAPO, ε_high 0.28").first.wait_for(timeout=30_000)
+            instructor.get_by_text("Now open: GRPO, ε_high 0.28").first.wait_for(timeout=30_000)
             instructor.wait_for_timeout(1000)
             screenshot(instructor, folder / "class-instructor.png", LAPTOP)
 
             learner = learners[0]
             open_page(learner, f"{url}/grpo", PAGES["grpo"])
-            banner = learner.get_by_text("Now open: DAPO, ε_high 0.28")
+            banner = learner.get_by_text("Now open: GRPO, ε_high 0.28")
             banner.wait_for(timeout=30_000)
             learner.wait_for_timeout(1000)
             screenshot(learner, folder / "class-learner-banner.png", LAPTOP, full=False)
             banner.click()  # the banner's link opens the page with its settings
-            learner.get_by_role("radio", name="DAPO").wait_for(timeout=30_000)
             learner.wait_for_function("() => location.search.includes('epsilon_high=0.28')", timeout=30_000)
-            assert learner.get_by_role("radio", name="DAPO").is_checked()
+            learner.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue") \
+                .get_by_text("0.28", exact=True).wait_for(timeout=30_000)
 
             normal = learners[1].evaluate(CHART, "Token entropy")["height"]
             open_page(learners[1], f"{url}/grpo?present=1", PAGES["grpo"])
