@@ -249,3 +249,27 @@ def test_the_presenter_switch_enlarges_text_and_charts_and_stays_in_the_url(stor
     at.query_params["present"] = "0"
     at.run()
     assert f"html{{font-size:{FONT_PX}px}}" not in html_bodies(at) and "present" not in at.query_params
+
+
+# ---------------------------------------------------------------------------------------------- warm-up
+def test_the_warm_up_runs_experiments_in_turn_and_stop_ends_it_while_it_waits():
+    import threading
+
+    from rl_core.experiments import EXPERIMENTS
+    from ui.experiment_jobs import WarmUp
+
+    first, second = list(EXPERIMENTS.values())[:2]
+    slots = TrainingSlots(1)
+    with slots.hold(threading.Event()):  # another training holds the only slot: the first experiment waits
+        warm_up = WarmUp([first, second], slots, workers=1).start()
+        deadline = time.monotonic() + 60
+        while warm_up.snapshot().current_status != "queued":
+            assert time.monotonic() < deadline, warm_up.snapshot()
+            time.sleep(0.05)
+        snap = warm_up.snapshot()
+        assert (snap.current, snap.done, snap.total, snap.active) == (first.name, {}, 2, True)
+        warm_up.stop()
+        assert warm_up.join(30)
+    snap = warm_up.snapshot()
+    assert (snap.status, snap.done, snap.current) == ("stopped", {first.name: "stopped"}, None), \
+        "the second experiment never started"
