@@ -196,8 +196,9 @@ def _banner_form(store: RunStore) -> None:
     with st.form("instructor:banner"):
         page_column, settings_column = st.columns([1, 2])
         page = page_column.selectbox("Page", lab_pages(), index=lab_pages().index("grpo"))
-        settings = settings_column.text_input("Settings (as in a share link)", placeholder="algo=dapo&epsilon_high=0.28",
-                                              help="knob=value pairs joined by &; algo names the preset.")
+        settings = settings_column.text_input(
+            "Settings (as in a share link)", placeholder="algo=grpo&epsilon_high=0.28",
+            help="knob=value pairs joined by &; algo names the preset.")
         text = st.text_input("Banner text", placeholder="empty: written from the page and its settings")
         if st.form_submit_button("Pin", type="primary"):
             try:
