@@ -3,24 +3,39 @@ measures they read are worked out by hand (the second moment of a record, the sh
 whose rewards are all equal) and recorded by the trainer as the formula says."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from streamlit.testing.v1 import AppTest
 
 from rl_core.advantages import reinforce_pp_advantages, reinforce_pp_baseline_advantages
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
+from rl_core.experiments import get_experiment
 from rl_core.experiments._measures import mean_square_over_steps
 from rl_core.metrics import equal_group_weight_share
 from rl_core.trainer import Trainer
 from ui.experiments_panel import experiments_for
 
 
-@pytest.mark.parametrize("page, name", [
-    ("policy_gradient", "pg_baseline"), ("rloo", "rloo_leave_one_out"), ("reinforce_pp", "reinforce_pp_grouping"),
-])
-def test_each_page_offers_its_baseline_experiment(page, name):
-    assert name in [e.name for e in experiments_for(page)]
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGES = {"policy_gradient": "pg_baseline", "rloo": "rloo_leave_one_out", "reinforce_pp": "reinforce_pp_grouping"}
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_each_page_shows_its_baseline_experiment(page):
+    assert PAGES[page] in [e.name for e in experiments_for(page)]
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, at.exception
+    assert get_experiment(PAGES[page]).title in [h.value for h in at.subheader]
 
 
 def test_mean_square_over_steps_by_hand():
