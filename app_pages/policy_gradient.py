@@ -2,6 +2,7 @@ import streamlit as st
 
 from rl_core.advantages import batch_mean_baseline, reward_to_go
 from rl_core.losses import vanilla_pg_loss
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, mean_near_zero
 from ui.story import formula
@@ -20,6 +21,7 @@ live_lab(
         mean_near_zero("advantage_mean", "token advantage", 0.05),
     ),
 )
+see_it_happen("policy_gradient")
 st.subheader("The problem")
 st.markdown(
     "After SFT we have a model and a way to score its finished answers, and we want answers with higher "
@@ -35,7 +37,9 @@ st.markdown(
     "- **Reward-to-go.** A token cannot influence rewards that came before it, so weight it only by the "
     "rewards from its position on.\n"
     "- **A baseline.** Subtracting any b that does not depend on the sampled token keeps the estimate unbiased "
-    "(E[∇log π] = 0) but shrinks its variance: a response is now pushed up only if it did *better than usual*."
+    "(E[∇log π] = 0) and changes only its variance: a response is now pushed up only if it did *better than "
+    "usual*. The variance falls for b near E[R‖∇log π‖²]/E[‖∇log π‖²], which is not always the mean reward "
+    "(the See it happen panel above shows a case where it is far from it)."
 )
 formula(
     "The policy gradient and the loss that produces it",

@@ -3,6 +3,7 @@ import streamlit as st
 from rl_core.advantages import reinforce_pp_advantages, reinforce_pp_baseline_advantages
 from rl_core.kl import kl_k2
 from rl_core.masking import masked_whiten
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, mean_near_zero
 from ui.story import formula, ratio_is_one
@@ -21,6 +22,7 @@ live_lab(
         mean_near_zero("advantage_mean", "token advantage", 0.01),
     ),
 )
+see_it_happen("reinforce_pp")
 st.subheader("The problem")
 st.markdown(
     "Group baselines (GRPO, RLOO) need several samples of every prompt and normalise each prompt on its own. "

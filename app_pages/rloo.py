@@ -2,6 +2,7 @@ import streamlit as st
 
 from rl_core.advantages import rloo_advantages
 from rl_core.losses import vanilla_pg_loss
+from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, last_at_least
 from ui.story import formula
@@ -20,6 +21,7 @@ live_lab(
         last_at_least("zero_adv_group_frac", "share of groups with identical rewards", 0.5),
     ),
 )
+see_it_happen("rloo")
 st.subheader("The problem")
 st.markdown(
     "PPO's machinery was built for control problems learnt from scratch, where variance is the enemy. A "

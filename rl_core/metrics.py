@@ -128,6 +128,19 @@ def skewed_group_weight_ratio(seq_advantages: torch.Tensor, R: torch.Tensor, gro
     return (weight[skewed].mean() / weight[balanced].mean()).item()
 
 
+def equal_group_weight_share(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> float:
+    """The share of the batch's advantage weight that falls on responses whose group's rewards are all equal:
+    `Σ_{i in equal groups} |Â_i| / Σ_i |Â_i|` (groups of G contiguous responses; NaN when every `Â_i` is 0).
+
+    Nothing tells such responses apart (a prompt every sample solved, or none did), so a group baseline gives them
+    0; a baseline taken over the whole batch gives them `R − mean_batch R`, the prompt's difficulty."""
+    weight = seq_advantages.abs().reshape(-1, group_size)
+    total = weight.sum()
+    if total == 0:
+        return float("nan")
+    return (weight[~dynamic_sampling_keep(R, group_size)].sum() / total).item()
+
+
 def first_last_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     """The mean advantage of every response's first token and of its last valid token (VC-PPO: a critic that
     values early states too low gives the first tokens the larger advantages). 0.0 for an empty batch."""

@@ -41,6 +41,7 @@ from rl_core.metrics import (
     approx_kl,
     clip_fractions,
     dppo_clip_fractions,
+    equal_group_weight_share,
     explained_variance,
     first_last_token_advantages,
     silenced_tokens,
@@ -377,8 +378,12 @@ class Trainer:
             if baseline is not None:
                 record["baseline"] = baseline
             if algo.num_generations > 1:
+                seq_advantages = masked_mean(advantages, mask, dim=-1)
                 record["skewed_group_weight_ratio"] = skewed_group_weight_ratio(
-                    masked_mean(advantages, mask, dim=-1), rewards, algo.num_generations
+                    seq_advantages, rewards, algo.num_generations
+                )
+                record["equal_group_weight_share"] = equal_group_weight_share(
+                    seq_advantages, rewards, algo.num_generations
                 )
         self._noise_only_batch = algo.skip_no_signal_updates and whitens_noise_only(algo, rewards, self.beta)
         record.update(self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask))

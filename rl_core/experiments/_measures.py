@@ -31,3 +31,11 @@ def mean_difference(key: str, minuend: str, subtrahend: str) -> Callable[[Mappin
     """The effect `mean_over_steps(key)` of arm `minuend` minus that of arm `subtrahend`, on one seed's runs
     (arm label → records)."""
     return lambda runs: mean_over_steps(runs[minuend], key) - mean_over_steps(runs[subtrahend], key)
+
+
+def mean_square_over_steps(records: Records, key: str) -> float:
+    """The metric's second moment `mean(x²)` over every step of the run (NaN if no step has it). For a gradient's
+    norm it is `E‖ĝ‖² = ‖E ĝ‖² + tr Var(ĝ)`: two estimators of the same gradient differ in it only by their
+    variance."""
+    values = _values(records, key)
+    return statistics.fmean(v * v for v in values) if values else math.nan
