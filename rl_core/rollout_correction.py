@@ -143,8 +143,8 @@ def rollout_mismatch_metrics(
 ) -> dict[str, float]:
     """How far the sampler μ is from π_old, on μ's samples, under verl's names: the mismatch KL
     `rollout_corr/kl = mean(log μ − log π_old)` over the valid tokens (k1 of KL(μ‖π_old), ≥ 0 in expectation),
-    `rollout_corr/k3_kl` (k3 of it, ≥ 0 always), the effective sample size of the weights π_old/μ at `level`
-    (`rollout_corr/rollout_is_eff_sample_size`), their min / max / median / 95th percentile and the share above C;
+    `rollout_corr/k3_kl` (k3 of it, ≥ 0 always), the effective sample size of the weights π_old/μ at `level` capped at
+    C (`rollout_corr/rollout_is_eff_sample_size`), their min / max / median / 95th percentile and the share above C;
     with the loss's `weights` (`correction_weights`), the share of valid tokens they drop
     (`rollout_corr/rollout_rs_masked_fraction`). Over the valid tokens or the non-empty responses; any float dtype."""
     level_weights = is_weights(old_logp, behaviour_logp, mask, level)
@@ -154,7 +154,8 @@ def rollout_mismatch_metrics(
     metrics = {
         "rollout_corr/kl": masked_mean(behaviour_logp - old_logp, mask).item(),
         "rollout_corr/k3_kl": mismatch_k3_kl(old_logp, behaviour_logp, mask),
-        "rollout_corr/rollout_is_eff_sample_size": effective_sample_size(valid),
+        # verl measures the ESS of the weights as capped at C: the share of the sample they still carry
+        "rollout_corr/rollout_is_eff_sample_size": effective_sample_size(valid.clamp(max=threshold)),
         "rollout_is_weight_min": valid.min().item(),
         "rollout_is_weight_max": valid.max().item(),
         "rollout_is_weight_p50": p50,

@@ -74,7 +74,7 @@ def test_the_mismatch_metrics_by_hand_in_any_float_dtype(dtype):
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]], dtype=dtype)  # the 100 is padding
     token = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "token", 2.0)
     expected = {"rollout_corr/kl": -math.log(4) / 5, "rollout_corr/k3_kl": (3.5 - math.log(4)) / 5,
-                "rollout_corr/rollout_is_eff_sample_size": 1.7**2 / 4.45, "rollout_is_weight_min": 0.5, "rollout_is_weight_max": 4.0,
+                "rollout_corr/rollout_is_eff_sample_size": 1.3**2 / 2.05, "rollout_is_weight_min": 0.5, "rollout_is_weight_max": 4.0,
                 "rollout_is_weight_p50": 1.0, "rollout_is_weight_p95": 3.6, "rollout_is_capped_frac": 0.2}
     assert token == pytest.approx(expected, rel=1e-6)
     sequence = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "sequence", 2.0)
@@ -84,7 +84,8 @@ def test_the_mismatch_metrics_by_hand_in_any_float_dtype(dtype):
 
 def test_metrics_k3_and_ess_by_hand():
     """k3 = mean(w − 1 − ln w) per token; ESS/N = (mean w)² / mean(w²). In the case above (weights 2, ½, 1, 4, 1):
-    k3 = (3.5 − ln 4)/5, ESS/N = 1.7² / 4.45 (mean 1.7, mean of squares (4 + ¼ + 1 + 16 + 1)/5)."""
+    k3 = (3.5 − ln 4)/5; ESS/N of the weights capped at C = 2 (2, ½, 1, 2, 1) = 1.3² / 2.05 (mean 6.5/5, mean of
+    squares (4 + ¼ + 1 + 4 + 1)/5)."""
     old_logp = torch.tensor([[math.log(2), -math.log(2)], [0.0, math.log(4)]])
     mask = torch.ones_like(old_logp)
     # Σ(w − 1 − ln w) = (1 − ln 2) + (−½ + ln 2) + 0 + (3 − ln 4) = 3.5 − ln 4, over 4 tokens
