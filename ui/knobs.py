@@ -16,11 +16,13 @@ from rl_core.config import (
     AdvNormMean,
     AdvNormStd,
     CovMode,
+    ISCorrectionGating,
     KLEstimator,
     KLGradient,
     KLPlacement,
     LossAggMode,
     PolicyLoss,
+    RolloutDtype,
     RolloutISLevel,
     RolloutISMode,
     RunConfig,
@@ -377,6 +379,24 @@ KNOBS: dict[str, Knob] = {
         "correction threshold C · rollout_is_threshold",
         "The cap (TIS) or the cut-off (MIS) of the importance weight.",
         (1.2, 1.5, 2.0, 3.0, 5.0, 10.0),
+    ),
+    "is_correction_gating": Knob(
+        "correction gate · is_correction_gating",
+        "What the correction gates on (OpenRLHF): the weight π_old/μ itself (ratio), or a trust region around the "
+        "sampler — the binary KL or the total variation between μ and π_old at the sampled token, per token or "
+        "per response's mean; beyond δ the token or response is dropped (rollout_is_mode = mask).",
+        get_args(ISCorrectionGating),
+    ),
+    "is_correction_threshold": Knob(
+        "gate's bound δ · is_correction_threshold",
+        "The largest binary KL or TV a kept token (or response, on average) may have.",
+        (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2),
+    ),
+    "rollout_dtype": Knob(
+        "sampler precision · rollout_dtype",
+        "float32: the sampler runs the trainer's own kernels, so μ ≡ π_old and there is no mismatch to correct. "
+        "bfloat16: the same weights through other kernels, as an inference engine samples; μ ≠ π_old.",
+        get_args(RolloutDtype),
     ),
 }
 
