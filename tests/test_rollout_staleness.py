@@ -1,13 +1,18 @@
 """Rollout staleness: the sampler is the policy of k steps ago, π_old is recomputed by the trainer, and the
 mismatch between them is measured and corrected."""
 
+import random
+
 import pytest
 import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
+from rl_core.models import build_policy
+from rl_core.rollout import frozen_response_logits, sample, token_logprobs
+from rl_core.tokenizer import build_char_tokenizer
 from rl_core.trainer import Trainer
-from toy_tasks import DEFAULT_TASK
+from toy_tasks import DEFAULT_TASK, get_task
 
 MISMATCH_KEYS = {
     "rollout_corr/kl",
@@ -87,6 +92,24 @@ def test_a_bfloat16_sampler_is_another_policy_and_float32_removes_the_mismatch()
     assert record["rollout_corr/k3_kl"] > 0 and record["rollout_corr/kl"] != 0
     assert record["rollout_corr/rollout_is_eff_sample_size"] < 1
     assert not MISMATCH_KEYS & set(next(_trainer(1, rollout_dtype="float32").steps()))
+
+
+def test_a_second_pass_differs_by_round_off_and_a_bfloat16_sampler_by_more():
+    """The same float32 weights: log-probabilities sampled token by token (KV cache) against one teacher-forced pass
+    differ only by round-off; sampled under bfloat16 autocast, by orders of magnitude more. Only the sampler's own
+    numbers make μ ≡ π_old exactly, which is why the trainer keeps them."""
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(0)
+    policy = build_policy("tiny", tokenizer).eval()
+    prompts = get_task(DEFAULT_TASK).sample_prompts(16, random.Random(0))
+    largest = {}
+    for dtype in ("float32", "bfloat16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+            batch = sample(policy, tokenizer, prompts, 8, 1.0, torch.Generator().manual_seed(0), 4)
+        recomputed = token_logprobs(frozen_response_logits(policy, batch), batch.response_ids) * batch.response_mask
+        largest[dtype] = (recomputed - batch.old_logp).abs().max().item()
+    assert largest["float32"] < 1e-5
+    assert largest["bfloat16"] > 100 * max(largest["float32"], 1e-7)
 
 
 def test_a_divergence_gate_drops_what_lies_beyond_delta():
