@@ -2,7 +2,7 @@ import streamlit as st
 
 from rl_core.advantages import maxrl_advantages, normalized_advantages
 from rl_core.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
-from rl_core.losses import cispo_loss, dppo_loss, sapo_loss
+from rl_core.losses import cispo_loss, dppo_loss, dro_loss, sapo_loss
 from rl_core.rollout_correction import (
     binary_kl,
     binary_tv,
@@ -24,7 +24,7 @@ live_lab(
     {"GRPO": "grpo", "CISPO": "cispo", "SAPO": "sapo", "DPPO": "dppo", "Lite PPO": "lite_ppo", "MaxRL": "maxrl"},
     lesson=("epsilon_high", "rollout_staleness", "rollout_dtype", "rollout_is_mode", "ppo_epochs"),
     knobs=("policy_loss", "epsilon", "epsilon_high", "cispo_two_sided", "sapo_tau_pos", "sapo_tau_neg", "dppo_delta_low",
-           "dppo_delta_high", "adv_norm_mean", "adv_norm_std", "loss_agg_mode", "beta", "kl_gradient",
+           "dppo_delta_high", "dro_beta", "adv_norm_mean", "adv_norm_std", "loss_agg_mode", "beta", "kl_gradient",
            "rollout_staleness", "rollout_dtype", "rollout_is_mode", "rollout_is_level", "rollout_is_threshold",
            "is_correction_gating", "is_correction_threshold", "num_generations",
            "ppo_epochs", "num_minibatches", "learning_rate"),
@@ -38,7 +38,7 @@ live_lab(
 see_it_happen("beyond_grpo")
 st.markdown(
     "GRPO and DAPO settled how to get an advantage without a critic. The methods that followed in 2025–26 — now in "
-    "most RL frameworks — change three other things: **how a token's step is bounded** (CISPO, SAPO, DPPO), "
+    "most RL frameworks — change three other things: **how a token's step is bounded** (CISPO, SAPO, DPPO, dro), "
     "**which policy the data really came from** (rollout correction) and **whether the KL term's gradient is the "
     "gradient of the KL** (IS-corrected KL); a fourth line of work asks what the advantage should be divided by "
     "(the normalisation selector, Lite PPO, MaxRL). Each section below is a problem, an idea, and the function the "
@@ -81,6 +81,20 @@ formula("DPPO-Binary-TV", [r"m_t = \mathbb{1}[p - p_{old} \le \delta_{high}]\qua
         "Its clip metric is the masked share mean(1 − m) over all valid tokens (verl's pg_clipfrac), which counts "
         "the masked tokens of zero-advantage groups too; the run's DPPO chart draws it beside the share of A ≠ 0 "
         "tokens silenced.")
+
+st.header("dro: a spring instead of a clip")
+st.markdown(
+    "**Problem.** Every bound above acts on the ratio or the probability, and switches a gradient off or bends it "
+    "past a threshold. A threshold is a cliff: a token just inside moves freely, one just outside not at all.\n\n"
+    "**Idea (verl's `dro`).** No ratio and no clip: keep −A·log π_θ and add a quadratic penalty on how far the "
+    "token's log-probability has moved from the policy that sampled it. The gradient is "
+    "−(A − β (log π_θ − log π_old)) ∇log π_θ: the plain policy gradient on the first update, fading smoothly as "
+    "the token moves, and zero once it has moved by A/β. Choose `policy_loss = dro` in the lab and open a token "
+    "in the Tokens tab to see the advantage and the spring's pull."
+)
+formula("dro", r"L_t = -\Big[A_t\log\pi_\theta(a_t) - \frac{\beta}{2}\big(\log\pi_\theta(a_t) - "
+        r"\log\pi_{old}(a_t)\big)^2\Big]", dro_loss,
+        "verl: `policy_loss.loss_mode = dro` with `policy_loss.dro_beta` = β > 0 (the lab's `dro_beta`).")
 
 st.header("Rollout correction: the sampler is not the trainer")
 st.markdown(

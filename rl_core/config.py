@@ -20,6 +20,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | overlong_punishment | — | overlong_buffer_cfg.enable | soft overlong punishment on/off |
 | overlong_buffer | — | overlong_buffer_cfg.len | L_cache |
 | policy_loss = cispo / sapo / dppo_tv | loss_type = cispo / sapo | policy_loss.loss_mode = cispo / — / dppo_tv | |
+| policy_loss = dro, dro_beta | — | policy_loss.loss_mode = dro, policy_loss.dro_beta | β of the log-ratio spring |
 | epsilon_high (cispo) | epsilon_high (the cap) | clip_ratio_high (two-sided) | ε_max |
 | sapo_tau_pos, sapo_tau_neg | (SAPO temperatures) | — | τ_pos, τ_neg |
 | kl_gradient | use_bias_correction_kl (is_corrected) | kl_loss_type k3+ (k2_grad) | sg / straight-through |
@@ -41,7 +42,7 @@ from typing import Literal, get_args, get_origin, get_type_hints
 AdvantageEstimator = Literal[
     "reward_to_go", "gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "maxrl"
 ]
-PolicyLoss = Literal["vanilla", "clip", "gspo", "gspo_token", "cispo", "sapo", "dppo_tv"]
+PolicyLoss = Literal["vanilla", "clip", "gspo", "gspo_token", "cispo", "sapo", "dppo_tv", "dro"]
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"]
 KLEstimator = Literal["k1", "k2", "k3"]
 KLPlacement = Literal["reward", "loss"]
@@ -102,6 +103,7 @@ class AlgoConfig:
     dppo_delta_low: float = 0.15
     dppo_delta_high: float = 0.15
     dppo_ratio_cap: float = 20.0
+    dro_beta: float = 1.0  # verl's dro: the spring (β/2)(log π_θ − log π_old)² that holds a token near π_old
     loss_agg_mode: LossAggMode = "token-mean"
     entropy_coef: float = 0.0
     ppo_epochs: int = 2
@@ -325,6 +327,7 @@ KNOB_RANGES: dict[str, Range] = {
     "dppo_delta_low": Range(0.0, 1.0, low_open=True, high_open=True),  # a change of probability
     "dppo_delta_high": Range(0.0, 1.0, low_open=True, high_open=True),
     "dppo_ratio_cap": Range(1.0, 1000.0),
+    "dro_beta": Range(0.0, 100.0, low_open=True),  # verl refuses β ≤ 0: without the spring dro is vanilla PG
     "rollout_staleness": Range(0, MAX_ROLLOUT_STALENESS),  # steps between the sampler's policy and the trainer's
     "rollout_temperature": Range(0.05, 10.0),  # as temperature
     "rollout_is_threshold": Range(0.0, 1000.0, low_open=True),

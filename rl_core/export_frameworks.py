@@ -240,6 +240,10 @@ def _dppo_only(rule: Rule) -> Rule:
     return unused_unless(lambda k: k["policy_loss"] == "dppo_tv", rule, "policy_loss is not dppo_tv")
 
 
+def _dro_only(rule: Rule) -> Rule:
+    return unused_unless(lambda k: k["policy_loss"] == "dro", rule, "policy_loss is not dro")
+
+
 def _grpo_only(rule: Rule) -> Rule:
     """The normalisation selector acts on the `grpo` estimator only; the others fix their own."""
     return unused_unless(lambda k: k["advantage_estimator"] == "grpo", rule, "advantage_estimator is not grpo")
@@ -310,6 +314,7 @@ TRL_RULES: dict[str, Rule] = {
     "dppo_delta_low": _dppo_only(no("TRL has no DPPO loss")),
     "dppo_delta_high": _dppo_only(no("TRL has no DPPO loss")),
     "dppo_ratio_cap": _dppo_only(no("TRL has no DPPO loss")),
+    "dro_beta": _dro_only(no("TRL has no dro loss")),
     "kl_gradient": _trl_kl_gradient,
     "rollout_staleness": off_or_no("TRL samples with the current policy", "TRL has no lagged sampler",
                                    lambda v: v == 0),
@@ -341,7 +346,7 @@ ACTOR = "actor_rollout_ref.actor"
 VERL_ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "gae": "gae",
                    "reinforce_pp": "reinforce_plus_plus", "reinforce_pp_baseline": "reinforce_plus_plus_baseline"}
 VERL_LOSSES = {"clip": "vanilla", "vanilla": "gpg", "gspo": "gspo", "gspo_token": "gspo", "cispo": "cispo",
-               "sapo": "sapo", "dppo_tv": "dppo_tv"}
+               "sapo": "sapo", "dppo_tv": "dppo_tv", "dro": "dro"}
 VERL_KL_LOSS = {"k1": "k1", "k2": "k2", "k3": "k3"}
 VERL_KL_PENALTY = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 VERL_RS_LEVELS = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1"}
@@ -587,6 +592,7 @@ VERL_RULES: dict[str, Rule] = {
     "dppo_delta_low": _verl_dppo("clip_ratio_low"),
     "dppo_delta_high": _verl_dppo("clip_ratio_high"),
     "dppo_ratio_cap": _verl_dppo("clip_ratio_c"),
+    "dro_beta": _dro_only(to(f"{ACTOR}.policy_loss.dro_beta")),
     "kl_gradient": _verl_kl_gradient,
     "rollout_staleness": off_or_no("verl samples with the current policy",
                                    "verl has no fixed sampling lag (its fully-async trainer bounds staleness)",
@@ -839,6 +845,7 @@ OPENRLHF_RULES: dict[str, Rule] = {
     "dppo_delta_low": _dppo_only(no("OpenRLHF has no DPPO loss")),
     "dppo_delta_high": _dppo_only(no("OpenRLHF has no DPPO loss")),
     "dppo_ratio_cap": _dppo_only(no("OpenRLHF has no DPPO loss")),
+    "dro_beta": _dro_only(no("OpenRLHF has no dro loss")),
     "kl_gradient": _openrlhf_kl_gradient,
     "rollout_staleness": off_or_no("OpenRLHF samples with the current policy",
                                    "OpenRLHF has no fixed sampling lag (--train.async_enable with "

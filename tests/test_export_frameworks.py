@@ -215,6 +215,7 @@ VARIANTS = {  # knobs the presets leave off, so that their rules are checked aga
     "grpo, binary-KL gate per response": get_preset("grpo", rollout_staleness=2, rollout_is_mode="mask",
                                                     rollout_is_level="sequence", is_correction_gating="binary_kl"),
     "grpo, bfloat16 sampler": get_preset("grpo", rollout_dtype="bfloat16"),
+    "grpo, dro": get_preset("grpo", policy_loss="dro", dro_beta=0.5),
     "grpo, is_corrected KL": get_preset("grpo", kl_gradient="is_corrected"),
     "ppo, adaptive beta, dual clip": get_preset("ppo", target_kl=0.02, dual_clip=3.0),
     "grpo, KL-Cov": get_preset("grpo", cov_mode="kl_cov"),
@@ -271,6 +272,9 @@ def test_openrlhf_values_by_hand():
     verl_lines = dict(knob_lines(VARIANTS["grpo, binary-KL gate per response"], "verl", TASK))
     assert verl_lines["is_correction_gating"][0].startswith("does not map: verl gates")
     assert settings(VARIANTS["grpo, bfloat16 sampler"], "verl", TASK)["actor_rollout_ref.rollout.dtype"] == "bfloat16"
+    dro = settings(VARIANTS["grpo, dro"], "verl", TASK)
+    actor = "actor_rollout_ref.actor"
+    assert (dro[f"{actor}.policy_loss.loss_mode"], dro[f"{actor}.policy_loss.dro_beta"]) == ("dro", 0.5)
     lines = dict(knob_lines(PRESETS["dppo"], "openrlhf", TASK))
     assert lines["policy_loss"] == ["does not map: OpenRLHF 0.11's policy losses are ppo and gspo, not dppo_tv"]
 

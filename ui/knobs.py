@@ -171,7 +171,7 @@ KNOBS: dict[str, Knob] = {
         "vanilla: −A·log π (no ratio, meant for one on-policy update); clip: PPO's clipped token ratio; gspo: "
         "one clipped, length-normalised ratio per response; gspo_token: GSPO's ratio with per-token gradients; "
         "cispo: a clipped, detached weight on −A·log π; sapo: a soft gate instead of the clip; dppo_tv: a trust "
-        "region in probability.",
+        "region in probability; dro: −A·log π with a quadratic spring on log π_θ − log π_old (verl).",
         get_args(PolicyLoss),
     ),
     "epsilon": Knob(
@@ -339,6 +339,12 @@ KNOBS: dict[str, Knob] = {
         "DPPO ratio cap c · dppo_ratio_cap",
         "DPPO weighs a kept token by sg[min(ρ, c)]: the cap only guards against exploding ratios.",
         (2.0, 5.0, 10.0, 20.0, 50.0),
+    ),
+    "dro_beta": Knob(
+        "dro spring β · dro_beta",
+        "verl's dro adds (β/2)(log π_θ − log π_old)² to −A·log π: a token stops once its log-probability moved "
+        "by A/β. Large β: small steps from the policy that sampled; small β: nearly plain policy gradient.",
+        (0.1, 0.5, 1.0, 2.0, 5.0, 10.0),
     ),
     "kl_gradient": Knob(
         "KL gradient · kl_gradient",
