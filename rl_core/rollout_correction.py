@@ -21,7 +21,6 @@ from rl_core.masking import masked_mean, masked_sum
 # A divergence gate is a rejection filter read from μ(a_t) and π_old(a_t) alone; OpenRLHF clamps both into
 # [ε, 1 − ε] so that the binary KL's logarithms stay finite when a probability rounds to 0 or 1.
 GATE_PROBABILITY_EPS = 1e-6
-DIVERGENCE_GATINGS = ("binary_kl", "tv")
 
 
 def token_is_weights(old_logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.Tensor:
