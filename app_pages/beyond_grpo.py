@@ -2,8 +2,17 @@ import streamlit as st
 
 from rl_core.advantages import maxrl_advantages, normalized_advantages
 from rl_core.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
-from rl_core.losses import cispo_loss, dppo_loss, sapo_loss
-from rl_core.rollout_correction import masked_is, sequence_is_weights, truncated_is
+from rl_core.losses import cispo_loss, dppo_loss, dro_loss, sapo_loss
+from rl_core.rollout_correction import (
+    binary_kl,
+    binary_tv,
+    effective_sample_size,
+    gated_is,
+    masked_is,
+    mismatch_k3_kl,
+    sequence_is_weights,
+    truncated_is,
+)
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, ever_above
@@ -13,10 +22,11 @@ st.title("Beyond GRPO (2025–26)")
 live_lab(
     "beyond_grpo",
     {"GRPO": "grpo", "CISPO": "cispo", "SAPO": "sapo", "DPPO": "dppo", "Lite PPO": "lite_ppo", "MaxRL": "maxrl"},
-    lesson=("epsilon_high", "rollout_staleness", "rollout_is_mode", "ppo_epochs"),
+    lesson=("epsilon_high", "rollout_staleness", "rollout_dtype", "rollout_is_mode", "ppo_epochs"),
     knobs=("policy_loss", "epsilon", "epsilon_high", "cispo_two_sided", "sapo_tau_pos", "sapo_tau_neg", "dppo_delta_low",
-           "dppo_delta_high", "adv_norm_mean", "adv_norm_std", "loss_agg_mode", "beta", "kl_gradient",
-           "rollout_staleness", "rollout_is_mode", "rollout_is_level", "rollout_is_threshold", "num_generations",
+           "dppo_delta_high", "dro_beta", "adv_norm_mean", "adv_norm_std", "loss_agg_mode", "beta", "kl_gradient",
+           "rollout_staleness", "rollout_dtype", "rollout_is_mode", "rollout_is_level", "rollout_is_threshold",
+           "is_correction_gating", "is_correction_threshold", "num_generations",
            "ppo_epochs", "num_minibatches", "learning_rate"),
     focus=("Reward and success rate", "Clip fraction (tokens)"),
     prediction=Prediction(
@@ -28,7 +38,7 @@ live_lab(
 see_it_happen("beyond_grpo")
 st.markdown(
     "GRPO and DAPO settled how to get an advantage without a critic. The methods that followed in 2025–26 — now in "
-    "most RL frameworks — change three other things: **how a token's step is bounded** (CISPO, SAPO, DPPO), "
+    "most RL frameworks — change three other things: **how a token's step is bounded** (CISPO, SAPO, DPPO, dro), "
     "**which policy the data really came from** (rollout correction) and **whether the KL term's gradient is the "
     "gradient of the KL** (IS-corrected KL); a fourth line of work asks what the advantage should be divided by "
     "(the normalisation selector, Lite PPO, MaxRL). Each section below is a problem, an idea, and the function the "
@@ -72,6 +82,20 @@ formula("DPPO-Binary-TV", [r"m_t = \mathbb{1}[p - p_{old} \le \delta_{high}]\qua
         "the masked tokens of zero-advantage groups too; the run's DPPO chart draws it beside the share of A ≠ 0 "
         "tokens silenced.")
 
+st.header("dro: a spring instead of a clip")
+st.markdown(
+    "**Problem.** Every bound above acts on the ratio or the probability, and switches a gradient off or bends it "
+    "past a threshold. A threshold is a cliff: a token just inside moves freely, one just outside not at all.\n\n"
+    "**Idea (verl's `dro`).** No ratio and no clip: keep −A·log π_θ and add a quadratic penalty on how far the "
+    "token's log-probability has moved from the policy that sampled it. The gradient is "
+    "−(A − β (log π_θ − log π_old)) ∇log π_θ: the plain policy gradient on the first update, fading smoothly as "
+    "the token moves, and zero once it has moved by A/β. Choose `policy_loss = dro` in the lab and open a token "
+    "in the Tokens tab to see the advantage and the spring's pull."
+)
+formula("dro", r"L_t = -\Big[A_t\log\pi_\theta(a_t) - \frac{\beta}{2}\big(\log\pi_\theta(a_t) - "
+        r"\log\pi_{old}(a_t)\big)^2\Big]", dro_loss,
+        "verl: `policy_loss.loss_mode = dro` with `policy_loss.dro_beta` = β > 0 (the lab's `dro_beta`).")
+
 st.header("Rollout correction: the sampler is not the trainer")
 st.markdown(
     "**Problem.** Large systems sample with an inference engine (other kernels, lower precision) and often with a "
@@ -85,6 +109,50 @@ formula("Sequence-level importance weight", r"w_i = \exp\Big(\sum_t m_{i,t} \log
         r"\quad\text{(geometric: divided by } |y_i|\text{)}", sequence_is_weights)
 formula("TIS: truncate", r"\mathrm{sg}\big[\min(w, C)\big]", truncated_is)
 formula("MIS: mask", r"\mathrm{sg}\big[w\cdot\mathbb{1}[w \le C]\big]", masked_is)
+st.markdown(
+    "**Gate on a divergence, not on the weight (OpenRLHF 0.11).** A weight of 3 means little on a token μ gave "
+    "0.001 and much on one it gave 0.3. `is_correction_gating` = `binary_kl` or `tv` reads how far the two "
+    "policies disagree about the sampled token itself — fold the vocabulary into \"this token\" and \"any other\" "
+    "and compare the two coins — and drops the token (or, with `rollout_is_level = sequence`, the whole response "
+    "by its tokens' mean) beyond δ = `is_correction_threshold`; the tokens kept carry their weight π_old/μ. "
+    "FlashREINFORCE gates each response's mean binary KL at δ = 0.005. A divergence is no weight to cap, so the "
+    "gate only masks."
+)
+formula("Binary KL at the sampled token", [r"p = \mu(a_t),\quad q = \pi_{old}(a_t)",
+                                           r"D_t = p\log\frac{p}{q} + (1-p)\log\frac{1-p}{1-q}"], binary_kl,
+        "Both probabilities are clamped into [10⁻⁶, 1 − 10⁻⁶], as OpenRLHF does, so a certain token keeps the "
+        "logarithms finite.")
+formula("Total variation at the sampled token", r"D_t = |\mu(a_t) - \pi_{old}(a_t)|", binary_tv)
+formula("The gate", [r"\mathrm{sg}\big[w_t\,\mathbb{1}[D_t \le \delta]\big]\ \text{(token)},\qquad "
+                     r"\mathrm{sg}\big[w_t\,\mathbb{1}[\mathrm{mean}_t D_t \le \delta]\big]\ \text{(sequence)}"],
+        gated_is)
+st.markdown(
+    "**What the run records, under verl's names.** `rollout_corr/kl` is k1 of KL(μ‖π_old) on μ's tokens, "
+    "mean(log μ − log π_old); `rollout_corr/k3_kl` its k3, never negative; "
+    "`rollout_corr/rollout_is_eff_sample_size` how much of the sample the weights still carry; "
+    "`rollout_corr/rollout_rs_masked_fraction` the share of tokens the correction drops. The charts "
+    "*Sampler–trainer mismatch* and *Rollout correction* draw them."
+)
+formula("k3 of the mismatch", r"\mathrm{mean}_t\,(w_t - 1 - \log w_t),\quad w_t = \frac{\pi_{old}(a_t)}{\mu(a_t)}",
+        mismatch_k3_kl)
+formula("Effective sample size", r"\mathrm{ESS}/N = \frac{(\mathrm{mean}\,w)^2}{\mathrm{mean}\,(w^2)}",
+        effective_sample_size, "verl measures it on the weights capped at C; 1 when every weight is equal, 1/N "
+        "when one carries everything.")
+
+st.subheader("Or remove the mismatch")
+st.markdown(
+    "A correction pays for the mismatch with variance (a low ESS) or with dropped tokens. Where the mismatch comes "
+    "from the kernels — a bfloat16 inference engine beside a float32 trainer, fused kernels, another reduction "
+    "order — it can be removed instead: sample with the trainer's own kernels and precision, and keep the "
+    "sampler's log-probabilities as π_old's. Then μ ≡ π_old by construction, every weight is exactly 1, and there "
+    "is nothing left to correct (the batch-invariant and \"same kernels for rollout and training\" work of 2025–26 "
+    "does this at scale, at some cost in sampling speed).\n\n"
+    "**Try it.** Set the sampler precision `rollout_dtype` to bfloat16 with no lag: the same weights through "
+    "other kernels, and the *Sampler–trainer mismatch* chart shows a KL above 0 from the first step. Back to "
+    "float32: the lab's sampler runs the trainer's kernels and the trainer keeps its log-probabilities, so "
+    "μ ≡ π_old — the run records no mismatch at all, because there is none. Only a lag (or another temperature) "
+    "brings one back, and that mismatch no kernel removes: it needs the correction above."
+)
 
 st.header("IS-corrected KL: the gradient of the KL, not of its estimate")
 st.markdown(

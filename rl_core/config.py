@@ -20,11 +20,14 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | overlong_punishment | — | overlong_buffer_cfg.enable | soft overlong punishment on/off |
 | overlong_buffer | — | overlong_buffer_cfg.len | L_cache |
 | policy_loss = cispo / sapo / dppo_tv | loss_type = cispo / sapo | policy_loss.loss_mode = cispo / — / dppo_tv | |
+| policy_loss = dro, dro_beta | — | policy_loss.loss_mode = dro, policy_loss.dro_beta | β of the log-ratio spring |
 | epsilon_high (cispo) | epsilon_high (the cap) | clip_ratio_high (two-sided) | ε_max |
 | sapo_tau_pos, sapo_tau_neg | (SAPO temperatures) | — | τ_pos, τ_neg |
 | kl_gradient | use_bias_correction_kl (is_corrected) | kl_loss_type k3+ (k2_grad) | sg / straight-through |
 | adv_norm_std | scale_rewards (group / batch / none) | norm_adv_by_std_in_grpo | std level |
 | rollout_is_mode, rollout_is_level, rollout_is_threshold | vllm_importance_sampling_mode, _cap | rollout_correction.rollout_is, rollout_is_threshold | TIS / MIS, C |
+| is_correction_gating, is_correction_threshold | — | — (OpenRLHF: algo.advantage.is_correction_gating, _threshold) | ratio / binary KL / TV gate, δ |
+| rollout_dtype | — | rollout.dtype | μ's precision |
 | rollout_staleness, rollout_temperature | — (the lab's own ways to make μ ≠ π_old) | — | k, μ's temperature |
 """
 
@@ -39,7 +42,7 @@ from typing import Literal, get_args, get_origin, get_type_hints
 AdvantageEstimator = Literal[
     "reward_to_go", "gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "maxrl"
 ]
-PolicyLoss = Literal["vanilla", "clip", "gspo", "gspo_token", "cispo", "sapo", "dppo_tv"]
+PolicyLoss = Literal["vanilla", "clip", "gspo", "gspo_token", "cispo", "sapo", "dppo_tv", "dro"]
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"]
 KLEstimator = Literal["k1", "k2", "k3"]
 KLPlacement = Literal["reward", "loss"]
@@ -49,6 +52,8 @@ AdvNormMean = Literal["group", "leave_one_out", "batch", "none"]
 AdvNormStd = Literal["group", "batch", "none"]
 RolloutISMode = Literal["none", "truncate", "mask"]
 RolloutISLevel = Literal["token", "sequence", "geometric"]
+ISCorrectionGating = Literal["ratio", "binary_kl", "tv"]
+RolloutDtype = Literal["float32", "bfloat16"]
 Baseline = Literal["batch_mean", "running_mean"]
 CriticInit = Literal["policy", "reward_model"]
 
@@ -98,6 +103,7 @@ class AlgoConfig:
     dppo_delta_low: float = 0.15
     dppo_delta_high: float = 0.15
     dppo_ratio_cap: float = 20.0
+    dro_beta: float = 1.0  # verl's dro: the spring (β/2)(log π_θ − log π_old)² that holds a token near π_old
     loss_agg_mode: LossAggMode = "token-mean"
     entropy_coef: float = 0.0
     ppo_epochs: int = 2
@@ -132,6 +138,12 @@ class AlgoConfig:
     rollout_is_mode: RolloutISMode = "none"
     rollout_is_level: RolloutISLevel = "token"
     rollout_is_threshold: float = 2.0
+    # OpenRLHF 0.11: gate on the weight (ratio) or on a divergence between μ and π_old at the sampled token, ≤ δ
+    is_correction_gating: ISCorrectionGating = "ratio"
+    is_correction_threshold: float = 5e-3  # δ of a divergence gate (FlashREINFORCE's binary-KL bound)
+    # The sampler's precision (verl's rollout.dtype): bfloat16 is another kernel than the trainer's float32, so
+    # μ ≠ π_old even with the same weights; float32 samples with the trainer's own kernels, μ ≡ π_old.
+    rollout_dtype: RolloutDtype = "float32"
 
     def __post_init__(self):
         _to_builtins(self)
@@ -218,6 +230,14 @@ class AlgoConfig:
                 self.kl_gradient,
                 "plain unless the KL is k3 in the loss (kl_in=loss, kl_estimator=k3)",
             )
+        if self.is_correction_gating != "ratio" and self.rollout_is_mode != "none":
+            # A divergence is no weight to cap: it can only filter (OpenRLHF refuses clip with it too).
+            _require(self.rollout_is_mode == "mask", "rollout_is_mode", self.rollout_is_mode,
+                     f"mask or none with is_correction_gating={self.is_correction_gating} (a divergence gate only "
+                     "drops; truncate caps a ratio)")
+            _require(self.rollout_is_level != "geometric", "rollout_is_level", self.rollout_is_level,
+                     f"token or sequence with is_correction_gating={self.is_correction_gating} (a response's "
+                     "divergence is its tokens' mean; the geometric mean belongs to the ratio)")
         if (self.adv_norm_mean, self.adv_norm_std) != ("group", "group"):
             _require(
                 self.advantage_estimator == "grpo",
@@ -307,9 +327,11 @@ KNOB_RANGES: dict[str, Range] = {
     "dppo_delta_low": Range(0.0, 1.0, low_open=True, high_open=True),  # a change of probability
     "dppo_delta_high": Range(0.0, 1.0, low_open=True, high_open=True),
     "dppo_ratio_cap": Range(1.0, 1000.0),
+    "dro_beta": Range(0.0, 100.0, low_open=True),  # verl refuses β ≤ 0: without the spring dro is vanilla PG
     "rollout_staleness": Range(0, MAX_ROLLOUT_STALENESS),  # steps between the sampler's policy and the trainer's
     "rollout_temperature": Range(0.05, 10.0),  # as temperature
     "rollout_is_threshold": Range(0.0, 1000.0, low_open=True),
+    "is_correction_threshold": Range(0.0, 1.0, low_open=True, high_open=True),  # TV ≤ 1; a binary KL δ is small
 }
 
 RUN_RANGES: dict[str, Range] = {

@@ -142,6 +142,7 @@ POLICY_LOSSES = {
     "dppo_tv": lambda algo, logp, old_logp, advantages, mask: losses.dppo_loss(
         logp, old_logp, advantages, algo.dppo_delta_low, algo.dppo_delta_high, algo.dppo_ratio_cap
     ),
+    "dro": lambda algo, logp, old_logp, advantages, mask: losses.dro_loss(logp, old_logp, advantages, algo.dro_beta),
 }
 
 

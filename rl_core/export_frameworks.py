@@ -207,6 +207,27 @@ def _trl_rollout_is(k: dict, knob: str) -> Line | list[Line]:
             Set("vllm_importance_sampling_mode", f"{level}_{mode}")]
 
 
+def _divergence_gated(k: dict) -> bool:
+    """Whether the lab's correction gates on a divergence between μ and π_old (OpenRLHF 0.11's binary_kl / tv)."""
+    return k.get("rollout_is_mode", "none") != "none" and k.get("is_correction_gating", "ratio") != "ratio"
+
+
+def _gating_elsewhere(framework: str) -> Rule:
+    """is_correction_gating where the framework gates on the weight only."""
+    return lambda k, knob: (f"does not map: {framework} gates its sampler correction on the importance weight, not "
+                            f"on the {k[knob]} of the sampled token") if _divergence_gated(k) else (
+        f"off here; {framework} gates on the weight too")
+
+
+def _gate_bound(rule: Rule) -> Rule:
+    return unused_unless(_divergence_gated, rule, "no divergence gate")
+
+
+def _dtype(framework: str) -> Rule:
+    return off_or_no(f"{framework}'s trainer and sampler here share float32 kernels",
+                     f"{framework} sets its sampler's precision outside this configuration", lambda v: v == "float32")
+
+
 def _reward_to_go_only(rule: Rule) -> Rule:
     return unused_unless(lambda k: k["advantage_estimator"] == "reward_to_go", rule, "no reward-to-go")
 
@@ -217,6 +238,10 @@ def _gae_only(rule: Rule) -> Rule:
 
 def _dppo_only(rule: Rule) -> Rule:
     return unused_unless(lambda k: k["policy_loss"] == "dppo_tv", rule, "policy_loss is not dppo_tv")
+
+
+def _dro_only(rule: Rule) -> Rule:
+    return unused_unless(lambda k: k["policy_loss"] == "dro", rule, "policy_loss is not dro")
 
 
 def _grpo_only(rule: Rule) -> Rule:
@@ -289,6 +314,7 @@ TRL_RULES: dict[str, Rule] = {
     "dppo_delta_low": _dppo_only(no("TRL has no DPPO loss")),
     "dppo_delta_high": _dppo_only(no("TRL has no DPPO loss")),
     "dppo_ratio_cap": _dppo_only(no("TRL has no DPPO loss")),
+    "dro_beta": _dro_only(no("TRL has no dro loss")),
     "kl_gradient": _trl_kl_gradient,
     "rollout_staleness": off_or_no("TRL samples with the current policy", "TRL has no lagged sampler",
                                    lambda v: v == 0),
@@ -297,6 +323,9 @@ TRL_RULES: dict[str, Rule] = {
     "rollout_is_mode": _trl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": to("vllm_importance_sampling_clip_max"),
+    "is_correction_gating": _gating_elsewhere("TRL"),
+    "is_correction_threshold": _gate_bound(no("TRL has no divergence gate")),
+    "rollout_dtype": _dtype("TRL"),
     "adv_norm_mean": _grpo_only(lambda k, knob: "TRL's baseline is the group mean" if k[knob] == "group"
                                 else f"does not map: TRL's baseline is always the group mean, not {k[knob]}"),
     "adv_norm_std": _grpo_only(to("scale_rewards")),
@@ -317,7 +346,7 @@ ACTOR = "actor_rollout_ref.actor"
 VERL_ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "gae": "gae",
                    "reinforce_pp": "reinforce_plus_plus", "reinforce_pp_baseline": "reinforce_plus_plus_baseline"}
 VERL_LOSSES = {"clip": "vanilla", "vanilla": "gpg", "gspo": "gspo", "gspo_token": "gspo", "cispo": "cispo",
-               "sapo": "sapo", "dppo_tv": "dppo_tv"}
+               "sapo": "sapo", "dppo_tv": "dppo_tv", "dro": "dro"}
 VERL_KL_LOSS = {"k1": "k1", "k2": "k2", "k3": "k3"}
 VERL_KL_PENALTY = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 VERL_RS_LEVELS = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1"}
@@ -563,6 +592,7 @@ VERL_RULES: dict[str, Rule] = {
     "dppo_delta_low": _verl_dppo("clip_ratio_low"),
     "dppo_delta_high": _verl_dppo("clip_ratio_high"),
     "dppo_ratio_cap": _verl_dppo("clip_ratio_c"),
+    "dro_beta": _dro_only(to(f"{ACTOR}.policy_loss.dro_beta")),
     "kl_gradient": _verl_kl_gradient,
     "rollout_staleness": off_or_no("verl samples with the current policy",
                                    "verl has no fixed sampling lag (its fully-async trainer bounds staleness)",
@@ -573,6 +603,10 @@ VERL_RULES: dict[str, Rule] = {
     "rollout_is_mode": _verl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": _verl_rollout_threshold,
+    "is_correction_gating": _gating_elsewhere("verl"),
+    "is_correction_threshold": _gate_bound(no("verl rejects on k1 / k2 / k3 of the log-weight, not on a binary "
+                                              "KL or TV")),
+    "rollout_dtype": to("actor_rollout_ref.rollout.dtype", note="the sampler's precision; the trainer stays float32"),
     "adv_norm_mean": _grpo_only(_verl_adv_norm),
     "adv_norm_std": _grpo_only(_verl_adv_norm),
     "skip_no_signal_updates": off_or_no("verl steps the optimiser on every batch too",
@@ -725,6 +759,10 @@ def _openrlhf_rollout_is(k: dict, knob: str) -> Line | list[Line]:
         return "off here (OpenRLHF: --algo.advantage.is_correction_level off, its default)"
     if k["policy_loss"] not in ("clip", "vanilla"):
         return f"does not map: OpenRLHF corrects the sampler's mismatch for its ppo loss only, not {k['policy_loss']}"
+    if _divergence_gated(k):  # a trust region: the kept tokens carry their per-token weight, as in the lab
+        return [Set("--algo.advantage.is_correction_level", "token" if level == "token" else "seq"),
+                Set("--algo.advantage.is_correction_mode", "mask"),
+                Set("--algo.advantage.is_correction_gating", k["is_correction_gating"])]
     if level == "sequence":
         return "does not map: OpenRLHF's sequence level gates the geometric mean of the ratio, not the product"
     if level == "geometric" and mode == "truncate":
@@ -740,6 +778,8 @@ def _openrlhf_rollout_is(k: dict, knob: str) -> Line | list[Line]:
 def _openrlhf_rollout_threshold(k: dict, knob: str) -> Line:
     if k.get("rollout_is_mode", "none") == "none":
         return "unused here (no rollout correction)"
+    if _divergence_gated(k):
+        return "unused here (the divergence gate reads is_correction_threshold)"
     return Set("--algo.advantage.is_correction_threshold", (k[knob],), "one number: an upper bound only (0 below)")
 
 
@@ -805,6 +845,7 @@ OPENRLHF_RULES: dict[str, Rule] = {
     "dppo_delta_low": _dppo_only(no("OpenRLHF has no DPPO loss")),
     "dppo_delta_high": _dppo_only(no("OpenRLHF has no DPPO loss")),
     "dppo_ratio_cap": _dppo_only(no("OpenRLHF has no DPPO loss")),
+    "dro_beta": _dro_only(no("OpenRLHF has no dro loss")),
     "kl_gradient": _openrlhf_kl_gradient,
     "rollout_staleness": off_or_no("OpenRLHF samples with the current policy",
                                    "OpenRLHF has no fixed sampling lag (--train.async_enable with "
@@ -815,6 +856,11 @@ OPENRLHF_RULES: dict[str, Rule] = {
     "rollout_is_mode": _openrlhf_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": _openrlhf_rollout_threshold,
+    "is_correction_gating": lambda k, knob: "set with rollout_is_mode" if _divergence_gated(k) else (
+        "off here; OpenRLHF's default gate is the ratio too"),
+    "is_correction_threshold": _gate_bound(lambda k, knob: Set("--algo.advantage.is_correction_threshold",
+                                                               (k[knob],), "one number: an upper bound δ only")),
+    "rollout_dtype": _dtype("OpenRLHF"),
     "adv_norm_mean": _grpo_only(_openrlhf_adv_norm),
     "adv_norm_std": _grpo_only(_openrlhf_adv_norm),
     "skip_no_signal_updates": off_or_no("OpenRLHF steps the optimiser on every batch too",

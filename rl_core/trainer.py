@@ -51,7 +51,7 @@ from rl_core.metrics import (
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device, use_preset_threads
 from rl_core.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
 from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
-from rl_core.rollout_correction import is_weights, masked_is, rollout_mismatch_metrics, truncated_is
+from rl_core.rollout_correction import correction_weights, rollout_mismatch_metrics
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
 from rl_core.sft import default_cache_dir, sft_policy
 from rl_core.staging import staging_folder
@@ -209,10 +209,13 @@ class Trainer:
     def _sample_batch(self, n_prompts: int) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
         """n_prompts prompts × G responses, with task rewards (plus DAPO's soft overlong punishment)."""
         prompts = self.task.sample_prompts(n_prompts, self.prompt_rng)
-        rollout = sample(
-            self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self._behaviour_temperature,
-            self.generator, self.algo.num_generations,
-        )
+        # A bfloat16 sampler runs other kernels than the float32 trainer (as an inference engine does): autocast
+        # computes its matrix products in bfloat16, while the logits it keeps are stored in float32.
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.algo.rollout_dtype == "bfloat16"):
+            rollout = sample(
+                self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self._behaviour_temperature,
+                self.generator, self.algo.num_generations,
+            )
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
         if self.algo.overlong_punishment:
@@ -282,8 +285,10 @@ class Trainer:
 
     @property
     def _behaviour_differs(self) -> bool:
-        """Whether the sampler μ may differ from π_old: a stale copy, or another sampling temperature."""
-        return self.algo.rollout_staleness > 0 or self._behaviour_temperature != self.algo.temperature
+        """Whether the sampler μ may differ from π_old: a stale copy, another sampling temperature, or another
+        precision. Otherwise the sampler's own log-probabilities are π_old's: μ ≡ π_old, the mismatch removed."""
+        return (self.algo.rollout_staleness > 0 or self._behaviour_temperature != self.algo.temperature
+                or self.algo.rollout_dtype != "float32")
 
     def _with_trainer_logprobs(self, batch: Rollout) -> Rollout:
         """A batch sampled by μ (stale, or at another temperature), seen by the trainer: π_old's logits, log-probs
@@ -342,7 +347,7 @@ class Trainer:
             batch = self._with_trainer_logprobs(batch)
             stats |= rollout_mismatch_metrics(
                 batch.old_logp, batch.behaviour_logp, batch.response_mask, algo.rollout_is_level,
-                algo.rollout_is_threshold,
+                algo.rollout_is_threshold, self._rollout_weights(batch, batch.old_logp, batch.response_mask),
             )
         mask = batch.response_mask
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
@@ -496,15 +501,13 @@ class Trainer:
             }
 
     def _rollout_weights(self, part, old_logp, mask) -> torch.Tensor | None:
-        """TIS / MIS weights `sg[w]` of the policy loss (`[B, T]` per token, `[B, 1]` per response), or None when
-        π_old sampled the batch itself or no correction is asked for."""
-        mode, level = self.algo.rollout_is_mode, self.algo.rollout_is_level
-        if part.behaviour_logp is None or mode == "none":
+        """TIS / MIS or divergence-gated weights `sg[w]` of the policy loss (`[B, T]` per token, `[B, 1]` per
+        response), or None when π_old sampled the batch itself or no correction is asked for."""
+        if part.behaviour_logp is None:
             return None
-        weights = is_weights(old_logp, part.behaviour_logp, mask, level)
-        correct = truncated_is if mode == "truncate" else masked_is
-        weights = correct(weights, self.algo.rollout_is_threshold)
-        return weights if level == "token" else weights[:, None]
+        algo = self.algo
+        return correction_weights(old_logp, part.behaviour_logp, mask, algo.rollout_is_mode, algo.rollout_is_level,
+                                  algo.rollout_is_threshold, algo.is_correction_gating, algo.is_correction_threshold)
 
     def _silenced_fractions(self, x: LossInputs) -> dict:
         """Where the policy loss's gradient w.r.t. log π_θ is exactly 0 although A ≠ 0 (PPO's active clip,

@@ -304,6 +304,18 @@ def test_cispos_token_term_is_its_clamped_detached_weight_and_never_silences():
     assert two_sided.weight == pytest.approx(-0.5 * 0.95) and "clamped" in two_sided.case
 
 
+def test_dros_token_term_is_the_advantage_minus_its_spring():
+    """verl's dro with β = 2. Token 0: A = +0.5, log π_θ − log π_old = ln 1.5: ℓ = −[0.5 ln 0.6 − (ln 1.5)²] and
+    −∂ℓ/∂log π = 0.5 − 2 ln 1.5 < 0: the spring already outweighs the advantage. Token 2: A = 0 at π_old."""
+    dro = get_preset("grpo", policy_loss="dro", dro_beta=2.0)
+    up = token_term(SAMPLE, 0, dro)
+    assert up.loss == pytest.approx(-(0.5 * math.log(0.6) - math.log(1.5) ** 2))
+    assert up.weight == pytest.approx(0.5 - 2 * math.log(1.5))
+    assert f"{0.5 - 2 * math.log(1.5):+.4g}" in up.case and "no clip" in up.case
+    still = token_term(SAMPLE, 2, dro)
+    assert still.weight == 0 and "no push either way" in still.case
+
+
 def test_sapos_token_term_is_its_soft_gate():
     sapo = get_preset("sapo")  # τ_pos = 1, τ_neg = 1.05
     sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731

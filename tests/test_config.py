@@ -262,7 +262,8 @@ def test_a_number_of_another_type_becomes_the_builtin_it_equals(knob, value, exp
 def test_a_number_no_builtin_holds_exactly_or_a_float32_cannot_use_is_refused(knob, value, message):
     with pytest.raises(ValueError) as refused:
         get_preset("grpo", **{knob: value})
-    assert str(refused.value).startswith(message) and len(str(refused.value)) < 1000
+    # The message lists every knob's name (about 1 kB), never the 10,000 characters of the one refused.
+    assert str(refused.value).startswith(message) and len(str(refused.value)) < 2000
 
 
 def test_converted_overrides_train(tmp_path):

@@ -212,6 +212,10 @@ VARIANTS = {  # knobs the presets leave off, so that their rules are checked aga
     "dapo, beta=0.1, 4 minibatches": get_preset("dapo", beta=0.1, num_minibatches=4),
     "grpo, TIS per token": get_preset("grpo", rollout_staleness=2, rollout_is_mode="truncate"),
     "grpo, MIS geometric": get_preset("grpo", rollout_staleness=2, rollout_is_mode="mask", rollout_is_level="geometric"),
+    "grpo, binary-KL gate per response": get_preset("grpo", rollout_staleness=2, rollout_is_mode="mask",
+                                                    rollout_is_level="sequence", is_correction_gating="binary_kl"),
+    "grpo, bfloat16 sampler": get_preset("grpo", rollout_dtype="bfloat16"),
+    "grpo, dro": get_preset("grpo", policy_loss="dro", dro_beta=0.5),
     "grpo, is_corrected KL": get_preset("grpo", kl_gradient="is_corrected"),
     "ppo, adaptive beta, dual clip": get_preset("ppo", target_kl=0.02, dual_clip=3.0),
     "grpo, KL-Cov": get_preset("grpo", cov_mode="kl_cov"),
@@ -261,6 +265,16 @@ def test_openrlhf_values_by_hand():
     assert (tis["--algo.advantage.is_correction_level"], tis["--algo.advantage.is_correction_mode"]) == ("token", "clip")
     assert tis["--algo.advantage.is_correction_threshold"] == (2.0,)  # one number: the upper bound C, min(w, C)
     assert settings(VARIANTS["grpo, is_corrected KL"], "openrlhf", TASK)["--algo.kl.unbiased_gradient"] is True
+    gate = settings(VARIANTS["grpo, binary-KL gate per response"], "openrlhf", TASK)
+    assert (gate["--algo.advantage.is_correction_level"], gate["--algo.advantage.is_correction_mode"],
+            gate["--algo.advantage.is_correction_gating"]) == ("seq", "mask", "binary_kl")
+    assert gate["--algo.advantage.is_correction_threshold"] == (0.005,)  # δ, not the ratio's C
+    verl_lines = dict(knob_lines(VARIANTS["grpo, binary-KL gate per response"], "verl", TASK))
+    assert verl_lines["is_correction_gating"][0].startswith("does not map: verl gates")
+    assert settings(VARIANTS["grpo, bfloat16 sampler"], "verl", TASK)["actor_rollout_ref.rollout.dtype"] == "bfloat16"
+    dro = settings(VARIANTS["grpo, dro"], "verl", TASK)
+    actor = "actor_rollout_ref.actor"
+    assert (dro[f"{actor}.policy_loss.loss_mode"], dro[f"{actor}.policy_loss.dro_beta"]) == ("dro", 0.5)
     lines = dict(knob_lines(PRESETS["dppo"], "openrlhf", TASK))
     assert lines["policy_loss"] == ["does not map: OpenRLHF 0.11's policy losses are ppo and gspo, not dppo_tv"]
 

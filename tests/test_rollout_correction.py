@@ -5,8 +5,16 @@ import math
 import pytest
 import torch
 
+from rl_core.algorithms import get_preset
 from rl_core.rollout_correction import (
+    binary_kl,
+    binary_tv,
+    correction_weights,
+    divergence_gate,
+    effective_sample_size,
+    gated_is,
     masked_is,
+    mismatch_k3_kl,
     rollout_mismatch_metrics,
     sequence_is_weights,
     token_is_weights,
@@ -65,9 +73,105 @@ def test_the_mismatch_metrics_by_hand_in_any_float_dtype(dtype):
     behaviour_logp = torch.zeros_like(old_logp)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]], dtype=dtype)  # the 100 is padding
     token = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "token", 2.0)
-    expected = {"rollout_mismatch_kl": -math.log(4) / 5, "rollout_is_weight_min": 0.5, "rollout_is_weight_max": 4.0,
+    expected = {"rollout_corr/kl": -math.log(4) / 5, "rollout_corr/k3_kl": (3.5 - math.log(4)) / 5,
+                "rollout_corr/rollout_is_eff_sample_size": 1.3**2 / 2.05, "rollout_is_weight_min": 0.5, "rollout_is_weight_max": 4.0,
                 "rollout_is_weight_p50": 1.0, "rollout_is_weight_p95": 3.6, "rollout_is_capped_frac": 0.2}
     assert token == pytest.approx(expected, rel=1e-6)
     sequence = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "sequence", 2.0)
     assert (sequence["rollout_is_weight_min"], sequence["rollout_is_weight_max"]) == pytest.approx((1.0, 4.0))
     assert sequence["rollout_is_capped_frac"] == 0.5
+
+
+def test_metrics_k3_and_ess_by_hand():
+    """k3 = mean(w − 1 − ln w) per token; ESS/N = (mean w)² / mean(w²). In the case above (weights 2, ½, 1, 4, 1):
+    k3 = (3.5 − ln 4)/5; ESS/N of the weights capped at C = 2 (2, ½, 1, 2, 1) = 1.3² / 2.05 (mean 6.5/5, mean of
+    squares (4 + ¼ + 1 + 4 + 1)/5)."""
+    old_logp = torch.tensor([[math.log(2), -math.log(2)], [0.0, math.log(4)]])
+    mask = torch.ones_like(old_logp)
+    # Σ(w − 1 − ln w) = (1 − ln 2) + (−½ + ln 2) + 0 + (3 − ln 4) = 3.5 − ln 4, over 4 tokens
+    assert mismatch_k3_kl(old_logp, torch.zeros_like(old_logp), mask) == pytest.approx((3.5 - math.log(4)) / 4)
+    assert effective_sample_size(torch.tensor([1.0, 1.0, 1.0])) == pytest.approx(1.0)
+    assert effective_sample_size(torch.tensor([1.0, 0.0, 0.0, 0.0])) == pytest.approx(0.25)  # one weight: 1/N
+
+
+# μ(a_t) = p, π_old(a_t) = q at three tokens: equal; 0.5 against 0.25; 0.9 against 0.6.
+P = torch.tensor([[0.4, 0.5, 0.9]], dtype=torch.float64)
+Q = torch.tensor([[0.4, 0.25, 0.6]], dtype=torch.float64)
+
+
+def test_binary_kl_and_tv_by_hand():
+    """KL(Bern(p)‖Bern(q)) = p ln(p/q) + (1 − p) ln((1 − p)/(1 − q)): 0; ½ ln 2 + ½ ln(⅔) = ½ ln(4/3);
+    0.9 ln 1.5 + 0.1 ln 0.25. TV = |p − q|: 0, 0.25, 0.3."""
+    expected_kl = [0.0, 0.5 * math.log(4 / 3), 0.9 * math.log(1.5) + 0.1 * math.log(0.25)]
+    assert binary_kl(Q.log(), P.log())[0].tolist() == pytest.approx(expected_kl)
+    assert binary_tv(Q.log(), P.log())[0].tolist() == pytest.approx([0.0, 0.25, 0.3])
+
+
+def test_binary_kl_stays_finite_at_certain_tokens():
+    """μ(a) = 1 exactly (log 0): the clamp into [10⁻⁶, 1 − 10⁻⁶] keeps both logarithms finite."""
+    kl = binary_kl(torch.tensor([[math.log(0.5)]]), torch.tensor([[0.0]]))
+    assert torch.isfinite(kl).all() and kl.item() > 0
+
+
+def test_the_gate_per_token_and_per_response():
+    """TV 0, 0.25, 0.3 with δ = 0.26: tokens keep, keep, drop; per response the mean 0.55/3 ≈ 0.183 ≤ δ keeps all,
+    and with δ = 0.18 drops all. The kept tokens carry w = q/p: 1, ½ (the third dropped)."""
+    mask = torch.ones_like(P)
+    assert divergence_gate(Q.log(), P.log(), mask, "tv", "token", 0.26)[0].tolist() == [True, True, False]
+    assert divergence_gate(Q.log(), P.log(), mask, "tv", "sequence", 0.19)[0].tolist() == [True] * 3
+    assert divergence_gate(Q.log(), P.log(), mask, "tv", "sequence", 0.18)[0].tolist() == [False] * 3
+    torch.testing.assert_close(gated_is(Q.log(), P.log(), mask, "tv", "token", 0.26),
+                               torch.tensor([[1.0, 0.5, 0.0]], dtype=torch.float64))
+
+
+def test_a_response_divergence_is_the_mean_over_its_valid_tokens_only():
+    """The padding's TV 0.3 is left out: the response's mean is (0 + 0.25)/2 = 0.125 ≤ 0.13."""
+    mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
+    assert divergence_gate(Q.log(), P.log(), mask, "tv", "sequence", 0.13)[0, :2].tolist() == [True, True]
+    assert divergence_gate(Q.log(), P.log(), mask, "tv", "sequence", 0.12)[0, :2].tolist() == [False, False]
+
+
+def test_correction_weights_for_every_gate():
+    mask = torch.ones_like(P)
+    assert correction_weights(Q.log(), P.log(), mask, "none", "token", 2.0) is None
+    # ratio gate: w = 1, ½, ⅔ — none above C = 0.6 except 1 (capped by TIS, dropped by MIS)
+    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "truncate", "token", 0.6),
+                               torch.tensor([[0.6, 0.5, 0.6]], dtype=torch.float64))
+    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "mask", "token", 0.6),
+                               torch.tensor([[0.0, 0.5, 0.0]], dtype=torch.float64))
+    # sequence level: one weight [B, 1], the product ⅓
+    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "truncate", "sequence", 2.0),
+                               torch.tensor([[1 / 3]], dtype=torch.float64))
+    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "mask", "token", 2.0, "binary_kl", 0.15),
+                               torch.tensor([[1.0, 0.5, 0.0]], dtype=torch.float64))  # KLs 0, 0.144, 0.226
+
+
+def test_the_masked_fraction_counts_the_valid_tokens_dropped():
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    q = torch.cat([Q, Q]).log()
+    p = torch.cat([P, P]).log()
+    weights = correction_weights(q, p, mask, "mask", "token", 2.0, "tv", 0.26)  # drops token 3 of row 0 only
+    metrics = rollout_mismatch_metrics(q, p, mask, "token", 2.0, weights)
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 / 4)
+    assert "rollout_corr/rollout_rs_masked_fraction" not in rollout_mismatch_metrics(q, p, mask, "token", 2.0)
+
+
+def test_bad_gates_are_refused_naming_the_knob():
+    mask = torch.ones_like(P)
+    with pytest.raises(ValueError, match="is_correction_gating='kl'.*binary_kl, tv"):
+        divergence_gate(Q.log(), P.log(), mask, "kl", "token", 0.1)
+    with pytest.raises(ValueError, match="rollout_is_level='geometric'"):
+        divergence_gate(Q.log(), P.log(), mask, "tv", "geometric", 0.1)
+
+
+@pytest.mark.parametrize("overrides, knob", [
+    (dict(is_correction_gating="tv", rollout_is_mode="truncate"), "rollout_is_mode"),
+    (dict(is_correction_gating="binary_kl", rollout_is_mode="mask", rollout_is_level="geometric"), "rollout_is_level"),
+    (dict(is_correction_gating="chi2"), "is_correction_gating"),
+    (dict(is_correction_threshold=0.0), "is_correction_threshold"),
+    (dict(is_correction_threshold=1.0), "is_correction_threshold"),
+    (dict(rollout_dtype="float16"), "rollout_dtype"),
+])
+def test_the_config_refuses_gates_that_do_not_exist(overrides, knob):
+    with pytest.raises(ValueError, match=f"^{knob}="):
+        get_preset("grpo").replace(**overrides)

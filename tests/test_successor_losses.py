@@ -1,11 +1,16 @@
-"""CISPO, SAPO and DPPO-Binary-TV: values and gradients (w.r.t. log π_θ) against hand-computed cases."""
+"""CISPO, SAPO, DPPO-Binary-TV and dro: values and gradients (w.r.t. log π_θ) against hand-computed cases."""
 
 import math
 
 import pytest
 import torch
 
-from rl_core.losses import clipped_surrogate_loss, cispo_loss, dppo_loss, dppo_tv_mask, sapo_gate, sapo_loss
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.estimators import policy_loss
+from rl_core.losses import clipped_surrogate_loss, cispo_loss, dppo_loss, dppo_tv_mask, dro_loss, sapo_gate, sapo_loss
+from rl_core.trainer import Trainer
+from toy_tasks import DEFAULT_TASK
 
 OLD_LOGP = -1.0
 
@@ -123,3 +128,21 @@ def test_sapo_keeps_float64_temperatures():
     loss = sapo_loss(logp, logp, torch.tensor([-1.0, 1.0], dtype=torch.float64), tau_pos=1.0, tau_neg=1.05)
     assert loss.dtype == torch.float64
     assert abs(loss[0].item() - 2 / 1.05) < 1e-15 and loss[1].item() == -2.0
+
+
+def test_policy_loss_dro_is_verls_dro_with_dro_beta():
+    """A = 2, log π_old = −1.5, log π_θ = −1: L = −[2·(−1) − (0.4/2)·0.25] = 2.05 (β = 0.4)."""
+    algo = get_preset("grpo", policy_loss="dro", dro_beta=0.4)
+    logp, old, adv = torch.tensor([[-1.0]]), torch.tensor([[-1.5]]), torch.tensor([[2.0]])
+    assert policy_loss(algo, logp, old, adv, torch.ones_like(adv)).item() == pytest.approx(2.05)
+    torch.testing.assert_close(policy_loss(algo, logp, old, adv, torch.ones_like(adv)), dro_loss(logp, old, adv, 0.4))
+
+
+def test_dro_trains_and_never_silences_a_token():
+    """Two updates per batch: the second sees π_θ ≠ π_old, yet the spring only shrinks the gradient, so no token
+    with A ≠ 0 gets exactly none."""
+    algo = get_preset("grpo", policy_loss="dro", dro_beta=1.0, prompts_per_step=4, ppo_epochs=2, num_minibatches=1)
+    trainer = Trainer(RunConfig(algo=algo, task=DEFAULT_TASK, steps=2, seed=3))
+    records = list(trainer.steps())
+    assert all(math.isfinite(r["total_loss"]) and r["silenced_frac"] == 0 for r in records)
+    assert records[-1]["approx_kl"] > 0  # the second update moved off π_old

@@ -267,6 +267,28 @@ CHARTS: tuple[Chart, ...] = (
         noise_floor=True,
     ),
     Chart(
+        "Sampler–trainer mismatch",
+        (Series("rollout_corr/kl", "k1 · rollout_corr/kl"), Series("rollout_corr/k3_kl", "k3 · rollout_corr/k3_kl")),
+        "KL(μ ‖ π_old) per token on the sampler's tokens, under verl's names: k1 (can dip below 0 on a batch) and "
+        "k3 (never). Drawn only when the sampler μ may differ from the trainer's π_old — a lag, another "
+        "temperature, a bfloat16 sampler; with the trainer's own float32 kernels μ is π_old and there is nothing "
+        "to draw. Look for: the gap growing with the lag.",
+        unit="nats per token",
+    ),
+    Chart(
+        "Rollout correction",
+        (
+            Series("rollout_corr/rollout_is_eff_sample_size", "effective sample size, share"),
+            Series("rollout_is_capped_frac", "weights above C"),
+            Series("rollout_corr/rollout_rs_masked_fraction", "tokens the correction drops"),
+        ),
+        "The weights π_old/μ: their effective sample size (verl's rollout_is_eff_sample_size, (mean w)²/mean(w²) "
+        "of the weights capped at C: 1 when all are equal), the share above C, and the share of tokens the "
+        "correction drops (MIS, or a binary-KL / TV gate; verl's rollout_rs_masked_fraction). Look for: the ESS "
+        "falling as the sampler lags.",
+        unit="share",
+    ),
+    Chart(
         "Critic loss",
         (Series("critic_loss", "critic loss"),),
         "Clipped squared error between the critic's values and its targets (the returns). Look for: a fall.",

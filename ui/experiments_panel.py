@@ -62,7 +62,7 @@ RECORD_TITLES = {
     "response_length_correct": "Length of right responses (tokens)",
     "response_length_incorrect": "Length of wrong responses (tokens)",
     "rollout_is_capped_frac": "Importance weights above the cap, share",
-    "rollout_mismatch_kl": "KL between the sampler and the trainer",
+    "rollout_corr/kl": "KL between the sampler and the trainer",
     "silenced_frac": "Tokens with Â ≠ 0 but no gradient, share",
     "silenced_rare_frac": "Rare tokens (π_old < 0.1) with Â ≠ 0 but no gradient, share",
     "skewed_group_weight_ratio": "|Â| in skewed groups ÷ |Â| in balanced groups",
@@ -92,7 +92,7 @@ RECORD_UNITS = {
     "response_length_correct": "tokens",
     "response_length_incorrect": "tokens",
     "rollout_is_capped_frac": "share",  # of tokens or of responses, as rollout_is_level says
-    "rollout_mismatch_kl": "nats per token",
+    "rollout_corr/kl": "nats per token",
     "silenced_frac": "share of tokens",
     "silenced_rare_frac": "share of tokens",
     "skewed_group_weight_ratio": "ratio",

@@ -16,11 +16,13 @@ from rl_core.config import (
     AdvNormMean,
     AdvNormStd,
     CovMode,
+    ISCorrectionGating,
     KLEstimator,
     KLGradient,
     KLPlacement,
     LossAggMode,
     PolicyLoss,
+    RolloutDtype,
     RolloutISLevel,
     RolloutISMode,
     RunConfig,
@@ -169,7 +171,7 @@ KNOBS: dict[str, Knob] = {
         "vanilla: −A·log π (no ratio, meant for one on-policy update); clip: PPO's clipped token ratio; gspo: "
         "one clipped, length-normalised ratio per response; gspo_token: GSPO's ratio with per-token gradients; "
         "cispo: a clipped, detached weight on −A·log π; sapo: a soft gate instead of the clip; dppo_tv: a trust "
-        "region in probability.",
+        "region in probability; dro: −A·log π with a quadratic spring on log π_θ − log π_old (verl).",
         get_args(PolicyLoss),
     ),
     "epsilon": Knob(
@@ -338,6 +340,12 @@ KNOBS: dict[str, Knob] = {
         "DPPO weighs a kept token by sg[min(ρ, c)]: the cap only guards against exploding ratios.",
         (2.0, 5.0, 10.0, 20.0, 50.0),
     ),
+    "dro_beta": Knob(
+        "dro spring β · dro_beta",
+        "verl's dro adds (β/2)(log π_θ − log π_old)² to −A·log π: a token stops once its log-probability moved "
+        "by A/β. Large β: small steps from the policy that sampled; small β: nearly plain policy gradient.",
+        (0.1, 0.5, 1.0, 2.0, 5.0, 10.0),
+    ),
     "kl_gradient": Knob(
         "KL gradient · kl_gradient",
         "plain: k3 as it is; is_corrected: ρ·k3, importance-weighted to the policy being trained (TRL "
@@ -377,6 +385,24 @@ KNOBS: dict[str, Knob] = {
         "correction threshold C · rollout_is_threshold",
         "The cap (TIS) or the cut-off (MIS) of the importance weight.",
         (1.2, 1.5, 2.0, 3.0, 5.0, 10.0),
+    ),
+    "is_correction_gating": Knob(
+        "correction gate · is_correction_gating",
+        "What the correction gates on (OpenRLHF): the weight π_old/μ itself (ratio), or a trust region around the "
+        "sampler — the binary KL or the total variation between μ and π_old at the sampled token, per token or "
+        "per response's mean; beyond δ the token or response is dropped (rollout_is_mode = mask).",
+        get_args(ISCorrectionGating),
+    ),
+    "is_correction_threshold": Knob(
+        "gate's bound δ · is_correction_threshold",
+        "The largest binary KL or TV a kept token (or response, on average) may have.",
+        (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2),
+    ),
+    "rollout_dtype": Knob(
+        "sampler precision · rollout_dtype",
+        "float32: the sampler runs the trainer's own kernels, so μ ≡ π_old and there is no mismatch to correct. "
+        "bfloat16: the same weights through other kernels, as an inference engine samples; μ ≠ π_old.",
+        get_args(RolloutDtype),
     ),
 }
 

@@ -284,9 +284,27 @@ def _dppo_view(algo, ratio, advantage, logp, old_logp, loss):
             rf"A = {advantage:+.4f} \;\Rightarrow\; \ell_t = {loss:+.4f}")
 
 
+def _dro_view(algo, ratio, advantage, logp, old_logp, loss):
+    log_ratio = logp - old_logp
+    push = advantage - algo.dro_beta * log_ratio  # −∂ℓ/∂log π_θ: the advantage minus the spring's pull
+    if push == 0 and advantage == 0:
+        verdict = "A = 0 and the token has not moved: no push either way"
+    elif push == 0:
+        verdict = "the spring cancels the advantage: this token moves no further"
+    elif advantage == 0:
+        verdict = f"A = 0, yet the spring pulls it back towards π_old with {push:+.4g}"
+    else:
+        verdict = f"no clip: the gradient A − β·log(π_θ/π_old) = {push:+.4g}, smaller the further it moved"
+    return (f"{_side(advantage)}, log π_θ − log π_old = {log_ratio:+.4g}: {verdict}",
+            rf"\ell_t = -\big[A\log\pi_\theta(a_t) - \tfrac{{\beta}}{{2}}(\log\pi_\theta - \log\pi_{{old}})^2\big] \\ "
+            rf"A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f},\ \log\pi_{{old}} = {old_logp:.4f},\ "
+            rf"\beta = {algo.dro_beta:g} \;\Rightarrow\; \ell_t = {loss:+.4f}")
+
+
 # How each policy loss reads for one token: (the case in words, the formula with its numbers). The clip family
 # (PPO's clip, GSPO, GSPO-token) is the default.
-_LOSS_VIEWS = {"vanilla": _vanilla_view, "cispo": _cispo_view, "sapo": _sapo_view, "dppo_tv": _dppo_view}
+_LOSS_VIEWS = {"vanilla": _vanilla_view, "cispo": _cispo_view, "sapo": _sapo_view, "dppo_tv": _dppo_view,
+               "dro": _dro_view}
 
 
 def clip_case(ratio: float, advantage: float, algo: AlgoConfig) -> str:

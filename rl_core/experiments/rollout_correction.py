@@ -21,5 +21,5 @@ EXPERIMENT = Experiment(
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("beyond_grpo",),
-    charts=("success_rate", "rollout_mismatch_kl", "rollout_is_capped_frac"),
+    charts=("success_rate", "rollout_corr/kl", "rollout_is_capped_frac"),
 )

@@ -31,5 +31,5 @@ EXPERIMENT = Experiment(
     expected="positive",
     run_fields={"sft_steps": 200},
     pages=("beyond_grpo",),
-    charts=("success_rate", "rollout_mismatch_kl"),
+    charts=("success_rate", "rollout_corr/kl"),
 )
