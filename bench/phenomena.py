@@ -71,6 +71,8 @@ def run_one(name: str, args, scratch: Path) -> dict:
         "effects": summary["effects"],
         "effect_mean": summary["effect_mean"],
         "effect_std": summary["effect_std"],
+        "effect_interval": summary["effect_interval"],
+        "seeds_with_expected_sign": summary["seeds_with_expected_sign"],
         "verdict": summary["verdict"],
         "sentence": summary["sentence"],
         "wall_time": summary["wall_time"],
@@ -85,21 +87,24 @@ def run_one(name: str, args, scratch: Path) -> dict:
 
 
 def markdown(report: dict) -> str:
-    seeds = report["seeds"]
+    seeds = report["seeds"] or sorted({int(s) for row in report["experiments"] for s in row["effects"]})
     lines = [
         f"Experiments on {report['device']} ({report['workers']} workers), {report['date']}",
         "",
         "| experiment | model | steps | " + " | ".join(f"seed {s}" for s in seeds)
-        + " | mean ± std | verdict | wall s | CPU s | load avg before → after |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in seeds) + " | --- | --- | --- | --- | --- |",
+        + " | mean ± std | 95 % interval | expected sign | verdict | wall s | CPU s | load avg before → after |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in seeds) + " | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in report["experiments"]:
         effects = [row["effects"].get(str(s), math.nan) for s in seeds]
         cells = ["—" if math.isnan(e) else f"{e:+.3g}" for e in effects]
         mean = "—" if math.isnan(row["effect_mean"]) else f"{row['effect_mean']:+.3g} ± {row['effect_std']:.2g}"
+        low, high = row["effect_interval"]
+        interval = "—" if math.isinf(low) else f"[{low:+.3g}, {high:+.3g}]"
+        signs = f"{row['seeds_with_expected_sign']} of {len(row['effects'])}"
         wall = f"{row['wall_time']:.0f}" + ("" if row["within_target"] in (None, True) else " (over target)")
         lines.append(f"| {row['experiment']} | {row['model']} | {row['steps']} | {' | '.join(cells)} | {mean} | "
-                     f"{row['verdict']} | {wall} | {row['cpu_seconds']:.0f} | "
+                     f"{interval} | {signs} | {row['verdict']} | {wall} | {row['cpu_seconds']:.0f} | "
                      f"{row['load_average_before']:.1f} → {row['load_average_after']:.1f} |")
     return "\n".join(lines) + "\n"
 
@@ -108,7 +113,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="the JSON report (the Markdown table goes next to it, .md)")
     parser.add_argument("--experiments", default=",".join(EXPERIMENTS), help="comma-separated names (default: all)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="default: each experiment's own seeds (0–7); held-out checks name others")
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--device", default="auto")
     parser.add_argument("--model", default=None, help="replace every experiment's model preset, e.g. small on a GPU")

@@ -15,7 +15,7 @@ import pytest
 from rl_core.algorithms import get_preset
 from rl_core.cli import main
 from rl_core.config import AlgoConfig
-from rl_core.experiments import EXPERIMENTS, Arm, Experiment, verdict
+from rl_core.experiments import EXPERIMENTS, Arm, Experiment, mean_interval, verdict
 from rl_core.experiments.runner import (
     SUMMARY_FILE,
     ExperimentRun,
@@ -111,7 +111,31 @@ def test_effects_mean_spread_and_verdict_worked_by_hand():
     assert summary["seeds_with_expected_sign"] == 2 and summary["verdict"] == "weak"
     sentence = effect_sentence(TOY, summary)
     assert sentence.startswith("x, b minus a: +0.167 ± 0.38 over 3 seeds (+0.5, +0.25, -0.25)")
-    assert sentence.endswith("2 of 3 positive as the claim expects, so the claim is weak.")
+    # t(2, 0.975) = 4.30265 from a t table: half-width 4.30265 · √(7/48) / √3 = 0.94865 around 1/6
+    low, high = summary["effect_interval"]
+    assert (low, high) == (pytest.approx(1 / 6 - 0.94865, abs=1e-4), pytest.approx(1 / 6 + 0.94865, abs=1e-4))
+    assert summary["seeds_needed"] == 3
+    assert sentence.endswith("2 of 3 positive as the claim expects (3 needed) and its 95 % interval [-0.782, +1.12] "
+                             "does not exclude 0, so the claim is weak.")
+
+
+def test_shown_needs_seven_of_eight_signs_and_an_interval_away_from_zero():
+    # 7 of 8 at +0.1 and one at −0.1: mean 0.075; deviations 0.025 (×7) and −0.175, squares 7 · 0.000625 + 0.030625
+    # = 0.035, s² = 0.035 / 7 = 0.005, s = 0.0707; t(7, 0.975) = 2.3646 from a t table, so the half-width is
+    # 2.3646 · 0.0707 / √8 = 0.0591 and the interval [0.0159, 0.1341] excludes 0.
+    seven = [0.1] * 7 + [-0.1]
+    assert mean_interval(seven) == (pytest.approx(0.0159, abs=1e-4), pytest.approx(0.1341, abs=1e-4))
+    assert verdict(seven, "positive") == "shown"
+    assert verdict([-e for e in seven], "negative") == "shown"
+    # Six of eight right is too few, although the mean (0.7475) and its interval lie well above 0
+    assert verdict([1.0] * 6 + [-0.01, -0.01], "positive") == "weak"
+    # Eight of eight right but one huge seed: mean 1.13375, s = 3.178, half-width 2.657: the interval holds 0
+    assert verdict([0.01] * 7 + [9.0], "positive") == "weak"
+    assert mean_interval([0.01] * 7 + [9.0])[0] < 0
+    # A NaN seed counts against the claim; one seed alone gives no interval and is never shown
+    assert verdict([0.1] * 7 + [math.nan], "positive") == "shown"
+    assert verdict([0.1] * 6 + [math.nan, math.nan], "positive") == "weak"
+    assert verdict([0.5], "positive") == "weak" and mean_interval([0.5]) == (-math.inf, math.inf)
 
 
 def test_a_seed_missing_an_arm_has_no_effect_and_counts_against_the_claim():

@@ -16,9 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import scipy.stats
+
 Records = list[dict]  # one run's per-step records, as `Trainer.steps()` yields them
 Direction = Literal["positive", "negative"]
 Verdict = Literal["shown", "weak", "not shown"]
+
+# Eight seeds: with three, "every sign right" happens one time in eight when there is no effect at all.
+DEFAULT_SEEDS = tuple(range(8))
+# "shown" needs the expected sign on this share of the seeds (7 of 8) and a 95 % interval of the mean away from 0.
+SIGN_SHARE = 7 / 8
+CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -50,20 +58,42 @@ class Experiment:
     effect: Callable[[Mapping[str, Records]], float]
     expected: Direction
     model: str = "tiny"
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
     run_fields: Mapping[str, object] = field(default_factory=dict)  # other RunConfig fields (sft_steps, …)
     pages: tuple[str, ...] = ()  # the app pages whose "See it happen" panel offers it
     charts: tuple[str, ...] = ()  # record keys to draw, arms overlaid with seed bands
     log_charts: tuple[str, ...] = ()  # of `charts`, those drawn on a log axis: arms whose values differ 100-fold
 
 
-def verdict(effects: Sequence[float], expected: Direction) -> Verdict:
-    """"shown" when every seed's effect has the expected sign, "weak" when only their mean does, else "not shown".
+def seeds_needed(seeds: int) -> int:
+    """How many of `seeds` seeds must have the expected sign: ⌈7/8 · n⌉ (7 of 8, all of 3)."""
+    return math.ceil(SIGN_SHARE * seeds - 1e-9)
 
-    A NaN effect (the metric never appeared) counts against the claim."""
+
+def mean_interval(effects: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Student-t interval of the mean effect: x̄ ± t(n−1, (1 + c)/2) · s/√n over the finite effects.
+
+    With fewer than two finite effects the spread is unknown and the interval is (−∞, ∞); equal effects give the
+    point itself."""
+    finite = [e for e in effects if not math.isnan(e)]
+    if len(finite) < 2:
+        return (-math.inf, math.inf)
+    mean = statistics.fmean(finite)
+    half = float(scipy.stats.t.ppf((1 + confidence) / 2, len(finite) - 1)) * statistics.stdev(finite) / math.sqrt(
+        len(finite))
+    return (mean - half, mean + half)
+
+
+def verdict(effects: Sequence[float], expected: Direction) -> Verdict:
+    """"shown" when at least ⌈7/8 · n⌉ of the n seeds' effects have the expected sign **and** the 95 % t-interval
+    of the mean effect lies on the expected side of 0; "weak" when only the mean does; else "not shown".
+
+    A NaN effect (the metric never appeared) counts against the claim: it is a seed without the expected sign."""
     sign = 1.0 if expected == "positive" else -1.0
     signed = [sign * e for e in effects]
-    if signed and all(not math.isnan(s) and s > 0 for s in signed):
+    right = sum(not math.isnan(s) and s > 0 for s in signed)
+    low, _ = mean_interval(signed)
+    if signed and right >= seeds_needed(len(signed)) and low > 0:
         return "shown"
     finite = [s for s in signed if not math.isnan(s)]
     if finite and statistics.fmean(finite) > 0:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.experiments import Arm, Experiment, Records, verdict
+from rl_core.experiments import Arm, Experiment, Records, mean_interval, seeds_needed, verdict
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.records import json_safe, write_jsonl
 from rl_core.reuse import run_key
@@ -130,29 +130,40 @@ def seed_effects(experiment: Experiment, records: Mapping[int, Mapping[str, Reco
 
 
 def summarise_effects(experiment: Experiment, effects: Mapping[int, float]) -> dict:
-    """Per-seed effects, their mean ± sample std (over the seeds that have one) and the verdict."""
+    """Per-seed effects, their mean ± sample std and 95 % t-interval (over the seeds that have one), how many seeds
+    have the expected sign against how many the verdict needs, and the verdict."""
     finite = [e for e in effects.values() if not math.isnan(e)]
     return {
         "effects": {str(seed): effect for seed, effect in effects.items()},
         "effect_mean": statistics.fmean(finite) if finite else math.nan,
         "effect_std": statistics.stdev(finite) if len(finite) > 1 else (0.0 if finite else math.nan),
+        "effect_interval": list(mean_interval(finite)),
         "seeds_with_expected_sign": sum(
             (e > 0) if experiment.expected == "positive" else (e < 0) for e in finite
         ),
+        "seeds_needed": seeds_needed(len(effects)),
         "verdict": verdict(list(effects.values()), experiment.expected),
     }
 
 
 def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
-    """The measured effect in one sentence, from the numbers."""
+    """The measured effect in one sentence, from the numbers: both halves of the verdict rule, and which failed."""
     effects = summary["effects"]
     mean, std = summary["effect_mean"], summary["effect_std"]
     if math.isnan(mean):
         return f"No seed finished every arm, so {experiment.metric} was not measured."
     sign = "positive" if experiment.expected == "positive" else "negative"
     per_seed = ", ".join("—" if math.isnan(e) else f"{e:+.3g}" for e in effects.values())
+    low, high = summary["effect_interval"]
+    if math.isinf(low):
+        interval = "one seed gives no interval of the mean"
+    else:
+        away = low > 0 if experiment.expected == "positive" else high < 0
+        interval = (f"its 95 % interval [{low:+.3g}, {high:+.3g}] "
+                    + ("lies on the expected side of 0" if away else "does not exclude 0"))
+    right, needed = summary["seeds_with_expected_sign"], summary["seeds_needed"]
     return (f"{experiment.metric}: {mean:+.3g} ± {std:.2g} over {len(effects)} seeds ({per_seed}); "
-            f"{summary['seeds_with_expected_sign']} of {len(effects)} {sign} as the claim expects, "
+            f"{right} of {len(effects)} {sign} as the claim expects ({needed} needed) and {interval}, "
             f"so the claim is {summary['verdict']}.")
 
 
