@@ -183,13 +183,21 @@ def stop_run(page) -> None:
     page.get_by_text("Stopped after").wait_for(timeout=30_000)
 
 
-def app_test_on(page: str, timeout: float = 60):
-    """The whole app under Streamlit's AppTest (no browser), switched to `app_pages/<page>.py` and drawn without an
-    exception."""
+def app_test_on(page: str, timeout: float = 60, learner: str | None = None, **params):
+    """The whole app under Streamlit's AppTest (no browser) in a new browser session — of the learner whose token
+    is `learner`, else of a new one — opened with these query parameters, switched to `app_pages/<page>.py`
+    (unless "overview") and drawn without an exception."""
     from streamlit.testing.v1 import AppTest
 
+    from ui.session import KEY
+
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    if learner is not None:
+        at.session_state[KEY] = learner
+    for name, value in params.items():
+        at.query_params[name] = value
     at.run()
-    at.switch_page(f"app_pages/{page}.py").run()
+    if page != "overview":
+        at.switch_page(f"app_pages/{page}.py").run()
     assert not at.exception, at.exception
     return at

@@ -6,9 +6,9 @@ import json
 import secrets
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
+from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
 from rl_core.algorithms import get_preset
@@ -16,10 +16,8 @@ from rl_core.config import RunConfig
 from rl_core.store import MIGRATIONS, RunStore
 from ui.instructor import TOKEN_ENV, banner_link, banner_text, learner_names
 from ui.jobs import Job, TrainingSlots
-from ui.session import KEY, _learners
+from ui.session import _learners
 
-ROOT = Path(__file__).resolve().parents[1]
-APP = str(ROOT / "app.py")
 TOKEN = "instructor-token-for-tests"
 QUESTION = "Will token entropy end higher or lower than it starts?"  # the GRPO page's
 
@@ -31,18 +29,9 @@ def store_path(tmp_path, monkeypatch):
     return path
 
 
-def open_app(page: str, token: str | None = None, **params) -> AppTest:
+def open_app(page: str, token: str | None = None, **params):
     """The app in a new browser session (of learner `token`, else a new one) with these query parameters."""
-    at = AppTest.from_file(APP, default_timeout=60)
-    if token is not None:
-        at.session_state[KEY] = token
-    for name, value in params.items():
-        at.query_params[name] = value
-    at.run()
-    if page != "overview":
-        at.switch_page(f"app_pages/{page}.py").run()
-    assert not at.exception, at.exception
-    return at
+    return app_test_on(page, learner=token, **params)
 
 
 def chart_specs(at: AppTest) -> list[dict]:

@@ -4,15 +4,12 @@ is drawn, and another learner sees none of it. The cookie itself is checked in a
 
 import secrets
 import time
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from app_driver import app_test_on
 
 from ui.session import KEY, TOKEN, _learners
 
-ROOT = Path(__file__).resolve().parents[1]
-APP = str(ROOT / "app.py")
 TIMEOUT = 300
 
 
@@ -21,18 +18,9 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
 
 
-def open_as(token: str | None, page: str = "grpo", **params) -> AppTest:
+def open_as(token: str | None, page: str = "grpo", **params):
     """The app in a new browser session of the learner `token` (None: a new learner), on `page`."""
-    at = AppTest.from_file(APP, default_timeout=60)
-    if token is not None:
-        at.session_state[KEY] = token
-    for name, value in params.items():
-        at.query_params[name] = value
-    at.run()
-    if page != "overview":
-        at.switch_page(f"app_pages/{page}.py").run()
-    assert not at.exception, at.exception
-    return at
+    return app_test_on(page, learner=token, **params)
 
 
 def test_a_me_link_is_adopted_only_when_it_looks_like_a_token():
