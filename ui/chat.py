@@ -1,0 +1,154 @@
+"""Talk to a run: once a run of the page has ended, a prompt and what the reference (the SFT warm start, before RL)
+and the trained policy (after RL) answer to it, side by side, with the likeliest tokens at every position of each
+answer; and one decision of a fixed prompt (the run's probe) moving over the run's steps, as an animation.
+
+The section is its own fragment, so typing a prompt redraws only the section. The answers come from the models the
+job keeps (`Job.chat_models`), the animation from the probe it recorded at every step (`Job.probe`)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from rl_core.chat import Answer, ChatModels, Probe, check_prompt, example_prompts
+from rl_core.messages import brief
+from toy_tasks import get_task
+from toy_tasks.base import ExactAnswerTask
+from ui.dashboard import _follow_newest
+from ui.jobs import Job
+from ui.runs import labels
+from ui.tokens import EOS_TOKEN
+
+MAX_FRAMES = 100  # an animation of a longer run shows evenly spaced steps, the first and the last among them
+DECODING = ("greedy", "sampled")
+
+
+def talk_to_run(page: str) -> None:
+    """The "Talk to this run" section of an algorithm page, drawn once one of its runs has ended."""
+    st.fragment(_talk, key=f"{page}-chat")(page)
+
+
+def shown(token: str) -> str:
+    """A token as the chat writes it: EOS as ⏎, a space as ␣."""
+    return "⏎" if token == EOS_TOKEN else "␣" if token == " " else token
+
+
+def _talk(page: str) -> None:
+    runs: list[Job] = st.session_state.get(f"{page}:runs", [])
+    ended = [job for job in runs if not job.active and job.chat_models() is not None]
+    if not ended:
+        return
+    st.subheader("Talk to this run")
+    names = labels(runs)
+    key = f"{page}:chat_run"
+    _follow_newest(key, [job.number for job in ended])
+    run_column, decoding_column, seed_column = st.columns([3, 2, 1])
+    if len(ended) > 1:
+        run_column.selectbox("run", [job.number for job in ended], key=key, format_func=lambda n: names[n],
+                             help="Which ended run to ask; its reference is its own SFT warm start.")
+    job = next(job for job in ended if job.number == st.session_state[key])
+    models = job.chat_models()
+    if models is None:  # let go by the server between the list above and now
+        st.info("This run's models are no longer kept on the server; train it again to talk to it.")
+        return
+    decoding = decoding_column.radio(
+        "decoding", DECODING, key=f"{page}:chat_decoding", horizontal=True,
+        help="Greedy takes the likeliest token at every position; sampled draws from the policy at the run's "
+             "temperature, with the seed, as the run's sampler draws.",
+    )
+    seed = seed_column.number_input("seed", 0, 10_000, 0, key=f"{page}:chat_seed", disabled=decoding == "greedy")
+    prompt_key = f"{page}:chat_prompt"
+    examples = example_prompts(models.task)
+    st.session_state.setdefault(prompt_key, examples[0])
+    typed_column, examples_column = st.columns([2, 3])
+    typed = typed_column.text_input("prompt", key=prompt_key,
+                                    help=f"A prompt of task {models.task}, like the ones it trained on.")
+    examples_column.pills("examples", examples, key=f"{page}:chat_example", on_change=_use_example,
+                          args=(page,), help="Put an example prompt of the task in the box.")
+    try:
+        prompt = check_prompt(models.task, typed)
+    except ValueError as error:
+        st.error(brief(str(error)))
+    else:
+        _answers(models, prompt, None if decoding == "greedy" else int(seed), job.number)
+    _probe_animation(job)
+
+
+def _use_example(page: str) -> None:
+    chosen = st.session_state.get(f"{page}:chat_example")
+    if chosen:
+        st.session_state[f"{page}:chat_prompt"] = chosen
+
+
+def _answers(models: ChatModels, prompt: str, seed: int | None, number: int) -> None:
+    reference, policy = models.answers(prompt, seed)
+    task = get_task(models.task)
+    right = task.answer(prompt) if isinstance(task, ExactAnswerTask) else None
+    if right is not None:
+        st.caption(f"The right answer to `{prompt}` is `{right}`.")
+    for column, title, said in zip(st.columns(2), ("Before RL: the reference (SFT)", f"After RL: run #{number}"),
+                                   (reference, policy)):
+        with column:
+            verdict = "" if right is None else (" ✓" if said.ended and said.text == right else " ✗")
+            cut = "" if said.ended else " (cut at the length limit)"
+            st.markdown(f"**{title}** answers `{said.text or ' '}`{verdict}{cut}")
+            st.plotly_chart(top_tokens_figure(said), config={"displayModeBar": False})
+    st.caption("Each column is one position of the answer; its cells are the likeliest tokens there, likeliest on "
+               "top, coloured by probability. The first row is the token taken unless the answer was sampled.")
+
+
+def top_tokens_figure(said: Answer) -> go.Figure:
+    """A heatmap: x the answer's positions (labelled with the token taken), y the rank, text token and probability."""
+    k = len(said.top[0])
+    columns = [f"{t + 1}: {shown(token)}" for t, token in enumerate(said.tokens)]
+    z = [[said.top[t][rank][1] for t in range(len(said.tokens))] for rank in range(k)]
+    text = [[f"{shown(said.top[t][rank][0])} {said.top[t][rank][1]:.2f}" for t in range(len(said.tokens))]
+            for rank in range(k)]
+    trace = {"type": "heatmap", "x": columns, "y": [f"#{rank + 1}" for rank in range(k)], "z": z, "text": text,
+             "texttemplate": "%{text}", "zmin": 0, "zmax": 1, "colorscale": "Blues", "showscale": False,
+             "hovertemplate": "position %{x}<br>%{text}<extra></extra>"}
+    layout = {"height": 60 + 34 * k, "margin": {"l": 40, "r": 10, "t": 10, "b": 40},
+              "yaxis": {"autorange": "reversed"}, "xaxis": {"type": "category"}}
+    return go.Figure(data=[trace], layout=layout, _validate=False)
+
+
+def _probe_animation(job: Job) -> None:
+    probe, history = job.probe()
+    if probe is None or len(history) < 2:
+        return
+    st.markdown(f"**One decision over the run.** After `{probe.prompt}{probe.context}` the reference was least sure "
+                "of its next token; press ▶ to watch the policy's distribution there move, step by step.")
+    st.plotly_chart(probe_figure(probe, history), config={"displayModeBar": False})
+
+
+def probe_figure(probe: Probe, history: list[tuple[int, list[float]]]) -> go.Figure:
+    """Bars of the probed tokens' probabilities (and "other"): the policy at each kept step (at most MAX_FRAMES
+    frames, the first and last included) over the reference's, with a step slider and a play button."""
+    stride = max(1, -(-len(history) // MAX_FRAMES))
+    frames = history[::stride] if (len(history) - 1) % stride == 0 else [*history[::stride], history[-1]]
+    x = [shown(token) for token in probe.tokens] + ["other"]
+    before = {"type": "bar", "x": x, "y": history[0][1], "name": "reference (step 0)", "marker": {"color": "#bbbbbb"}}
+
+    def policy(step: int, probabilities: list[float]) -> dict:
+        return {"type": "bar", "x": x, "y": probabilities, "name": f"policy at step {step}",
+                "marker": {"color": "#1f77b4"}, "texttemplate": "%{y:.2f}", "textposition": "outside"}
+
+    slider = {
+        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "pad": {"t": 30},
+        "steps": [{"label": str(step), "method": "animate",
+                   "args": [[str(step)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
+                  for step, _ in frames],
+    }
+    play = {"type": "buttons", "showactive": False, "x": 0, "y": -0.25, "xanchor": "left",
+            "buttons": [{"label": "▶", "method": "animate",
+                         "args": [None, {"frame": {"duration": 120, "redraw": True}, "fromcurrent": False}]}]}
+    layout = {"height": 380, "barmode": "group", "margin": {"l": 40, "r": 10, "t": 30, "b": 40},
+              "yaxis": {"range": [0, 1.1], "title": {"text": "probability"}},
+              "xaxis": {"title": {"text": f"next token after {probe.prompt}{probe.context}"}},
+              "legend": {"orientation": "h", "y": 1.12}, "sliders": [slider], "updatemenus": [play]}
+    last_step, last = frames[-1]
+    return go.Figure(
+        data=[before, policy(last_step, last)],
+        frames=[{"name": str(step), "data": [before, policy(step, probabilities)]} for step, probabilities in frames],
+        layout=layout, _validate=False,
+    )
