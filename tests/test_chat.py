@@ -147,8 +147,10 @@ def test_a_run_keeps_its_models_and_a_probe_for_every_step():
     # The probe at step 0 is the reference's own distribution, and the last one the kept policy's.
     assert history[0][1] == pytest.approx(probe.probabilities(models.reference), abs=1e-6)
     assert history[-1][1] == pytest.approx(probe.probabilities(models.policy), abs=1e-6)
+    threads = torch.get_num_threads()
     reference, policy = models.answers("cab>")
     assert reference.prompt == policy.prompt == "cab>"
+    assert torch.get_num_threads() == threads  # answered on the preset's count, the caller's given back
 
 
 @pytest.mark.slow
