@@ -42,15 +42,15 @@ def _talk(page: str) -> None:
     names = labels(runs)
     key = f"{page}:chat_run"
     _follow_newest(key, [job.number for job in ended])
-    run_column, decoding_column, seed_column = st.columns([3, 2, 1])
     if len(ended) > 1:
-        run_column.selectbox("run", [job.number for job in ended], key=key, format_func=lambda n: names[n],
-                             help="Which ended run to ask; its reference is its own SFT warm start.")
+        st.selectbox("run", [job.number for job in ended], key=key, format_func=lambda n: names[n],
+                     help="Which ended run to ask; its reference is its own SFT warm start.")
     job = next(job for job in ended if job.number == st.session_state[key])
     models = job.chat_models()
     if models is None:  # let go by the server between the list above and now
         st.info("This run's models are no longer kept on the server; train it again to talk to it.")
         return
+    typed_column, examples_column, decoding_column, seed_column = st.columns([3, 4, 2, 1])
     decoding = decoding_column.radio(
         "decoding", DECODING, key=f"{page}:chat_decoding", horizontal=True,
         help="Greedy takes the likeliest token at every position; sampled draws from the policy at the run's "
@@ -60,7 +60,6 @@ def _talk(page: str) -> None:
     prompt_key = f"{page}:chat_prompt"
     examples = example_prompts(models.task)
     st.session_state.setdefault(prompt_key, examples[0])
-    typed_column, examples_column = st.columns([2, 3])
     typed = typed_column.text_input("prompt", key=prompt_key,
                                     help=f"A prompt of task {models.task}, like the ones it trained on.")
     examples_column.pills("examples", examples, key=f"{page}:chat_example", on_change=_use_example,
@@ -78,6 +77,7 @@ def _use_example(page: str) -> None:
     chosen = st.session_state.get(f"{page}:chat_example")
     if chosen:
         st.session_state[f"{page}:chat_prompt"] = chosen
+        st.session_state[f"{page}:chat_example"] = None  # so that the same example can be picked again later
 
 
 def _answers(models: ChatModels, prompt: str, seed: int | None, number: int) -> None:
@@ -105,7 +105,7 @@ def top_tokens_figure(said: Answer) -> go.Figure:
     text = [[f"{shown(said.top[t][rank][0])} {said.top[t][rank][1]:.2f}" for t in range(len(said.tokens))]
             for rank in range(k)]
     trace = {"type": "heatmap", "x": columns, "y": [f"#{rank + 1}" for rank in range(k)], "z": z, "text": text,
-             "texttemplate": "%{text}", "zmin": 0, "zmax": 1, "colorscale": "Blues", "showscale": False,
+             "texttemplate": "%{text}", "zmin": 0, "zmax": 1, "colorscale": [[0, "#f7fbff"], [1, "#2166ac"]], "showscale": False,
              "hovertemplate": "position %{x}<br>%{text}<extra></extra>"}
     layout = {"height": 60 + 34 * k, "margin": {"l": 40, "r": 10, "t": 10, "b": 40},
               "yaxis": {"autorange": "reversed"}, "xaxis": {"type": "category"}}
@@ -134,18 +134,21 @@ def probe_figure(probe: Probe, history: list[tuple[int, list[float]]]) -> go.Fig
                 "marker": {"color": "#1f77b4"}, "texttemplate": "%{y:.2f}", "textposition": "outside"}
 
     slider = {
-        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "pad": {"t": 30},
+        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "x": 0.08, "len": 0.92, "y": 0,
+        "yanchor": "top", "pad": {"t": 40},
         "steps": [{"label": str(step), "method": "animate",
                    "args": [[str(step)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
                   for step, _ in frames],
     }
-    play = {"type": "buttons", "showactive": False, "x": 0, "y": -0.25, "xanchor": "left",
+    play = {"type": "buttons", "showactive": False, "x": 0.07, "y": 0, "xanchor": "right", "yanchor": "top",
+            "pad": {"t": 75},
             "buttons": [{"label": "▶", "method": "animate",
                          "args": [None, {"frame": {"duration": 120, "redraw": True}, "fromcurrent": False}]}]}
-    layout = {"height": 380, "barmode": "group", "margin": {"l": 40, "r": 10, "t": 30, "b": 40},
+    layout = {"height": 440, "barmode": "group", "margin": {"l": 50, "r": 10, "t": 60, "b": 110},
+              "title": {"text": f"The next token after {probe.prompt}{probe.context}"},
               "yaxis": {"range": [0, 1.1], "title": {"text": "probability"}},
-              "xaxis": {"title": {"text": f"next token after {probe.prompt}{probe.context}"}},
-              "legend": {"orientation": "h", "y": 1.12}, "sliders": [slider], "updatemenus": [play]}
+              "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+              "sliders": [slider], "updatemenus": [play]}
     last_step, last = frames[-1]
     return go.Figure(
         data=[before, policy(last_step, last)],
