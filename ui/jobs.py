@@ -172,8 +172,8 @@ class KeptModels:
             return self._kept.get(owner)
 
 
-# A tiny run's two models take 0.8 MB, a small one's 6 MB, a 124M one's 1 GB: the chat keeps a few large runs or
-# every small one a server's learners keep on their pages.
+# A run's two models take 0.8 MiB (tiny), 6.2 MiB (small) or 656 MiB (the gpt2 shape with the lab's 98-token
+# vocabulary): the chat keeps three gpt2-shaped runs, or every small run the learners keep on their pages.
 KEPT_MODELS = KeptModels(budget=2 << 30)
 
 
