@@ -55,7 +55,7 @@ def main() -> None:
             start = time.perf_counter()
             answers = models.answers(check_prompt(args.task, prompt), seed)
             for said in answers:
-                top_tokens_figure(said)
+                top_tokens_figure(said, "an answer")
             seconds.append(time.perf_counter() - start)
         timings[decoding] = seconds
     load_after = os.getloadavg()

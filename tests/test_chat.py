@@ -170,10 +170,10 @@ def test_the_page_answers_a_prompt_before_and_after_rl_and_animates_the_probe():
         assert not at.exception, at.exception
         assert "Talk to this run" in [h.value for h in at.subheader]
         assert at.text_input(key="grpo:chat_prompt").value == "ggd>"
-        titles = [m.value for m in at.markdown if m.value.startswith("**Before RL") or m.value.startswith("**After RL")]
-        assert len(titles) == 2 and titles[1].startswith(f"**After RL: run #{job.number}** answers")
         specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-        assert sum(spec["data"][0]["type"] == "heatmap" for spec in specs) == 2
+        titles = [spec["layout"]["title"]["text"] for spec in specs if spec["data"][0]["type"] == "heatmap"]
+        assert len(titles) == 2 and titles[0].startswith("Before RL: the reference (SFT) answers <b>")
+        assert titles[1].startswith(f"After RL: run #{job.number} answers <b>")
         animation = next(spec for spec in specs if spec.get("frames"))
         assert [frame["name"] for frame in animation["frames"]] == ["0", "1", "2"]
         at.text_input(key="grpo:chat_prompt").set_value("abz").run()

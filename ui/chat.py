@@ -7,6 +7,8 @@ job keeps (`Job.chat_models`), the animation from the probe it recorded at every
 
 from __future__ import annotations
 
+import html
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -69,8 +71,8 @@ def _talk(page: str) -> None:
     except ValueError as error:
         st.error(brief(str(error)))
     else:
-        _answers(models, prompt, None if decoding == "greedy" else int(seed), job.number)
-    _probe_animation(job)
+        _answers(page, models, prompt, None if decoding == "greedy" else int(seed), job.number)
+    _probe_animation(page, job)
 
 
 def _use_example(page: str) -> None:
@@ -80,24 +82,27 @@ def _use_example(page: str) -> None:
         st.session_state[f"{page}:chat_example"] = None  # so that the same example can be picked again later
 
 
-def _answers(models: ChatModels, prompt: str, seed: int | None, number: int) -> None:
+def _answers(page: str, models: ChatModels, prompt: str, seed: int | None, number: int) -> None:
     reference, policy = models.answers(prompt, seed)
     task = get_task(models.task)
     right = task.answer(prompt) if isinstance(task, ExactAnswerTask) else None
     if right is not None:
         st.caption(f"The right answer to `{prompt}` is `{right}`.")
-    for column, title, said in zip(st.columns(2), ("Before RL: the reference (SFT)", f"After RL: run #{number}"),
-                                   (reference, policy)):
+    sides = (("reference", "Before RL: the reference (SFT)", reference),
+             ("policy", f"After RL: run #{number}", policy))
+    for column, (side, title, said) in zip(st.columns(2), sides):
         with column:
             verdict = "" if right is None else (" ✓" if said.ended and said.text == right else " ✗")
             cut = "" if said.ended else " (cut at the length limit)"
-            st.markdown(f"**{title}** answers `{said.text or ' '}`{verdict}{cut}")
-            st.plotly_chart(top_tokens_figure(said), config={"displayModeBar": False})
+            heading = f"{title} answers <b>{html.escape(said.text) or '(nothing)'}</b>{verdict}{cut}"
+            # A key of its own: before and after RL can answer alike, and two equal charts need two keys.
+            st.plotly_chart(top_tokens_figure(said, heading), key=f"{page}:chat_top:{side}",
+                            config={"displayModeBar": False})
     st.caption("Each column is one position of the answer; its cells are the likeliest tokens there, likeliest on "
                "top, coloured by probability. The first row is the token taken unless the answer was sampled.")
 
 
-def top_tokens_figure(said: Answer) -> go.Figure:
+def top_tokens_figure(said: Answer, title: str) -> go.Figure:
     """A heatmap: x the answer's positions (labelled with the token taken), y the rank, text token and probability."""
     k = len(said.top[0])
     columns = [f"{t + 1}: {shown(token)}" for t, token in enumerate(said.tokens)]
@@ -105,20 +110,20 @@ def top_tokens_figure(said: Answer) -> go.Figure:
     text = [[f"{shown(said.top[t][rank][0])} {said.top[t][rank][1]:.2f}" for t in range(len(said.tokens))]
             for rank in range(k)]
     trace = {"type": "heatmap", "x": columns, "y": [f"#{rank + 1}" for rank in range(k)], "z": z, "text": text,
-             "texttemplate": "%{text}", "zmin": 0, "zmax": 1, "colorscale": [[0, "#f7fbff"], [1, "#2166ac"]], "showscale": False,
-             "hovertemplate": "position %{x}<br>%{text}<extra></extra>"}
-    layout = {"height": 60 + 34 * k, "margin": {"l": 40, "r": 10, "t": 10, "b": 40},
+             "texttemplate": "%{text}", "zmin": 0, "zmax": 1, "colorscale": [[0, "#f7fbff"], [1, "#2166ac"]],
+             "showscale": False, "hovertemplate": "position %{x}<br>%{text}<extra></extra>"}
+    layout = {"title": {"text": title}, "height": 100 + 34 * k, "margin": {"l": 40, "r": 10, "t": 50, "b": 40},
               "yaxis": {"autorange": "reversed"}, "xaxis": {"type": "category"}}
     return go.Figure(data=[trace], layout=layout, _validate=False)
 
 
-def _probe_animation(job: Job) -> None:
+def _probe_animation(page: str, job: Job) -> None:
     probe, history = job.probe()
     if probe is None or len(history) < 2:
         return
     st.markdown(f"**One decision over the run.** After `{probe.prompt}{probe.context}` the reference was least sure "
                 "of its next token; press ▶ to watch the policy's distribution there move, step by step.")
-    st.plotly_chart(probe_figure(probe, history), config={"displayModeBar": False})
+    st.plotly_chart(probe_figure(probe, history), key=f"{page}:chat_probe", config={"displayModeBar": False})
 
 
 def probe_figure(probe: Probe, history: list[tuple[int, list[float]]]) -> go.Figure:
