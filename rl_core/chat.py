@@ -117,7 +117,8 @@ def check_prompt(task_name: str, text: str) -> str:
     body = text.strip()
     body = body[: len(body) - len(end)] if end and body.endswith(end) else body
     allowed = (f"characters from {characters!r}, at most {task.max_prompt_length - len(end)} of them"
-               + (f", then {end!r} (added when left out)" if end else "") + f", e.g. {example_prompts(task_name, 1)[0]!r}")
+               + (f", then {end!r} (added when left out)" if end else "")
+               + f", e.g. {example_prompts(task_name, 1)[0]!r}")
     if not body:
         raise ValueError(f"prompt is empty; allowed: {allowed}")
     if others := "".join(sorted(set(body) - set(characters))):

@@ -2,7 +2,7 @@
 and the trained policy (after RL) answer to it, side by side, with the likeliest tokens at every position of each
 answer; and one decision of a fixed prompt (the run's probe) moving over the run's steps, as an animation.
 
-The section is its own fragment, so typing a prompt redraws only the section. The answers come from the models the
+The prompt and its answers are a fragment, so typing a prompt redraws only them. The answers come from the models the
 job keeps (`Job.chat_models`), the animation from the probe it recorded at every step (`Job.probe`)."""
 
 from __future__ import annotations
@@ -26,16 +26,8 @@ DECODING = ("greedy", "sampled")
 
 
 def talk_to_run(page: str) -> None:
-    """The "Talk to this run" section of an algorithm page, drawn once one of its runs has ended."""
-    st.fragment(_talk, key=f"{page}-chat")(page)
-
-
-def shown(token: str) -> str:
-    """A token as the chat writes it: EOS as ⏎, a space as ␣."""
-    return "⏎" if token == EOS_TOKEN else "␣" if token == " " else token
-
-
-def _talk(page: str) -> None:
+    """The "Talk to this run" section of an algorithm page, drawn once one of its runs has ended: the prompt and
+    its answers are a fragment of their own, so that a prompt redraws neither the page nor the animation."""
     runs: list[Job] = st.session_state.get(f"{page}:runs", [])
     ended = [job for job in runs if not job.active and job.chat_models() is not None]
     if not ended:
@@ -48,6 +40,16 @@ def _talk(page: str) -> None:
         st.selectbox("run", [job.number for job in ended], key=key, format_func=lambda n: names[n],
                      help="Which ended run to ask; its reference is its own SFT warm start.")
     job = next(job for job in ended if job.number == st.session_state[key])
+    st.fragment(_talk, key=f"{page}-chat")(page, job)
+    _probe_animation(page, job)
+
+
+def shown(token: str) -> str:
+    """A token as the chat writes it: EOS as ⏎, a space as ␣."""
+    return "⏎" if token == EOS_TOKEN else "␣" if token == " " else token
+
+
+def _talk(page: str, job: Job) -> None:
     models = job.chat_models()
     if models is None:  # let go by the server between the list above and now
         st.info("This run's models are no longer kept on the server; train it again to talk to it.")
@@ -72,7 +74,6 @@ def _talk(page: str) -> None:
         st.error(brief(str(error)))
     else:
         _answers(page, models, prompt, None if decoding == "greedy" else int(seed), job.number)
-    _probe_animation(page, job)
 
 
 def _use_example(page: str) -> None:
