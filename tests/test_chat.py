@@ -15,6 +15,7 @@ from rl_core.chat import ChatModels, Probe, answer, check_prompt, example_prompt
 from rl_core.config import RunConfig
 from rl_core.models import build_policy
 from rl_core.tokenizer import build_char_tokenizer
+from ui.chat import MAX_FRAMES, probe_figure
 from ui.jobs import Job, KeptModels, TrainingSlots
 
 TOKENIZER = build_char_tokenizer()
@@ -106,6 +107,17 @@ def test_the_probe_reads_the_reference_s_top_tokens_under_any_policy():
     assert probe.probabilities(reference)[:3] == pytest.approx([0.5, 0.3, 0.2], abs=1e-6)
     moved = probe.probabilities(constant_model({A: 0.1, B: 0.8, EOS: 0.1}))
     assert moved[:3] == pytest.approx([0.1, 0.8, 0.1], abs=1e-6) and sum(moved) == pytest.approx(1.0)
+
+
+def test_a_long_run_s_animation_keeps_at_most_max_frames_evenly_spaced_with_the_first_and_last_step():
+    probe = Probe("ggd>", "hh", ("d", "e"), (0, 1), (1, 2, 3))
+    history = [(step, [0.5, 0.25, 0.25]) for step in range(0, 500, 2)]  # steps 0, 2, …, 498: 250 entries
+    figure = probe_figure(probe, history)
+    names = [frame.name for frame in figure.frames]
+    assert names[0] == "0" and names[-1] == "498" and len(names) <= MAX_FRAMES
+    assert names[:3] == ["0", "6", "12"]  # every third entry of 250, then the last
+    assert [step["label"] for step in figure.layout.sliders[0].steps] == names
+    assert list(figure.data[1].x) == ["d", "e", "other"]
 
 
 class Owner:  # anything a weak reference can name

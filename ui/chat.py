@@ -63,7 +63,9 @@ def _talk(page: str, job: Job) -> None:
     seed = seed_column.number_input("seed", 0, 10_000, 0, key=f"{page}:chat_seed", disabled=decoding == "greedy")
     prompt_key = f"{page}:chat_prompt"
     examples = example_prompts(models.task)
-    st.session_state.setdefault(prompt_key, examples[0])
+    if st.session_state.get(f"{page}:chat_task") != models.task:  # a run of another task: one of its prompts
+        st.session_state[f"{page}:chat_task"] = models.task
+        st.session_state[prompt_key] = examples[0]
     typed = typed_column.text_input("prompt", key=prompt_key,
                                     help=f"A prompt of task {models.task}, like the ones it trained on.")
     examples_column.pills("examples", examples, key=f"{page}:chat_example", on_change=_use_example,
