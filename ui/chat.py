@@ -139,7 +139,8 @@ def probe_figure(probe: Probe, history: list[tuple[int, list[float]]]) -> go.Fig
 
     def policy(step: int, probabilities: list[float]) -> dict:
         return {"type": "bar", "x": x, "y": probabilities, "name": f"policy at step {step}",
-                "marker": {"color": "#1f77b4"}, "texttemplate": "%{y:.2f}", "textposition": "outside"}
+                "marker": {"color": "#1f77b4"}, "texttemplate": "%{y:.2f}", "textposition": "outside",
+                "cliponaxis": False}
 
     slider = {
         "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "x": 0.08, "len": 0.92, "y": 0,
