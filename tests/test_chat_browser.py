@@ -20,7 +20,7 @@ ANIMATION = """() => {
 
 
 def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
-    from playwright.sync_api import expect  # here: a machine without Playwright skips this file on Chromium's absence
+    from playwright.sync_api import expect  # imported here, as app_driver does: collecting the file needs no Playwright
 
     with serve_app(tmp_path / "streamlit.log") as (url, _), browser_page() as page:
         open_page(page, f"{url}/grpo?{QUICK}", PAGES["grpo"])
