@@ -28,9 +28,9 @@ from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.messages import brief
 from rl_core.models import MODEL_PRESETS
 from toy_tasks import DEFAULT_TASK, TASKS
+from ui import chat
 from ui import share as share_state
 from ui.bridge import scale_exports
-from ui.chat import talk_to_run
 from ui.dashboard import dashboard
 from ui.jobs import Job, TrainingSlots
 from ui.knobs import KNOBS, difference_text, render_knob
@@ -126,7 +126,7 @@ def live_lab(
         fragment = st.fragment(_instrument_dashboard, run_every=REFRESH_SECONDS if busy else None,
                                key=f"{page}-dashboard")
         fragment(page, focus, prediction, busy)
-    talk_to_run(page)
+    chat.talk_to_run(page)
 
 
 def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Prediction | None, live: bool) -> None:
