@@ -12,6 +12,7 @@ import os
 import statistics
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rl_core.chat import ChatModels, Probe
 from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.messages import brief
@@ -151,6 +153,31 @@ def planned_seconds_left(runs: list[RunConfig], workers: int, slots: TrainingSlo
     return lambda elapsed: max(total - (elapsed or 0.0), 0.0)
 
 
+class KeptModels:
+    """The models ended runs keep to be talked to (`ChatModels`), at most `budget` bytes in the whole server: the
+    oldest run's go first. A run dropped from its page takes its models along (the keys are weak)."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._kept: weakref.WeakKeyDictionary[object, ChatModels] = weakref.WeakKeyDictionary()  # oldest first
+
+    def keep(self, owner: object, models: ChatModels) -> None:
+        with self._lock:
+            self._kept[owner] = models
+            while len(self._kept) > 1 and sum(m.nbytes for m in self._kept.values()) > self.budget:
+                del self._kept[next(iter(self._kept))]
+
+    def get(self, owner: object) -> ChatModels | None:
+        with self._lock:
+            return self._kept.get(owner)
+
+
+# A run's two models take 0.8 MiB (tiny), 6.2 MiB (small) or 656 MiB (the gpt2 shape with the lab's 98-token
+# vocabulary): the chat keeps three gpt2-shaped runs, or every small run the learners keep on their pages.
+KEPT_MODELS = KeptModels(budget=2 << 30)
+
+
 class MetricHistory:
     """The scalar records of one run, at most `capacity` of them.
 
@@ -273,6 +300,9 @@ class Job(BackgroundJob):
         self._history = MetricHistory()
         self._latest: dict | None = None
         self._samples = SampleHistory()
+        self._probe: Probe | None = None
+        self._probe_start: list[float] = []  # the probe before RL, never thinned away
+        self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
         self._setup: dict = {}
         self._error: str | None = None
@@ -326,6 +356,19 @@ class Job(BackgroundJob):
                 elapsed=(self._ended or time.monotonic()) - self._started,
             )
 
+    def chat_models(self) -> ChatModels | None:
+        """The ended run's policy and reference to talk to; None while it runs, if it never trained a step, or
+        once the server has let them go (`KEPT_MODELS`)."""
+        return KEPT_MODELS.get(self)
+
+    def probe(self) -> tuple[Probe | None, list[tuple[int, list[float]]]]:
+        """The run's probe and its probabilities by step, step 0 being the policy before RL."""
+        with self._lock:
+            if self._probe is None:
+                return None, []
+            steps = [(r["step"], r["probabilities"]) for r in self._probe_steps.records]
+            return self._probe, [(0, self._probe_start), *steps]
+
     # ------------------------------------------------------------------ the training thread
     def _set(self, **fields) -> None:
         with self._lock:
@@ -366,15 +409,26 @@ class Job(BackgroundJob):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
                     trainer = Trainer(self.run, stop_event=self.stop_event)
                     setup = trainer.prepare(self._on_progress)
-                    self._set(status="training", phase=None, setup=setup)
+                    temperature = self.run.algo.temperature
+                    probe = Probe.of(self.run.task, trainer.reference, trainer.tokenizer, trainer.max_new_tokens,
+                                     temperature)
+                    self._set(status="training", phase=None, setup=setup, probe=probe,
+                              probe_start=probe.probabilities(trainer.policy, temperature))
                     started = time.perf_counter()
                     for record in trainer.steps():
                         record["elapsed"] = time.perf_counter() - started  # as a sweep's: "seconds to 90 %"
                         self._add(record)
+                        probing = time.perf_counter()
+                        probabilities = probe.probabilities(trainer.policy, temperature)
+                        with self._lock:
+                            self._probe_steps.add({"step": record["step"], "probabilities": probabilities})
+                        started += time.perf_counter() - probing  # the probe's pass is no part of the run's time
                         store.add_step(run_id, record)
                     if not self.stop_event.is_set() and self._step_times:
                         final = trainer.evaluate()
                         self.slots.observe_speed(statistics.fmean(self._step_times), estimated_step_seconds(self.run))
+                    if self._step_times:
+                        KEPT_MODELS.keep(self, ChatModels.of(trainer))
         except TrainingStopped:
             pass
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback

@@ -29,6 +29,7 @@ from rl_core.messages import brief
 from rl_core.models import MODEL_PRESETS
 from rl_core.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
+from ui import chat
 from ui import share as share_state
 from ui.bridge import scale_exports
 from ui.classroom import record_answer
@@ -143,6 +144,7 @@ def live_lab(
         fragment = st.fragment(_instrument_dashboard, run_every=REFRESH_SECONDS if busy else None,
                                key=f"{page}-dashboard")
         fragment(page, focus, prediction, busy)
+    chat.talk_to_run(page)
 
 
 def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Prediction | None, live: bool) -> None:

@@ -1,0 +1,48 @@
+"""Talk to this run in the real app (`streamlit run app.py`, Chromium through Playwright): after a short GRPO run a
+prompt the task never shows is refused by name, a typed prompt gets both answers and the right one, and the probe's
+animation plays from step 0 back to the last step."""
+
+import re
+
+import pytest
+
+from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, serve_app
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
+              pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
+
+QUICK = "algo=grpo&seed=0&steps=10&sft_steps=50"
+ANIMATION = """() => {
+    const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .find(gd => gd._transitionData && gd._transitionData._frames.length);
+    return gd ? {frames: gd._transitionData._frames.map(f => f.name), active: gd._fullLayout.sliders[0].active} : null;
+}"""
+
+
+def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
+    from playwright.sync_api import expect  # imported here, as app_driver does: collecting the file needs no Playwright
+
+    with serve_app(tmp_path / "streamlit.log") as (url, _), browser_page() as page:
+        open_page(page, f"{url}/grpo?{QUICK}", PAGES["grpo"])
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train", exact=True).click()
+        page.get_by_text(re.compile(r"Finished \d+ steps")).first.wait_for(timeout=300_000)
+        page.get_by_text("Talk to this run", exact=True).wait_for(timeout=60_000)
+        prompt = page.get_by_label("prompt", exact=True)
+        expect(prompt).to_have_value("ggd>", timeout=30_000)  # the task's first example prompt
+
+        prompt.fill("abz")
+        prompt.press("Enter")
+        page.get_by_text("prompt 'abz' cannot be asked: task caesar never shows 'z'").wait_for(timeout=30_000)
+
+        prompt.fill("abc")
+        prompt.press("Enter")
+        page.get_by_text("The right answer to").filter(has_text="bcd").wait_for(timeout=30_000)
+        page.get_by_text("Before RL: the reference (SFT) answers").wait_for(timeout=30_000)
+        page.get_by_text("After RL: run #1 answers").wait_for(timeout=30_000)
+
+        page.wait_for_function(f"() => ({ANIMATION})() !== null", timeout=30_000)
+        animation = page.evaluate(ANIMATION)
+        assert animation["frames"] == [str(step) for step in range(11)] and animation["active"] == 10
+        page.locator(".updatemenu-button").first.click()  # ▶ plays from step 0 to the last step
+        page.wait_for_function(f"() => ({ANIMATION})().active < 10", timeout=30_000, polling=20)
+        page.wait_for_function(f"() => ({ANIMATION})().active === 10", timeout=30_000)
