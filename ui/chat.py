@@ -16,7 +16,7 @@ from rl_core.chat import Answer, ChatModels, Probe, check_prompt, example_prompt
 from rl_core.messages import brief
 from toy_tasks import get_task
 from toy_tasks.base import ExactAnswerTask
-from ui.dashboard import _follow_newest
+from ui.dashboard import follow_newest
 from ui.jobs import Job
 from ui.runs import labels
 from ui.tokens import EOS_TOKEN
@@ -35,7 +35,7 @@ def talk_to_run(page: str) -> None:
     st.subheader("Talk to this run")
     names = labels(runs)
     key = f"{page}:chat_run"
-    _follow_newest(key, [job.number for job in ended])
+    follow_newest(key, [job.number for job in ended])
     if len(ended) > 1:
         st.selectbox("run", [job.number for job in ended], key=key, format_func=lambda n: names[n],
                      help="Which ended run to ask; its reference is its own SFT warm start.")

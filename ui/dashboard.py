@@ -153,14 +153,14 @@ def _token_run(page: str, runs: list[Job], names: dict[int, str]) -> Job:
     the newest run while the learner has not chosen another."""
     key = f"{page}:token_run"
     numbers = [job.number for job in runs]
-    _follow_newest(key, numbers)
+    follow_newest(key, numbers)
     if len(runs) > 1:
         st.selectbox("samples of run", numbers, key=key, format_func=lambda n: names[n],
                      help="Whose sampled responses to show; clicking a run's point on a chart chooses it too.")
     return next(job for job in runs if job.number == st.session_state[key])
 
 
-def _follow_newest(key: str, options: list) -> None:
+def follow_newest(key: str, options: list) -> None:
     """Keep a widget's choice (`key`) on the newest of `options` as they grow, unless the learner chose an older
     one; a choice no longer offered falls back to the newest."""
     latest = f"{key}:latest"
@@ -176,7 +176,7 @@ def token_view(page: str, job: Job, snap: JobSnapshot) -> None:
         st.caption("No sampled responses recorded for this run.")
         return
     key = f"{page}:token_step"
-    _follow_newest(key, steps)  # the newest step while training, unless the learner has scrubbed back
+    follow_newest(key, steps)  # the newest step while training, unless the learner has scrubbed back
     step_column, colour_column = st.columns([3, 2])
     step = step_column.select_slider(
         "step", steps, key=key, help="Scrub through the run: every step's samples are kept (evenly thinned "
