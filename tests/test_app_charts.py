@@ -18,7 +18,7 @@ from ui import share
 from ui.charts import (CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, policy_term_cancels,
                        run_colour, thin)
 from ui.predict import end_versus_start, ever_above, mean_near_zero
-from ui.runs import labels
+from ui.runs import SHORT_LABEL, full_labels, labels, short_label
 from ui.tokens import COLOURINGS, legend_html, token_html, token_term
 
 CHART = {chart.title: chart for chart in CHARTS}
@@ -455,3 +455,17 @@ def test_a_kl_spike_of_one_overlaid_run_puts_the_kl_chart_on_a_log_axis_and_says
         assert figure(kl, shown).layout.yaxis.type is None
         assert "Log axis" not in caption(kl, shown)
     assert figure(CHART["Token entropy"], [grpo, dapo]).layout.yaxis.type is None, "only where the chart asks"
+
+
+def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
+    runs = [FakeJob(1), FakeJob(2, beta=0.1),
+            FakeJob(3, variant="DAPO", seed=1, epsilon_high=0.28, loss_agg_mode="token-mean", dynamic_sampling=True)]
+    names = labels(runs)
+    assert names[3] == "#3 · variant=DAPO, seed=1, epsilon_high=0.28, loss_agg_mode=token-mean, dynamic_sampling=True"
+    assert short_label(names[3]) == "#3 · variant=DAPO, seed=1 +3 more"
+    assert len(short_label(names[3]).split(" +")[0]) <= SHORT_LABEL
+    assert short_label(names[2]) == "#2 · beta=0.1", "a short label stays whole"
+    assert short_label("#4 · loss_agg_mode=seq-mean-token-sum-norm, seed=2") == "#4 · loss_agg_mode=seq-mean-tok… +1 more"  # 31 + "…" = 32
+    help_text = full_labels([1, 2, 3], names)
+    assert help_text.endswith(f"- {names[3]}") and "#2" not in help_text, "only the cut labels, in full"
+    assert full_labels([1, 2], names) == ""

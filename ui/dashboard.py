@@ -12,7 +12,7 @@ from ui.bridge import unipo_download
 from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
 from ui.jobs import SETUP_PHASES, Job, JobSnapshot
 from ui.predict import Prediction
-from ui.runs import differences, download, labels, picker
+from ui.runs import differences, download, full_labels, labels, picker, short_label
 from ui.tokens import COLOURINGS, EOS_TOKEN, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
@@ -152,8 +152,9 @@ def _token_run(page: str, runs: list[Job], names: dict[int, str]) -> Job:
     numbers = [job.number for job in runs]
     _follow_newest(key, numbers)
     if len(runs) > 1:
-        st.selectbox("samples of run", numbers, key=key, format_func=lambda n: names[n],
-                     help="Whose sampled responses to show; clicking a run's point on a chart chooses it too.")
+        st.selectbox("samples of run", numbers, key=key, format_func=lambda n: short_label(names[n]),
+                     help="Whose sampled responses to show; clicking a run's point on a chart chooses it too."
+                          + full_labels(numbers, names))
     return next(job for job in runs if job.number == st.session_state[key])
 
 
