@@ -373,11 +373,13 @@ PLOT_PX, AXIS_PX, LEGEND_ROW_PX = 210, 55, 20
 LEGEND_WIDTH_PX, LEGEND_SAMPLE_PX, LEGEND_CHAR_PX = 260, 40, 6.5
 
 
-def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go.Figure:
+def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marked_step: int | None = None
+           ) -> go.Figure:
     """The chart for these runs. One run: a colour per series. Several (or `by_run`, where the page shows
     several runs): a colour per run, a dash per series, so that a colour means one run on every chart of the
     page, also on a chart that holds only one of them (e.g. GSPO's clip fraction beside a GRPO run).
-    The legend sits under the plot area, whatever its length, and the figure grows to hold it."""
+    The legend sits under the plot area, whatever its length, and the figure grows to hold it. `marked_step`
+    (the step the token view shows) is a dotted vertical line across the plot, the same on every chart."""
     overlay = len(runs) > 1 if by_run is None else by_run
     log = log_axis(chart, runs)
     runs = shown_runs(chart, runs)
@@ -445,11 +447,27 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go
                    **({"range": list(chart.y_range)} if chart.y_range else {}),
                    **(_log_yaxis(log_range(run_peaks(chart, runs))) if log else {})),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
+        **(step_marker(marked_step) if marked_step is not None else {}),
     )
     # Plotly's per-property validation costs ~8x the rest of a redraw (≈0.25 s of CPU for the whole dashboard,
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
     # test builds every chart with validation on.
     return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+MARKER_COLOUR = "#444"
+
+
+def step_marker(step: int) -> dict:
+    """Layout entries that mark `step` on a chart: a dotted line from the bottom of the plot to its top, labelled
+    "tokens" (what the token view shows), whatever the y axis."""
+    return dict(
+        shapes=[dict(type="line", xref="x", yref="paper", x0=step, x1=step, y0=0, y1=1,
+                     line=dict(color=MARKER_COLOUR, width=1.5, dash="dot"))],
+        annotations=[dict(x=step, xref="x", y=1, yref="paper", text=f"tokens: step {step}", showarrow=False,
+                          xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.7)",
+                          font=dict(size=10, color=MARKER_COLOUR))],
+    )
 
 
 def _log_yaxis(bounds: tuple[float, float]) -> dict:

@@ -31,7 +31,7 @@ from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share as share_state
 from ui.bridge import scale_exports
 from ui.dashboard import dashboard
-from ui.jobs import Job, TrainingSlots
+from ui.jobs import Job, TrainingSlots, token_view_responses
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
@@ -290,7 +290,7 @@ def _run_config(variant: str, values: dict, knobs: Sequence[str]) -> RunConfig:
         seed=values["seed"],
         sft_steps=values["sft_steps"],
         demo_noise=values["demo_noise"],
-        samples_per_record=max(4, min(algo.num_generations, 8)),  # a whole group when it fits
+        samples_per_record=token_view_responses(algo.prompts_per_step, algo.num_generations),
     )
     run.validate()
     check_runs([run])
