@@ -242,3 +242,38 @@ def test_a_reload_is_the_same_learner_and_another_browser_is_not(app_url, page):
         elsewhere.wait_for_function(f"() => document.cookie.includes('rlhf_lab_learner={first}')", timeout=30_000)
     finally:
         other.close()
+
+
+SLIDER_VALUE = """(label) => {
+    const slider = Array.from(document.querySelectorAll('[data-testid="stSlider"]'))
+        .find(s => s.innerText.includes(label));
+    return slider.querySelector('[data-testid="stSliderThumbValue"]').innerText;
+}"""
+
+
+def test_fast_arrow_keys_under_load_leave_the_share_link_agreeing_with_the_sliders(app_url, page):
+    # The load: another learner's training on the same server, redrawn every second.
+    other = page.context.browser.new_context(viewport=LAPTOP).new_page()
+    open_page(other, f"{app_url}/grpo?{LONG.replace('steps=30', 'steps=200')}", PAGES["grpo"])
+    press_train(other)
+    open_page(page, f"{app_url}/grpo?{QUICK}", PAGES["grpo"])
+    wait_for_chart_points(other)
+    slider = page.get_by_test_id("stSlider").filter(has_text="KL coefficient β").get_by_role("slider")
+    disagreements = []
+    for attempt, keys in enumerate((["ArrowRight"] * 6, ["ArrowLeft"] * 4, ["ArrowRight"] * 5, ["ArrowLeft"] * 7)):
+        slider.focus()
+        for key in keys:
+            page.keyboard.press(key, delay=0)  # as fast as a held key repeats, faster than a loaded server reruns
+        page.wait_for_timeout(4000)  # every rerun the presses asked for has ended
+        shown = page.evaluate(SLIDER_VALUE, "KL coefficient β")
+        page.get_by_role("button", name="Share", exact=True).click()
+        code = page.get_by_test_id("stCode").filter(has_text="?")
+        code.wait_for(timeout=30_000)
+        link = code.inner_text()
+        page.keyboard.press("Escape")
+        beta = re.search(r"[?&]beta=([^&\s]+)", link)
+        written = beta.group(1) if beta else "0.04"  # the preset's default is left out of the link
+        if written != shown or f"beta={shown}" not in page.url and shown != "0.04":
+            disagreements.append((attempt, shown, link, page.url))
+    other.context.close()
+    assert not disagreements, disagreements
