@@ -78,16 +78,19 @@ def check_algo(preset: str, values: dict) -> None:
     get_preset(preset, **{k: v for k, v in values.items() if k not in RUN_PARAMS})
 
 
-def write(preset: str, values: dict, defaults: dict) -> None:
-    """Mirror the page's settings in the URL: the preset, the seed, and every value that differs from its default."""
+def write(preset: str, values: dict, defaults: dict) -> dict[str, str]:
+    """Mirror the page's settings in the URL: the preset, the seed, and every value that differs from its default.
+    Returns the parameters written, for `link`."""
     wanted = {"algo": preset, "seed": text(values["seed"])} | {
         name: text(value) for name, value in values.items() if name != "seed" and value != defaults.get(name)
     }
     if dict(st.query_params) != wanted:
         st.query_params.from_dict(wanted)
+    return wanted
 
 
-def link() -> str:
-    """The page's address with its settings, for the learner to copy."""
-    query = "&".join(f"{k}={v}" for k, v in st.query_params.items())
+def link(params: dict[str, str]) -> str:
+    """The page's address with these settings (`write`'s, the values the widgets hold in this run: not the
+    browser's query string, which lags behind fast changes), for the learner to copy."""
+    query = "&".join(f"{k}={v}" for k, v in params.items())
     return f"{(st.context.url or '').split('?')[0]}?{query}"  # no URL without a browser (AppTest)
