@@ -2,9 +2,10 @@
 
 Screenshots every page (folder: env RLHF_LAB_SCREENSHOTS, else a temporary one); on the GRPO page checks that
 Train and a live chart's first point share the first screen, that a chart point opens its step in the token
-view and a token its term of the loss, that six overlaid runs keep their legends outside the plot area; that
-seed-band legends keep the groups' order; that a link carries the settings; and that under load a dashboard says
-"Finished" soon after its run has finished.
+view and a token its term of the loss, and that every chart marks the step chosen there; that six overlaid runs
+keep their legends outside the plot area; that seed-band legends keep the groups' order; that a link carries the
+settings; that under load a dashboard says "Finished" soon after its run has finished; and that fast arrow keys
+under load leave the Share link naming the value the slider shows.
 """
 
 import os
@@ -62,6 +63,10 @@ POINT_OF_CHART = """([title, index]) => {
     const box = gd.getBoundingClientRect();
     return {step: trace.x[index], x: box.left + layout._size.l + layout.xaxis.l2p(trace.x[index]),
             y: box.top + layout._size.t + layout.yaxis.l2p(trace.y[index])};
+}"""
+EVERY_CHART_MARKS = """(step) => {
+    const charts = Array.from(document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot'));
+    return charts.length > 1 && charts.every(gd => (gd.layout.shapes || []).some(s => s.x0 === step));
 }"""
 LEGEND_AND_PLOT = """(title) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
@@ -140,6 +145,9 @@ def test_the_instrument_fits_a_laptop_screen_and_links_charts_tokens_and_formula
     page.get_by_text("Gradient weight on log π").wait_for(timeout=30_000)
     assert page.locator(".katex").filter(has_text="ℓ").count() >= 1
     screenshot(page, screenshots() / "grpo-token-view.png", LAPTOP)
+    # The step the token view shows, chosen there, is marked on every chart of the page.
+    page.get_by_role("tab", name="Charts").click()
+    page.wait_for_function(EVERY_CHART_MARKS, arg=target["step"] + 1, timeout=30_000)
     print(f"first chart point {seconds:.1f} s after Train; first point at {point}")
 
 
