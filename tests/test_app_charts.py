@@ -450,8 +450,10 @@ def test_a_kl_spike_of_one_overlaid_run_puts_the_kl_chart_on_a_log_axis_and_says
         "Log axis: #2's peak (3) is 300 times #1's (0.01), which a linear axis would flatten to 0. It starts at "
         "0.0001, 100 times below the lower peak: smaller values and those at or below 0 (k1's negative means) are "
         "not drawn.")
-    # Runs within 100-fold of each other, and one run alone, keep the linear axis and the plain caption.
-    for shown in ([grpo], [grpo, ChartRun("#3", dapo.records[:1], get_preset("dapo"), tag="#3")]):
+    # Runs within 10-fold of each other (peaks 0.01 and 0.05), and one run alone, keep the linear axis and the
+    # plain caption.
+    closer = [{"step": 1, **{k: 5 * v for k, v in near.items()}}]
+    for shown in ([grpo], [grpo, ChartRun("#3", closer, get_preset("dapo"), tag="#3")]):
         assert figure(kl, shown).layout.yaxis.type is None
         assert "Log axis" not in caption(kl, shown)
     assert figure(CHART["Token entropy"], [grpo, dapo]).layout.yaxis.type is None, "only where the chart asks"
