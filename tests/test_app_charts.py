@@ -467,7 +467,9 @@ def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
     assert short_label(names[3]) == "#3 · variant=DAPO, seed=1 +3 more"
     assert len(short_label(names[3]).split(" +")[0]) <= SHORT_LABEL
     assert short_label(names[2]) == "#2 · beta=0.1", "a short label stays whole"
-    assert short_label("#4 · loss_agg_mode=seq-mean-token-sum-norm, seed=2") == "#4 · loss_agg_mode=seq-mean-tok… +1 more"  # 31 + "…" = 32
+    # one setting longer than the pill: cut to 31 characters and "…" (32)
+    assert short_label("#4 · loss_agg_mode=seq-mean-token-sum-norm, seed=2") == \
+        "#4 · loss_agg_mode=seq-mean-tok… +1 more"
     help_text = full_labels([1, 2, 3], names)
     assert help_text.endswith(f"- {names[3]}") and "#2" not in help_text, "only the cut labels, in full"
     assert full_labels([1, 2], names) == ""

@@ -191,8 +191,9 @@ def _follow_newest(key: str, options: list) -> None:
 # ---------------------------------------------------------------------------------------------- tokens
 def token_view(page: str, job: Job, snap: JobSnapshot, name: str) -> None:
     """The chosen run's step (`_token_step`, already settled) group by group, or every group of it."""
-    st.markdown(f'<div style="font-size:0.9rem"><span style="color:{run_colour(job.number)};font-weight:700">━</span> '
-                f"samples of run <b>{html.escape(name)}</b></div>", unsafe_allow_html=True)
+    swatch = f'<span style="color:{run_colour(job.number)};font-weight:700">━</span>'
+    st.markdown(f'<div style="font-size:0.9rem">{swatch} samples of run <b>{html.escape(name)}</b></div>',
+                unsafe_allow_html=True)
     steps = sorted(snap.samples)
     if not steps:
         st.caption("No sampled responses recorded for this run.")

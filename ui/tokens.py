@@ -158,8 +158,8 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
 
 
 def groups(samples: list[dict], num_generations: int) -> list[list[dict]]:
-    """A step's recorded responses by group: the trainer records the batch's first rows, and rows i·G … i·G + G − 1
-    answer the same prompt (`rl_core.rollout.sample`). The last group may be partial (fewer recorded)."""
+    """A step's recorded responses by group: the trainer records the batch's first rows, and rows i·G to
+    i·G + G − 1 answer the same prompt (`rl_core.rollout.sample`). The last group may be partial."""
     return [samples[start : start + num_generations] for start in range(0, len(samples), num_generations)]
 
 
