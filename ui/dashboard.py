@@ -236,7 +236,8 @@ def _token_formula(page: str, job: Job, samples: list[dict], beta: float | None)
     """Pick a token; see the run's own loss with its numbers filled in."""
     algo = job.run.algo
     row_column, token_column = st.columns([1, 4])
-    if st.session_state.get(f"{page}:token_row", 0) >= len(samples):  # fewer responses shown than before
+    chosen = st.session_state.get(f"{page}:token_row")
+    if isinstance(chosen, int) and chosen >= len(samples):  # fewer responses shown than before (one group)
         st.session_state[f"{page}:token_row"] = 0
     row = row_column.selectbox("response", range(len(samples)), key=f"{page}:token_row",
                                format_func=lambda i: f"{i + 1}. {samples[i]['prompt']}")
