@@ -18,7 +18,7 @@ from ui import share
 from ui.charts import (CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, policy_term_cancels,
                        run_colour, thin)
 from ui.predict import end_versus_start, ever_above, mean_near_zero
-from ui.runs import labels
+from ui.runs import SHORT_LABEL, full_labels, labels, short_label
 from ui.tokens import COLOURINGS, legend_html, token_html, token_term
 
 CHART = {chart.title: chart for chart in CHARTS}
@@ -443,3 +443,45 @@ def test_a_series_lying_on_another_stays_visible():
     # GRPO's k3 is in use (thick): drawn first, so the thin exact KL on top of it is not hidden.
     names = [t.name for t in figure(CHART["KL to the reference"], [run("grpo")]).data]
     assert names[0] == "k3 (in use)" and names.index("exact") > 0
+
+
+def test_a_kl_spike_of_one_overlaid_run_puts_the_kl_chart_on_a_log_axis_and_says_so():
+    kl = CHART["KL to the reference"]
+    near = {"kl_exact": 0.01, "kl_k1": -0.002, "kl_k2": 0.01, "kl_k3": 0.01}
+    grpo = ChartRun("#1 · grpo", [{"step": s, **{k: v * s / 10 for k, v in near.items()}} for s in range(1, 11)],
+                    get_preset("grpo"), tag="#1", colour=run_colour(1))
+    # DAPO (β = 0) drifts 300 times further: peak 3.0 against GRPO's 0.01
+    dapo = ChartRun("#2 · dapo", [{"step": s, **{k: 300 * v * s / 10 for k, v in near.items()}} for s in range(1, 11)],
+                    get_preset("dapo"), tag="#2", colour=run_colour(2))
+    drawn = figure(kl, [grpo, dapo])
+    go.Figure(drawn.to_dict())
+    assert drawn.layout.yaxis.type == "log"
+    # from 100 times below GRPO's peak (0.01 / 100) to 1.5 times DAPO's (4.5), in log10 units
+    assert drawn.layout.yaxis.range == pytest.approx((math.log10(1e-4), math.log10(4.5)))
+    assert caption(kl, [grpo, dapo]).endswith(
+        "Log axis: #2's peak (3) is 300 times #1's (0.01), which a linear axis would flatten to 0. It starts at "
+        "0.0001, 100 times below the lower peak: smaller values and those at or below 0 (k1's negative means) are "
+        "not drawn.")
+    # Runs within 10-fold of each other (peaks 0.01 and 0.05), and one run alone, keep the linear axis and the
+    # plain caption.
+    closer = [{"step": 1, **{k: 5 * v for k, v in near.items()}}]
+    for shown in ([grpo], [grpo, ChartRun("#3", closer, get_preset("dapo"), tag="#3")]):
+        assert figure(kl, shown).layout.yaxis.type is None
+        assert "Log axis" not in caption(kl, shown)
+    assert figure(CHART["Token entropy"], [grpo, dapo]).layout.yaxis.type is None, "only where the chart asks"
+
+
+def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
+    runs = [FakeJob(1), FakeJob(2, beta=0.1),
+            FakeJob(3, variant="DAPO", seed=1, epsilon_high=0.28, loss_agg_mode="token-mean", dynamic_sampling=True)]
+    names = labels(runs)
+    assert names[3] == "#3 · variant=DAPO, seed=1, epsilon_high=0.28, loss_agg_mode=token-mean, dynamic_sampling=True"
+    assert short_label(names[3]) == "#3 · variant=DAPO, seed=1 +3 more"
+    assert len(short_label(names[3]).split(" +")[0]) <= SHORT_LABEL
+    assert short_label(names[2]) == "#2 · beta=0.1", "a short label stays whole"
+    # one setting longer than the pill: cut to 31 characters and "…" (32)
+    assert short_label("#4 · loss_agg_mode=seq-mean-token-sum-norm, seed=2") == \
+        "#4 · loss_agg_mode=seq-mean-tok… +1 more"
+    help_text = full_labels([1, 2, 3], names)
+    assert help_text.endswith(f"- {names[3]}") and "#2" not in help_text, "only the cut labels, in full"
+    assert full_labels([1, 2], names) == ""

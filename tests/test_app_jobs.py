@@ -14,7 +14,7 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits, estimated_seconds
 from rl_core.store import RunStore
-from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left
+from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left, token_view_responses
 
 
 LONG = ServerLimits().max_steps  # the longest run the app allows by default: far longer than a test waits
@@ -139,6 +139,24 @@ def test_sample_history_stays_bounded_evenly_spaced_and_keeps_the_latest_step():
     kept = sorted(history.steps)
     assert {b - a for a, b in zip(kept, kept[1:])} == {history.stride}
     assert history.view()[1000] == [{"step": 1000}]
+
+
+def test_sample_history_counts_responses_so_a_step_of_every_group_thins_sooner():
+    history = SampleHistory(capacity=320)  # five steps of 64 responses
+    for step in range(1, 21):
+        history.add(step, [{"step": step}] * 64)
+    assert sum(map(len, history.steps.values())) <= 320
+    # halved at step 6 (1, 3, 5), then every second step kept until the next overflow at step 11 (1, 5, 9)
+    assert sorted(history.steps) == [1, 5, 9, 13, 17] and history.stride == 4
+    assert sorted(history.view()) == [1, 5, 9, 13, 17, 20], "the latest step always"
+
+
+def test_the_lab_records_every_group_of_a_step_up_to_64_responses_in_whole_groups():
+    assert token_view_responses(8, 8) == 64, "the default batch, whole"
+    assert token_view_responses(4, 8) == 32, "a smaller batch, whole"
+    assert token_view_responses(16, 8) == 64, "eight of sixteen groups"
+    assert token_view_responses(32, 3) == 63, "21 whole groups of 3"
+    assert token_view_responses(2, 64) == 64 and token_view_responses(64, 1) == 64
 
 
 def test_metric_history_stays_bounded_and_evenly_spaced():

@@ -264,6 +264,20 @@ def test_a_link_sets_the_knobs_and_the_page_writes_its_settings_back():
         {"algo": "dapo", "seed": "1", "epsilon_high": "0.31", "beta": "0.1"}
 
 
+def test_a_query_string_the_page_wrote_a_few_moves_ago_does_not_move_the_sliders_back():
+    at = open_with_url("grpo", algo="grpo", seed="0")
+    for beta in (0.05, 0.1, 0.2):  # three fast moves: each rerun writes its URL
+        at.select_slider(key="grpo:beta").set_value(beta).run()
+    # The browser's query string, sent with the next rerun, still holds the first move's URL (it lags under load).
+    at.query_params.clear()
+    at.query_params.update(algo="grpo", seed="0", beta="0.05")
+    at.run()
+    assert not at.exception and not at.warning
+    assert at.select_slider(key="grpo:beta").value == 0.2, "the learner's last move stands"
+    share = next(code.value for code in at.code if "beta=" in code.value)
+    assert share.endswith("?algo=grpo&seed=0&beta=0.2"), "the Share link names the value the slider holds"
+
+
 @pytest.mark.parametrize("name, value", [("epsilon_high", "abc"), ("epsilon_high", "-1"), ("num_generations", "1")])
 def test_a_bad_value_in_the_link_is_refused_by_name_and_the_default_kept(name, value):
     at = open_with_url("grpo", **{name: value})
@@ -341,6 +355,58 @@ def test_a_click_on_an_overlaid_trace_opens_that_runs_samples():
     assert not at.exception, at.exception
     assert at.session_state["lab:token_run"] == 2 and at.session_state["lab:token_step"] == 9
     assert at.session_state["lab:tab"] == "Tokens"
+
+
+@pytest.mark.timeout(TRAINING_TIMEOUT + 120)
+def test_the_token_view_shows_every_group_of_its_step_names_its_run_and_every_chart_marks_its_step(open_page):
+    at = open_page("grpo")
+    quick_settings(at, "grpo")
+    snap = train(at, "grpo")
+    # The whole batch is recorded at the defaults: 8 prompts × 8 responses, eight groups.
+    assert [len(samples) for samples in snap.samples.values()] == [64, 64]
+    # Every chart marks the step the token view shows: the newest, 2, until the learner chooses another.
+    marks = {title: [shape["x0"] for shape in chart_spec(at, title)["layout"].get("shapes", [])]
+             for title in chart_points(at)}
+    assert marks and set(map(tuple, marks.values())) == {(2,)}, marks
+    at.session_state["grpo:tab"] = "Tokens"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("samples of run <b>#1 · GRPO</b>" in m.value and run_colour(1) in m.value for m in at.markdown)
+    group = at.selectbox(key="grpo:token_group")
+    assert group.value == "all" and len(group.options) == 9, "all groups, or one of the eight"
+
+    def rows() -> list[str]:
+        view = next(m.value for m in at.markdown if "reward " in m.value and "font-family:monospace" in m.value)
+        return re.findall(r"(\d+)\. ", re.sub(r"<[^>]+>", " ", view)), re.findall(r">(group \d+) · ", view)
+
+    numbers, headings = rows()
+    assert len(numbers) == 64 and headings == [f"group {g}" for g in range(1, 9)]
+    group.set_value(2).run()
+    numbers, headings = rows()
+    assert len(numbers) == 8 and headings == ["group 3"], "one group: its eight responses under its summary"
+    assert at.selectbox(key="grpo:token_row").options[0].startswith("1. ")
+    # Choosing a step in the token view marks it on the charts.
+    at.select_slider(key="grpo:token_step").set_value(1).run()
+    at.session_state["grpo:tab"] = "Charts"
+    at.run()
+    assert not at.exception, at.exception
+    assert {chart_spec(at, title)["layout"]["shapes"][0]["x0"] for title in chart_points(at)} == {1}
+
+
+def test_a_clicked_step_whose_samples_were_thinned_opens_the_nearest_kept_step():
+    def page():
+        from types import SimpleNamespace
+
+        import streamlit as st
+
+        from ui.dashboard import _token_step
+
+        st.session_state["lab:token_step"] = 6  # a chart point at step 6; steps 1, 3, 5, 7 and 9 kept samples
+        st.session_state["lab:step"] = _token_step("lab", SimpleNamespace(samples=dict.fromkeys((1, 3, 5, 7, 9))))
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception, at.exception
+    assert at.session_state["lab:step"] == 5 == at.session_state["lab:token_step"], "the nearer of 5 and 7: 5"
 
 
 def test_a_run_without_a_prediction_still_gets_the_answer():

@@ -2,9 +2,10 @@
 
 Screenshots every page (folder: env RLHF_LAB_SCREENSHOTS, else a temporary one); on the GRPO page checks that
 Train and a live chart's first point share the first screen, that a chart point opens its step in the token
-view and a token its term of the loss, that six overlaid runs keep their legends outside the plot area; that
-seed-band legends keep the groups' order; that a link carries the settings; and that under load a dashboard says
-"Finished" soon after its run has finished.
+view and a token its term of the loss, and that every chart marks the step chosen there; that six overlaid runs
+keep their legends outside the plot area; that seed-band legends keep the groups' order; that a link carries the
+settings; that under load a dashboard says "Finished" soon after its run has finished; and that fast arrow keys
+under load leave the Share link naming the value the slider shows.
 """
 
 import os
@@ -62,6 +63,10 @@ POINT_OF_CHART = """([title, index]) => {
     const box = gd.getBoundingClientRect();
     return {step: trace.x[index], x: box.left + layout._size.l + layout.xaxis.l2p(trace.x[index]),
             y: box.top + layout._size.t + layout.yaxis.l2p(trace.y[index])};
+}"""
+EVERY_CHART_MARKS = """(step) => {
+    const charts = Array.from(document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot'));
+    return charts.length > 1 && charts.every(gd => (gd.layout.shapes || []).some(s => s.x0 === step));
 }"""
 LEGEND_AND_PLOT = """(title) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
@@ -140,6 +145,9 @@ def test_the_instrument_fits_a_laptop_screen_and_links_charts_tokens_and_formula
     page.get_by_text("Gradient weight on log π").wait_for(timeout=30_000)
     assert page.locator(".katex").filter(has_text="ℓ").count() >= 1
     screenshot(page, screenshots() / "grpo-token-view.png", LAPTOP)
+    # The step the token view shows, chosen there, is marked on every chart of the page.
+    page.get_by_role("tab", name="Charts").click()
+    page.wait_for_function(EVERY_CHART_MARKS, arg=target["step"] + 1, timeout=30_000)
     print(f"first chart point {seconds:.1f} s after Train; first point at {point}")
 
 
@@ -242,3 +250,38 @@ def test_a_reload_is_the_same_learner_and_another_browser_is_not(app_url, page):
         elsewhere.wait_for_function(f"() => document.cookie.includes('rlhf_lab_learner={first}')", timeout=30_000)
     finally:
         other.close()
+
+
+SLIDER_VALUE = """(label) => {
+    const slider = Array.from(document.querySelectorAll('[data-testid="stSlider"]'))
+        .find(s => s.innerText.includes(label));
+    return slider.querySelector('[data-testid="stSliderThumbValue"]').innerText;
+}"""
+
+
+def test_fast_arrow_keys_under_load_leave_the_share_link_agreeing_with_the_sliders(app_url, page):
+    # The load: another learner's training on the same server, redrawn every second.
+    other = page.context.browser.new_context(viewport=LAPTOP).new_page()
+    open_page(other, f"{app_url}/grpo?{LONG.replace('steps=30', 'steps=200')}", PAGES["grpo"])
+    press_train(other)
+    open_page(page, f"{app_url}/grpo?{QUICK}", PAGES["grpo"])
+    wait_for_chart_points(other)
+    slider = page.get_by_test_id("stSlider").filter(has_text="KL coefficient β").get_by_role("slider")
+    disagreements = []
+    for attempt, keys in enumerate((["ArrowRight"] * 6, ["ArrowLeft"] * 4, ["ArrowRight"] * 5, ["ArrowLeft"] * 7)):
+        slider.focus()
+        for key in keys:
+            page.keyboard.press(key, delay=0)  # as fast as a held key repeats, faster than a loaded server reruns
+        page.wait_for_timeout(4000)  # every rerun the presses asked for has ended
+        shown = page.evaluate(SLIDER_VALUE, "KL coefficient β")
+        page.get_by_role("button", name="Share", exact=True).click()
+        code = page.get_by_test_id("stCode").filter(has_text="?")
+        code.wait_for(timeout=30_000)
+        link = code.inner_text()
+        page.keyboard.press("Escape")
+        beta = re.search(r"[?&]beta=([^&\s]+)", link)
+        written = beta.group(1) if beta else "0.04"  # the preset's default is left out of the link
+        if written != shown or f"beta={shown}" not in page.url and shown != "0.04":
+            disagreements.append((attempt, shown, link, page.url))
+    other.context.close()
+    assert not disagreements, disagreements

@@ -23,7 +23,7 @@ from rl_core.reuse import recorded_when
 from rl_core.store import RunStore
 from ui.experiment_jobs import ExperimentJob
 from ui.compare import band_figure
-from ui.experiments_panel import RECORD_UNITS, experiments_for, record_title, what_happened
+from ui.experiments_panel import RECORD_UNITS, chart_panels, experiments_for, record_title, what_happened
 from ui.jobs import TrainingSlots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
     at.run()
     assert not at.exception, at.exception
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    assert [c["layout"]["title"]["text"] for c in charts] == [record_title(key) for key in experiment.charts]
+    assert [c["layout"]["title"]["text"] for c in charts] == [title for title, _ in chart_panels(experiment)]
     for chart in charts:
         names = [trace.get("name") for trace in chart["data"] if trace.get("showlegend", True)]
         assert names == [arm.label for arm in experiment.arms]
@@ -202,6 +202,32 @@ def test_an_experiments_log_charts_are_among_its_charts_and_drawn_on_a_log_axis(
     groups = {"arm": [[{"step": 1, "kl_exact": 0.005}, {"step": 2, "kl_exact": 2.5}]]}
     assert band_figure("kl_exact", groups, log=True).layout.yaxis.type == "log"
     assert band_figure("kl_exact", groups).layout.yaxis.type is None
+
+
+def test_k1_and_k3_spreads_share_one_chart_arm_by_arm():
+    experiment = get_experiment("kl_estimators")
+    panels = chart_panels(experiment)
+    keys = [key for _, shown in panels for key in shown]
+    assert sorted(keys) == sorted(experiment.charts), "every key drawn once"
+    title, together = next(panel for panel in panels if "kl_k1_std" in panel[1])
+    assert together == ("kl_k1_std", "kl_k3_std") and len(panels) == len(experiment.charts) - 1
+    groups = {arm.label: [[{"step": 1, "kl_k1_std": 0.1, "kl_k3_std": 0.015}]] for arm in experiment.arms}
+    drawn = band_figure(together, groups, title, RECORD_UNITS["kl_k1_std"], log=True,
+                        names={key: record_title(key) for key in together})
+    # one curve per arm and estimator: the colour names the arm, the dash the estimator
+    assert [(t.name, t.line.color, t.line.dash) for t in drawn.data] == [
+        (f"{arm.label} · {record_title(key)}", colour, dash)
+        for arm, colour in zip(experiment.arms, ("#1f77b4", "#d62728"))
+        for key, dash in zip(together, ("solid", "dash"))]
+    assert [t.y[0] for t in drawn.data] == [0.1, 0.015, 0.1, 0.015] and drawn.layout.yaxis.type == "log"
+
+
+def test_keys_charted_together_are_charts_of_one_unit_and_one_axis_type():
+    for experiment in EXPERIMENTS.values():
+        for keys in experiment.together.values():
+            assert set(keys) <= set(experiment.charts), experiment.name
+            assert len({RECORD_UNITS[key] for key in keys}) == 1, experiment.name
+            assert len({key in experiment.log_charts for key in keys}) == 1, experiment.name
 
 
 def test_every_experiment_chart_names_its_y_axis():

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.loss_terms import LOSS_TERMS
 from ui.present import chart_layout
+from ui.labs.figures import log_ticks
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
 LONG_TRACE = 30  # points from which a trace's markers are invisible (they would hide the line)
@@ -36,6 +37,11 @@ class Series:
 
 CORRECT, INCORRECT = "#2ca02c", "#d62728"
 NOISE_FLOOR = 1e-9  # |values| below this are float round-off of quantities that are exactly 0, e.g. KL(π ‖ π)
+# Overlaid runs whose peaks differ this many times: on a linear axis the smaller run is a flat line near 0, in a
+# tenth of the plot's height (seed 0, 30 steps: DAPO's β = 0 KL peaks at 3.97 nats, GRPO's β = 0.04 at 0.199), so
+# such a chart switches to a log axis, as experiments do. The axis starts LOG_FLOOR times below the lower peak.
+APART = 10
+LOG_FLOOR = 100
 
 
 def _clips_tokens(algo: AlgoConfig) -> bool:
@@ -62,6 +68,7 @@ class Chart:
     notes: Callable[[AlgoConfig], str] | None = None  # a caption line that depends on the algorithm
     y_range: tuple[float, float] | None = None  # a fixed axis, where outliers would flatten everything else
     noise_floor: bool = False  # values within NOISE_FLOOR of 0 are drawn as 0
+    log_when_apart: bool = False  # overlaid runs whose peaks differ APART-fold or more share a log axis
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,7 @@ CHARTS: tuple[Chart, ...] = (
         "far the policy drifts from the SFT model, and which estimator tracks the exact value.",
         unit="nats per token",
         emphasise=_kl_in_use,
+        log_when_apart=True,
         notes=lambda algo: ("The estimator in the loss is drawn thick." if _kl_in_use(algo)
                             else "β = 0: no KL term acts on this run; the curves only measure the drift."),
     ),
@@ -332,13 +340,45 @@ def has_data(chart: Chart, runs: list[ChartRun]) -> bool:
 
 def caption(chart: Chart, runs: list[ChartRun]) -> str:
     """The chart's caption and, for the algorithms shown, what it means for them; where overlaid runs differ in
-    what it means, each note names its runs ("#1, #3: …")."""
+    what it means, each note names its runs ("#1, #3: …"); and why the axis is logarithmic where it is."""
     tags_of_note: dict[str, list[str]] = {}
     for run in shown_runs(chart, runs) if chart.notes else ():
         tags_of_note.setdefault(chart.notes(run.algo), []).append(run.tag)
     if len(tags_of_note) > 1:
-        return " ".join([chart.caption, *(f"{', '.join(tags)}: {note}" for note, tags in tags_of_note.items())])
-    return " ".join([chart.caption, *tags_of_note])
+        notes = [f"{', '.join(tags)}: {note}" for note, tags in tags_of_note.items()]
+    else:
+        notes = list(tags_of_note)
+    peaks = run_peaks(chart, runs)
+    if log_axis(chart, runs):
+        high, low = max(peaks, key=peaks.get), min(peaks, key=peaks.get)
+        notes.append(f"Log axis: {high}'s peak ({peaks[high]:.3g}) is {peaks[high] / peaks[low]:,.0f} times {low}'s "
+                     f"({peaks[low]:.3g}), which a linear axis would flatten to 0. It starts at "
+                     f"{log_range(peaks)[0]:.2g}, {LOG_FLOOR} times below the lower peak: smaller values and those at "
+                     "or below 0 (k1's negative means) are not drawn.")
+    return " ".join([chart.caption, *notes])
+
+
+def run_peaks(chart: Chart, runs: list[ChartRun]) -> dict[str, float]:
+    """Each shown run's (by tag) largest positive value on this chart."""
+    peaks = {}
+    for run in shown_runs(chart, runs):
+        values = [_value(r, s.key) for r in run.records for s in chart.series]
+        positive = [v for v in values if v is not None and v > 0]
+        if positive:
+            peaks[run.tag] = max(positive)
+    return peaks
+
+
+def log_range(peaks: dict[str, float]) -> tuple[float, float]:
+    """A log axis for runs with these peaks: from LOG_FLOOR times below the lowest peak (the start of a run, at the
+    reference, is near 0 and would stretch the axis over many empty decades) to just above the highest."""
+    return min(peaks.values()) / LOG_FLOOR, max(peaks.values()) * 1.5
+
+
+def log_axis(chart: Chart, runs: list[ChartRun]) -> bool:
+    """Whether the chart draws these runs on a log axis: overlaid runs whose peaks differ APART-fold or more."""
+    peaks = run_peaks(chart, runs).values() if chart.log_when_apart and len(runs) > 1 else ()
+    return bool(peaks) and max(peaks) >= APART * min(peaks)
 
 
 def _drawn(chart: Chart, value: float | None) -> float | None:
@@ -358,12 +398,15 @@ PLOT_PX, AXIS_PX, LEGEND_ROW_PX = 210, 55, 20
 LEGEND_WIDTH_PX, LEGEND_SAMPLE_PX, LEGEND_CHAR_PX = 260, 40, 6.5
 
 
-def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go.Figure:
+def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marked_step: int | None = None
+           ) -> go.Figure:
     """The chart for these runs. One run: a colour per series. Several (or `by_run`, where the page shows
     several runs): a colour per run, a dash per series, so that a colour means one run on every chart of the
     page, also on a chart that holds only one of them (e.g. GSPO's clip fraction beside a GRPO run).
-    The legend sits under the plot area, whatever its length, and the figure grows to hold it."""
+    The legend sits under the plot area, whatever its length, and the figure grows to hold it. `marked_step`
+    (the step the token view shows) is a dotted vertical line across the plot, the same on every chart."""
     overlay = len(runs) > 1 if by_run is None else by_run
+    log = log_axis(chart, runs)
     runs = shown_runs(chart, runs)
     traces = []
 
@@ -426,13 +469,34 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None) -> go
         xaxis=dict(title=dict(text="step"), exponentformat="e"),
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
         yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
-                   **({"range": list(chart.y_range)} if chart.y_range else {})),
+                   **({"range": list(chart.y_range)} if chart.y_range else {}),
+                   **(_log_yaxis(log_range(run_peaks(chart, runs))) if log else {})),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
+        **(step_marker(marked_step) if marked_step is not None else {}),
     )
     # Plotly's per-property validation costs ~8x the rest of a redraw (≈0.25 s of CPU for the whole dashboard,
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
     # test builds every chart with validation on.
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
+
+
+MARKER_COLOUR = "#444"
+
+
+def step_marker(step: int) -> dict:
+    """Layout entries that mark `step` on a chart: a dotted line from the bottom of the plot to its top, labelled
+    "tokens" (what the token view shows), whatever the y axis."""
+    return dict(
+        shapes=[dict(type="line", xref="x", yref="paper", x0=step, x1=step, y0=0, y1=1,
+                     line=dict(color=MARKER_COLOUR, width=1.5, dash="dot"))],
+        annotations=[dict(x=step, xref="x", y=1, yref="paper", text=f"tokens: step {step}", showarrow=False,
+                          xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.7)",
+                          font=dict(size=10, color=MARKER_COLOUR))],
+    )
+
+
+def _log_yaxis(bounds: tuple[float, float]) -> dict:
+    return dict(type="log", range=[math.log10(bound) for bound in bounds], **log_ticks(bounds))
 
 
 def _legend_rows(widths: list[float]) -> int:

@@ -23,6 +23,7 @@ import dataclasses
 import io
 import math
 import threading
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import pandas as pd
@@ -38,7 +39,7 @@ from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
-from ui.charts import RUN_COLOURS, thin
+from ui.charts import DASHES, RUN_COLOURS, thin
 from rl_core.messages import brief
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
@@ -352,43 +353,54 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
 
-def band_figure(key: str, groups: dict[str, list[list[dict]]], title: str | None = None,
-                unit: str | None = None, log: bool = False) -> go.Figure:
+def band_figure(key: str | Sequence[str], groups: dict[str, list[list[dict]]], title: str | None = None,
+                unit: str | None = None, log: bool = False, names: Mapping[str, str] | None = None) -> go.Figure:
     """One curve per group: the mean over its seeds of `key` at every step, in a min–max band; the y axis
-    titled `unit`, by default the curve's own (`CURVE_UNITS`), and logarithmic with `log`."""
+    titled `unit`, by default the curve's own (`CURVE_UNITS`), and logarithmic with `log`. Several keys share the
+    chart: a colour per group, a dash per key, each curve named by its group and `names[key]`."""
+    keys = [key] if isinstance(key, str) else list(key)
     traces = []
     for index, (label, seeds) in enumerate(groups.items()):
         colour = RUN_COLOURS[index % len(RUN_COLOURS)]
-        by_step: dict[int, list[float]] = {}
-        for records in seeds:
-            for record in records:
-                if _finite(record.get(key)):
-                    by_step.setdefault(record["step"], []).append(record[key])
-        points = thin([(step, values) for step, values in sorted(by_step.items())])
-        if not points:
-            continue
-        steps = [step for step, _ in points]
-        if len(seeds) > 1:
-            traces.append(dict(type="scatter", x=steps, y=[max(v) for _, v in points], mode="lines",
-                               line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
-            traces.append(dict(type="scatter", x=steps, y=[min(v) for _, v in points], mode="lines", fill="tonexty",
-                               fillcolor="rgba({}, {}, {}, 0.2)".format(*hex_to_rgb(colour)),
-                               line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
-        traces.append(dict(type="scatter", x=steps, y=[sum(v) / len(v) for _, v in points],
-                           mode="lines+markers" if len(steps) < 30 else "lines", name=label,
-                           line=dict(color=colour, width=2), marker=dict(size=5)))
+        for dash, shown in zip(DASHES, keys):
+            traces += _band_traces(shown, seeds, colour, dash,
+                                   label if len(keys) == 1 else f"{label} · {(names or {}).get(shown, shown)}")
     layout = dict(
-        title=dict(text=title or CURVES[key], font=dict(size=15)),
+        title=dict(text=title or CURVES[keys[0]], font=dict(size=15)),
         height=320,
         margin=dict(l=10, r=10, t=40, b=10),
         # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11), traceorder="normal"),
         xaxis=dict(title=dict(text="step")),
-        yaxis=dict(title=dict(text=unit or CURVE_UNITS[key]), **({"type": "log"} if log else {})),
-        uirevision=key,  # keep zoom and hidden traces across the live refreshes
+        yaxis=dict(title=dict(text=unit or CURVE_UNITS[keys[0]]), **({"type": "log"} if log else {})),
+        uirevision=" ".join(keys),  # keep zoom and hidden traces across the live refreshes
     )
     # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
+
+
+def _band_traces(key: str, seeds: list[list[dict]], colour: str, dash: str, name: str) -> list[dict]:
+    """One group's curve of `key`: the mean over its seeds, in a min–max band where it has several."""
+    by_step: dict[int, list[float]] = {}
+    for records in seeds:
+        for record in records:
+            if _finite(record.get(key)):
+                by_step.setdefault(record["step"], []).append(record[key])
+    points = thin([(step, values) for step, values in sorted(by_step.items())])
+    if not points:
+        return []
+    steps = [step for step, _ in points]
+    traces = []
+    if len(seeds) > 1:
+        traces.append(dict(type="scatter", x=steps, y=[max(v) for _, v in points], mode="lines",
+                           line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
+        traces.append(dict(type="scatter", x=steps, y=[min(v) for _, v in points], mode="lines", fill="tonexty",
+                           fillcolor="rgba({}, {}, {}, 0.2)".format(*hex_to_rgb(colour)),
+                           line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
+    traces.append(dict(type="scatter", x=steps, y=[sum(v) / len(v) for _, v in points],
+                       mode="lines+markers" if len(steps) < 30 else "lines", name=name,
+                       line=dict(color=colour, width=2, dash=dash), marker=dict(size=5)))
+    return traces
 
 
 def _finite(value) -> bool:

@@ -3,6 +3,7 @@ the answer to the page's prediction. Drawn by one fragment per page (ui/lab.py),
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import streamlit as st
@@ -13,10 +14,11 @@ from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
 from ui.classroom import record_answer
 from ui.jobs import SETUP_PHASES, Job, JobSnapshot
 from ui.predict import Prediction
-from ui.runs import differences, download, labels, picker
-from ui.tokens import COLOURINGS, EOS_TOKEN, legend_html, token_html, token_term
+from ui.runs import differences, download, full_labels, labels, picker, short_label
+from ui.tokens import COLOURINGS, EOS_TOKEN, group_summary, groups, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
+ALL_GROUPS = "all"
 
 
 def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None) -> None:
@@ -33,18 +35,26 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
     shown = picker(page, runs, names)
     differences(shown)
     _follow_chart_click(page)
+    # The token view's run and step, settled before the charts are drawn: every chart marks that step.
+    token_job = _token_job(page, runs)
+    token_snap = snap if token_job is current else token_job.snapshot()
+    step = _token_step(page, token_snap)
     charts_tab, tokens_tab = st.tabs(TABS, key=f"{page}:tab", on_change="rerun")
     if charts_tab.open:
         with charts_tab:
             # With several runs on the page a colour names a run (the picker's swatches) on every chart.
-            _charts(page, shown, names, focus, by_run=len(runs) > 1)
+            _charts(page, shown, names, focus, by_run=len(runs) > 1, step=step)
             if not snap.active:
                 download(page, shown, names)
                 unipo_download(page, current)
     if tokens_tab.open:
         with tokens_tab:
-            job = _token_run(page, runs, names)
-            token_view(page, job, snap if job is current else job.snapshot())
+            if len(runs) > 1:
+                st.selectbox("samples of run", [job.number for job in runs], key=f"{page}:token_run",
+                             format_func=lambda n: short_label(names[n]),
+                             help="Whose sampled responses to show; clicking a run's point on a chart chooses it too."
+                                  + full_labels([job.number for job in runs], names))
+            token_view(page, token_job, token_snap, names[token_job.number])
 
 
 def progress(snap: JobSnapshot, job: Job) -> None:
@@ -107,7 +117,8 @@ def _chart_key(page: str, title: str) -> str:
     return f"{page}:chart:{title}"
 
 
-def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str], by_run: bool) -> None:
+def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str], by_run: bool,
+            step: int | None) -> None:
     chart_runs = [
         ChartRun(names[job.number], job.snapshot().records, job.run.algo, tag=f"#{job.number}",
                  colour=run_colour(job.number))
@@ -120,7 +131,7 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
     for row in range(0, len(charts), 2):
         for column, chart in zip(st.columns(2), charts[row : row + 2]):
             with column:
-                drawn = figure(chart, chart_runs, by_run)
+                drawn = figure(chart, chart_runs, by_run, marked_step=step)
                 # Which run each trace draws (its meta is the run's tag), so that a click opens that run's samples.
                 st.session_state[f"{page}:trace_runs:{chart.title}"] = [number_of[trace.meta] for trace in drawn.data]
                 st.plotly_chart(
@@ -128,7 +139,8 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
                     selection_mode="points", config={"displayModeBar": False},
                 )
                 st.caption(caption(chart, chart_runs))
-    st.caption("Click a point on a chart to see that step's sampled responses in the Tokens tab.")
+    st.caption("Click a point on a chart to see that step's sampled responses in the Tokens tab; the dotted line "
+               "on every chart marks the step the Tokens tab shows.")
 
 
 def _follow_chart_click(page: str) -> None:
@@ -148,16 +160,26 @@ def _follow_chart_click(page: str) -> None:
                 st.session_state[f"{page}:token_run"] = trace_runs[curve]
 
 
-def _token_run(page: str, runs: list[Job], names: dict[int, str]) -> Job:
-    """The run whose samples the token view shows: the one whose chart point was clicked, or the one chosen here;
-    the newest run while the learner has not chosen another."""
+def _token_job(page: str, runs: list[Job]) -> Job:
+    """The run whose samples the token view shows: the one whose chart point was clicked, or the one chosen in the
+    Tokens tab; the newest run while the learner has not chosen another."""
     key = f"{page}:token_run"
-    numbers = [job.number for job in runs]
-    follow_newest(key, numbers)
-    if len(runs) > 1:
-        st.selectbox("samples of run", numbers, key=key, format_func=lambda n: names[n],
-                     help="Whose sampled responses to show; clicking a run's point on a chart chooses it too.")
+    follow_newest(key, [job.number for job in runs])
     return next(job for job in runs if job.number == st.session_state[key])
+
+
+def _token_step(page: str, snap: JobSnapshot) -> int | None:
+    """The step the token view shows (None before the first): the newest while training, unless the learner chose
+    one (a chart click, the step slider). A clicked step whose samples were thinned away opens the nearest kept."""
+    steps = sorted(snap.samples)
+    if not steps:
+        return None
+    key = f"{page}:token_step"
+    chosen = st.session_state.get(key)
+    if isinstance(chosen, int) and chosen not in steps and st.session_state.get(f"{key}:latest") != chosen:
+        st.session_state[key] = min(steps, key=lambda s: (abs(s - chosen), s))
+    follow_newest(key, steps)
+    return st.session_state[key]
 
 
 def follow_newest(key: str, options: list) -> None:
@@ -170,26 +192,44 @@ def follow_newest(key: str, options: list) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- tokens
-def token_view(page: str, job: Job, snap: JobSnapshot) -> None:
+def token_view(page: str, job: Job, snap: JobSnapshot, name: str) -> None:
+    """The chosen run's step (`_token_step`, already settled) group by group, or every group of it."""
+    swatch = f'<span style="color:{run_colour(job.number)};font-weight:700">━</span>'
+    st.markdown(f'<div style="font-size:0.9rem">{swatch} samples of run <b>{html.escape(name)}</b></div>',
+                unsafe_allow_html=True)
     steps = sorted(snap.samples)
     if not steps:
         st.caption("No sampled responses recorded for this run.")
         return
-    key = f"{page}:token_step"
-    follow_newest(key, steps)  # the newest step while training, unless the learner has scrubbed back
-    step_column, colour_column = st.columns([3, 2])
+    step_column, group_column, colour_column = st.columns([3, 2, 3])
     step = step_column.select_slider(
-        "step", steps, key=key, help="Scrub through the run: every step's samples are kept (evenly thinned "
-        "beyond 200 steps).",
+        "step", steps, key=f"{page}:token_step", help="Scrub through the run: every step's samples are kept "
+        "(evenly thinned on long runs, the latest always kept); the charts mark the step shown.",
+    )
+    by_group = groups(snap.samples[step], job.run.algo.num_generations)
+    group_key = f"{page}:token_group"
+    options = [ALL_GROUPS, *range(len(by_group))]
+    if st.session_state.get(group_key) not in options:
+        st.session_state[group_key] = ALL_GROUPS
+    group = group_column.selectbox(
+        "group", options, key=group_key, disabled=len(by_group) < 2,
+        format_func=lambda g: f"all {len(by_group)} groups" if g == ALL_GROUPS else group_summary(g, by_group[g]),
+        help="The step's groups (one prompt, its G responses each): all of them, or one.",
     )
     colour_by = colour_column.radio(
         "colour tokens by", list(COLOURINGS), key=f"{page}:colour_by", horizontal=True,
         help="Hover a token for all its numbers.",
     )
-    samples = snap.samples[step]
+    shown = by_group if group == ALL_GROUPS else [by_group[group]]
+    first = 0 if group == ALL_GROUPS else group
+    samples = [sample for members in shown for sample in members]
+    headings, row = {}, 0
+    for index, members in enumerate(shown, start=first):
+        headings[row] = group_summary(index, members)
+        row += len(members)
     st.markdown(legend_html(samples, colour_by), unsafe_allow_html=True)
     st.caption(COLOURINGS[colour_by].legend + " Ratios and clips are measured after this step's updates.")
-    st.markdown(token_html(samples, colour_by), unsafe_allow_html=True)
+    st.markdown(token_html(samples, colour_by, headings), unsafe_allow_html=True)
     # The KL coefficient this step's loss used (adaptive β moves it from the config's).
     beta = next((r.get("beta") for r in snap.records if r.get("step") == step), None)
     _token_formula(page, job, samples, beta)
@@ -199,6 +239,9 @@ def _token_formula(page: str, job: Job, samples: list[dict], beta: float | None)
     """Pick a token; see the run's own loss with its numbers filled in."""
     algo = job.run.algo
     row_column, token_column = st.columns([1, 4])
+    chosen = st.session_state.get(f"{page}:token_row")
+    if isinstance(chosen, int) and chosen >= len(samples):  # fewer responses shown than before (one group)
+        st.session_state[f"{page}:token_row"] = 0
     row = row_column.selectbox("response", range(len(samples)), key=f"{page}:token_row",
                                format_func=lambda i: f"{i + 1}. {samples[i]['prompt']}")
     sample = samples[row]

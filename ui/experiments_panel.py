@@ -268,11 +268,13 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
         st.caption(f"Still training, so each line averages only the seeds with steps so far ({counts}), and a band "
                    "needs two. Early steps can favour either arm; the effect is measured once every run has "
                    "finished.")
-    charts = experiment.charts
+    charts = chart_panels(experiment)
     for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
-        for column, key in zip(st.columns(2), charts[row : row + 2]):
-            drawn = band_figure(key, groups, record_title(key), RECORD_UNITS[key], log=key in experiment.log_charts)
-            column.plotly_chart(drawn, config=PLOT_CONFIG, key=f"{page}:experiment:{experiment.name}:{key}")
+        for column, (title, keys) in zip(st.columns(2), charts[row : row + 2]):
+            drawn = band_figure(keys, groups, title, RECORD_UNITS[keys[0]], log=keys[0] in experiment.log_charts,
+                                names={key: record_title(key) for key in keys})
+            column.plotly_chart(drawn, config=PLOT_CONFIG,
+                                key=f"{page}:experiment:{experiment.name}:{'+'.join(keys)}")
     finished = {}
     for run in runs:
         if run.status == "finished":
@@ -288,6 +290,14 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
         # The server's folder stays unnamed (a learner has no use for a server path); the command writes its own.
         st.caption(f"The same on your own machine, with every record and summary.json in DIR: "
                    f"`python -m rl_core experiment {experiment.name} --out DIR`.")
+
+
+def chart_panels(experiment: Experiment) -> list[tuple[str, tuple[str, ...]]]:
+    """The experiment's charts as drawn, (title, keys) each: a key on its own, or the keys `together` puts on one
+    chart, in the place of the first of them."""
+    together = {key: (title, keys) for title, keys in experiment.together.items() for key in keys}
+    panels = [together.get(key, (record_title(key), (key,))) for key in experiment.charts]
+    return list(dict.fromkeys(panels))
 
 
 def arm_records(experiment: Experiment, snapshot: ExperimentSnapshot

@@ -34,7 +34,7 @@ from ui import share as share_state
 from ui.bridge import scale_exports
 from ui.classroom import record_answer
 from ui.dashboard import dashboard
-from ui.jobs import Job, TrainingSlots
+from ui.jobs import Job, TrainingSlots, token_view_responses
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
@@ -45,7 +45,8 @@ KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overla
 DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
-URL_WRITTEN = "lab:url"  # the query parameters a page of this session last wrote
+URL_WRITTEN = "lab:urls"  # the query parameters the pages of this session wrote, the latest last
+URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a rerun per key press under load)
 
 
 @st.cache_resource(show_spinner=False)
@@ -131,11 +132,11 @@ def live_lab(
         if over_allowance:
             st.warning(over_allowance, icon=":material/timer:")
             run = None
-        share_state.write(variant, values, _defaults(variant, all_knobs))
-        st.session_state[URL_WRITTEN] = share_state.settings_params()
+        written = share_state.write(variant, values, _defaults(variant, all_knobs))
+        _remember_url(written)
         with share.popover("Share", width="stretch"):
             st.caption("This page with these settings (copy with the icon):")
-            st.code(share_state.link(), language=None, wrap_lines=True)
+            st.code(share_state.link(written), language=None, wrap_lines=True)
             if run is not None:
                 scale_exports(page, run)
     with effect:
@@ -175,11 +176,18 @@ def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None
     )
 
 
+def _remember_url(params: dict[str, str]) -> None:
+    written = [p for p in st.session_state.get(URL_WRITTEN, []) if p != params]
+    st.session_state[URL_WRITTEN] = [*written, params][-URLS_KEPT:]
+
+
 def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
     """Settings from the URL, unless it holds what a page of this session wrote there itself (this page's own
-    settings, or another page's just before a page switch): a shared link, a reload."""
+    settings, or another page's just before a page switch): a shared link, a reload. Not only the latest write:
+    each rerun brings the browser's query string, which under fast key presses still holds an earlier one, and
+    applying that would move the sliders back under the learner's hand."""
     params = share_state.settings_params()  # not ?me= (whose) nor ?present= (how to draw)
-    if not params or params == st.session_state.get(URL_WRITTEN):
+    if not params or params in st.session_state.get(URL_WRITTEN, []):
         return
     choices = {"task": list(TASKS), "model": _models(),
                **{name: KNOBS[name].options for name in knobs if KNOBS[name].kind == "choice"}}
@@ -194,7 +202,7 @@ def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> Non
         st.session_state[f"{page}:variant"] = next(label for label, name in variants.items() if name == preset)
     for name, value in values.items():
         st.session_state[f"{page}:{name}"] = value
-    st.session_state[URL_WRITTEN] = params
+    _remember_url(params)
 
 
 def _learner_refusal() -> str | None:
@@ -310,7 +318,7 @@ def _run_config(variant: str, values: dict, knobs: Sequence[str]) -> RunConfig:
         seed=values["seed"],
         sft_steps=values["sft_steps"],
         demo_noise=values["demo_noise"],
-        samples_per_record=max(4, min(algo.num_generations, 8)),  # a whole group when it fits
+        samples_per_record=token_view_responses(algo.prompts_per_step, algo.num_generations),
     )
     run.validate()
     check_runs([run])

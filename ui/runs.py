@@ -30,6 +30,32 @@ def labels(runs: list[Job]) -> dict[int, str]:
     return result
 
 
+SHORT_LABEL = 32  # characters: what a pill or a select box in a third of a laptop screen shows uncut
+
+
+def short_label(name: str, limit: int = SHORT_LABEL) -> str:
+    """A run label (`labels`) that fits a pill: `#n` and as many of its settings as fit, then how many are left
+    ("#3 · variant=DAPO, seed=1 +4 more"); the full label goes in the widget's help."""
+    if len(name) <= limit:
+        return name
+    number, _, settings = name.partition(" · ")
+    parts = settings.split(", ")
+    kept = [parts[0]]
+    while len(kept) < len(parts) and len(f"{number} · {', '.join(kept + parts[len(kept):len(kept) + 1])}") <= limit:
+        kept.append(parts[len(kept)])
+    left = len(parts) - len(kept)
+    head = f"{number} · {', '.join(kept)}"
+    if len(head) > limit:  # one setting too long by itself
+        head = head[: limit - 1] + "…"
+    return head + (f" +{left} more" if left else "")
+
+
+def full_labels(numbers: list[int], names: dict[int, str]) -> str:
+    """The runs' labels in full, one a line, for a widget's help where its options are cut (`short_label`)."""
+    cut = [n for n in numbers if short_label(names[n]) != names[n]]
+    return "" if not cut else "\n\nIn full:\n" + "\n".join(f"- {names[n]}" for n in cut)
+
+
 def picker(page: str, runs: list[Job], names: dict[int, str]) -> list[Job]:
     """The runs to draw, chosen by the learner (the latest run and every finished one by default), with a
     swatch of each run's colour as the charts use it."""
@@ -43,8 +69,9 @@ def picker(page: str, runs: list[Job], names: dict[int, str]) -> list[Job]:
     st.session_state[f"{page}:overlay_offered"] = numbers
     st.session_state[key] = list(dict.fromkeys(chosen))
     selected = st.pills(
-        "Runs on the charts", numbers, selection_mode="multi", key=key, format_func=lambda n: names[n],
-        help="Choose the runs to overlay. Labels name what differs from the page's first run.",
+        "Runs on the charts", numbers, selection_mode="multi", key=key, format_func=lambda n: short_label(names[n]),
+        help="Choose the runs to overlay. Labels name what differs from the page's first run."
+             + full_labels(numbers, names),
     )
     swatches = " ".join(
         f'<span style="color:{run_colour(n)};font-weight:700">━ {html.escape(names[n].split(" · ")[0])}</span>'

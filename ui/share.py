@@ -87,17 +87,20 @@ def settings_params() -> dict[str, str]:
     return {name: value for name, value in st.query_params.items() if name not in NOT_SETTINGS}
 
 
-def write(preset: str, values: dict, defaults: dict) -> None:
+def write(preset: str, values: dict, defaults: dict) -> dict[str, str]:
     """Mirror the page's settings in the URL: the preset, the seed, and every value that differs from its default
-    (and the presenter switch while it is on)."""
-    wanted = {"algo": preset, "seed": text(values["seed"])} | {
+    (and the presenter switch while it is on). Returns the settings written, for `link`."""
+    settings = {"algo": preset, "seed": text(values["seed"])} | {
         name: text(value) for name, value in values.items() if name != "seed" and value != defaults.get(name)
-    } | ({present.PARAM: "1"} if present.presenting() else {})
+    }
+    wanted = settings | ({present.PARAM: "1"} if present.presenting() else {})
     if dict(st.query_params) != wanted:
         st.query_params.from_dict(wanted)
+    return settings
 
 
-def link() -> str:
-    """The page's address with its settings, for the learner to copy."""
-    query = "&".join(f"{k}={v}" for k, v in settings_params().items())
+def link(params: dict[str, str]) -> str:
+    """The page's address with these settings (`write`'s, the values the widgets hold in this run: not the
+    browser's query string, which lags behind fast changes), for the learner to copy."""
+    query = "&".join(f"{k}={v}" for k, v in params.items())
     return f"{(st.context.url or '').split('?')[0]}?{query}"  # no URL without a browser (AppTest)

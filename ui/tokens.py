@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -117,13 +118,17 @@ def legend_html(samples: list[dict], colour_by: str) -> str:
     return f'<div style="font-size:0.85rem;margin:2px 0 6px">{swatches}</div>'
 
 
-def token_html(samples: list[dict], colour_by: str) -> str:
+def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] | None = None) -> str:
     """One line per sample: prompt, coloured response tokens with their number underneath, reward and
-    success; hover a token for all its numbers."""
+    success; hover a token for all its numbers. `headings[i]` is a line drawn above sample i (a group's summary);
+    one colour scale spans every sample."""
     colouring = COLOURINGS[colour_by]
     scale = _scale(colouring, samples)
     rows = []
     for row, sample in enumerate(samples, start=1):
+        if headings and row - 1 in headings:
+            rows.append('<div style="font-family:sans-serif;font-size:0.85rem;color:#444;margin:8px 0 2px;'
+                        f'border-top:1px solid #ddd;padding-top:4px">{html.escape(headings[row - 1])}</div>')
         spans = []
         for i, token in enumerate(sample["tokens"]):
             value = sample.get(colouring.field, [False] * len(sample["tokens"]))[i]
@@ -150,6 +155,21 @@ def token_html(samples: list[dict], colour_by: str) -> str:
             f'reward {sample["reward"]:+.2f} · {verdict}</span></div>'
         )
     return "".join(rows)
+
+
+def groups(samples: list[dict], num_generations: int) -> list[list[dict]]:
+    """A step's recorded responses by group: the trainer records the batch's first rows, and rows i·G to
+    i·G + G − 1 answer the same prompt (`rl_core.rollout.sample`). The last group may be partial."""
+    return [samples[start : start + num_generations] for start in range(0, len(samples), num_generations)]
+
+
+def group_summary(index: int, group: list[dict]) -> str:
+    """One group in words: its number, prompt, how many solved it, and whether it teaches anything (A ≠ 0)."""
+    solved = sum(sample["success"] for sample in group)
+    advantages = [a for sample in group for a in sample["advantages"]]
+    signal = ("A = 0 on every token: no gradient" if not any(advantages) else
+              f"A from {min(advantages):+.2f} to {max(advantages):+.2f}")
+    return f"group {index + 1} · {group[0]['prompt']} · {solved} of {len(group)} solved · {signal}"
 
 
 @dataclass(frozen=True)

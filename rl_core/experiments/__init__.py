@@ -63,6 +63,9 @@ class Experiment:
     pages: tuple[str, ...] = ()  # the app pages whose "See it happen" panel offers it
     charts: tuple[str, ...] = ()  # record keys to draw, arms overlaid with seed bands
     log_charts: tuple[str, ...] = ()  # of `charts`, those drawn on a log axis: arms whose values differ 100-fold
+    # Chart title → keys of `charts` drawn on that one chart (a colour per arm, a dash per key), where the claim
+    # compares the keys with each other (k1's spread against k3's) and separate axes would hide it.
+    together: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def seeds_needed(seeds: int) -> int:
