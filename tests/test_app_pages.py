@@ -88,6 +88,12 @@ def chart_spec(at: AppTest, title: str) -> dict:
                 if spec["layout"]["title"]["text"] == title)
 
 
+def training_charts(at: AppTest) -> list[str]:
+    """The titles of the charts drawn against the training step (not the chat's charts of tokens)."""
+    return [title for title in chart_points(at)
+            if chart_spec(at, title)["layout"].get("xaxis", {}).get("title", {}).get("text") == "step"]
+
+
 def test_overview_renders_the_pipeline_and_the_four_models(open_page):
     at = open_page("overview")
     text = " ".join(m.value for m in at.markdown)
@@ -365,8 +371,9 @@ def test_the_token_view_shows_every_group_of_its_step_names_its_run_and_every_ch
     # The whole batch is recorded at the defaults: 8 prompts × 8 responses, eight groups.
     assert [len(samples) for samples in snap.samples.values()] == [64, 64]
     # Every chart marks the step the token view shows: the newest, 2, until the learner chooses another.
+    step_charts = training_charts(at)
     marks = {title: [shape["x0"] for shape in chart_spec(at, title)["layout"].get("shapes", [])]
-             for title in chart_points(at)}
+             for title in step_charts}
     assert marks and set(map(tuple, marks.values())) == {(2,)}, marks
     at.session_state["grpo:tab"] = "Tokens"
     at.run()
@@ -390,7 +397,7 @@ def test_the_token_view_shows_every_group_of_its_step_names_its_run_and_every_ch
     at.session_state["grpo:tab"] = "Charts"
     at.run()
     assert not at.exception, at.exception
-    assert {chart_spec(at, title)["layout"]["shapes"][0]["x0"] for title in chart_points(at)} == {1}
+    assert {chart_spec(at, title)["layout"]["shapes"][0]["x0"] for title in training_charts(at)} == {1}
 
 
 def test_a_clicked_step_whose_samples_were_thinned_opens_the_nearest_kept_step():
