@@ -65,9 +65,9 @@ def test_each_arm_states_its_values_of_the_knobs_the_arms_differ_in():
 
 def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(monkeypatch):
     monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")  # one run at a time: the arithmetic below
-    experiment = get_experiment(NAME)  # 2 arms × 3 seeds
+    experiment = get_experiment(NAME)  # 2 arms × 8 seeds
     first = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert "for 6 runs, 1 at a time (their steps at this server's step time; starting the workers" in first
+    assert "for 16 runs, 1 at a time (their steps at this server's step time; starting the workers" in first
     assert "At least " in first
     store = RunStore()
     for label, seconds, status in (("GRPO", 10.0, "finished"), ("GSPO", 30.0, "finished"), ("GSPO", 500.0, "failed")):
@@ -80,9 +80,9 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     store.start_run(other)
     store.finish_run(other, "finished")
     assert sorted(past_run_seconds(experiment, store)) == [10.0, 30.0], "finished runs of this one only"
-    # the median of 10 s and 30 s for each of 6 runs, one at a time: 120 s, shown as 2 min
+    # the median of 10 s and 30 s for each of 16 runs, one at a time: 320 s, shown as 5 min
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert "About 2 min for 6 runs, 1 at a time (the median of its 2 earlier runs on this server)" in captions
+    assert "About 5 min for 16 runs, 1 at a time (the median of its 2 earlier runs on this server)" in captions
 
 
 def test_what_happened_puts_each_arms_start_and_end_in_words():
