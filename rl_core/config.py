@@ -26,6 +26,10 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | adv_norm_std | scale_rewards (group / batch / none) | norm_adv_by_std_in_grpo | std level |
 | rollout_is_mode, rollout_is_level, rollout_is_threshold | vllm_importance_sampling_mode, _cap | rollout_correction.rollout_is, rollout_is_threshold | TIS / MIS, C |
 | rollout_staleness, rollout_temperature | — (the lab's own ways to make μ ≠ π_old) | — | k, μ's temperature |
+| teacher_model, teacher_sft_steps | teacher_model (DistillationTrainer) | distillation.teacher_model | π_T |
+| distillation_loss_mode | — | distillation.distillation_loss.loss_mode | k1 / k2 / k3 of KL(π_θ‖π_T) |
+| use_policy_gradient, use_task_rewards | — | distillation.distillation_loss.use_policy_gradient, use_task_rewards | form, task reward kept |
+| distillation_loss_coef | — | distillation.distillation_loss.distillation_loss_coef | c_distill |
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ RolloutISMode = Literal["none", "truncate", "mask"]
 RolloutISLevel = Literal["token", "sequence", "geometric"]
 Baseline = Literal["batch_mean", "running_mean"]
 CriticInit = Literal["policy", "reward_model"]
+TeacherModel = Literal["tiny", "small"]  # model presets a teacher is built from (rl_core.models.MODEL_PRESETS)
 
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "maxrl")
 MAX_ROLLOUT_STALENESS = 8
@@ -132,6 +137,13 @@ class AlgoConfig:
     rollout_is_mode: RolloutISMode = "none"
     rollout_is_level: RolloutISLevel = "token"
     rollout_is_threshold: float = 2.0
+    # on-policy distillation: a teacher π_T scores every sampled token (rl_core.distillation); None: no teacher
+    teacher_model: TeacherModel | None = None
+    teacher_sft_steps: int = 600  # the teacher: SFT on noise-free demonstrations, 3× the default warm start
+    distillation_loss_mode: KLEstimator = "k1"  # the estimator of KL(π_θ‖π_T) per token
+    use_policy_gradient: bool = True  # its negation as a detached advantage (True) or a loss term (False)
+    use_task_rewards: bool = True  # keep the task's (verifier's) advantages beside the teacher's signal
+    distillation_loss_coef: float = 1.0  # c_distill: the teacher's advantages or loss term are multiplied by it
 
     def __post_init__(self):
         _to_builtins(self)
@@ -226,6 +238,13 @@ class AlgoConfig:
                 "grpo when adv_norm_mean / adv_norm_std are changed (Dr. GRPO is grpo with adv_norm_std=none, "
                 "RLOO grpo with adv_norm_mean=leave_one_out, adv_norm_std=none)",
             )
+        if not self.use_task_rewards:
+            _require(
+                self.teacher_model is not None,
+                "use_task_rewards",
+                self.use_task_rewards,
+                "True unless a teacher gives the signal (set teacher_model, e.g. tiny)",
+            )
 
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:
@@ -310,6 +329,8 @@ KNOB_RANGES: dict[str, Range] = {
     "rollout_staleness": Range(0, MAX_ROLLOUT_STALENESS),  # steps between the sampler's policy and the trainer's
     "rollout_temperature": Range(0.05, 10.0),  # as temperature
     "rollout_is_threshold": Range(0.0, 1000.0, low_open=True),
+    "teacher_sft_steps": Range(1, 20_000),  # as RunConfig.sft_steps
+    "distillation_loss_coef": Range(0.0, 100.0),
 }
 
 RUN_RANGES: dict[str, Range] = {
