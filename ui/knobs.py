@@ -392,7 +392,7 @@ KNOBS: dict[str, Knob] = {
         "teacher's SFT steps · teacher_sft_steps",
         "How long the teacher trains on noise-free demonstrations (cached per task, model and seed). Fewer steps "
         "give a weaker teacher, whose mistakes the student then learns too.",
-        (50, 100, 200, 400, 600, 1000, 2000),
+        (50, 100, 200, 400, 600, 1000),
     ),
     "distillation_loss_mode": Knob(
         "KL(π_θ‖π_T) estimator · distillation_loss_mode",
