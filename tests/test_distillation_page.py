@@ -7,6 +7,8 @@ import time
 import pytest
 from app_driver import app_test_on
 
+from ui import share
+
 TIMEOUT = 300  # seconds: the first Train of a process also trains the warm start and the teacher
 
 
@@ -52,3 +54,8 @@ def test_no_teacher_and_no_task_reward_is_refused_by_name():
     assert not at.exception, at.exception
     assert any("use_task_rewards" in error.value for error in at.error)
     assert at.button(key="distillation:train").disabled
+
+
+def test_a_link_sets_the_teacher_by_name_or_to_none():
+    assert share.parse("teacher_model", share.text(None)) is None
+    assert share.parse("teacher_model", "small") == "small"
