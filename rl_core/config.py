@@ -26,7 +26,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | adv_norm_std | scale_rewards (group / batch / none) | norm_adv_by_std_in_grpo | std level |
 | rollout_is_mode, rollout_is_level, rollout_is_threshold | vllm_importance_sampling_mode, _cap | rollout_correction.rollout_is, rollout_is_threshold | TIS / MIS, C |
 | rollout_staleness, rollout_temperature | — (the lab's own ways to make μ ≠ π_old) | — | k, μ's temperature |
-| teacher_model, teacher_sft_steps | teacher_model (DistillationTrainer) | distillation.teacher_model | π_T |
+| teacher_model, teacher_sft_steps | teacher_model (DistillationTrainer) | distillation.teacher_models.teacher_model.model_path | π_T |
 | distillation_loss_mode | — | distillation.distillation_loss.loss_mode | k1 / k2 / k3 of KL(π_θ‖π_T) |
 | use_policy_gradient, use_task_rewards | — | distillation.distillation_loss.use_policy_gradient, use_task_rewards | form, task reward kept |
 | distillation_loss_coef | — | distillation.distillation_loss.distillation_loss_coef | c_distill |
