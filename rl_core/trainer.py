@@ -400,7 +400,9 @@ class Trainer:
                 record["skewed_group_weight_ratio"] = skewed_group_weight_ratio(
                     masked_mean(advantages, mask, dim=-1), rewards, algo.num_generations
                 )
-        self._noise_only_batch = algo.skip_no_signal_updates and whitens_noise_only(algo, rewards, self.beta)
+        # A teacher's signal is no noise: with one, equal task rewards never make a step noise only.
+        self._noise_only_batch = (algo.skip_no_signal_updates and self.teacher is None
+                                  and whitens_noise_only(algo, rewards, self.beta))
         record.update(
             self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask, teacher_logp)
         )

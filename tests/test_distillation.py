@@ -109,6 +109,13 @@ def test_supervised_form_is_a_loss_term_beside_zero_advantages(cache):
         assert record["skipped_updates"] == 0, "the loss term moves the policy though no advantage does"
 
 
+def test_whitened_equal_task_rewards_skip_no_step_when_a_teacher_speaks(cache):
+    """REINFORCE++ whitening skips a batch whose rewards are all equal as noise only; a teacher's per-token signal
+    is not noise, so such a batch is still stepped."""
+    records = _short_run(cache, advantage_estimator="reinforce_pp", use_task_rewards=True, whiten_advantages=True)
+    assert all(r["skipped_updates"] == 0 for r in records)
+
+
 def test_runs_without_a_teacher_record_nothing_of_it(cache):
     algo = get_preset("grpo", prompts_per_step=2, num_generations=2)
     trainer = Trainer(RunConfig(algo, task="caesar", steps=1, seed=0, sft_steps=20), cache_dir=cache)
