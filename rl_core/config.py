@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import difflib
 import numbers
 from dataclasses import dataclass
 from typing import Literal, get_args, get_origin, get_type_hints
@@ -156,7 +157,7 @@ class AlgoConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))}; allowed: {', '.join(KNOB_NAMES)}")
+            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))}; {_knob_hint(unknown)}")
         config = dataclasses.replace(self, **overrides)
         config.validate()
         return config
@@ -245,6 +246,20 @@ class AlgoConfig:
                 self.use_task_rewards,
                 "True unless a teacher gives the signal (set teacher_model, e.g. tiny)",
             )
+
+
+KNOB_LIST_CHARACTERS = 600  # a refusal stays readable on a page, however many knobs there are
+
+
+def _knob_hint(unknown) -> str:
+    """What a refusal of unknown knob names offers: the nearest knob names, then as many of all the names as fit."""
+    close = dict.fromkeys(match for name in unknown if isinstance(name, str)
+                          for match in difflib.get_close_matches(name, KNOB_NAMES, n=3))
+    listing = ", ".join(KNOB_NAMES)
+    if len(listing) > KNOB_LIST_CHARACTERS:
+        kept = listing[:KNOB_LIST_CHARACTERS].rsplit(", ", 1)[0]
+        listing = f"{kept}, … ({len(KNOB_NAMES)} knobs in all: the fields of AlgoConfig)"
+    return (f"did you mean {', '.join(close)}? " if close else "") + f"allowed: {listing}"
 
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:
