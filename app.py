@@ -32,6 +32,7 @@ NAVIGATION = {
         st.Page("app_pages/reinforce_pp.py", title="REINFORCE++", icon=":material/looks_6:"),
         st.Page("app_pages/vapo.py", title="VAPO / VC-PPO", icon=":material/filter_7:"),
         st.Page("app_pages/beyond_grpo.py", title="Beyond GRPO (2025–26)", icon=":material/filter_8:"),
+        st.Page("app_pages/distillation.py", title="On-policy distillation", icon=":material/school:"),
         st.Page("app_pages/reward_model.py", title="Reward model", icon=":material/thumbs_up_down:"),
         st.Page("app_pages/dpo.py", title="DPO · IPO", icon=":material/how_to_vote:"),
     ],

@@ -29,12 +29,17 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | is_correction_gating, is_correction_threshold | — | — (OpenRLHF: algo.advantage.is_correction_gating, _threshold) | ratio / binary KL / TV gate, δ |
 | rollout_dtype | — | rollout.dtype | μ's precision |
 | rollout_staleness, rollout_temperature | — (the lab's own ways to make μ ≠ π_old) | — | k, μ's temperature |
+| teacher_model, teacher_sft_steps | teacher_model (DistillationTrainer) | distillation.teacher_models.teacher_model.model_path | π_T |
+| distillation_loss_mode | — | distillation.distillation_loss.loss_mode | k1 / k2 / k3 of KL(π_θ‖π_T) |
+| use_policy_gradient, use_task_rewards | — | distillation.distillation_loss.use_policy_gradient, use_task_rewards | form, task reward kept |
+| distillation_loss_coef | — | distillation.distillation_loss.distillation_loss_coef | c_distill |
 """
 
 from __future__ import annotations
 
 import dataclasses
 import decimal
+import difflib
 import numbers
 from dataclasses import dataclass
 from typing import Literal, get_args, get_origin, get_type_hints
@@ -56,6 +61,7 @@ ISCorrectionGating = Literal["ratio", "binary_kl", "tv"]
 RolloutDtype = Literal["float32", "bfloat16"]
 Baseline = Literal["batch_mean", "running_mean"]
 CriticInit = Literal["policy", "reward_model"]
+TeacherModel = Literal["tiny", "small"]  # model presets a teacher is built from (rl_core.models.MODEL_PRESETS)
 
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "maxrl")
 MAX_ROLLOUT_STALENESS = 8
@@ -144,6 +150,13 @@ class AlgoConfig:
     # The sampler's precision (verl's rollout.dtype): bfloat16 is another kernel than the trainer's float32, so
     # μ ≠ π_old even with the same weights; float32 samples with the trainer's own kernels, μ ≡ π_old.
     rollout_dtype: RolloutDtype = "float32"
+    # on-policy distillation: a teacher π_T scores every sampled token (rl_core.distillation); None: no teacher
+    teacher_model: TeacherModel | None = None
+    teacher_sft_steps: int = 600  # the teacher: SFT on noise-free demonstrations, 3× the default warm start
+    distillation_loss_mode: KLEstimator = "k1"  # the estimator of KL(π_θ‖π_T) per token
+    use_policy_gradient: bool = True  # its negation as a detached advantage (True) or a loss term (False)
+    use_task_rewards: bool = True  # keep the task's (verifier's) advantages beside the teacher's signal
+    distillation_loss_coef: float = 1.0  # c_distill: the teacher's advantages or loss term are multiplied by it
 
     def __post_init__(self):
         _to_builtins(self)
@@ -156,7 +169,7 @@ class AlgoConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))}; allowed: {', '.join(KNOB_NAMES)}")
+            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))}; {_knob_hint(unknown)}")
         config = dataclasses.replace(self, **overrides)
         config.validate()
         return config
@@ -246,6 +259,27 @@ class AlgoConfig:
                 "grpo when adv_norm_mean / adv_norm_std are changed (Dr. GRPO is grpo with adv_norm_std=none, "
                 "RLOO grpo with adv_norm_mean=leave_one_out, adv_norm_std=none)",
             )
+        if not self.use_task_rewards:
+            _require(
+                self.teacher_model is not None,
+                "use_task_rewards",
+                self.use_task_rewards,
+                "True unless a teacher gives the signal (set teacher_model, e.g. tiny)",
+            )
+
+
+KNOB_LIST_CHARACTERS = 600  # a refusal stays readable on a page, however many knobs there are
+
+
+def _knob_hint(unknown) -> str:
+    """What a refusal of unknown knob names offers: the nearest knob names, then as many of all the names as fit."""
+    close = dict.fromkeys(match for name in unknown if isinstance(name, str)
+                          for match in difflib.get_close_matches(name, KNOB_NAMES, n=3))
+    listing = ", ".join(KNOB_NAMES)
+    if len(listing) > KNOB_LIST_CHARACTERS:
+        kept = listing[:KNOB_LIST_CHARACTERS].rsplit(", ", 1)[0]
+        listing = f"{kept}, … ({len(KNOB_NAMES)} knobs in all: the fields of AlgoConfig)"
+    return (f"did you mean {', '.join(close)}? " if close else "") + f"allowed: {listing}"
 
 
 def _require(ok: bool, knob: str, value, allowed: str) -> None:
@@ -332,6 +366,8 @@ KNOB_RANGES: dict[str, Range] = {
     "rollout_temperature": Range(0.05, 10.0),  # as temperature
     "rollout_is_threshold": Range(0.0, 1000.0, low_open=True),
     "is_correction_threshold": Range(0.0, 1.0, low_open=True, high_open=True),  # TV ≤ 1; a binary KL δ is small
+    "teacher_sft_steps": Range(1, 1000),  # trained before the first step: 1000 steps of the tiny model ≈ 15 s on a core
+    "distillation_loss_coef": Range(0.0, 100.0),
 }
 
 RUN_RANGES: dict[str, Range] = {

@@ -261,6 +261,17 @@ def _cov_only(rule: Rule, modes: tuple[str, ...] = ("clip_cov", "kl_cov")) -> Ru
     return unused_unless(lambda k: k["cov_mode"] in modes, rule, f"cov_mode is not {' or '.join(modes)}")
 
 
+def _distillation(missing: str) -> dict[str, Rule]:
+    """On-policy distillation's knobs, which none of these PPO/GRPO trainer exports carries (`missing` says where
+    the framework distils instead): a plain comment while no teacher is set, "does not map" with one."""
+    teacher = lambda k: k["teacher_model"] is not None  # noqa: E731 - a predicate read by every rule below
+    rules: dict[str, Rule] = {"teacher_model": off_or_no("no teacher", missing, is_off=lambda v: v is None)}
+    for knob in ("teacher_sft_steps", "distillation_loss_mode", "use_policy_gradient", "use_task_rewards",
+                 "distillation_loss_coef"):
+        rules[knob] = unused_unless(teacher, no(missing), "no teacher")
+    return rules
+
+
 TRL_RULES: dict[str, Rule] = {
     "prompts_per_step": _trl_batch,
     "num_generations": to("num_generations"),
@@ -332,6 +343,7 @@ TRL_RULES: dict[str, Rule] = {
     "skip_no_signal_updates": off_or_no("TRL steps the optimiser on every batch too",
                                         "TRL steps the optimiser on every batch"),
     "baseline": _reward_to_go_only(no("GRPOConfig has no reward-to-go estimator")),
+    **_distillation("GRPOConfig has no teacher; TRL distils with its DistillationTrainer (GKD)"),
 }
 # The lab's optimiser and model, which no knob names but a faithful copy needs.
 TRL_ENGINE = (
@@ -612,6 +624,7 @@ VERL_RULES: dict[str, Rule] = {
     "skip_no_signal_updates": off_or_no("verl steps the optimiser on every batch too",
                                         "verl steps the optimiser on every batch"),
     "baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
+    **_distillation("this PPO trainer export has no teacher; verl distils with distillation.distillation_loss.*"),
 }
 VERL_ENGINE = (Set(f"{ACTOR}.optim.weight_decay", 0.0, "the lab's AdamW has no weight decay"),)
 VERL_ENTRY = "verl.trainer.main_ppo"  # verl 0.9's trainer runs DAPO's group filter and reward manager itself
@@ -866,6 +879,7 @@ OPENRLHF_RULES: dict[str, Rule] = {
     "skip_no_signal_updates": off_or_no("OpenRLHF steps the optimiser on every batch too",
                                         "OpenRLHF steps the optimiser on every batch"),
     "baseline": _reward_to_go_only(no("OpenRLHF has no reward-to-go estimator")),
+    **_distillation("OpenRLHF's PPO trainer has no teacher to distil from"),
 }
 # The lab's optimiser: AdamW with torch's betas, no weight decay, a constant learning rate.
 OPENRLHF_ENGINE = (

@@ -16,6 +16,7 @@ import torch
 from rl_core import kl
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import AlgoConfig
+from rl_core.distillation import distillation_loss
 from rl_core.estimators import policy_loss
 from rl_core.losses import entropy_from_logits, kl_cov_penalty_mask, positive_nll_loss
 from rl_core.masking import masked_mean
@@ -36,6 +37,7 @@ class LossInputs:
     max_length: int  # T_max of seq-mean-token-sum-norm
     positive: torch.Tensor | None = None  # [B] bool, VAPO's responses to imitate
     policy_weights: torch.Tensor | None = None  # [B, T] or [B, 1] rollout-correction weights sg[w] (TIS / MIS)
+    teacher_logp: torch.Tensor | None = None  # log π_T of the sampled tokens, when a teacher scores them
 
     def aggregate(self, per_token: torch.Tensor) -> torch.Tensor:
         return aggregate_loss(per_token, self.mask, self.algo.loss_agg_mode, self.max_length)
@@ -77,6 +79,18 @@ def kl_cov_term(x: LossInputs) -> torch.Tensor:
     return x.aggregate((x.logp - x.old_logp).abs() * selected)
 
 
+def distillation_term(x: LossInputs) -> torch.Tensor:
+    """The supervised form of on-policy distillation: `k(log π_θ, log π_T)` per token (`distillation_loss_mode`),
+    guarded by `clamped_kl` where π_θ < π_T as the KL term is (k3's pull `r − 1` runs into the hundreds at a token
+    the teacher likes and the student has all but ruled out), aggregated."""
+    per_token = distillation_loss(x.logp, x.teacher_logp, x.algo.distillation_loss_mode)
+    return x.aggregate(kl.clamped_kl(per_token, x.logp, x.teacher_logp))
+
+
+def _supervised_distillation(algo: AlgoConfig) -> bool:
+    return algo.teacher_model is not None and not algo.use_policy_gradient
+
+
 @dataclass(frozen=True)
 class LossTerm:
     name: str  # the record key
@@ -106,6 +120,12 @@ LOSS_TERMS: tuple[LossTerm, ...] = (
         "positive-sample NLL",
         lambda algo, beta: algo.positive_nll_coef,
         lambda x: positive_nll_loss(x.logp, x.mask, x.positive),
+    ),
+    LossTerm(
+        "distillation_loss",
+        "distillation term",
+        lambda algo, beta: algo.distillation_loss_coef if _supervised_distillation(algo) else 0.0,
+        distillation_term,
     ),
 )
 

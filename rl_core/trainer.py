@@ -24,6 +24,7 @@ from rl_core import kl as kl_estimators
 from rl_core.advantages import reward_to_go, running_mean_update
 from rl_core.aggregation import aggregate_loss
 from rl_core.config import RunConfig
+from rl_core.distillation import TEACHER_DEMO_NOISE, reverse_kl_advantages
 from rl_core.estimators import (
     AdvantageInputs,
     effective_reward_clip,
@@ -119,7 +120,7 @@ class Trainer:
         self.step_index = 0
         self.prompt_rng = random.Random(run.seed)
         self.generator = torch.Generator(device=self.device).manual_seed(run.seed)
-        self.policy = self.reference = self.critic = None
+        self.policy = self.reference = self.critic = self.teacher = None
         self._noise_only_batch = False  # this step's batch carries no reward signal that whitening could scale
         self.optimizer = self.critic_optimizer = None
         self._sampler, self._snapshots, self._snapshot_step = None, None, None  # rollout_staleness > 0
@@ -158,6 +159,8 @@ class Trainer:
         setup = {"sft_success_rate": sft_report["success_rate"], "sft_attempts": sft_report["attempts"]}
         if "note" in sft_report:
             setup["sft_note"] = sft_report["note"]
+        if self.algo.teacher_model is not None:
+            setup |= self._prepare_teacher(progress)
         if self.algo.use_critic:
             self.critic = self._initial_critic().to(self.device).eval()
             self.critic_optimizer = torch.optim.AdamW(
@@ -166,6 +169,18 @@ class Trainer:
             if self.algo.value_pretrain_steps:
                 setup |= self._pretrain_value(progress)
         return setup
+
+    def _prepare_teacher(self, progress: Progress) -> dict:
+        """π_T for on-policy distillation: the task's SFT recipe on noise-free demonstrations, `teacher_sft_steps`
+        long, on the `teacher_model` preset and the run's seed; cached like the warm start (the same function),
+        frozen like the reference."""
+        steps = self.algo.teacher_sft_steps
+        teacher, report = sft_policy(
+            self.task, self.tokenizer, self.algo.teacher_model, self.run.seed, TEACHER_DEMO_NOISE, steps,
+            self.device, self.cache_dir, progress=lambda done, loss: progress("teacher", done, steps),
+        )
+        self.teacher = frozen_reference(teacher)
+        return {"teacher_success_rate": report["success_rate"]}
 
     def _initial_critic(self) -> ValueModel:
         """A copy of the policy's transformer with a zero value head (the usual start: V ≡ 0, explained variance 0,
@@ -363,6 +378,10 @@ class Trainer:
             advantages, returns = estimate_advantages(
                 algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations, baseline)
             )
+            teacher_logp, teacher_stats = None, {}
+            if self.teacher is not None:
+                teacher_logp, teacher_stats = self._teacher_scores(batch, old_logp)
+                advantages = self._distillation_advantages(advantages, old_logp, teacher_logp, mask)
             exact_kl = kl_estimators.kl_exact(batch.logits, ref_logits)
             record = {
                 "step": self.step_index + 1,
@@ -379,6 +398,7 @@ class Trainer:
                 "beta": self.beta,
                 # The measured KL that adaptive β compares with target_kl: the estimator summed over each response.
                 "kl_sequence": kl_in_reward.sum(-1).mean().item(),
+                **teacher_stats,
             }
             if baseline is not None:
                 record["baseline"] = baseline
@@ -390,18 +410,46 @@ class Trainer:
                 record["equal_group_weight_share"] = equal_group_weight_share(
                     seq_advantages, rewards, algo.num_generations
                 )
-        self._noise_only_batch = algo.skip_no_signal_updates and whitens_noise_only(algo, rewards, self.beta)
-        record.update(self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask))
+        # A teacher's signal is no noise: with one, equal task rewards never make a step noise only.
+        self._noise_only_batch = (algo.skip_no_signal_updates and self.teacher is None
+                                  and whitens_noise_only(algo, rewards, self.beta))
+        record.update(
+            self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask, teacher_logp)
+        )
         if algo.target_kl is not None:
             self.beta = adaptive_beta(self.beta, record["kl_sequence"], algo.target_kl)
         record["samples"] = self._sample_views(
-            batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, old_values, returns
+            batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, old_values, returns, teacher_logp
         )
         elapsed = time.perf_counter() - start
         record["step_time"] = elapsed
         record["tokens_per_second"] = mask.sum().item() / elapsed
         self.step_index += 1
         return record
+
+    def _teacher_scores(self, batch: Rollout, old_logp: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The teacher's log-probabilities of the sampled tokens `[B, T]`, and the records of how far the student is
+        from it: `teacher_kl` (k1 of KL(π_θ‖π_T) per token, what the policy-gradient form's advantages average to,
+        negated) and `teacher_kl_exact` (the exact per-state KL over the vocabulary)."""
+        mask = batch.response_mask
+        teacher_logits = frozen_response_logits(self.teacher, batch, self.algo.temperature)
+        teacher_logp = token_logprobs(teacher_logits, batch.response_ids)
+        return teacher_logp, {
+            "teacher_kl": masked_mean(kl_estimators.kl_k1(old_logp, teacher_logp), mask).item(),
+            "teacher_kl_exact": masked_mean(kl_estimators.kl_exact(batch.logits, teacher_logits), mask).item(),
+        }
+
+    def _distillation_advantages(self, task_advantages, old_logp, teacher_logp, mask) -> torch.Tensor:
+        """The advantages the policy loss sees with a teacher: the task's (or none, `use_task_rewards=False`), plus
+        in the policy-gradient form `c_distill · reverse_kl_advantages`, scored when the batch was sampled, as a
+        reward is (the supervised form is a loss term instead: `rl_core.loss_terms`)."""
+        algo = self.algo
+        advantages = task_advantages if algo.use_task_rewards else torch.zeros_like(task_advantages)
+        if algo.use_policy_gradient:
+            advantages = advantages + algo.distillation_loss_coef * reverse_kl_advantages(
+                old_logp, teacher_logp, mask, algo.distillation_loss_mode
+            )
+        return advantages
 
     def _running_baseline(self, token_rewards: torch.Tensor, mask: torch.Tensor) -> float:
         """The b this batch's advantages subtract — the running mean of the earlier batches' mean returns (the
@@ -411,7 +459,9 @@ class Trainer:
         self.running_baseline = running_mean_update(used, batch_mean)
         return used
 
-    def _update(self, batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask) -> dict:
+    def _update(
+        self, batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask, teacher_logp=None
+    ) -> dict:
         """K epochs × minibatches of policy (and critic) updates on one batch of experience."""
         algo = self.algo
         size = len(batch.prompts)
@@ -428,6 +478,7 @@ class Trainer:
                 metrics = self._policy_update(
                     part, old_logp[rows], ref_logp[rows], advantages[rows], loss_mask[rows],
                     None if positive is None else positive[rows],
+                    None if teacher_logp is None else teacher_logp[rows],
                 )
                 skipped += metrics.pop("skipped_update")
                 if self.critic is not None:
@@ -437,7 +488,7 @@ class Trainer:
                 updates += 1
         return {k: v / updates for k, v in sums.items()} | {"skipped_updates": skipped}
 
-    def _policy_update(self, part, old_logp, ref_logp, advantages, mask, positive) -> dict:
+    def _policy_update(self, part, old_logp, ref_logp, advantages, mask, positive, teacher_logp=None) -> dict:
         algo = self.algo
         logits = response_logits(self.policy, part, algo.temperature)
         logp = token_logprobs(logits, part.response_ids)
@@ -446,7 +497,7 @@ class Trainer:
             logp = torch.where(detach, logp.detach(), logp)
         inputs = LossInputs(
             algo, logits, logp, old_logp, ref_logp, advantages, mask, self.beta, self.max_new_tokens, positive,
-            self._rollout_weights(part, old_logp, mask),
+            self._rollout_weights(part, old_logp, mask), teacher_logp,
         )
         parts = loss_parts(inputs)
         total = sum(parts.values())
@@ -522,11 +573,13 @@ class Trainer:
 
     @torch.no_grad()
     def _sample_views(
-        self, batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, values, returns
+        self, batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, values, returns,
+        teacher_logp=None,
     ) -> list[dict]:
         """A few responses token by token: advantage, ratio after this step's updates, clipped or not, entropy;
-        and what a run export needs: log-probabilities (now, as sampled, reference), token rewards, the
-        critic's values and targets (when there are any), the KL estimate and the objective `−L_t` per token."""
+        and what a run export needs: log-probabilities (now, as sampled, reference, and the teacher's when there is
+        one), token rewards, the critic's values and targets (when there are any), the KL estimate and the objective
+        `−L_t` per token."""
         n = min(self.run.samples_per_record, len(batch.prompts))
         if n == 0:
             return []
@@ -551,7 +604,7 @@ class Trainer:
         token_kl = kl_estimators.KL_ESTIMATORS[self.algo.kl_estimator](logp, ref_logp[rows])
         objective = -loss.detach()
         per_token = {"old_log_probs": old_logp, "ref_log_probs": ref_logp, "rewards": token_rewards,
-                     "values": values, "returns": returns}
+                     "values": values, "returns": returns, "teacher_log_probs": teacher_logp}
         per_token = {k: v[rows] for k, v in per_token.items() if v is not None}
         per_token |= {"log_probs": logp, "token_kl": token_kl, "token_objective": objective}
         views = []

@@ -36,6 +36,7 @@ PAGES = {  # URL path → a heading the page shows once it has rendered
     "reinforce_pp": "REINFORCE++",
     "vapo": "VAPO and VC-PPO: repairing the critic",
     "beyond_grpo": "Beyond GRPO (2025–26)",
+    "distillation": "On-policy distillation: a teacher scores every token",
     "reward_model": "The reward model: Bradley-Terry on preference pairs",
     "dpo": "DPO and IPO: the policy learns from the pairs themselves",
     "labs_clip": "Clip lab: where the clipped surrogate stops pushing",

@@ -36,7 +36,7 @@ def run(preset: str, number: int = 1, steps: int = 10, **overrides) -> ChartRun:
 
 
 def test_every_chart_is_a_valid_plotly_figure_for_one_run_and_for_an_overlay():
-    runs = [run("grpo", 1, 39), run("ppo", 2, 9), run("gspo", 3), run("pg", 4), run("dppo", 5)]
+    runs = [run("grpo", 1, 39), run("ppo", 2, 9), run("gspo", 3), run("pg", 4), run("dppo", 5), run("opd", 6)]
     for chart in CHARTS:
         for shown in (runs[:1], runs, runs[2:3]):
             if has_data(chart, shown):
@@ -48,6 +48,8 @@ def test_a_quantity_an_algorithm_lacks_is_not_drawn_for_it():
     pg, grpo, gspo = run("pg", 1), run("grpo", 2), run("gspo", 3)
     assert not has_data(CHART["Clip fraction (tokens)"], [pg]), "vanilla PG has no clip"
     assert not has_data(CHART["Explained variance"], [grpo]), "no critic, no explained variance"
+    assert not has_data(CHART["KL to the teacher"], [grpo]), "no teacher, no KL to it"
+    assert has_data(CHART["KL to the teacher"], [run("opd", 4)])
     # Per-response and per-token clip fractions never share an axis.
     tokens = figure(CHART["Clip fraction (tokens)"], [grpo, gspo])
     responses = figure(CHART["Clip fraction (responses)"], [grpo, gspo])

@@ -38,15 +38,25 @@ def test_grpo_total_is_policy_plus_beta_times_k3():
 
 
 def test_every_term_enters_with_its_coefficient():
-    algo = get_preset("grpo", entropy_coef=0.01, positive_nll_coef=0.2, cov_mode="kl_cov", cov_fraction=0.5)
+    algo = get_preset("grpo", entropy_coef=0.01, positive_nll_coef=0.2, cov_mode="kl_cov", cov_fraction=0.5,
+                      teacher_model="tiny", use_policy_gradient=False, distillation_loss_mode="k2",
+                      distillation_loss_coef=0.5)
     positive = torch.tensor([True, False, False, False])
     x = _inputs(algo, positive=positive)
+    x.teacher_logp = x.logp.detach() + 0.2  # the teacher likes every sampled token more: log r = 0.2
     parts = loss_parts(x)
     assert list(parts) == [t.name for t in LOSS_TERMS]
     entropy = aggregate_loss(entropy_from_logits(x.logits), x.mask, "seq-mean-token-mean")
     torch.testing.assert_close(parts["entropy_loss"], -0.01 * entropy)
     torch.testing.assert_close(parts["positive_nll_loss"], 0.2 * positive_nll_loss(x.logp, x.mask, positive))
     assert parts["kl_cov_loss"] > 0
+    # k2 = ½ · 0.2² = 0.02 on every token, whatever the aggregation; times c = 0.5
+    torch.testing.assert_close(parts["distillation_loss"], torch.tensor(0.5 * 0.02))
+
+
+def test_the_distillation_term_acts_only_in_the_supervised_form():
+    for knobs in ({}, {"teacher_model": "tiny"}, {"teacher_model": "tiny", "use_policy_gradient": True}):
+        assert "distillation_loss" not in loss_parts(_inputs(get_preset("grpo", **knobs)))
 
 
 def test_rollout_weights_multiply_the_policy_term_only():

@@ -182,6 +182,15 @@ CHARTS: tuple[Chart, ...] = (
                             else "β = 0: no KL term acts on this run; the curves only measure the drift."),
     ),
     Chart(
+        "KL to the teacher",
+        (Series("teacher_kl_exact", "exact"), Series("teacher_kl", "k1 on the sampled tokens")),
+        "Per-token KL(π_θ ‖ π_T) of the student to its teacher, exact over the vocabulary and k1 on the tokens the "
+        "student sampled (minus the mean of the policy-gradient form's advantages). Look for: a fall towards 0 as "
+        "the student takes on the teacher's choices where it samples.",
+        unit="nats per token",
+        applies=lambda algo: algo.teacher_model is not None,
+    ),
+    Chart(
         "KL guard",
         (Series("kl_capped_frac", "capped at 10"),),
         "Share of tokens whose KL term in the loss the guard caps (π_θ < π_ref and k > 10: no gradient beyond). "

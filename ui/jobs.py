@@ -28,7 +28,7 @@ from rl_core.store import RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
-SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "value_pretrain": "value pretraining"}
+SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
 
 
 class TrainingSlots:

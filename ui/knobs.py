@@ -20,6 +20,7 @@ from rl_core.config import (
     KLEstimator,
     KLGradient,
     KLPlacement,
+    TeacherModel,
     LossAggMode,
     PolicyLoss,
     RolloutDtype,
@@ -42,7 +43,8 @@ class Knob:
     def kind(self) -> str:
         if not self.options:
             return "toggle"
-        return "choice" if all(isinstance(o, str) for o in self.options) else "slider"
+        # names, perhaps with None (a teacher or none): a select box
+        return "choice" if all(isinstance(o, str) for o in self.options if o is not None) else "slider"
 
     def format(self, value) -> str:
         if value is None:
@@ -404,6 +406,41 @@ KNOBS: dict[str, Knob] = {
         "bfloat16: the same weights through other kernels, as an inference engine samples; μ ≠ π_old.",
         get_args(RolloutDtype),
     ),
+    "teacher_model": Knob(
+        "teacher · teacher_model",
+        "On-policy distillation: a teacher scores every token the student samples. tiny: the student's own shape "
+        "trained longer on flawless demonstrations; small: the 4 × 128 model trained the same way; none: no "
+        "teacher.",
+        (None, *get_args(TeacherModel)),
+        none_label="none",
+    ),
+    "teacher_sft_steps": Knob(
+        "teacher's SFT steps · teacher_sft_steps",
+        "How long the teacher trains on noise-free demonstrations (cached per task, model and seed). Fewer steps "
+        "give a weaker teacher, whose mistakes the student then learns too.",
+        (50, 100, 200, 400, 600, 1000),
+    ),
+    "distillation_loss_mode": Knob(
+        "KL(π_θ‖π_T) estimator · distillation_loss_mode",
+        "How the teacher's and the student's log-probabilities of a sampled token become the distillation signal "
+        "(verl's loss_mode): k1 = log π_θ − log π_T (its negation the advantage), k2 = ½(log r)², k3 = r − 1 − log r.",
+        get_args(KLEstimator),
+    ),
+    "use_policy_gradient": Knob(
+        "policy-gradient form · use_policy_gradient",
+        "On: −k per token is a detached advantage and the policy loss (the clip) does the rest. Off: k itself is a "
+        "loss term, backpropagated through log π_θ (the supervised form of GKD).",
+    ),
+    "use_task_rewards": Knob(
+        "keep the verifier's reward · use_task_rewards",
+        "On: the task's reward still makes advantages, and the teacher's signal is added. Off: the teacher is the "
+        "only signal (needs a teacher).",
+    ),
+    "distillation_loss_coef": Knob(
+        "distillation weight c · distillation_loss_coef",
+        "Multiplies the teacher's advantages (policy-gradient form) or its loss term (supervised form).",
+        (0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+    ),
 }
 
 
@@ -434,7 +471,8 @@ def render_knob(name: str, key: str, extra=(), disabled: bool = False, on_change
     if knob.kind == "toggle":
         st.toggle(knob.label, key=key, help=knob.help, disabled=disabled, **events)
     elif knob.kind == "choice":
-        st.selectbox(knob.label, option_values(name), key=key, help=knob.help, disabled=disabled, **events)
+        st.selectbox(knob.label, option_values(name), key=key, help=knob.help, disabled=disabled,
+                     format_func=knob.format, **events)
     else:
         chosen = st.session_state.get(key)
         extra = (*extra, *([] if chosen is None else [chosen]))

@@ -24,6 +24,8 @@ NOT_SETTINGS = (session.PARAM, present.PARAM, classroom.INSTRUCTOR_PARAM)
 def parse(name: str, text: str, allowed: Sequence | None = None):
     """The value a URL's text stands for, typed like the knob; ValueError says what is allowed."""
     knob = KNOBS.get(name)
+    if knob is not None and knob.kind == "choice" and None in knob.options and text.lower() == "none":
+        return None  # a name or none (teacher_model): `text` writes None as "none"
     if knob is None or knob.kind == "choice":
         if allowed is not None and text not in allowed:
             raise ValueError(f"{name}={text!r} is not one of: {', '.join(map(str, allowed))}")
