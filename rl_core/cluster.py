@@ -89,10 +89,10 @@ def connect(address: str) -> int:
     """Join the cluster at `address` (once per process); returns its CPUs, the number of runs it trains at once."""
     global _connected
     with _lock:
-        if _connected != address:
+        if _connected != address or not _ray().is_initialized():
             check_reachable(address)
             ray = _ray()
-            if ray.is_initialized():
+            if ray.is_initialized():  # joined another cluster before
                 ray.shutdown()
             modules = [str(Path(module.__file__).parent) for module in (rl_core, toy_tasks)]
             try:

@@ -1,0 +1,147 @@
+"""Runs on a Ray cluster: a sweep and an experiment trained on a local cluster this module starts on 127.0.0.1, a
+worker killed mid-run, the message for a cluster that is not there, and no Ray without the address."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rl_core import cluster
+from rl_core.cli import main
+from rl_core.cluster import ClusterError
+from rl_core.store import RunStore
+from rl_core.sweep import Sweep, plan_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+# Two prompts × two responses, one update per step, a short warm start: a step takes a fraction of a second.
+QUICK = {"prompts_per_step": 2, "num_generations": 2, "ppo_epochs": 1, "num_minibatches": 1}
+TRAINING_TASK = "ray::_training_task"  # a Ray worker's process title while it runs rl_core.cluster's training task
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A head with 2 CPUs on 127.0.0.1 (its workers inherit this process's environment, the test model cache
+    included); stopped afterwards however the tests end."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -r requirements-cluster.txt)")
+    port, temp = free_port(), Path(f"/tmp/ray-{os.getpid()}")  # a short path: Ray's socket names must stay short
+    command = [sys.executable, "-m", "ray.scripts.scripts"]
+    subprocess.run([*command, "start", "--head", "--num-cpus", "2", "--port", str(port), "--node-ip-address",
+                    "127.0.0.1", "--temp-dir", str(temp), "--include-dashboard=false", "--disable-usage-stats"],
+                   check=True, capture_output=True, timeout=180)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        ray.shutdown()
+        subprocess.run([*command, "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def training_workers() -> list[int]:
+    """The pids of the Ray workers running a training task now (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().startswith(TRAINING_TASK.encode()):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the Ray workers in /proc")
+def test_a_sweep_on_the_cluster_stores_every_run_and_a_killed_worker_interrupts_only_its_run(ray_cluster, tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    planned = plan_sweep(["grpo", "rloo", "reinforce_pp"], range(1), "reverse", 60, overrides=QUICK, sft_steps=20)
+    sweep = Sweep(planned, store, ray_address=ray_cluster)
+    assert (sweep.workers, sweep.cap) == (2, 2)  # the cluster's CPUs
+    thread = threading.Thread(target=sweep.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not (any(run.steps_done >= 2 for run in store.runs(sweep.run_ids)) and training_workers()):
+        assert time.monotonic() < deadline and thread.is_alive(), [(r.status, r.error) for r in store.runs()]
+        time.sleep(0.1)
+    os.kill(training_workers()[0], signal.SIGKILL)
+    thread.join(300)
+    assert not thread.is_alive()
+    runs = store.runs(sweep.run_ids)
+    interrupted = [run for run in runs if run.status == "interrupted"]
+    assert len(interrupted) == 1, [(r.status, r.error) for r in runs]
+    killed = interrupted[0]
+    assert "Ray worker went away" in killed.error and 0 < killed.steps_done < 60
+    assert len(store.steps(killed.id)) == killed.steps_done  # what it trained before the kill is kept
+    for run in runs:
+        if run is not killed:
+            assert run.status == "finished" and run.final is not None, (run.status, run.error)
+            assert [record["step"] for record in store.steps(run.id)] == list(range(1, 61))
+            assert store.samples(run.id)  # the latest step's samples came back with its record
+    # Run again: the finished runs answer from the store, the interrupted one trains to its end.
+    again = Sweep(planned, store, ray_address=ray_cluster)
+    rerun = again.run()
+    assert [run.status for run in rerun] == ["finished"] * 3
+    assert [run.reused for run in rerun] == [run is not killed for run in runs]
+    assert len(store.steps(again.run_ids[runs.index(killed)])) == 60
+
+
+@pytest.mark.slow
+def test_the_experiment_command_trains_every_run_on_the_cluster(ray_cluster, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "rl_core", "experiment", "reward_hacking", "--seeds", "0", "1", "--steps", "3",
+         "--ray-address", ray_cluster, "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "4 runs (2 arms × 2 seeds), 2 at a time" in result.stderr  # the cluster's 2 CPUs
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [(row["status"], row["steps"]) for row in summary["runs"]] == [("finished", 3)] * 4
+    store = RunStore(tmp_path / "runs.sqlite")
+    assert [len(store.steps(row["run_id"])) for row in summary["runs"]] == [3] * 4
+    assert all(len((tmp_path / "out" / row["records"]).read_text().splitlines()) == 3 for row in summary["runs"])
+
+
+def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkeypatch):
+    store = RunStore(tmp_path / "runs.sqlite")
+    planned = plan_sweep(["grpo"], range(1), "reverse", 3, overrides=QUICK, sft_steps=0)
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ClusterError, match=f"cannot reach the Ray cluster at {address} "
+                                           r"\(--ray-address or RLHF_LAB_RAY_ADDRESS\)"):
+        Sweep(planned, store, ray_address=address)
+    monkeypatch.setenv("RLHF_LAB_RAY_ADDRESS", address)  # the variable alone sends a sweep to the cluster
+    with pytest.raises(ClusterError, match="cannot reach"):
+        Sweep(planned, store)
+    assert store.runs() == [] and store.latest_sweep() is None  # refused before anything was queued
+    with pytest.raises(ClusterError, match="is not host:port"):
+        cluster.connect("headnode")
+    code = main(["sweep", "--algos", "grpo", "--seeds", "1", "--steps", "3", "--task", "reverse", "--ray-address",
+                 address, "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == 1 and error.startswith(f"error: cannot reach the Ray cluster at {address}")
+    assert len(error.strip().splitlines()) == 1 and "Traceback" not in error
+
+
+def test_without_the_address_ray_is_never_imported(tmp_path):
+    script = ("import sys\n"
+              "from rl_core.store import RunStore\n"
+              "from rl_core.sweep import Sweep, plan_sweep\n"
+              "import rl_core.cli, ui.jobs, ui.experiment_jobs, ui.compare\n"
+              f"planned = plan_sweep(['grpo'], range(1), 'reverse', 1, sft_steps=0)\n"
+              f"Sweep(planned, RunStore({str(tmp_path / 'runs.sqlite')!r}))\n"
+              "print('ray' in sys.modules)\n")
+    env = {key: value for key, value in os.environ.items() if key != "RLHF_LAB_RAY_ADDRESS"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.stdout.strip() == "False", result.stderr[-2000:]
