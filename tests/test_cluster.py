@@ -1,7 +1,10 @@
 """Runs on a Ray cluster: a sweep and an experiment trained on a local cluster this module starts on 127.0.0.1, a
-worker killed mid-run, the message for a cluster that is not there, and no Ray without the address."""
+worker killed mid-run, the message for a cluster that is not there, and no Ray without the address.
 
-import json
+`python -m rl_core experiment NAME --ray-address …` is this experiment's path from the command line; the command's
+flag is tested with the unreachable cluster."""
+
+import math
 import os
 import shutil
 import signal
@@ -16,6 +19,8 @@ import pytest
 
 from rl_core import cluster
 from rl_core.cli import main
+from rl_core.experiments import get_experiment
+from rl_core.experiments.runner import ExperimentRun
 from rl_core.cluster import ClusterError
 from rl_core.store import RunStore
 from rl_core.sweep import Sweep, plan_sweep
@@ -98,19 +103,16 @@ def test_a_sweep_on_the_cluster_stores_every_run_and_a_killed_worker_interrupts_
 
 
 @pytest.mark.slow
-def test_the_experiment_command_trains_every_run_on_the_cluster(ray_cluster, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "rl_core", "experiment", "reward_hacking", "--seeds", "0", "1", "--steps", "3",
-         "--ray-address", ray_cluster, "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "4 runs (2 arms × 2 seeds), 2 at a time" in result.stderr  # the cluster's 2 CPUs
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [(row["status"], row["steps"]) for row in summary["runs"]] == [("finished", 3)] * 4
+def test_an_experiment_on_the_cluster_trains_and_stores_every_run(ray_cluster, tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
+    run = ExperimentRun(get_experiment("gspo_clipping"), tmp_path / "out", store, seeds=[0, 1], steps=3,
+                        sft_steps=20, ray_address=ray_cluster)
+    summary = run.run()
+    assert [(row["status"], row["steps"]) for row in summary["runs"]] == [("finished", 3)] * 4
     assert [len(store.steps(row["run_id"])) for row in summary["runs"]] == [3] * 4
     assert all(len((tmp_path / "out" / row["records"]).read_text().splitlines()) == 3 for row in summary["runs"])
+    # Every arm of both seeds finished on the cluster, so each seed has an effect (NaN otherwise).
+    assert set(summary["effects"]) == {"0", "1"} and all(math.isfinite(e) for e in summary["effects"].values())
 
 
 def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkeypatch):
@@ -137,7 +139,7 @@ def test_without_the_address_ray_is_never_imported(tmp_path):
     script = ("import sys\n"
               "from rl_core.store import RunStore\n"
               "from rl_core.sweep import Sweep, plan_sweep\n"
-              "import rl_core.cli, ui.jobs, ui.experiment_jobs, ui.compare\n"
+              "import rl_core.cli, ui.jobs\n"
               f"planned = plan_sweep(['grpo'], range(1), 'reverse', 1, sft_steps=0)\n"
               f"Sweep(planned, RunStore({str(tmp_path / 'runs.sqlite')!r}))\n"
               "print('ray' in sys.modules)\n")
