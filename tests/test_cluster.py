@@ -18,12 +18,15 @@ from pathlib import Path
 import pytest
 
 from rl_core import cluster
+from rl_core.algorithms import get_preset
 from rl_core.cli import main
+from rl_core.config import RunConfig
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import ExperimentRun
 from rl_core.cluster import ClusterError
 from rl_core.store import RunStore
 from rl_core.sweep import Sweep, plan_sweep
+from ui.jobs import Job, TrainingSlots
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two prompts × two responses, one update per step, a short warm start: a step takes a fraction of a second.
@@ -115,6 +118,23 @@ def test_an_experiment_on_the_cluster_trains_and_stores_every_run(ray_cluster, t
     assert set(summary["effects"]) == {"0", "1"} and all(math.isfinite(e) for e in summary["effects"].values())
 
 
+@pytest.mark.slow
+def test_a_live_lab_job_trains_on_the_cluster_and_is_stored(ray_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_RAY_ADDRESS", ray_cluster)
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    slots = TrainingSlots.from_env()
+    assert slots.limit == 2  # the cluster's CPUs
+    run = RunConfig(algo=get_preset("grpo", **QUICK), task="reverse", steps=4, sft_steps=20)
+    job = Job(run, slots, label="grpo · live lab").start()
+    assert job.join(300)
+    snapshot = job.snapshot()
+    assert (snapshot.status, snapshot.error, snapshot.steps_done) == ("finished", None, 4)
+    assert snapshot.samples  # the samples came back with the records, for the token view
+    store = RunStore(tmp_path / "runs.sqlite")
+    [stored] = store.runs()
+    assert stored.status == "finished" and [record["step"] for record in store.steps(stored.id)] == [1, 2, 3, 4]
+
+
 def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkeypatch):
     store = RunStore(tmp_path / "runs.sqlite")
     planned = plan_sweep(["grpo"], range(1), "reverse", 3, overrides=QUICK, sft_steps=0)
@@ -128,6 +148,11 @@ def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkey
     assert store.runs() == [] and store.latest_sweep() is None  # refused before anything was queued
     with pytest.raises(ClusterError, match="is not host:port"):
         cluster.connect("headnode")
+    # A live-lab job ends as failed with the same message; the server keeps its local cap meanwhile.
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    job = Job(planned[0].run, TrainingSlots.from_env()).start()
+    assert job.join(60)
+    assert job.snapshot().status == "failed" and f"cannot reach the Ray cluster at {address}" in job.snapshot().error
     code = main(["sweep", "--algos", "grpo", "--seeds", "1", "--steps", "3", "--task", "reverse", "--ray-address",
                  address, "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out")])
     error = capsys.readouterr().err

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rl_core import cluster
 from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.messages import brief
+from rl_core.run_stream import END, PHASE, SETUP, RunInterrupted, training_stream
 from rl_core.store import RunStore, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
 
@@ -48,6 +50,14 @@ class TrainingSlots:
 
     @classmethod
     def from_env(cls) -> "TrainingSlots":
+        """RLHF_LAB_MAX_TRAININGS; on a Ray cluster (RLHF_LAB_RAY_ADDRESS) its CPUs. A cluster that cannot be
+        reached leaves the local cap: each training then fails with the cluster's message."""
+        address = cluster.ray_address()
+        if address is not None:
+            try:
+                return cls(cluster.connect(address))
+            except cluster.ClusterError:
+                pass
         return cls(max_trainings())
 
     @property
@@ -307,6 +317,15 @@ class Job(BackgroundJob):
             )
 
     # ------------------------------------------------------------------ the training thread
+    def _training(self) -> Iterator[dict]:
+        """The run's items (`rl_core.run_stream`): trained here, or as a task on the Ray cluster that
+        RLHF_LAB_RAY_ADDRESS names (this thread then only relays them)."""
+        address = cluster.ray_address()
+        if address is None:
+            return training_stream(self.run, stop_event=self.stop_event)
+        cluster.connect(address)
+        return cluster.remote_stream(self.run, stopped=self.stop_event.is_set)
+
     def _set(self, **fields) -> None:
         with self._lock:
             for name, value in fields.items():
@@ -343,19 +362,22 @@ class Job(BackgroundJob):
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not store.claim(run_id, self.slots.limit, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
-                    trainer = Trainer(self.run, stop_event=self.stop_event)
-                    setup = trainer.prepare(self._on_progress)
-                    self._set(status="training", phase=None, setup=setup)
-                    started = time.perf_counter()
-                    for record in trainer.steps():
-                        record["elapsed"] = time.perf_counter() - started  # as a sweep's: "seconds to 90 %"
-                        self._add(record)
-                        store.add_step(run_id, record)
-                    if not self.stop_event.is_set() and self._step_times:
-                        final = trainer.evaluate()
+                    for item in self._training():
+                        if PHASE in item:
+                            self._on_progress(*item[PHASE])
+                        elif SETUP in item:
+                            self._set(status="training", phase=None, setup=item[SETUP])
+                        elif END in item:
+                            final = item.get("final")
+                        else:
+                            self._add(item)
+                            store.add_step(run_id, item)
+                    if final is not None and self._step_times:
                         self.slots.observe_speed(statistics.fmean(self._step_times), estimated_step_seconds(self.run))
         except TrainingStopped:
             pass
+        except RunInterrupted as exc:  # its Ray worker or node went away: the learner can train it again
+            status, error = "interrupted", brief(str(exc))
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
             status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         if status == "finished" and self.stop_event.is_set():
