@@ -14,6 +14,9 @@ ones (one per seed) are trained in parallel.
 Reuse. A planned run identical to one in the store (`rl_core.reuse.run_key`) is not trained: it answers from the
 finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
 trains every run.
+
+On a Ray cluster (`ray_address`, or RLHF_LAB_RAY_ADDRESS) the pool is `rl_core.cluster.RayPool`: the same warm
+starts and runs as Ray tasks, their records written here as they come back.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
+from rl_core import cluster
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.models import MODEL_PRESETS, select_device
@@ -45,7 +49,6 @@ from rl_core.run_stream import RunInterrupted, store_stream, training_stream
 from rl_core.sft import sft_policy
 from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
-from rl_core import cluster
 from toy_tasks import get_task
 
 
