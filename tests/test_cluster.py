@@ -74,37 +74,48 @@ def training_workers() -> list[int]:
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the Ray workers in /proc")
 def test_a_sweep_on_the_cluster_stores_every_run_and_a_killed_worker_interrupts_only_its_run(ray_cluster, tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
-    planned = plan_sweep(["grpo", "rloo", "reinforce_pp"], range(1), "reverse", 60, overrides=QUICK, sft_steps=20)
+    # A run too long to end during the test and two short ones: once the short ones have finished, the one training
+    # task left is the long run's, in whichever order the cluster ran them.
+    long, short = 100_000, 20
+    planned = [*plan_sweep(["grpo"], range(1), "reverse", long, overrides=QUICK, sft_steps=20),
+               *plan_sweep(["rloo", "reinforce_pp"], range(1), "reverse", short, overrides=QUICK, sft_steps=20)]
     sweep = Sweep(planned, store, ray_address=ray_cluster)
     assert (sweep.workers, sweep.cap) == (2, 2)  # the cluster's CPUs
     thread = threading.Thread(target=sweep.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 300
-    # Both CPUs' runs are past their setup, so the worker killed is one that has stored steps.
-    while not ([run.steps_done >= 2 for run in store.runs(sweep.run_ids) if run.status == "running"] == [True] * 2
-               and training_workers()):
-        assert time.monotonic() < deadline and thread.is_alive(), [(r.status, r.error) for r in store.runs()]
+    while True:
+        first, *others = store.runs(sweep.run_ids)
+        if [run.status for run in others] == ["finished"] * 2 and first.steps_done >= 2:
+            workers = training_workers()
+            if len(workers) == 1:
+                break
+        assert time.monotonic() < deadline and thread.is_alive(), [(r.status, r.steps_done) for r in store.runs()]
         time.sleep(0.1)
-    os.kill(training_workers()[0], signal.SIGKILL)
+    os.kill(workers[0], signal.SIGKILL)
     thread.join(300)
     assert not thread.is_alive()
-    runs = store.runs(sweep.run_ids)
-    interrupted = [run for run in runs if run.status == "interrupted"]
-    assert len(interrupted) == 1, [(r.status, r.error) for r in runs]
-    killed = interrupted[0]
-    assert "Ray worker went away" in killed.error and 0 < killed.steps_done < 60
+    killed, *others = store.runs(sweep.run_ids)
+    assert killed.status == "interrupted" and "Ray worker went away" in killed.error, (killed.status, killed.error)
+    assert 2 <= killed.steps_done < long
     assert len(store.steps(killed.id)) == killed.steps_done  # what it trained before the kill is kept
-    for run in runs:
-        if run is not killed:
-            assert run.status == "finished" and run.final is not None, (run.status, run.error)
-            assert [record["step"] for record in store.steps(run.id)] == list(range(1, 61))
-            assert store.samples(run.id)  # the latest step's samples came back with its record
-    # Run again: the finished runs answer from the store, the interrupted one trains to its end.
+    for run in others:
+        assert run.status == "finished" and run.final is not None, (run.status, run.error)
+        assert [record["step"] for record in store.steps(run.id)] == list(range(1, short + 1))
+        assert store.samples(run.id)  # the latest step's samples came back with its record
+    # Run again: the finished runs answer from the store, the interrupted one trains again (stopped here, as its
+    # length asks).
     again = Sweep(planned, store, ray_address=ray_cluster)
-    rerun = again.run()
-    assert [run.status for run in rerun] == ["finished"] * 3
-    assert [run.reused for run in rerun] == [run is not killed for run in runs]
-    assert len(store.steps(again.run_ids[runs.index(killed)])) == 60
+    thread = threading.Thread(target=again.run, daemon=True)
+    thread.start()
+    while store.run(again.run_ids[0]).steps_done < 2:
+        assert time.monotonic() < deadline and thread.is_alive(), [(r.status, r.error) for r in store.runs()]
+        time.sleep(0.1)
+    again.stop()
+    thread.join(120)
+    rerun = store.runs(again.run_ids)
+    assert [(run.status, run.reused) for run in rerun] == [("stopped", False), ("finished", True), ("finished", True)]
+    assert len(store.steps(rerun[0].id)) == rerun[0].steps_done >= 2
 
 
 @pytest.mark.slow
