@@ -4,8 +4,8 @@ With `RLHF_LAB_RAY_ADDRESS` set (or `--ray-address` on `sweep` and `experiment`)
 on the cluster: sweeps and experiments through `RayPool` (the `Sweep`'s pool), the app's live-lab jobs through
 `remote_stream`. The task is `rl_core.run_stream.training_stream(run)` as a Ray streaming generator: its items (setup
 progress, each step's record, the end) come back to the coordinator as they are made, and the coordinator writes
-them to its run store as it writes the local pool's, so the store, the pages and the records do not know where a
-run trained. A run holds one CPU of the cluster; the training cap becomes the cluster's CPUs.
+them to its run store with `store_stream`, the function a local worker writes its own training with, so the store,
+the pages and the records do not know where a run trained. A run holds one CPU of the cluster; the training cap becomes the cluster's CPUs.
 
 Ray is imported here only, on first use: without the variable the lab never imports it. It is not in
 requirements.txt but in requirements-cluster.txt (Ray is some 80 MB, and a laptop never needs it); `./lab.sh`
