@@ -4,23 +4,32 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 venv="${LAB_VENV:-.venv}"
-stamp="$venv/.requirements.sha256"
-want="$(sha256sum requirements.txt | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
-  echo "$want" > "$stamp"
-fi
+# install FILE: pip install -r FILE, again only when FILE changed (its hash is stamped in the environment).
+install() {
+  local stamp="$venv/.${1%.txt}.sha256" want
+  want="$(sha256sum "$1" | cut -d' ' -f1)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$1"
+    echo "$want" > "$stamp"
+  fi
+}
+install requirements.txt
 case "${1:-}" in
   run)
     shift
+    # Ray only for a cluster (README: More than one machine).
+    if [ -n "${RLHF_LAB_RAY_ADDRESS:-}" ]; then
+      install requirements-cluster.txt
+    fi
     # Loopback only, unless the caller passes --server.address (later flags win); README: serving a class.
     exec "$venv/bin/python" -m streamlit run app.py --server.address 127.0.0.1 "$@"
     ;;
   test)
     shift
+    install requirements-cluster.txt  # the cluster tests start a local Ray cluster
     exec "$venv/bin/python" -m pytest "$@"
     ;;
   *)

@@ -17,6 +17,7 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core import parity
 from rl_core.algorithms import PRESETS, get_preset
+from rl_core.cluster import ClusterError
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun
@@ -40,6 +41,10 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+RAY_ADDRESS_HELP = ("train every run as a task on the Ray cluster whose head is at this host:port, its CPUs as the "
+                    "workers (default: $RLHF_LAB_RAY_ADDRESS, else this machine)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"runs trained at once, one process each (default: the cores here, {default_workers()})")
     _add_run_arguments(sweep)
     sweep.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
+    sweep.add_argument("--ray-address", help=RAY_ADDRESS_HELP)
     sweep.add_argument("--fresh", action="store_true",
                        help="train every run again, even those the run store already holds")
     sweep.add_argument("--out", type=Path, required=True,
@@ -77,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--list", action="store_true", help="list the experiments, one a line, name first")
     experiment.add_argument("--all", action="store_true", help="run every experiment of --list in turn, one line "
                             "each (before a class: later identical requests answer from the run store)")
+    experiment.add_argument("--ray-address", help=RAY_ADDRESS_HELP)
     experiment.add_argument("--fresh", action="store_true",
                             help="train every run again, even those the run store already holds")
     experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 1 2)")
@@ -136,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, StoreError) as error:  # refused input found late (e.g. a checkpoint folder)
         _error(str(error))
         return 2
+    except ClusterError as error:  # the Ray cluster is not there (or Ray is not installed)
+        _error(str(error))
+        return 1
     except Exception as error:  # noqa: BLE001 - one line, never a traceback; the type says where to look
         _error(f"{type(error).__name__}: {error}")
         return 1
@@ -253,7 +263,7 @@ def _sweep(args) -> int:
         spec = {"task": args.task, "algos": algos, "seeds": args.seeds, "steps": args.steps,
                 "grid": args.grid, "overrides": args.overrides}
         sweep = Sweep(planned, RunStore(args.db), workers=args.workers, cache_dir=args.cache_dir, spec=spec,
-                      fresh=args.fresh)
+                      fresh=args.fresh, ray_address=args.ray_address)
     except (OSError, ValueError, StoreError) as error:
         return _refuse(error, args.out)
     workers = min(sweep.workers, len(planned))
@@ -398,7 +408,8 @@ def _all_experiments(args, store: RunStore) -> int:
 
 def _plan_experiment(experiment, args, store: RunStore, out: Path) -> ExperimentRun:
     return ExperimentRun(experiment, out, store, seeds=args.seeds, workers=args.workers, cache_dir=args.cache_dir,
-                         steps=args.steps, model=args.model, device=args.device, fresh=args.fresh)
+                         steps=args.steps, model=args.model, device=args.device, fresh=args.fresh,
+                         ray_address=args.ray_address)
 
 
 def _run_experiment(run: ExperimentRun) -> tuple[dict, str]:

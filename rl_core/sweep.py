@@ -14,6 +14,9 @@ ones (one per seed) are trained in parallel.
 Reuse. A planned run identical to one in the store (`rl_core.reuse.run_key`) is not trained: it answers from the
 finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
 trains every run.
+
+On a Ray cluster (`ray_address`, or RLHF_LAB_RAY_ADDRESS) the pool is `rl_core.cluster.RayPool`: the same warm
+starts and runs as Ray tasks, their records written here as they come back.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
+from rl_core import cluster
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.reuse import run_key
+from rl_core.run_stream import RunInterrupted, store_stream, training_stream
 from rl_core.sft import sft_policy
 from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
@@ -129,6 +134,20 @@ def warm_start_key(run: RunConfig) -> tuple:
     return run.task, run.model, run.seed, run.demo_noise, run.sft_steps, run.device
 
 
+def warm_start(run: RunConfig, cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
+    """Train (or find cached) the reward model and the SFT checkpoint `run` starts from; TrainingStopped once
+    `stopped()` turns true."""
+    trainer = Trainer(run, cache_dir=cache_dir)  # for its task, tokenizer, device and demo noise
+
+    def progress(done: int, loss: float) -> None:
+        if stopped():
+            raise TrainingStopped("stopped during the SFT warm start")
+
+    trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
+    sft_policy(trainer.task, trainer.tokenizer, run.model, run.seed, trainer.demo_noise, run.sft_steps,
+               trainer.device, trainer.cache_dir, progress=progress)
+
+
 class Sweep:
     """A planned sweep, written to the store as queued runs on creation; `run()` trains them.
 
@@ -145,14 +164,19 @@ class Sweep:
         session: str | None = None,
         cap: int | None = None,
         fresh: bool = False,
+        ray_address: str | None = None,
     ):
         """`cap`: a worker starts a run only while fewer than `cap` runs of the store train, in any process (the
         app passes its training cap); default RLHF_LAB_MAX_TRAININGS, else this sweep's worker count.
-        `fresh`: train every run, even one the store already holds or trains."""
-        self.workers = default_workers() if workers is None else workers
+        `fresh`: train every run, even one the store already holds or trains.
+        `ray_address` (default RLHF_LAB_RAY_ADDRESS): train every run as a task on that Ray cluster
+        (`rl_core.cluster`); workers and cap then default to the cluster's CPUs. ClusterError if it is not there."""
+        self.ray_address = cluster.ray_address(ray_address)
+        cluster_cpus = cluster.connect(self.ray_address) if self.ray_address else None
+        self.workers = (cluster_cpus or default_workers()) if workers is None else workers
         if self.workers < 1:
             raise ValueError(f"workers={self.workers} is out of range; allowed: an integer ≥ 1")
-        self.cap = max_trainings(default=self.workers) if cap is None else cap
+        self.cap = (cluster_cpus or max_trainings(default=self.workers)) if cap is None else cap
         if not planned:
             raise ValueError("the sweep has no runs")
         self.planned = list(planned)
@@ -187,16 +211,13 @@ class Sweep:
         workers = min(self.workers, len(to_train) + len(watching))  # a watched run may fall to this sweep to train
         try:
             with Heartbeat(self.store), ExitStack() as stack:
-                pool: ProcessPoolExecutor | None = None
+                pool: LocalPool | cluster.RayPool | None = None
 
-                def get_pool() -> ProcessPoolExecutor:
+                def get_pool() -> LocalPool | cluster.RayPool:
                     nonlocal pool
                     if pool is None:
-                        pool = stack.enter_context(ProcessPoolExecutor(
-                            workers, mp_context=self._context,
-                            initializer=_init_worker,
-                            initargs=(self._stop, str(self.store.path), os.getpid(), self.cap),
-                        ))
+                        pool = (cluster.RayPool(stack, workers, self._stop, self.store, self.cap) if self.ray_address
+                                else LocalPool(stack, workers, self._context, self._stop, self.store, self.cap))
                     return pool
 
                 try:
@@ -213,23 +234,23 @@ class Sweep:
             report(final)
         return final
 
-    def _dispatch(self, pool: Callable[[], ProcessPoolExecutor], to_train: list[int], watching: set[int],
+    def _dispatch(self, pool: Callable[[], LocalPool | cluster.RayPool], to_train: list[int], watching: set[int],
                   report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
         runs = dict(zip(self.run_ids, self.planned))
         # A future maps to the runs it stands for: a warm start to every run sharing it, a training to one.
         pending: dict[Future, list[int]] = {}
         warm_starts: set[Future] = set()
 
-        def warm_start(ids: list[int]) -> None:
+        def prepare_runs(ids: list[int]) -> None:
             by_key: dict[tuple, list[int]] = {}
             for run_id in ids:
                 by_key.setdefault(warm_start_key(runs[run_id].run), []).append(run_id)
             for shared in by_key.values():
-                future = _submit(pool(), _warm_start, runs[shared[0]].run, self.cache_dir)
+                future = pool().warm_start(runs[shared[0]].run, self.cache_dir)
                 pending[future] = shared
                 warm_starts.add(future)
 
-        warm_start(to_train)
+        prepare_runs(to_train)
         while pending or watching:
             try:
                 if pending:
@@ -244,7 +265,7 @@ class Sweep:
                 watching.clear()  # what did not start is marked stopped at the end
             follows = {run_id: self.store.follow(run_id) for run_id in watching}
             watching -= {run_id for run_id, outcome in follows.items() if outcome != "waiting"}
-            warm_start([run_id for run_id, outcome in follows.items() if outcome == "train"])
+            prepare_runs([run_id for run_id, outcome in follows.items() if outcome == "train"])
             for future in done:
                 ids = pending.pop(future)
                 if self.stopping:
@@ -253,9 +274,11 @@ class Sweep:
                     future.result()
                     if future in warm_starts:
                         for run_id in ids:
-                            pending[_submit(pool(), _train, run_id, runs[run_id].run, self.cache_dir)] = [run_id]
+                            pending[pool().train(run_id, runs[run_id].run, self.cache_dir)] = [run_id]
                 except BrokenProcessPool as error:  # a worker was killed: the pool and every run in it are gone
                     self.store.settle(ids, "interrupted", f"a worker process died: {error}")
+                except RunInterrupted as error:  # a Ray worker or node went away during a warm start
+                    self.store.settle(ids, "interrupted", str(error))
                 except Exception as error:  # noqa: BLE001 - a warm start failed: so do the runs that need it
                     self.store.settle(ids, "failed", f"{type(error).__name__}: {error}")
             if self.stopping:
@@ -292,6 +315,23 @@ class SweepProgress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+class LocalPool:
+    """The sweep's worker processes on this machine: a spawn-context pool, one run per worker at a time."""
+
+    def __init__(self, stack: ExitStack, workers: int, context, stop_event, store: RunStore, cap: int):
+        self.pool = stack.enter_context(ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_worker,
+            initargs=(stop_event, str(store.path), os.getpid(), cap),
+        ))
+
+    def warm_start(self, run: RunConfig, cache_dir: Path | None) -> Future:
+        return _submit(self.pool, _warm_start, run, cache_dir)
+
+    def train(self, run_id: int, run: RunConfig, cache_dir: Path | None) -> Future:
+        """The run's outcome is its status in the store; the future only says when it ended."""
+        return _submit(self.pool, _train, run_id, run, cache_dir)
 
 
 def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
@@ -346,16 +386,7 @@ def _watch_coordinator(coordinator: int) -> None:
 
 
 def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
-    """Train (or find cached) the reward model and the SFT checkpoint `run` starts from."""
-    trainer = Trainer(run, cache_dir=cache_dir)  # for its task, tokenizer, device and demo noise
-
-    def progress(done: int, loss: float) -> None:
-        if _stop_event.is_set():
-            raise TrainingStopped("stopped during the SFT warm start")
-
-    trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
-    sft_policy(trainer.task, trainer.tokenizer, run.model, run.seed, trainer.demo_noise, run.sft_steps,
-               trainer.device, trainer.cache_dir, progress=progress)
+    warm_start(run, cache_dir, _stop_event.is_set)
 
 
 def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
@@ -367,19 +398,6 @@ def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
         return
     _current_run = run_id
     try:
-        trainer = Trainer(run, cache_dir=cache_dir, stop_event=_stop_event)
-        trainer.prepare()
-        started = time.perf_counter()
-        for record in trainer.steps():
-            record["elapsed"] = time.perf_counter() - started  # seconds of RL so far, for "time to 90 %"
-            _store.add_step(run_id, record)
-        if trainer.step_index < run.steps:  # the stop event ended it early
-            _store.finish_run(run_id, "stopped")
-        else:
-            _store.finish_run(run_id, "finished", final=trainer.evaluate())
-    except TrainingStopped:
-        _store.finish_run(run_id, "stopped")
-    except Exception as error:  # noqa: BLE001 - the store keeps the message; the sweep goes on with other runs
-        _store.finish_run(run_id, "failed", error=f"{type(error).__name__}: {error}")
+        store_stream(_store, run_id, training_stream(run, cache_dir, _stop_event))
     finally:
         _current_run = None

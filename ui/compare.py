@@ -32,6 +32,7 @@ import streamlit as st
 from plotly.colors import hex_to_rgb
 
 from rl_core.algorithms import PRESETS
+from rl_core.cluster import ClusterError
 from rl_core.config import AlgoConfig, RunConfig, knob_differences, parse_overrides
 from rl_core.experiments import EXPERIMENTS
 from rl_core.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
@@ -243,8 +244,12 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
     run_column, stop_column, _ = st.columns([1, 1, 5])
     if run_column.button("Run", key="compare:run", type="primary", disabled=live or planned is None,
                          help="Train every run of the comparison; the charts follow them live."):
-        _start(planned, workers)
-        st.rerun()
+        try:
+            _start(planned, workers)
+        except ClusterError as error:  # RLHF_LAB_RAY_ADDRESS names a cluster that is not there
+            st.error(str(error))
+        else:
+            st.rerun()
     stop_column.button("Stop", key="compare:stop", disabled=not live or sweep is None or sweep.stopping,
                        on_click=sweep.stop if sweep else None,
                        help="End every run of the sweep after its current step.")

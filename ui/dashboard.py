@@ -82,6 +82,8 @@ def progress(snap: JobSnapshot, job: Job) -> None:
         st.error(f"The run failed after {snap.steps_done} steps: {snap.error}")
     elif snap.status == "stopped":
         st.warning(f"Stopped after {snap.steps_done} of {snap.steps_total} steps.")
+    elif snap.status == "interrupted":
+        st.warning(f"Interrupted after {snap.steps_done} of {snap.steps_total} steps: {snap.error}")
     else:
         st.success(f"Finished {snap.steps_done} steps in {snap.elapsed:.0f} s.")
     if "value_pretrain_explained_variance" in snap.setup:

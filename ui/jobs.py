@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rl_core import cluster
 from rl_core.chat import ChatModels, Probe
 from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.messages import brief
+from rl_core.run_stream import END, PHASE, SETUP, RunInterrupted, trainer_stream
 from rl_core.store import RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
 
@@ -51,6 +53,14 @@ class TrainingSlots:
 
     @classmethod
     def from_env(cls) -> "TrainingSlots":
+        """RLHF_LAB_MAX_TRAININGS; on a Ray cluster (RLHF_LAB_RAY_ADDRESS) its CPUs. A cluster that cannot be
+        reached leaves the local cap: each training then fails with the cluster's message."""
+        address = cluster.ray_address()
+        if address is not None:
+            try:
+                return cls(cluster.connect(address))
+            except cluster.ClusterError:
+                pass
         return cls(max_trainings())
 
     @property
@@ -384,6 +394,30 @@ class Job(BackgroundJob):
             return self._probe, [(0, self._probe_start), *steps]
 
     # ------------------------------------------------------------------ the training thread
+    def _local_trainer(self) -> Trainer | None:
+        """The run's trainer in this process, or None when RLHF_LAB_RAY_ADDRESS sends it to a Ray cluster."""
+        return Trainer(self.run, stop_event=self.stop_event) if cluster.ray_address() is None else None
+
+    def _training(self, trainer: Trainer | None) -> Iterator[dict]:
+        """The run's items (`rl_core.run_stream`): trained here by `trainer`, or as a task on the Ray cluster that
+        RLHF_LAB_RAY_ADDRESS names (this thread then only relays them)."""
+        if trainer is not None:
+            return trainer_stream(trainer)
+        cluster.connect(cluster.ray_address())
+        return cluster.remote_stream(self.run, stopped=self.stop_event.is_set)
+
+    def _start_probe(self, trainer: Trainer) -> None:
+        """The chat's probe: one decision of a fixed prompt, read off the reference and the policy before RL."""
+        temperature = self.run.algo.temperature
+        probe = Probe.of(self.run.task, trainer.reference, trainer.tokenizer, trainer.max_new_tokens, temperature)
+        self._set(probe=probe, probe_start=probe.probabilities(trainer.policy, temperature))
+
+    def _probe_step(self, trainer: Trainer, step: int) -> None:
+        """The probe's probabilities under the policy after `step` (the stream's clock leaves this pass out)."""
+        probabilities = self._probe.probabilities(trainer.policy, self.run.algo.temperature)
+        with self._lock:
+            self._probe_steps.add({"step": step, "probabilities": probabilities})
+
     def _set(self, **fields) -> None:
         with self._lock:
             for name, value in fields.items():
@@ -421,30 +455,29 @@ class Job(BackgroundJob):
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not store.claim(run_id, self.slots.limit, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
-                    trainer = Trainer(self.run, stop_event=self.stop_event)
-                    setup = trainer.prepare(self._on_progress)
-                    temperature = self.run.algo.temperature
-                    probe = Probe.of(self.run.task, trainer.reference, trainer.tokenizer, trainer.max_new_tokens,
-                                     temperature)
-                    self._set(status="training", phase=None, setup=setup, probe=probe,
-                              probe_start=probe.probabilities(trainer.policy, temperature))
-                    started = time.perf_counter()
-                    for record in trainer.steps():
-                        record["elapsed"] = time.perf_counter() - started  # as a sweep's: "seconds to 90 %"
-                        self._add(record)
-                        probing = time.perf_counter()
-                        probabilities = probe.probabilities(trainer.policy, temperature)
-                        with self._lock:
-                            self._probe_steps.add({"step": record["step"], "probabilities": probabilities})
-                        started += time.perf_counter() - probing  # the probe's pass is no part of the run's time
-                        store.add_step(run_id, record)
-                    if not self.stop_event.is_set() and self._step_times:
-                        final = trainer.evaluate()
+                    trainer = self._local_trainer()
+                    for item in self._training(trainer):
+                        if PHASE in item:
+                            self._on_progress(*item[PHASE])
+                        elif SETUP in item:
+                            self._set(status="training", phase=None, setup=item[SETUP])
+                            if trainer is not None:
+                                self._start_probe(trainer)
+                        elif END in item:
+                            final = item.get("final")
+                        else:
+                            self._add(item)
+                            if trainer is not None:
+                                self._probe_step(trainer, item["step"])
+                            store.add_step(run_id, item)
+                    if final is not None and self._step_times:
                         self.slots.observe_speed(statistics.fmean(self._step_times), estimated_step_seconds(self.run))
-                    if self._step_times:
+                    if trainer is not None and self._step_times:  # a run trained on a cluster has no models here
                         KEPT_MODELS.keep(self, ChatModels.of(trainer))
         except TrainingStopped:
             pass
+        except RunInterrupted as exc:  # its Ray worker or node went away: the learner can train it again
+            status, error = "interrupted", brief(str(exc))
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
             status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         if status == "finished" and self.stop_event.is_set():

@@ -177,7 +177,7 @@ class ExperimentRun:
 
     def __init__(self, experiment: Experiment, out: Path, store: RunStore, seeds: Sequence[int] | None = None,
                  workers: int | None = None, cache_dir: Path | None = None, session: str | None = None,
-                 cap: int | None = None, fresh: bool = False, **plan_options):
+                 cap: int | None = None, fresh: bool = False, ray_address: str | None = None, **plan_options):
         self.experiment = experiment
         self.arm_runs = plan_experiment(experiment, seeds, **plan_options)
         self.out = Path(out)
@@ -188,7 +188,7 @@ class ExperimentRun:
         spec = {"experiment": experiment.name, "seeds": self.seeds, "arms": [a.label for a in experiment.arms]}
         # `session`: the browser session that owns the runs (None from the command line: visible to every session).
         self.sweep = Sweep([a.planned for a in self.arm_runs], store, workers=workers, cache_dir=cache_dir,
-                           spec=spec, session=session, cap=cap, fresh=fresh)
+                           spec=spec, session=session, cap=cap, fresh=fresh, ray_address=ray_address)
         self.runs_by_id = dict(zip(self.sweep.run_ids, self.arm_runs))
 
     def stop(self) -> None:
