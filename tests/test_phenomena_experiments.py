@@ -58,7 +58,12 @@ def test_length_bias_effect_against_the_longer_of_the_other_two():
         "token-mean": ramp("truncated_frac", 0.04, 0.04),
         "seq-mean-token-sum-norm": ramp("truncated_frac", 0.06, 0.06),
     }
-    assert effect(runs) == pytest.approx(0.04)
+    # ln((0.1 + 0.01) / (0.06 + 0.01)) = ln(11 / 7) = 0.4520
+    assert effect(runs) == pytest.approx(0.4520, abs=1e-4)
+    # Two negligible shares: the floor keeps their ratio near 1 (ln(0.011 / 0.0105) = 0.0465), not ln(0.001/0.0005)
+    runs = {"seq-mean-token-mean": ramp("truncated_frac", 0.001, 0.001),
+            "token-mean": ramp("truncated_frac", 0.0005, 0.0005), "seq-mean-token-sum-norm": ramp("truncated_frac", 0, 0)}
+    assert effect(runs) == pytest.approx(0.0465, abs=1e-4)
 
 
 def test_dynamic_sampling_compares_success_at_equal_samples():

@@ -5,6 +5,8 @@ On `digit_sum_long` the SFT policy rambles past the length limit on about one re
 those ramblers out within a few dozen steps, and the aggregation decides how fast. Sixteen prompts per step keep
 a batch's share of ramblers from being mostly noise."""
 
+import math
+
 from rl_core.experiments import Arm, Experiment
 from rl_core.experiments._measures import mean_over_steps
 
@@ -16,11 +18,19 @@ SHARED = dict(
 SEQ_MEAN, TOKEN_MEAN, SUM_NORM = "seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"
 
 
+# A share below about 1 % is a handful of responses in 20 steps: the floor keeps two such shares' ratio near 1.
+SHARE_FLOOR = 0.01
+
+
 def _effect(runs) -> float:
-    """The share of responses cut off at the limit (the long wrong answers) under seq-mean-token-mean, minus the
-    larger of the other two aggregations' shares."""
+    """How many times more responses are cut off at the limit (the long wrong answers) under seq-mean-token-mean
+    than under the larger of the other two aggregations, as a natural log: ln((s + 0.01) / (max(s') + 0.01)).
+
+    A ratio, not a difference: from one seed to another the SFT policy starts with 3 % to 20 % ramblers, and where
+    per-response normalisation lets them grow it does so by a factor (to 60 % on some seeds), which a difference
+    turns into one seed outweighing the rest."""
     cut = {label: mean_over_steps(records, "truncated_frac") for label, records in runs.items()}
-    return cut[SEQ_MEAN] - max(cut[TOKEN_MEAN], cut[SUM_NORM])
+    return math.log((cut[SEQ_MEAN] + SHARE_FLOOR) / (max(cut[TOKEN_MEAN], cut[SUM_NORM]) + SHARE_FLOOR))
 
 
 EXPERIMENT = Experiment(
@@ -34,8 +44,8 @@ EXPERIMENT = Experiment(
     knobs=("loss_agg_mode",),
     task="digit_sum_long",
     steps=20,
-    metric="share of responses cut off at the limit over the first 20 steps, seq-mean-token-mean minus the larger "
-           "of the others",
+    metric="ln of the share of responses cut off at the limit over the first 20 steps, seq-mean-token-mean over the "
+           "larger of the others",
     effect=_effect,
     expected="positive",
     run_fields={"sft_steps": 500},
