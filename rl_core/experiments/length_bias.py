@@ -3,7 +3,13 @@ length, so a long wrong answer's tokens are punished less than a short one's and
 
 On `digit_sum_long` the SFT policy rambles past the length limit on about one response in eight; every arm pushes
 those ramblers out within a few dozen steps, and the aggregation decides how fast. Sixteen prompts per step keep
-a batch's share of ramblers from being mostly noise."""
+a batch's share of ramblers from being mostly noise.
+
+Designed on seeds 0–7. As a difference of shares it was weak there (7 of 8 positive, interval [−0.03, +0.30]: two
+seeds where the ramblers multiplied outweighed the rest), so the effect became their ratio: 7 of 8 and [+0.11,
++1.98]. Checked unchanged on seeds 100–107: +1.40, −0.07, −0.14, +0.74, +0.02, +0.54, −0.03, +1.62, 5 of 8, weak.
+On about half the seeds per-response normalisation lets the ramblers multiply; on the others all three
+aggregations push them out alike at this scale, and the claim says so rather than being tuned further."""
 
 import math
 
@@ -36,9 +42,10 @@ def _effect(runs) -> float:
 EXPERIMENT = Experiment(
     name="length_bias",
     title="Per-response normalisation lets long wrong answers linger",
-    claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) are pushed out more "
-          "slowly than under token-mean or Dr. GRPO's constant normaliser (seq-mean-token-sum-norm), because each "
-          "response's penalty is divided by its length.",
+    claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) can linger and even "
+          "multiply where token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out, "
+          "because each response's penalty is divided by its length — not on every seed: 7 of seeds 0–7, but 5 of "
+          "the held-out seeds 100–107 (mean effect +0.51, 95 % interval [−0.07, +1.09]).",
     source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025); seed article 001",
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),
