@@ -24,7 +24,10 @@ LAUNCH_FLAGS = [
 ]
 RENDER_TIMEOUT_MS = 60_000  # the first page also imports torch and transformers
 TRAINING_TIMEOUT_MS = 300_000
-HAS_CHART_POINTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+# The charts drawn against the training step (x axis "step"), not the chat's charts of tokens after a run.
+TRAINING_CHARTS = """Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .filter(gd => (((gd.layout || {}).xaxis || {}).title || {}).text === 'step')"""
+HAS_CHART_POINTS = f"""() => {TRAINING_CHARTS}
     .some(gd => (gd.data || []).some(trace => (trace.x || []).length > 0))"""
 PAGES = {  # URL path → a heading the page shows once it has rendered
     "": "RLHF policy optimisation, one algorithm at a time",

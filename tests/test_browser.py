@@ -22,6 +22,7 @@ from app_driver import (
     LAUNCH_FLAGS,
     NO_CHROMIUM,
     PAGES,
+    TRAINING_CHARTS,
     browser_page,
     first_point_latency,
     open_page,
@@ -64,10 +65,10 @@ POINT_OF_CHART = """([title, index]) => {
     return {step: trace.x[index], x: box.left + layout._size.l + layout.xaxis.l2p(trace.x[index]),
             y: box.top + layout._size.t + layout.yaxis.l2p(trace.y[index])};
 }"""
-EVERY_CHART_MARKS = """(step) => {
-    const charts = Array.from(document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot'));
+EVERY_CHART_MARKS = f"""(step) => {{
+    const charts = {TRAINING_CHARTS};
     return charts.length > 1 && charts.every(gd => (gd.layout.shapes || []).some(s => s.x0 === step));
-}"""
+}}"""
 LEGEND_AND_PLOT = """(title) => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
         .find(gd => gd.layout && gd.layout.title && gd.layout.title.text.replace(/<[^>]+>/g, '') === title);
