@@ -66,6 +66,7 @@ RECORD_TITLES = {
     "silenced_frac": "Tokens with Â ≠ 0 but no gradient, share",
     "silenced_rare_frac": "Rare tokens (π_old < 0.1) with Â ≠ 0 but no gradient, share",
     "skewed_group_weight_ratio": "|Â| in skewed groups ÷ |Â| in balanced groups",
+    "teacher_kl": "KL to the teacher, k1 on the sampled tokens",
     "truncated_frac": "Responses cut at the length limit, share",
     "zero_adv_group_frac": "Groups with identical rewards (zero advantage), share",
 }
@@ -96,6 +97,7 @@ RECORD_UNITS = {
     "silenced_frac": "share of tokens",
     "silenced_rare_frac": "share of tokens",
     "skewed_group_weight_ratio": "ratio",
+    "teacher_kl": "nats per token",
     "truncated_frac": "share of responses",
     "zero_adv_group_frac": "share of groups",
 }
