@@ -89,8 +89,9 @@ st.markdown(
     "**Idea (verl's `dro`).** No ratio and no clip: keep −A·log π_θ and add a quadratic penalty on how far the "
     "token's log-probability has moved from the policy that sampled it. The gradient is "
     "−(A − β (log π_θ − log π_old)) ∇log π_θ: the plain policy gradient on the first update, fading smoothly as "
-    "the token moves, and zero once it has moved by A/β. Choose `policy_loss = dro` in the lab and open a token "
-    "in the Tokens tab to see the advantage and the spring's pull."
+    "the token moves, and zero once it has moved by A/β. Choose `policy_loss = dro` in the lab, train, and pick "
+    "one of a response's tokens in the Tokens tab: its term of the loss shows the advantage and the spring's pull "
+    "with that token's numbers."
 )
 formula("dro", r"L_t = -\Big[A_t\log\pi_\theta(a_t) - \frac{\beta}{2}\big(\log\pi_\theta(a_t) - "
         r"\log\pi_{old}(a_t)\big)^2\Big]", dro_loss,

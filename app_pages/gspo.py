@@ -17,7 +17,7 @@ live_lab(
     prediction=Prediction(
         "Will the clip fraction exceed 10 % at some step?",
         ("yes", "no"),
-        ever_above("clip_frac", "clip fraction", 0.1),
+        ever_above("clip_frac", "clip fraction (low and high sides together)", 0.1),
     ),
 )
 see_it_happen("gspo")

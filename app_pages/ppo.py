@@ -21,7 +21,7 @@ live_lab(
     prediction=Prediction(
         "Will the clip act at all (clip fraction above 0 at some step)?",
         ("yes", "no"),
-        ever_above("clip_frac", "clip fraction", 0.0),
+        ever_above("clip_frac", "clip fraction (low and high sides together)", 0.0),
     ),
 )
 see_it_happen("ppo")

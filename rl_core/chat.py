@@ -122,7 +122,9 @@ def check_prompt(task_name: str, text: str) -> str:
     if not body:
         raise ValueError(f"prompt is empty; allowed: {allowed}")
     if others := "".join(sorted(set(body) - set(characters))):
-        why = f"{end!r} only closes a prompt" if set(others) <= set(end) else f"task {task_name} never shows {others!r}"
+        plural = "s" if len(others) > 1 else ""
+        why = (f"{end!r} only closes a prompt" if set(others) <= set(end) else
+               f"task {task_name}'s prompts never hold the character{plural} {', '.join(map(repr, others))}")
         raise ValueError(f"prompt {text.strip()!r} cannot be asked: {why}; allowed: {allowed}")
     if len(body) + len(end) > task.max_prompt_length:
         raise ValueError(f"prompt {text.strip()!r} is {len(body)} characters long; allowed: {allowed}")

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from rl_core.aggregation import aggregate_loss
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, knob_differences
+from rl_core.distillation import reverse_kl_advantages
 from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
 from rl_core.metrics import advantage_stats
 from ui import share
@@ -143,6 +144,12 @@ def _batch(algo, lengths=UNEQUAL_LENGTHS):
     values = torch.rand(16, 8, generator=generator, dtype=torch.float64) * mask
     logp = -torch.rand(16, 8, generator=generator, dtype=torch.float64) * 3
     advantages, _ = estimate_advantages(algo, AdvantageInputs(token_rewards, mask, values, algo.num_generations, 0.3))
+    if algo.teacher_model is not None:  # on-policy distillation: a teacher's per-token signal, as the trainer adds
+        teacher_logp = -torch.rand(16, 8, generator=generator, dtype=torch.float64) * 3
+        advantages = advantages if algo.use_task_rewards else torch.zeros_like(advantages)
+        if algo.use_policy_gradient:
+            advantages = advantages + algo.distillation_loss_coef * reverse_kl_advantages(
+                logp, teacher_logp, mask, algo.distillation_loss_mode)
     return mask, advantages, logp
 
 
@@ -487,3 +494,17 @@ def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
     help_text = full_labels([1, 2, 3], names)
     assert help_text.endswith(f"- {names[3]}") and "#2" not in help_text, "only the cut labels, in full"
     assert full_labels([1, 2], names) == ""
+
+
+def test_captions_follow_a_teachers_per_token_signal_and_a_batch_without_groups():
+    # opd adds log π_T − log π_θ to every token: its advantages are neither centred per response nor 0 in sum.
+    advantages = caption(CHART["Advantages"], [run("opd")])
+    assert advantages.startswith(CHART["Advantages"].caption) and "Per token" in advantages
+    assert "centred over the responses" not in advantages
+    assert "exactly 0" not in caption(CHART["Loss parts"], [run("opd")])
+    # One response per prompt (PG): the chart's group series cannot appear, and the caption says so, naming only
+    # the runs it applies to when overlaid with a grouped run.
+    batch = CHART["Batch composition"]
+    assert "no groups" in caption(batch, [run("pg")]) and "no groups" not in caption(batch, [run("grpo")])
+    assert "#2: With one response per prompt" in caption(batch, [run("grpo", 1), run("pg", 2)])
+    assert "#1:" not in caption(batch, [run("grpo", 1), run("pg", 2)])

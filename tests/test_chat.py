@@ -87,7 +87,7 @@ def test_a_prompt_is_held_to_what_the_tasks_prompts_are_made_of():
     assert check_prompt("caesar", "cab>") == "cab>"
     assert example_prompts("caesar", 3) == ["ggd>", "ced>", "gcd>"]
     allowed = "allowed: characters from 'abcdefgh', at most 3 of them, then '>' (added when left out), e.g. 'ggd>'"
-    with pytest.raises(ValueError, match="task caesar never shows 'xz'") as error:
+    with pytest.raises(ValueError, match="task caesar's prompts never hold the characters 'x', 'z'") as error:
         check_prompt("caesar", "xaz")
     assert str(error.value).startswith("prompt 'xaz'") and str(error.value).endswith(allowed)
     with pytest.raises(ValueError, match="prompt 'abcd' is 4 characters long; allowed"):

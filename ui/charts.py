@@ -92,7 +92,17 @@ def _kl_in_use(algo: AlgoConfig) -> str | None:
     return f"kl_{algo.kl_estimator}" if algo.beta > 0 or algo.target_kl is not None else None
 
 
+def _teacher_per_token(algo: AlgoConfig) -> bool:
+    """On-policy distillation's policy-gradient form: the teacher's −k is added to every token's advantage."""
+    return algo.teacher_model is not None and algo.use_policy_gradient
+
+
 def _advantage_note(algo: AlgoConfig) -> str:
+    if _teacher_per_token(algo):
+        return ("Per token: the teacher's signal log π_T − log π_θ (minus k1) is added to each sampled token's "
+                + ("advantage from the task's reward" if algo.use_task_rewards else "advantage, the only signal")
+                + ". Its mean is minus the KL to the teacher, so it sits below 0, far below where the teacher rules "
+                "a sampled token out.")
     if algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline") or algo.whiten_advantages:
         return "Whitened over the batch: mean 0 and std 1 by construction, so watch the extremes."
     if _centred_per_response(algo):
@@ -110,13 +120,15 @@ def _advantage_note(algo: AlgoConfig) -> str:
 
 def _centred_per_token(algo: AlgoConfig) -> bool:
     """Advantages with mean 0 over the batch's tokens: whitened, or returns less their token mean."""
+    if _teacher_per_token(algo):  # the teacher's per-token signal is added after any centring
+        return False
     return (algo.whiten_advantages or algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline")
             or (algo.advantage_estimator == "reward_to_go" and algo.use_baseline and algo.baseline == "batch_mean"))
 
 
 def _centred_per_response(algo: AlgoConfig) -> bool:
     """One advantage per response, with mean 0 over the responses of each group (or of the batch)."""
-    if algo.whiten_advantages:  # whitening re-centres over tokens, which weighs a response by its length
+    if algo.whiten_advantages or _teacher_per_token(algo):  # whitening re-centres over tokens, which weighs a response by its length
         return False
     if algo.advantage_estimator == "grpo":  # b_i, then a divisor s_i that must be the same across a centring
         return algo.adv_norm_mean in ("group", "leave_one_out") or (
@@ -273,6 +285,9 @@ CHARTS: tuple[Chart, ...] = (
         "Look for: the share of groups whose members all got the same reward (zero advantage, no gradient) "
         "growing as the policy gets good, or stuck.",
         unit="share",
+        notes=lambda algo: ("" if algo.num_generations > 1 else
+                            "With one response per prompt there are no groups: only the share of responses cut at "
+                            "the length limit is drawn."),
     ),
     Chart(
         "Policy change per step",
@@ -353,10 +368,10 @@ def caption(chart: Chart, runs: list[ChartRun]) -> str:
     tags_of_note: dict[str, list[str]] = {}
     for run in shown_runs(chart, runs) if chart.notes else ():
         tags_of_note.setdefault(chart.notes(run.algo), []).append(run.tag)
-    if len(tags_of_note) > 1:
-        notes = [f"{', '.join(tags)}: {note}" for note, tags in tags_of_note.items()]
+    if len(tags_of_note) > 1:  # "" is an algorithm without a note: its runs are not named
+        notes = [f"{', '.join(tags)}: {note}" for note, tags in tags_of_note.items() if note]
     else:
-        notes = list(tags_of_note)
+        notes = [note for note in tags_of_note if note]
     peaks = run_peaks(chart, runs)
     if log_axis(chart, runs):
         high, low = max(peaks, key=peaks.get), min(peaks, key=peaks.get)

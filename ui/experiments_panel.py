@@ -51,7 +51,7 @@ RECORD_TITLES = {
     "clip_frac_tokens": "Tokens the clip silences, share (GSPO: every token of a clipped response)",
     "clip_frac_high": "Clipped on the high side (ρ > 1 + ε_high, Â > 0), share of tokens",
     "dynamic_sampling_rounds": "Sampling rounds per step",
-    "equal_group_weight_share": "|Â| on groups whose rewards are all equal, share of the batch's",
+    "equal_group_weight_share": "Share of Σ|Â| on groups whose rewards are all equal",
     "explained_variance": "Critic's explained variance",
     "grad_norm": "Policy gradient's norm, before clipping",
     "kl_k1_neg_frac": "Tokens where k1 is negative, share",

@@ -35,7 +35,8 @@ def end_versus_start(key: str, name: str, unit: str = "") -> Answer:
         if len(values) < 6:
             return None
         start, end = sum(values[:3]) / 3, sum(values[-3:]) / 3
-        return ("higher" if end > start else "lower"), f"{name} went from {start:.3f}{unit} to {end:.3f}{unit}"
+        return ("higher" if end > start else "lower"), (f"{name} went from {start:.3f}{unit} to {end:.3f}{unit} "
+                                                         "(the means of its first and last 3 steps)")
 
     return _reading(key, decide)
 
