@@ -32,7 +32,7 @@ def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
 
         prompt.fill("abz")
         prompt.press("Enter")
-        page.get_by_text("prompt 'abz' cannot be asked: task caesar never shows 'z'").wait_for(timeout=30_000)
+        page.get_by_text("prompt 'abz' cannot be asked: task caesar's prompts never hold the character 'z'").wait_for(timeout=30_000)
 
         prompt.fill("abc")
         prompt.press("Enter")
