@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import multiprocessing
 import os
 import platform
-import resource
 import sys
 import tempfile
 import time
@@ -34,20 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # The engine is imported from the repository root, which a script in bench/ does not have on its path.
 sys.path.insert(0, str(ROOT))
 
+from bench.phenomena import cpu_seconds, write_report  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
 from rl_core.experiments import EXPERIMENTS, get_experiment  # noqa: E402
 from rl_core.experiments.runner import ExperimentRun, plan_experiment  # noqa: E402
-from rl_core.records import json_safe  # noqa: E402
 from rl_core.sft import default_cache_dir  # noqa: E402
 from rl_core.store import RunStore  # noqa: E402
 from rl_core.sweep import SweepProgress, default_workers  # noqa: E402
 from rl_core.trainer import Trainer  # noqa: E402
-
-
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and of its ended children (workers and spawned runs)."""
-    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
-                                                                         resource.RUSAGE_CHILDREN)))
 
 
 def train_alone(run: RunConfig, cache_dir: Path) -> None:
@@ -153,11 +145,7 @@ def main() -> None:
         "workers": args.workers,
         "experiments": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(json_safe(report), indent=2, ensure_ascii=False))
-    table = markdown(report)
-    args.out.with_suffix(".md").write_text(table)
-    print(table)
+    write_report(args.out, report, markdown(report))
 
 
 if __name__ == "__main__":

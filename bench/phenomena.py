@@ -136,10 +136,14 @@ def main() -> None:
         "fresh_cache": args.cache_dir is None,
         "experiments": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(json_safe(report), indent=2, ensure_ascii=False))
-    table = markdown(report)
-    args.out.with_suffix(".md").write_text(table)
+    write_report(args.out, report, markdown(report))
+
+
+def write_report(out: Path, report: dict, table: str) -> None:
+    """The JSON report at `out`, its Markdown table next to it (.md), and the table printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(json_safe(report), indent=2, ensure_ascii=False))
+    out.with_suffix(".md").write_text(table)
     print(table)
 
 
