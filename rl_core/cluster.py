@@ -2,10 +2,12 @@
 
 With `RLHF_LAB_RAY_ADDRESS` set (or `--ray-address` on `sweep` and `experiment`) every training runs as a Ray task
 on the cluster: sweeps and experiments through `RayPool` (the `Sweep`'s pool), the app's live-lab jobs through
-`remote_stream`. The task is `rl_core.run_stream.training_stream(run)` as a Ray streaming generator: its items (setup
-progress, each step's record, the end) come back to the coordinator as they are made, and the coordinator writes
-them to its run store with `store_stream`, the function a local worker writes its own training with, so the store,
-the pages and the records do not know where a run trained. A run holds one CPU of the cluster; the training cap becomes the cluster's CPUs.
+`remote_stream`. The task is `rl_core.run_stream.batch_training_stream(runs)`, a batch of runs trained as one (a
+live-lab job is a batch of one), as a Ray streaming generator: its items (setup progress, each step's record, the
+end, each tagged with its run) come back to the coordinator as they are made, and the coordinator writes them to
+its run store with `store_batch`, the function a local worker writes its own batch with, so the store, the pages
+and the records do not know where a run trained. A batch holds one CPU of the cluster; the training cap becomes
+the cluster's CPUs.
 
 Ray is imported here only, on first use: without the variable the lab never imports it. It is not in
 requirements.txt but in requirements-cluster.txt (Ray is some 80 MB, and a laptop never needs it); `./lab.sh`
@@ -36,7 +38,7 @@ import rl_core
 import toy_tasks
 from rl_core.config import RunConfig
 from rl_core.messages import brief
-from rl_core.run_stream import RunInterrupted, store_stream, training_stream
+from rl_core.run_stream import RunInterrupted, batch_training_stream, one_run, store_batch
 from rl_core.store import RunStore
 from rl_core.trainer import TrainingStopped
 
@@ -132,11 +134,11 @@ def _warm_start_task(run: RunConfig, cache_dir: Path | None) -> Iterator[dict]:
     yield from ()
 
 
-def _training_task(run: RunConfig, cache_dir: Path | None) -> Iterator[dict]:
-    yield from training_stream(run, cache_dir)
+def _training_task(runs: list[RunConfig], cache_dir: Path | None) -> Iterator[tuple[int, dict]]:
+    yield from batch_training_stream(runs, cache_dir)
 
 
-def _items(generator, stopped: Callable[[], bool]) -> Iterator[dict]:
+def _items(generator, stopped: Callable[[], bool]) -> Iterator:
     """A task's items as they arrive. `stopped()` cancels the task (TrainingStopped); the task's own exception is
     raised again as itself; a worker or node that went away is RunInterrupted."""
     ray = _ray()
@@ -163,8 +165,8 @@ def _items(generator, stopped: Callable[[], bool]) -> Iterator[dict]:
 
 def remote_stream(run: RunConfig, cache_dir: Path | None = None,
                   stopped: Callable[[], bool] = lambda: False) -> Iterator[dict]:
-    """`training_stream(run)` trained as a task on the joined cluster, its items as they come."""
-    return _items(_tasks()[1].remote(run, cache_dir), stopped)
+    """One run trained as a task on the joined cluster (a batch of one), its items as they come."""
+    return one_run(_items(_tasks()[1].remote([run], cache_dir), stopped))
 
 
 class RayPool:
@@ -179,19 +181,21 @@ class RayPool:
     def warm_start(self, run: RunConfig, cache_dir: Path | None) -> Future:
         return self.threads.submit(self._warm_start, run, cache_dir)
 
-    def train(self, run_id: int, run: RunConfig, cache_dir: Path | None) -> Future:
-        """The run's outcome is its status in the store; the future only says when it ended."""
-        return self.threads.submit(self._train, run_id, run, cache_dir)
+    def train(self, run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> Future:
+        """Train the runs as one batch; their outcomes are their statuses in the store, the future only says when
+        the batch ended."""
+        return self.threads.submit(self._train, run_ids, runs, cache_dir)
 
     def _warm_start(self, run: RunConfig, cache_dir: Path | None) -> None:
         for _ in _items(_tasks()[0].remote(run, cache_dir), self.stop_event.is_set):
             pass
 
-    def _train(self, run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
+    def _train(self, run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> None:
         try:
-            if not self.store.claim(run_id, self.cap, self.stop_event.is_set):
-                self.store.finish_run(run_id, "stopped")
+            if not self.store.claim(run_ids, self.cap, self.stop_event.is_set):
+                self.store.settle(run_ids, "stopped")
                 return
-            store_stream(self.store, run_id, remote_stream(run, cache_dir, self.stop_event.is_set))
+            store_batch(self.store, run_ids,
+                        _items(_tasks()[1].remote(runs, cache_dir), self.stop_event.is_set))
         finally:
             self.store.close()  # this thread's connection

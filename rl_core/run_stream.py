@@ -1,31 +1,36 @@
-"""A training as a stream of items, and the one place where a sweep's stream is written to the run store.
+"""Training as a stream of items, and the one place where a sweep's stream is written to the run store.
 
-Wherever a run trains (a sweep's worker process, a task on a Ray cluster, a thread of the app), the training is
-`training_stream(run)`, a generator of plain dicts:
+Wherever runs train (a sweep's worker process, a task on a Ray cluster, a thread of the app), the training is
+`batch_stream(trainers)` of a batch of runs (`rl_core.run_batch`; the app trains a batch of one), a generator of
+plain dicts, each tagged with its run's place in the batch:
 
 * `{PHASE: [phase, done, total]}` while `Trainer.prepare()` builds the reward model, SFT policy and critic,
 * `{SETUP: {...}}` once, what `prepare()` returned,
 * each step's record (it has `"step"`, and `"elapsed"`, seconds of RL so far, for "time to 90 %"),
 * `{END: "finished", "final": {...}}` (the evaluation after the last step) or `{END: "stopped"}`.
 
+* `{FAILED: error}` instead of an END when the run failed; the batch's other runs go on (`trainer_stream`, a batch
+  of one, raises the error instead).
+
+The runs of a batch train together, a step of each at a time; each run's items are the items it yields alone.
 Plain dicts cross a process or a machine as they are (pickled by a process pool or by Ray), so the coordinator sees
-the same items whether the run trained beside it or on another machine, and `store_stream` writes them.
+the same items whether the runs trained beside it or on another machine, and `store_batch` writes them.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rl_core.config import RunConfig
 from rl_core.messages import brief
+from rl_core.run_batch import step_together
 from rl_core.store import RunStore
 from rl_core.trainer import Trainer, TrainingStopped
 
-PHASE, SETUP, END = "phase", "setup", "end"
+PHASE, SETUP, END, FAILED = "phase", "setup", "end", "failed"
 
 
 class RunInterrupted(Exception):
@@ -33,31 +38,63 @@ class RunInterrupted(Exception):
     interrupted, not failed, and can be trained again."""
 
 
-def training_stream(run: RunConfig, cache_dir: Path | None = None, stop_event=None) -> Iterator[dict]:
-    """Train `run` and yield its items (module docstring); `stop_event.is_set()` ends it after the current step."""
-    yield from trainer_stream(Trainer(run, cache_dir=cache_dir, stop_event=stop_event or threading.Event()))
-
-
 def trainer_stream(trainer: Trainer) -> Iterator[dict]:
-    """A trainer's items (module docstring), for a caller that keeps the trainer (the app's chat reads its models).
+    """A trainer's items (module docstring), for a caller that keeps the trainer (the app's chat reads its models):
+    a batch of one."""
+    return one_run(batch_stream([trainer]))
 
-    A record's "elapsed" counts the training only: the time the consumer spends between two items (writing the
-    store, a live view's own passes) is left out."""
-    yield from _prepared(trainer)
-    started = time.perf_counter()
-    try:
-        for record in trainer.steps():
-            record["elapsed"] = time.perf_counter() - started
-            paused = time.perf_counter()
-            yield record
-            started += time.perf_counter() - paused
-    except TrainingStopped:
-        yield {END: "stopped"}
-        return
-    if trainer.step_index < trainer.run.steps:  # the stop event ended it early
-        yield {END: "stopped"}
-    else:
-        yield {END: "finished", "final": trainer.evaluate()}
+
+def one_run(items: Iterator[tuple[int, dict]]) -> Iterator[dict]:
+    """The items of a batch of one run, untagged, its failure raised."""
+    for _, item in items:
+        if FAILED in item:
+            raise item[FAILED]
+        yield item
+
+
+def batch_training_stream(runs: Sequence[RunConfig], cache_dir: Path | None = None,
+                          stop_event=None) -> Iterator[tuple[int, dict]]:
+    """Train `runs` as one batch and yield `(place in the batch, item)`; `stop_event` ends them all."""
+    stop_event = stop_event or threading.Event()
+    yield from batch_stream([Trainer(run, cache_dir=cache_dir, stop_event=stop_event) for run in runs])
+
+
+def batch_stream(trainers: Sequence[Trainer]) -> Iterator[tuple[int, dict]]:
+    """Prepare each trainer, then step them together until each has trained its steps or is stopped; yields
+    `(place in the batch, item)`, each run's items as the module docstring lists them.
+
+    A record's "elapsed" is the seconds of RL the run has cost so far (the sum of its `step_time`): the time the
+    consumer spends between two items (writing the store, a live view's own passes) is left out."""
+    ready = []
+    for r, trainer in enumerate(trainers):
+        try:
+            for item in _prepared(trainer):
+                yield r, item
+            ready.append(r)
+        except TrainingStopped:
+            yield r, {END: "stopped"}
+        except Exception as error:  # noqa: BLE001 - this run ends; the others of the batch go on
+            yield r, {FAILED: error}
+    elapsed = dict.fromkeys(ready, 0.0)
+    while stepping := [r for r in ready if trainers[r].step_index < trainers[r].run.steps
+                       and not trainers[r].stop_event.is_set()]:
+        for r, outcome in zip(stepping, step_together([trainers[r] for r in stepping])):
+            if isinstance(outcome, Exception):
+                ready.remove(r)
+                yield r, {END: "stopped"} if isinstance(outcome, TrainingStopped) else {FAILED: outcome}
+                continue
+            elapsed[r] += outcome["step_time"]
+            outcome["elapsed"] = elapsed[r]
+            yield r, outcome
+    for r in ready:
+        trainer = trainers[r]
+        if trainer.step_index < trainer.run.steps:  # the stop event ended it early
+            yield r, {END: "stopped"}
+            continue
+        try:
+            yield r, {END: "finished", "final": trainer.evaluate()}
+        except Exception as error:  # noqa: BLE001 - as a failed step
+            yield r, {FAILED: error}
 
 
 def _prepared(trainer: Trainer) -> Iterator[dict]:
@@ -85,26 +122,38 @@ def _prepared(trainer: Trainer) -> Iterator[dict]:
             return
 
 
-def store_stream(store: RunStore, run_id: int, items: Iterator[dict],
-                 seen: Callable[[dict], None] | None = None) -> str:
-    """Write a claimed run's stream to the store: each step as it comes, then the run's end; returns its status.
+def store_batch(store: RunStore, run_ids: Sequence[int], items: Iterator[tuple[int, dict]]) -> list[str]:
+    """Write a claimed batch's stream (`batch_stream`'s `(place, item)` pairs) to the store: each step as it comes,
+    each run's end as its END or FAILED item arrives (failed with its message kept); returns their statuses.
 
-    A stream that raises ends the run: TrainingStopped as stopped, RunInterrupted as interrupted, anything else as
-    failed, its message kept. `seen` gets every item first (a live view of the run)."""
-    status, final, error = "stopped", None, None  # a stream that ends without its END item was cut short
+    A stream that raises ends every run not yet ended: TrainingStopped as stopped, RunInterrupted as interrupted,
+    anything else as failed."""
+    statuses: dict[int, str] = {}
+
+    def finish(r: int, status: str, final: dict | None = None, error: str | None = None) -> None:
+        statuses[r] = status
+        store.finish_run(run_ids[r], status, final=final, error=error)
+
+    ending = ("stopped", None)  # a stream that ends without a run's END item was cut short
     try:
-        for item in items:
-            if seen is not None:
-                seen(item)
+        for r, item in items:
             if "step" in item:
-                store.add_step(run_id, item)
+                store.add_step(run_ids[r], item)
             elif END in item:
-                status, final = item[END], item.get("final")
+                finish(r, item[END], final=item.get("final"))
+            elif FAILED in item:
+                finish(r, "failed", error=_failure(item[FAILED]))
     except TrainingStopped:
-        status = "stopped"
+        pass
     except RunInterrupted as interrupted:
-        status, error = "interrupted", brief(str(interrupted))
+        ending = ("interrupted", brief(str(interrupted)))
     except Exception as failure:  # noqa: BLE001 - the store keeps the message; a sweep goes on with other runs
-        status, error = "failed", brief(f"{type(failure).__name__}: {failure}")
-    store.finish_run(run_id, status, final=final, error=error)
-    return status
+        ending = ("failed", _failure(failure))
+    for r in range(len(run_ids)):
+        if r not in statuses:
+            finish(r, ending[0], error=ending[1])
+    return [statuses[r] for r in range(len(run_ids))]
+
+
+def _failure(error: Exception) -> str:
+    return brief(f"{type(error).__name__}: {error}")

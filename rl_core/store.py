@@ -157,6 +157,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             pinned_at REAL NOT NULL
         )""",
     ),
+    # v4 → v5: runs trained as one batch (`rl_core.run_batch`) name the batch's first run; a batch is one process's
+    # loop, so it takes one place under the training cap (NULL: the run trains alone).
+    ("ALTER TABLE runs ADD COLUMN batch_id INTEGER",),
 )
 PHASES = ("before", "after")
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -216,6 +219,7 @@ class StoredRun:
     records_from: int | None  # the run whose records it shows instead of training (itself: it holds them)
     page: str | None = None  # the lab page whose run it is (a live lab's), while its learner keeps it there
     page_run: int | None = None  # its number on that page (`#n`)
+    batch_id: int | None = None  # the first run of the batch it trained in (`rl_core.run_batch`); None: alone
 
     @property
     def reused(self) -> bool:
@@ -405,21 +409,27 @@ class RunStore:
         with self._write() as db:
             _start(db, run_id)
 
-    def claim(self, run_id: int, cap: int, stopped: Callable[[], bool]) -> bool:
-        """Start the run (as `start_run`) once fewer than `cap` runs of this store are training, in any process;
-        False, without starting it, if `stopped()` turns true first.
+    def claim(self, run_ids: int | Sequence[int], cap: int, stopped: Callable[[], bool]) -> bool:
+        """Start the run, or every run of a batch trained as one (`rl_core.run_batch`), once fewer than `cap`
+        trainings of this store are under way, in any process; False, without starting them, if `stopped()` turns
+        true first. A batch is one training: one loop in one process, whatever its number of runs.
 
         The count and the start are one write transaction, so two processes never both take the last place. A
         running row counts while its owner lives and its heartbeat is fresh (the recovery rule); this process's
         own rows count while it trains them."""
+        run_ids = [run_ids] if isinstance(run_ids, int) else list(run_ids)
+        batch_id = run_ids[0] if len(run_ids) > 1 else None
         while not stopped():
             now = time.time()
             with self._write() as db:
-                rows = db.execute("SELECT id, owner_pid, owner_host, heartbeat_at FROM runs WHERE status = 'running'")
-                training = sum(1 for row in rows if _training(row, now))
-                if training < cap:
-                    _start(db, run_id)
-                    _TRAINING_HERE.add(run_id)
+                rows = db.execute(
+                    "SELECT id, batch_id, owner_pid, owner_host, heartbeat_at FROM runs WHERE status = 'running'"
+                )
+                trainings = {row["batch_id"] or row["id"] for row in rows if _training(row, now)}
+                if len(trainings) < cap:
+                    for run_id in run_ids:
+                        _start(db, run_id, batch_id)
+                        _TRAINING_HERE.add(run_id)
                     return True
             time.sleep(CLAIM_POLL)
         return False
@@ -703,13 +713,13 @@ def _training(row: sqlite3.Row, now: float) -> bool:
     return process_alive(row["owner_pid"])
 
 
-def _start(db: sqlite3.Connection, run_id: int) -> None:
-    """Mark the run as trained by this process from now on."""
+def _start(db: sqlite3.Connection, run_id: int, batch_id: int | None = None) -> None:
+    """Mark the run as trained by this process from now on (in the batch of run `batch_id`, if one)."""
     now = time.time()
     db.execute(
-        "UPDATE runs SET status = 'running', started_at = ?, heartbeat_at = ?, owner_pid = ?, owner_host = ? "
-        "WHERE id = ?",
-        (now, now, os.getpid(), HOST, run_id),
+        "UPDATE runs SET status = 'running', started_at = ?, heartbeat_at = ?, owner_pid = ?, owner_host = ?, "
+        "batch_id = ? WHERE id = ?",
+        (now, now, os.getpid(), HOST, batch_id, run_id),
     )
 
 

@@ -1,5 +1,5 @@
-"""Sweeps: every (preset, grid value, seed) run of a comparison trained in worker processes, one run per worker
-at a time, every record written to the run store as it comes.
+"""Sweeps: every (preset, grid value, seed) run of a comparison trained in worker processes, each worker training
+one batch of runs at a time (`rl_core.run_batch`), every record written to the run store as it comes.
 
 Processes, not threads: a step of a tiny model is mostly Python overhead around small tensor ops, which runs
 under the GIL, so only processes fill several cores. Workers are spawned, not forked (forking a process that
@@ -10,6 +10,10 @@ Warm starts first. Runs that differ only in the preset or a knob share an SFT ch
 (cached on disk per task, model, seed, noise and SFT steps). The sweep trains each distinct one once, in a
 worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint; distinct
 ones (one per seed) are trained in parallel.
+
+Batches. The runs of one warm start (the arms of an experiment for one seed, the grid values of a knob) train as
+one batch, split so that every worker gets a batch: their sampling goes through one stacked loop, and the batch
+takes one place under the training cap, as it holds one core.
 
 Reuse. A planned run identical to one in the store (`rl_core.reuse.run_key`) is not trained: it answers from the
 finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
@@ -45,7 +49,7 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.reuse import run_key
-from rl_core.run_stream import RunInterrupted, store_stream, training_stream
+from rl_core.run_stream import RunInterrupted, batch_training_stream, store_batch
 from rl_core.sft import sft_policy
 from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
@@ -237,7 +241,9 @@ class Sweep:
     def _dispatch(self, pool: Callable[[], LocalPool | cluster.RayPool], to_train: list[int], watching: set[int],
                   report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
         runs = dict(zip(self.run_ids, self.planned))
-        # A future maps to the runs it stands for: a warm start to every run sharing it, a training to one.
+        # Batches no larger than a worker's share of the runs, so that every worker has a batch to train.
+        runs_per_batch = max(1, math.ceil((len(to_train) + len(watching)) / self.workers))
+        # A future maps to the runs it stands for: a warm start to every run sharing it, a training to its batch.
         pending: dict[Future, list[int]] = {}
         warm_starts: set[Future] = set()
 
@@ -273,8 +279,8 @@ class Sweep:
                 try:
                     future.result()
                     if future in warm_starts:
-                        for run_id in ids:
-                            pending[pool().train(run_id, runs[run_id].run, self.cache_dir)] = [run_id]
+                        for batch in _batches(ids, runs_per_batch):
+                            pending[pool().train(batch, [runs[run_id].run for run_id in batch], self.cache_dir)] = batch
                 except BrokenProcessPool as error:  # a worker was killed: the pool and every run in it are gone
                     self.store.settle(ids, "interrupted", f"a worker process died: {error}")
                 except RunInterrupted as error:  # a Ray worker or node went away during a warm start
@@ -287,6 +293,12 @@ class Sweep:
                     self.store.settle(pending.pop(future), "stopped")
             if report:
                 report(self.store.runs(self.run_ids))
+
+
+def _batches(run_ids: list[int], size: int) -> list[list[int]]:
+    """`run_ids` cut into batches of at most `size`, as even as can be (7 runs by 4: 4 and 3, not 4, 2 and 1)."""
+    count = math.ceil(len(run_ids) / size)
+    return [run_ids[i::count] for i in range(count)]
 
 
 class SweepProgress:
@@ -318,7 +330,7 @@ class SweepProgress:
 
 
 class LocalPool:
-    """The sweep's worker processes on this machine: a spawn-context pool, one run per worker at a time."""
+    """The sweep's worker processes on this machine: a spawn-context pool, one batch of runs per worker at a time."""
 
     def __init__(self, stack: ExitStack, workers: int, context, stop_event, store: RunStore, cap: int):
         self.pool = stack.enter_context(ProcessPoolExecutor(
@@ -329,9 +341,10 @@ class LocalPool:
     def warm_start(self, run: RunConfig, cache_dir: Path | None) -> Future:
         return _submit(self.pool, _warm_start, run, cache_dir)
 
-    def train(self, run_id: int, run: RunConfig, cache_dir: Path | None) -> Future:
-        """The run's outcome is its status in the store; the future only says when it ended."""
-        return _submit(self.pool, _train, run_id, run, cache_dir)
+    def train(self, run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> Future:
+        """Train the runs as one batch; their outcomes are their statuses in the store, the future only says when
+        the batch ended."""
+        return _submit(self.pool, _train, run_ids, runs, cache_dir)
 
 
 def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
@@ -352,7 +365,7 @@ def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
 # ---------------------------------------------------------------------------------------------- in the workers
 _stop_event = None  # the sweep's stop event, shared with the parent
 _store: RunStore | None = None
-_current_run: int | None = None  # the run this worker trains now, if any
+_current_runs: list[int] = []  # the batch this worker trains now, if any
 _cap = 1  # runs of the store that may train at once, across processes
 PARENT_WATCH_INTERVAL = 0.5  # seconds between checks that the coordinator still lives
 
@@ -377,9 +390,9 @@ def _watch_coordinator(coordinator: int) -> None:
     while os.getppid() == coordinator:
         time.sleep(PARENT_WATCH_INTERVAL)
     threading.Timer(5.0, os._exit, (1,)).start()  # a store busy for long must not keep the orphan alive
-    if _current_run is not None:
+    if _current_runs:
         try:
-            _store.finish_run(_current_run, "interrupted", error="the sweep's coordinator process ended")
+            _store.settle(_current_runs, "interrupted", error="the sweep's coordinator process ended")
         except Exception:  # noqa: BLE001 - the store may be busy or gone; recovery marks the run later
             pass
     os._exit(1)
@@ -389,15 +402,15 @@ def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
     warm_start(run, cache_dir, _stop_event.is_set)
 
 
-def _train(run_id: int, run: RunConfig, cache_dir: Path | None) -> None:
-    """Train one run, writing each record to the store; the run's outcome is its status there."""
-    global _current_run
-    # Waits while the store's cap is taken by other processes' runs (another server, a command-line sweep).
-    if not _store.claim(run_id, _cap, _stop_event.is_set):
-        _store.finish_run(run_id, "stopped")
+def _train(run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> None:
+    """Train one batch of runs, writing each record to the store; each run's outcome is its status there."""
+    global _current_runs
+    # Waits while the store's cap is taken by other processes' trainings (another server, a command-line sweep).
+    if not _store.claim(run_ids, _cap, _stop_event.is_set):
+        _store.settle(run_ids, "stopped")
         return
-    _current_run = run_id
+    _current_runs = run_ids
     try:
-        store_stream(_store, run_id, training_stream(run, cache_dir, _stop_event))
+        store_batch(_store, run_ids, batch_training_stream(runs, cache_dir, _stop_event))
     finally:
-        _current_run = None
+        _current_runs = []

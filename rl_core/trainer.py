@@ -13,9 +13,8 @@ import math
 import random
 import shutil
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import torch
@@ -51,7 +50,8 @@ from rl_core.metrics import (
 )
 from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device, use_preset_threads
 from rl_core.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
-from rl_core.rollout import Rollout, frozen_response_logits, response_logits, sample, token_logprobs
+from rl_core.rollout import Rollout, SampleRequest, frozen_response_logits, response_logits, sample, token_logprobs
+from rl_core.run_batch import run_alone, step_together
 from rl_core.rollout_correction import correction_weights, rollout_mismatch_metrics
 from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
 from rl_core.sft import default_cache_dir, sft_policy
@@ -204,7 +204,7 @@ class Trainer:
         it has not trained on reaches VALUE_PRETRAIN_TARGET or `value_pretrain_steps` batches are spent."""
         budget = self.algo.value_pretrain_steps
         for step in range(budget + 1):
-            rollout, rewards, _ = self._sample_batch(self.algo.prompts_per_step)
+            rollout, rewards, _ = run_alone(self._sample_batch(self.algo.prompts_per_step))
             mask = rollout.response_mask
             with torch.no_grad():
                 values = self._critic_values(rollout)
@@ -221,16 +221,14 @@ class Trainer:
         return {"value_pretrain_explained_variance": held_out, "value_pretrain_batches": step}
 
     # -------------------------------------------------------------- sampling
-    def _sample_batch(self, n_prompts: int) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
-        """n_prompts prompts × G responses, with task rewards (plus DAPO's soft overlong punishment)."""
+    def _sample_batch(self, n_prompts: int) -> Generator[SampleRequest, Rollout, tuple]:
+        """`(rollout, rewards, successes)`: n_prompts prompts × G responses, with task rewards (plus DAPO's soft
+        overlong punishment); the sampling is asked of whoever drives the step (`rl_core.run_batch`)."""
         prompts = self.task.sample_prompts(n_prompts, self.prompt_rng)
-        # A bfloat16 sampler runs other kernels than the float32 trainer (as an inference engine does): autocast
-        # computes its matrix products in bfloat16, while the logits it keeps are stored in float32.
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.algo.rollout_dtype == "bfloat16"):
-            rollout = sample(
-                self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self._behaviour_temperature,
-                self.generator, self.algo.num_generations,
-            )
+        rollout = yield SampleRequest(
+            self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self._behaviour_temperature,
+            self.generator, self.algo.num_generations, self.algo.rollout_dtype,
+        )
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
         if self.algo.overlong_punishment:
@@ -239,11 +237,11 @@ class Trainer:
             rewards = rewards + soft_overlong_punishment(rollout.lengths, self.max_new_tokens, self.overlong_buffer)
         return rollout, rewards, torch.tensor(scores.successes, dtype=torch.bool, device=self.device)
 
-    def _collect(self) -> tuple[Rollout, torch.Tensor, torch.Tensor, dict]:
+    def _collect(self) -> Generator[SampleRequest, Rollout, tuple]:
         """A training batch `(rollout, rewards, successes, stats)`; the stats describe the policy's fresh sample.
 
         With dynamic sampling, groups with identical rewards are dropped and refilled from new prompts."""
-        rollout, rewards, successes = self._sample_batch(self.algo.prompts_per_step)
+        rollout, rewards, successes = yield from self._sample_batch(self.algo.prompts_per_step)
         G = self.algo.num_generations
         stats = {
             "reward_mean": rewards.mean().item(),
@@ -263,7 +261,7 @@ class Trainer:
         batch = (rollout, rewards, successes)
         for round_index in range(self.algo.max_resample_rounds + 1):
             if round_index:
-                batch = self._sample_batch(self.algo.prompts_per_step)
+                batch = yield from self._sample_batch(self.algo.prompts_per_step)
             keep = dynamic_sampling_keep(batch[1], G)
             sampled_groups += keep.numel()
             rows = torch.nonzero(keep.repeat_interleave(G)).squeeze(-1)
@@ -355,9 +353,17 @@ class Trainer:
             yield self.step()
 
     def step(self) -> dict:
-        start = time.perf_counter()
+        """One step alone: a batch of one run (`rl_core.run_batch`)."""
+        outcome = step_together([self])[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def step_phases(self) -> Generator[SampleRequest, Rollout, tuple[dict, int]]:
+        """One RL step as a coroutine: it yields each sampling request and is sent the rollout; it returns the
+        step's record and how many response tokens it trained on (the driver times the step)."""
         algo = self.algo
-        batch, rewards, successes, stats = self._collect()
+        batch, rewards, successes, stats = yield from self._collect()
         if self._behaviour_differs:
             batch = self._with_trainer_logprobs(batch)
             stats |= rollout_mismatch_metrics(
@@ -421,11 +427,8 @@ class Trainer:
         record["samples"] = self._sample_views(
             batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, old_values, returns, teacher_logp
         )
-        elapsed = time.perf_counter() - start
-        record["step_time"] = elapsed
-        record["tokens_per_second"] = mask.sum().item() / elapsed
         self.step_index += 1
-        return record
+        return record, int(mask.sum().item())
 
     def _teacher_scores(self, batch: Rollout, old_logp: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The teacher's log-probabilities of the sampled tokens `[B, T]`, and the records of how far the student is

@@ -57,7 +57,7 @@ def test_soft_overlong_punishment_rejects_a_bad_buffer(cache_length):
         soft_overlong_punishment(torch.tensor([3]), max_length=20, cache_length=cache_length)
 
 
-def test_the_trainer_counts_the_eos_in_the_overlong_length(monkeypatch):
+def test_the_trainer_counts_the_eos_in_the_overlong_length():
     """Reverse task, L_max 8, L_cache 2 (DAPO's 0.2 of 8, rounded): |y| counts the EOS, as verl's
     `valid_response_length` does, so an EOS answer of 7 tokens gets (6 − 7)/2 = −0.5 and one of 6 tokens 0."""
     from rl_core import trainer as trainer_module
@@ -74,8 +74,11 @@ def test_the_trainer_counts_the_eos_in_the_overlong_length(monkeypatch):
         entropy=torch.zeros(B, T), ended_with_eos=torch.tensor(ended), prompts=["a1A>"] * B,
         responses=["zzz"] * B,  # wrong answers: the task's reward is 0, what remains is the punishment
     )
-    monkeypatch.setattr(trainer_module, "sample", lambda *args, **kwargs: rollout)
     trainer = trainer_module.Trainer(RunConfig(algo=get_preset("dapo"), task="reverse"))
     assert (trainer.max_new_tokens, trainer.overlong_buffer) == (8, 2)
-    _, rewards, _ = trainer._sample_batch(1)
+    phases = trainer._sample_batch(1)
+    next(phases)  # the sampling request; the rollout above answers it
+    with pytest.raises(StopIteration) as done:
+        phases.send(rollout)
+    _, rewards, _ = done.value.value
     assert rewards.tolist() == [-0.5, 0.0, -1.0, 0.0]

@@ -14,6 +14,7 @@ from rl_core.config import GROUP_ESTIMATORS, RunConfig
 from rl_core.estimators import effective_reward_clip
 from rl_core.kl import clamped_kl, kl_k3
 from rl_core.rewards import overlong_buffer_length
+from rl_core.run_batch import run_alone
 from rl_core.tokenizer import build_char_tokenizer
 from rl_core.trainer import VALUE_PRETRAIN_TARGET, Trainer
 from toy_tasks import DEFAULT_TASK, TASKS, get_task
@@ -92,7 +93,7 @@ def test_dapo_never_punishes_an_answer_that_ends_within_the_limit(tmp_path):
     counted in |y| as verl's `valid_response_length` does, pay."""
     trainer = Trainer(RunConfig(algo=get_preset("dapo"), task="shift", steps=1, seed=0, sft_steps=30), cache_dir=tmp_path)
     trainer.prepare()
-    rollout, rewards, _ = trainer._sample_batch(64)
+    rollout, rewards, _ = run_alone(trainer._sample_batch(64))
     task_rewards = torch.tensor(trainer.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist()).rewards)
     penalty = rewards - task_rewards
     free = rollout.lengths <= 8 - 2
