@@ -79,12 +79,18 @@ def _train(page: str, settings: dict, charts) -> None:
         fit["held_out"], fit["status"] = len(training.held_out), "training"
         # The chat's probe, as an RL run records it: its probabilities before the first step, then after each.
         probe = Probe.of(task.name, training.reference, training.tokenizer, task.max_new_tokens)
-        fit["chat"] = ChatModels(training.policy, training.reference, training.tokenizer, MODEL_PRESET, task.name,
-                                 task.max_new_tokens, temperature=1.0)  # the temperature of the fit's own samples
+        fit["chat"] = chat_models(training)
         fit["probe"], fit["probe_history"] = probe, [(0, probe.probabilities(training.policy))]
         return probed(training.steps(), probe, training.policy, fit["probe_history"])
 
     run_fit(fit, begin, settings["max_steps"], charts, _draw)
+
+
+def chat_models(training: DPOTraining) -> ChatModels:
+    """The fit's policy (trained in place as it goes) and frozen reference, as the chat reads them; answers sampled
+    at temperature 1, as the fit's own samples for the gold success and KL are."""
+    return ChatModels(training.policy, training.reference, training.tokenizer, MODEL_PRESET, training.task.name,
+                      training.task.max_new_tokens, temperature=1.0)
 
 
 def probed(records: Iterable[dict], probe: Probe, policy: GPT2LMHeadModel,
