@@ -43,8 +43,10 @@ def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
     assert [r["step"] for r in records if "eval_loss" in r] == list(range(0, 21, EVAL_EVERY))
     # IPO with β = 0.25 costs (0 − 1/(2β))² = 4 before the first step, where the policy is its reference.
     assert records[0]["eval_loss"] == pytest.approx(4.0)
-    charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
-              for c in at.get("plotly_chart")}
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    # The fit's charts, drawn against the step (the chat's, after the fit, are drawn against tokens).
+    charts = {spec["layout"]["title"]["text"]: spec for spec in specs
+              if spec["layout"].get("xaxis", {}).get("title", {}).get("text") == "step"}
     assert set(charts) == {"Loss", "Implicit rewards, held out", "log π_θ(y|x), held out", "Reward accuracy",
                            "Gold success of samples", "KL to π_ref, k3 per token"}
     assert all(len(title) <= 27 for title in charts), "a title fits a third of a 1024-pixel screen"
