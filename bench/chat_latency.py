@@ -154,7 +154,8 @@ def main() -> None:
     load_after = os.getloadavg()
     threads = MODEL_PRESETS[args.model].cpu_threads or DEFAULT_CPU_THREADS  # what ChatModels.answers runs on
     report = {
-        "task": args.task, "fit": args.fit, "model": args.model, "steps": args.steps, "prompts": len(prompts), "torch_threads": threads,
+        "task": args.task, "fit": args.fit, "model": args.model, "steps": args.steps, "prompts": len(prompts),
+        "torch_threads": threads,
         **{f"{d}_seconds": s for d, s in timings.items()},
         **{f"{d}_median": statistics.median(s) for d, s in timings.items()},
         **{f"{d}_max": max(s) for d, s in timings.items()},
