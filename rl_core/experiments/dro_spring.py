@@ -4,11 +4,11 @@ gradient has nothing that does."""
 from rl_core.experiments import Arm, Experiment
 from rl_core.experiments._measures import mean_difference
 
-# Eight updates per batch (4 epochs × 2 minibatches): the later ones see a policy that has already moved, which is
-# where the two losses part. Vanilla PG's gradient on a token is −A_t ∇log π_θ whatever the token's log-ratio, so
-# a token with A_t < 0 is pushed down on every update, without end; dro's is
-# −(A_t − β(log π_θ − log π_old)) ∇log π_θ, zero once the token has moved by A_t / β. GRPO's advantages are of unit
-# size, so β = 1 (the lab's default) lets a token move by about one nat. No KL to the reference and no clip in either arm: the spring is the only trust region.
+# Eight updates per batch (4 epochs × 2 minibatches): the later ones see a policy that has already moved, which is where
+# the two losses part. Vanilla PG's gradient on a token is −A_t ∇log π_θ whatever the token's log-ratio, so a token with
+# A_t < 0 is pushed down on every update, without end; dro's is −(A_t − β(log π_θ − log π_old)) ∇log π_θ, zero once the
+# token has moved by A_t / β. GRPO's advantages are of unit size, so β = 1 (the lab's default) lets a token move by
+# about one nat. No KL to the reference and no clip in either arm: the spring is the only trust region.
 SHARED = dict(
     prompts_per_step=8, num_generations=8, learning_rate=1e-3, ppo_epochs=4, num_minibatches=2,
     advantage_estimator="grpo", loss_agg_mode="token-mean", beta=0.0, temperature=1.0, dro_beta=1.0,
