@@ -1,11 +1,11 @@
 import streamlit as st
 
 from rl_core.preference_optimisation import dpo_loss, implicit_reward, ipo_loss
-from ui.dpo import dpo_lab
+from ui.dpo import dpo_lab, talk_to_fit
 from ui.story import formula
 
 st.title("DPO and IPO: the policy learns from the pairs themselves")
-dpo_lab("dpo")
+talk_to_fit("dpo", dpo_lab("dpo"))
 
 st.subheader("The problem")
 st.markdown(

@@ -4,6 +4,7 @@ import streamlit as st
 
 from rl_core.reward_model import bradley_terry_loss, pairwise_accuracy, reward_margin
 from ui.experiments_panel import see_it_happen
+from ui.reward_chat import talk_to_reward_model
 from ui.reward_model import overoptimisation_curves, ranking_table, reward_model_lab
 from ui.story import formula
 
@@ -26,6 +27,7 @@ else:
                "judge. The pairs never show more than three marks, and within them every extra mark wins; where a "
                "model carries \"more is better\" on past three, it rewards shouting, the slope an RL policy "
                "climbs. The experiment below shows it happen.")
+talk_to_reward_model("reward_model", fit)
 
 st.subheader("The problem")
 st.markdown(

@@ -4,11 +4,14 @@ answers' top-token heatmaps built, as the page's "Talk to this run" does on each
 A run of `--task` (tiny model unless `--model`, the app's default SFT warm start) is trained by a `Job` as on a page;
 then `--prompts` distinct prompts of the task are asked, greedy and sampled, on the CPU. With `--browser` the run is
 trained on the GRPO page of `streamlit run app.py` in Chromium instead, and each prompt is typed into the page and
-timed from Enter until the page shows its right answer (a task with one right answer per prompt).
+timed from Enter until the page shows its right answer (a task with one right answer per prompt). With `--fit dpo`
+a DPO fit of `--steps` steps on the `preference` task (seed 0) is asked instead, as the DPO page's "Talk to this
+fit" asks it; with `--fit reward_model` a reward model fitted for `--steps` steps is asked what the reward-model
+page's section asks: the prompt and a pair checked, the pair scored and tabled, and the SFT policy's samples ranked.
 
 Run from the repository root:
     python bench/chat_latency.py bench/results/chat.json [--task caesar] [--model tiny] [--steps 20] [--prompts 20]
-                                 [--browser]
+                                 [--browser | --fit dpo | --fit reward_model]
 """
 
 from __future__ import annotations
@@ -33,9 +36,14 @@ from rl_core.algorithms import get_preset  # noqa: E402
 from rl_core.chat import check_prompt  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
 from rl_core.models import DEFAULT_CPU_THREADS, MODEL_PRESETS  # noqa: E402
+from rl_core.preference_optimisation import DPOTraining, preference_warm_start  # noqa: E402
+from rl_core.reward_chat import check_response, judge_pair, rank_policy_samples  # noqa: E402
+from rl_core.reward_model import RewardModelTraining  # noqa: E402
 from toy_tasks import get_task  # noqa: E402
 from ui.chat import top_tokens_figure  # noqa: E402
+from ui.dpo import chat_models  # noqa: E402
 from ui.jobs import Job, TrainingSlots  # noqa: E402
+from ui.reward_chat import pair_table  # noqa: E402
 
 FINISHED = re.compile(r"Finished \d+ steps")
 
@@ -78,7 +86,11 @@ def in_process(task: str, model: str, steps: int, prompts: list[str]) -> dict[st
     job = Job(run, TrainingSlots(1)).start()
     if not job.join(3600) or job.snapshot().status != "finished":
         raise RuntimeError(f"the run did not finish: {job.snapshot().status} {job.snapshot().error}")
-    models = job.chat_models()
+    return answer_times(job.chat_models(), task, prompts)
+
+
+def answer_times(models, task: str, prompts: list[str]) -> dict[str, list[float]]:
+    """Seconds per prompt of the check, both answers and both heatmaps, greedy and sampled."""
     timings = {}
     for decoding, seed in (("greedy", None), ("sampled", 0)):
         seconds = []
@@ -92,6 +104,32 @@ def in_process(task: str, model: str, steps: int, prompts: list[str]) -> dict[st
     return timings
 
 
+def fit_in_process(fit: str, steps: int, prompts: list[str]) -> dict[str, list[float]]:
+    """Seconds per prompt of what the DPO page's or the reward-model page's chat computes after a fit (seed 0)."""
+    task = get_task("preference")
+    pairs = task.preference_pairs(1000, random.Random(0), task.label_noise)
+    if fit == "dpo":
+        training = DPOTraining(preference_warm_start(task, 0), pairs, task, steps=steps)
+        for _ in training.steps():
+            pass
+        return answer_times(chat_models(training), task.name, prompts)
+    training = RewardModelTraining(pairs, task.tokenizer, steps=steps)
+    for _ in training.steps():
+        pass
+    sft = preference_warm_start(task, 0)
+    seconds = []
+    for prompt in prompts:
+        pair = next(p for p in training.held_out if p.prompt == prompt)
+        start = time.perf_counter()
+        asked = check_prompt(task.name, prompt)
+        judgement = judge_pair(training.model, task.tokenizer, asked, check_response(task.name, pair.chosen),
+                               check_response(task.name, pair.rejected))
+        pair_table(judgement)
+        rank_policy_samples(training.model, sft, task.tokenizer, asked, task.max_new_tokens, seed=0)
+        seconds.append(time.perf_counter() - start)
+    return {"pair_and_samples": seconds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="the JSON report")
@@ -100,18 +138,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--browser", action="store_true", help="time the page in Chromium, not the engine")
+    parser.add_argument("--fit", choices=("dpo", "reward_model"), help="ask a fit of the DPO or reward-model page")
     args = parser.parse_args()
+    if args.fit:
+        args.task = "preference"
     prompts = list(dict.fromkeys(get_task(args.task).sample_prompts(50 * args.prompts, random.Random(1))))
     prompts = prompts[: args.prompts]
     load_before = os.getloadavg()
-    if args.browser:
+    if args.fit:
+        timings = fit_in_process(args.fit, args.steps, prompts)
+    elif args.browser:
         timings = in_the_app(args.task, args.model, args.steps, prompts)
     else:
         timings = in_process(args.task, args.model, args.steps, prompts)
     load_after = os.getloadavg()
     threads = MODEL_PRESETS[args.model].cpu_threads or DEFAULT_CPU_THREADS  # what ChatModels.answers runs on
     report = {
-        "task": args.task, "model": args.model, "steps": args.steps, "prompts": len(prompts), "torch_threads": threads,
+        "task": args.task, "fit": args.fit, "model": args.model, "steps": args.steps, "prompts": len(prompts),
+        "torch_threads": threads,
         **{f"{d}_seconds": s for d, s in timings.items()},
         **{f"{d}_median": statistics.median(s) for d, s in timings.items()},
         **{f"{d}_max": max(s) for d, s in timings.items()},

@@ -1,6 +1,6 @@
 """The DPO page under Streamlit's AppTest: it renders before any fit, Train runs DPO or IPO from the page's knobs
 (records on schedule, the six charts, the summary of the held-out pairs), and a β the engine refuses is named in
-a message, with nothing trained."""
+a message, with nothing trained; after a fit, its policy and reference answer a prompt and its probe is animated."""
 
 import json
 
@@ -8,6 +8,7 @@ import pytest
 from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
+from toy_tasks.preference import gold_success
 from ui.dpo import EVAL_EVERY, summary
 
 
@@ -42,8 +43,10 @@ def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
     assert [r["step"] for r in records if "eval_loss" in r] == list(range(0, 21, EVAL_EVERY))
     # IPO with β = 0.25 costs (0 − 1/(2β))² = 4 before the first step, where the policy is its reference.
     assert records[0]["eval_loss"] == pytest.approx(4.0)
-    charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
-              for c in at.get("plotly_chart")}
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    # The fit's charts, drawn against the step (the chat's, after the fit, are drawn against tokens).
+    charts = {spec["layout"]["title"]["text"]: spec for spec in specs
+              if spec["layout"].get("xaxis", {}).get("title", {}).get("text") == "step"}
     assert set(charts) == {"Loss", "Implicit rewards, held out", "log π_θ(y|x), held out", "Reward accuracy",
                            "Gold success of samples", "KL to π_ref, k3 per token"}
     assert all(len(title) <= 27 for title in charts), "a title fits a third of a 1024-pixel screen"
@@ -67,3 +70,35 @@ def test_a_refused_beta_is_named_and_nothing_trains(beta, message):
     assert not at.exception, at.exception
     assert any(message in error.value for error in at.error)
     assert "dpo:fit" not in at.session_state
+
+
+def test_after_a_fit_the_page_answers_a_prompt_before_and_after_and_animates_the_probe():
+    at = open_page()
+    assert "Talk to this fit" not in [h.value for h in at.subheader]  # nothing to talk to before a fit
+    at.select_slider(key="dpo:max_steps").set_value(20).run()
+    at.select_slider(key="dpo:seed").set_value(1).run()
+    at.button(key="dpo:train").click().run()
+    assert not at.exception, at.exception
+    assert "Talk to this fit" in [h.value for h in at.subheader]
+    fit = at.session_state["dpo:fit"]
+    models, probe, history = fit["chat"], fit["probe"], fit["probe_history"]
+    # The probe before the first step is the reference's (π_θ = π_ref there), after the last the trained policy's.
+    assert [step for step, _ in history] == list(range(21))
+    assert history[0][1] == pytest.approx(probe.probabilities(models.reference), abs=1e-6)
+    assert history[-1][1] == pytest.approx(probe.probabilities(models.policy), abs=1e-6)
+    assert history[-1][1] != pytest.approx(history[0][1], abs=1e-4)  # 20 steps of DPO moved it
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    animation = next(spec for spec in specs if spec.get("frames"))
+    assert [frame["name"] for frame in animation["frames"]] == [str(step) for step in range(21)]
+    prompt = at.text_input(key="dpo:chat_prompt").value
+    titles = [spec["layout"]["title"]["text"] for spec in specs if spec["data"][0]["type"] == "heatmap"]
+    # Each side's greedy answer, recomputed from the fit's own models, marked by the gold judge.
+    for title, heading, said in zip(titles, ("Before: the reference (SFT)", "After the sigmoid (DPO) fit: the policy"),
+                                    models.answers(prompt)):
+        mark = "✓" if said.ended and gold_success(prompt, said.text) else "✗"
+        assert title.startswith(f"{heading} answers <b>{said.text or '(nothing)'}</b> {mark}")
+    at.text_input(key="dpo:chat_prompt").set_value("m4x").run()
+    assert any(e.value.startswith("prompt 'm4x' cannot be asked: task preference's prompts never hold the "
+                                  "character '4'; allowed: characters from") for e in at.error)
+    at.text_input(key="dpo:chat_prompt").set_value("ivy").run()
+    assert not at.error and not at.exception

@@ -3,11 +3,13 @@ and the trained policy (after RL) answer to it, side by side, with the likeliest
 answer; and one decision of a fixed prompt (the run's probe) moving over the run's steps, as an animation.
 
 The prompt and its answers are a fragment, so typing a prompt redraws only them. The answers come from the models the
-job keeps (`Job.chat_models`), the animation from the probe it recorded at every step (`Job.probe`)."""
+job keeps (`Job.chat_models`), the animation from the probe it recorded at every step (`Job.probe`); a page whose fit
+runs in its own script (DPO's) hands `talk` its models and probe itself."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -40,8 +42,16 @@ def talk_to_run(page: str) -> None:
         st.selectbox("run", [job.number for job in ended], key=key, format_func=lambda n: names[n],
                      help="Which ended run to ask; its reference is its own SFT warm start.")
     job = next(job for job in ended if job.number == st.session_state[key])
-    st.fragment(_talk, key=f"{page}-chat")(page, job)
-    _probe_animation(page, job)
+    talk(page, job.chat_models, ("Before RL: the reference (SFT)", f"After RL: run #{job.number}"), *job.probe())
+
+
+def talk(page: str, models: Callable[[], ChatModels | None], titles: tuple[str, str], probe: Probe | None,
+         history: list[tuple[int, list[float]]], judge: Callable[[str, str], bool] | None = None) -> None:
+    """A prompt and what the reference and the trained policy (`models()`, read at each redraw: the server may let
+    them go) answer, headed by `titles` (before, after), in a fragment; then the probe's animation over `history`.
+    For a task without one right answer, `judge(prompt, text)` marks the answers its gold judge accepts."""
+    st.fragment(_talk, key=f"{page}-chat")(page, models, titles, judge)
+    _probe_animation(page, probe, history)
 
 
 def shown(token: str) -> str:
@@ -49,8 +59,9 @@ def shown(token: str) -> str:
     return "⏎" if token == EOS_TOKEN else "␣" if token == " " else token
 
 
-def _talk(page: str, job: Job) -> None:
-    models = job.chat_models()
+def _talk(page: str, kept: Callable[[], ChatModels | None], titles: tuple[str, str],
+          judge: Callable[[str, str], bool] | None) -> None:
+    models = kept()
     if models is None:  # let go by the server between the list above and now
         st.info("This run's models are no longer kept on the server; train it again to talk to it.")
         return
@@ -75,7 +86,7 @@ def _talk(page: str, job: Job) -> None:
     except ValueError as error:
         st.error(brief(str(error)))
     else:
-        _answers(page, models, prompt, None if decoding == "greedy" else int(seed), job.number)
+        _answers(page, models, prompt, None if decoding == "greedy" else int(seed), titles, judge)
 
 
 def _use_example(page: str) -> None:
@@ -85,17 +96,21 @@ def _use_example(page: str) -> None:
         st.session_state[f"{page}:chat_example"] = None  # so that the same example can be picked again later
 
 
-def _answers(page: str, models: ChatModels, prompt: str, seed: int | None, number: int) -> None:
+def _answers(page: str, models: ChatModels, prompt: str, seed: int | None, titles: tuple[str, str],
+             judge: Callable[[str, str], bool] | None) -> None:
     reference, policy = models.answers(prompt, seed)
     task = get_task(models.task)
     right = task.answer(prompt) if isinstance(task, ExactAnswerTask) else None
     if right is not None:
         st.caption(f"The right answer to `{prompt}` is `{right}`.")
-    sides = (("reference", "Before RL: the reference (SFT)", reference),
-             ("policy", f"After RL: run #{number}", policy))
+        judge = lambda _, text: text == right  # noqa: E731 - the task's one right answer is its judge
+    elif judge is not None:
+        st.caption("✓ marks an answer the task's gold judge accepts, ✗ one it rejects (an answer cut at the length "
+                   "limit never counts).")
+    sides = (("reference", titles[0], reference), ("policy", titles[1], policy))
     for column, (side, title, said) in zip(st.columns(2), sides):
         with column:
-            verdict = "" if right is None else (" ✓" if said.ended and said.text == right else " ✗")
+            verdict = "" if judge is None else (" ✓" if said.ended and judge(prompt, said.text) else " ✗")
             cut = "" if said.ended else " (cut at the length limit)"
             heading = f"{title} answers <b>{html.escape(said.text) or '(nothing)'}</b>{verdict}{cut}"
             # A key of its own: before and after RL can answer alike, and two equal charts need two keys.
@@ -120,8 +135,7 @@ def top_tokens_figure(said: Answer, title: str) -> go.Figure:
     return go.Figure(data=[trace], layout=layout, _validate=False)
 
 
-def _probe_animation(page: str, job: Job) -> None:
-    probe, history = job.probe()
+def _probe_animation(page: str, probe: Probe | None, history: list[tuple[int, list[float]]]) -> None:
     if probe is None or len(history) < 2:
         return
     st.markdown(f"**One decision over the run.** After `{probe.prompt}{probe.context}` the reference was least sure "

@@ -1,13 +1,17 @@
 """The DPO page's instrument: DPO or IPO trained live (`ui.live_fit`) on the `preference` task's pairs, from the
 task's SFT warm start as policy and frozen reference; the loss, the implicit rewards, the sequence log-probabilities,
-the reward accuracy, and the gold success and KL of the policy's own samples, drawn as they come."""
+the reward accuracy, and the gold success and KL of the policy's own samples, drawn as they come; once a fit has
+trained, its policy is talked to beside its reference (`ui.chat.talk`), with the probe read after every step."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Iterator
 
 import streamlit as st
+from transformers import GPT2LMHeadModel
 
+from rl_core.chat import ChatModels, Probe
 from rl_core.messages import brief
 from rl_core.preference_optimisation import (
     MAX_BETA,
@@ -16,12 +20,15 @@ from rl_core.preference_optimisation import (
     preference_warm_start,
 )
 from toy_tasks import get_task
+from toy_tasks.preference import gold_success
+from ui.chat import talk
 from ui.compare import PLOT_CONFIG
 from ui.knobs import LEARNING_RATES
 from ui.live_fit import fit_lab, run_fit, select_sliders, status_text, step_figure
 
 N_PAIRS, LABEL_NOISE = 1000, 0.1  # the reward-model page's default data: both pages learn from the same labels
 BATCH_SIZE = 32
+MODEL_PRESET = "tiny"  # preference_warm_start's default: the policy and reference the chat reads
 EVAL_EVERY = 5  # steps between evaluations: held-out pairs, and 128 samples of the policy for gold success and KL
 LOSS_TYPES = {"sigmoid": "sigmoid (DPO)", "ipo": "ipo (IPO)"}  # TRL's loss_type → its label
 SLIDERS = {  # key → (label, options, default, help); names as TRL's DPOConfig
@@ -70,9 +77,40 @@ def _train(page: str, settings: dict, charts) -> None:
                                learning_rate=settings["learning_rate"], steps=settings["max_steps"],
                                batch_size=BATCH_SIZE, seed=settings["seed"], eval_every=EVAL_EVERY)
         fit["held_out"], fit["status"] = len(training.held_out), "training"
-        return training.steps()
+        # The chat's probe, as an RL run records it: its probabilities before the first step, then after each.
+        probe = Probe.of(task.name, training.reference, training.tokenizer, task.max_new_tokens)
+        fit["chat"] = chat_models(training)
+        fit["probe"], fit["probe_history"] = probe, [(0, probe.probabilities(training.policy))]
+        return probed(training.steps(), probe, training.policy, fit["probe_history"])
 
     run_fit(fit, begin, settings["max_steps"], charts, _draw)
+
+
+def chat_models(training: DPOTraining) -> ChatModels:
+    """The fit's policy (trained in place as it goes) and frozen reference, as the chat reads them; answers sampled
+    at temperature 1, as the fit's own samples for the gold success and KL are."""
+    return ChatModels(training.policy, training.reference, training.tokenizer, MODEL_PRESET, training.task.name,
+                      training.task.max_new_tokens, temperature=1.0)
+
+
+def probed(records: Iterable[dict], probe: Probe, policy: GPT2LMHeadModel,
+           history: list[tuple[int, list[float]]]) -> Iterator[dict]:
+    """`records` passed on, appending `(step, probe.probabilities(policy))` to `history` after each trained step."""
+    for record in records:
+        if record["step"] > 0:
+            history.append((record["step"], probe.probabilities(policy)))
+        yield record
+
+
+def talk_to_fit(page: str, fit: dict | None) -> None:
+    """"Talk to this fit": once a fit has trained a step, a prompt answered by its reference (the SFT warm start)
+    and its policy, marked by the gold judge, and the probe's decision animated over the steps."""
+    if fit is None or "chat" not in fit or len(fit["probe_history"]) < 2:
+        return
+    st.subheader("Talk to this fit")
+    after = f"After the {LOSS_TYPES[fit['settings']['loss_type']]} fit: the policy"
+    talk(page, lambda: fit["chat"], ("Before: the reference (SFT)", after), fit["probe"], fit["probe_history"],
+         judge=gold_success)
 
 
 CHARTS = (  # title → the (record key, label) of its series; "eval_" series are the held-out pairs'. Titles fit a

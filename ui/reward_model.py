@@ -40,7 +40,7 @@ CONTROLS = {  # key → (label, options, default, help); names as TRL's RewardTr
 
 def reward_model_lab(page: str) -> dict | None:
     """Controls and Train on the left, the live fit on the right; returns the latest fit (None before the first):
-    `{"model", "tokenizer", "records", "settings", "status"}`."""
+    `{"model", "tokenizer", "records", "settings", "status", "held_out", "pairs"}` (`pairs` the held-out ones)."""
     return fit_lab(page, lambda: select_sliders(page, CONTROLS), lambda settings, charts: _train(page, settings, charts),
                    _draw, "Press **Train**: the loss, the held-out accuracy and the margin fill in here live, one "
                    "point per step.")
@@ -55,7 +55,7 @@ def _train(page: str, settings: dict, charts) -> None:
         seed=settings["seed"], eval_every=EVAL_EVERY,
     )
     fit = {"model": training.model, "tokenizer": task.tokenizer, "records": [], "settings": settings,
-           "status": "waiting for a training slot", "held_out": len(training.held_out)}
+           "status": "waiting for a training slot", "held_out": len(training.held_out), "pairs": training.held_out}
     st.session_state[f"{page}:fit"] = fit
     run_fit(fit, training.steps, training.total_steps, charts, _draw)
 
