@@ -35,7 +35,8 @@ dual_clip = c if dual else None
 curves = labs.surrogate_curves(epsilon_low, epsilon_high, dual_clip)
 cases = labs.clip_cases(epsilon_low, epsilon_high, dual_clip)
 st.plotly_chart(labs.surrogate_figure(curves, cases, epsilon_low, epsilon_high, dual_clip), key="clip_chart")
-st.dataframe(cases, hide_index=True, key="clip_cases")
+# A static table wraps its cells, so each case's meaning is read whole, where a data grid would cut it.
+st.table(cases.set_index("case").style.format(precision=2))
 st.caption(
     "What to notice: "
     + labs.zero_gradient_summary(labs.zero_gradient_intervals(curves))
