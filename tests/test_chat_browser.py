@@ -19,8 +19,8 @@ ANIMATION = """() => {
     return gd ? {frames: gd._transitionData._frames.map(f => f.name), active: gd._fullLayout.sliders[0].active} : null;
 }"""
 # Press ▶ and read the chart at every animation frame of the browser until the last step is shown: the step the
-# slider names, the steps the legend names, and the policy's bars (labels and heights in pixels) beside that step's
-# frame's probabilities.
+# slider names and where its grip is, the steps the legend names, and the policy's bars (labels and heights in
+# pixels) beside that step's tick and frame's probabilities.
 PLAY_AND_WATCH = """() => new Promise(resolve => {
     const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
         .find(gd => gd._transitionData && gd._transitionData._frames.length);
@@ -32,11 +32,15 @@ PLAY_AND_WATCH = """() => new Promise(resolve => {
         const step = current ? current.slice('step '.length) : null;
         const frame = frames.find(f => f.name === step);
         const policy = gd.querySelectorAll('.barlayer .trace')[1], y = gd._fullLayout.yaxis;
+        const centre = el => { const r = el.getBoundingClientRect(); return (r.left + r.right) / 2; };
+        const ticks = Array.from(gd.querySelectorAll('.slider-tick-rect')).map(centre);
         seen.push({step, legend: Array.from(gd.querySelectorAll('.legendtext')).map(t => t.textContent),
                    bars: Array.from(policy.querySelectorAll('text')).map(t => t.textContent),
                    expected: frame ? frame.data[1].y.map(p => p.toFixed(2)) : null,
                    heights: Array.from(policy.querySelectorAll('path')).map(bar => bar.getBBox().height),
-                   expected_heights: frame ? frame.data[1].y.map(p => y.l2p(0) - y.l2p(p)) : null});
+                   expected_heights: frame ? frame.data[1].y.map(p => y.l2p(0) - y.l2p(p)) : null,
+                   grip: centre(gd.querySelector('.slider-grip-rect')),
+                   tick: frame ? ticks[frames.indexOf(frame)] : null});
         if (seen.length > 5 && step === last) resolve(seen); else requestAnimationFrame(watch);
     };
     gd.querySelector('.updatemenu-button').dispatchEvent(new MouseEvent('click', {bubbles: true}));
@@ -78,3 +82,4 @@ def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
             assert frame["bars"] == frame["expected"], frame
             # Drawn at the slider's step, not on the way to it from the previous one.
             assert frame["heights"] == pytest.approx(frame["expected_heights"], abs=1.0), frame
+            assert frame["grip"] == pytest.approx(frame["tick"], abs=1.0), frame  # the grip on the named step

@@ -145,7 +145,9 @@ def probe_figure(probe: Probe, history: list[tuple[int, list[float]]]) -> go.Fig
                 "cliponaxis": False}
 
     slider = {
-        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "x": 0.08, "len": 0.92, "y": 0,
+        # The grip jumps to each step, as the value above it does: plotly's default glide left it a tick behind.
+        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "transition": {"duration": 0},
+        "x": 0.08, "len": 0.92, "y": 0,
         "yanchor": "top", "pad": {"t": 40},
         "steps": [{"label": str(step), "method": "animate",
                    "args": [[str(step)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
