@@ -17,7 +17,11 @@ st.set_page_config(page_title="RLHF policy optimisation lab", page_icon=":materi
 # Streamlit's default 6 rem of space above the content and its 2.75 rem title would take a fifth of that.
 st.html(
     "<style>.block-container{padding-top:3.5rem;padding-bottom:2rem}"
-    "h1{font-size:1.9rem !important;padding:0.25rem 0 0.5rem !important}</style>"
+    "h1{font-size:1.9rem !important;padding:0.25rem 0 0.5rem !important}"
+    # A toggle's label is one line cut with "…" (Streamlit's default), which hides the knob's name in a third of a
+    # 1024-pixel screen; wrapped, as the other widgets' labels are, it stays whole.
+    "[data-testid=stCheckbox] .stMarkdownEllipsis,[data-testid=stCheckbox] .stMarkdownEllipsis p"
+    "{white-space:normal !important;overflow:visible !important}</style>"
 )
 presenter_switch()  # ?present=1: larger text and charts for a projector
 

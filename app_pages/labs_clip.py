@@ -35,7 +35,14 @@ dual_clip = c if dual else None
 curves = labs.surrogate_curves(epsilon_low, epsilon_high, dual_clip)
 cases = labs.clip_cases(epsilon_low, epsilon_high, dual_clip)
 st.plotly_chart(labs.surrogate_figure(curves, cases, epsilon_low, epsilon_high, dual_clip), key="clip_chart")
-st.dataframe(cases, hide_index=True, key="clip_cases")
+# A static table wraps its cells, so each case's meaning is read whole, where a data grid would cut it. The short
+# cells keep to one line (non-breaking spaces: "A > 0" broken after ">" reads badly), and adding 0 turns
+# autograd's −0 into 0, which the table would otherwise print as "-0.00".
+shown_cases = cases.assign(
+    **{name: cases[name].str.replace(" ", "\u00a0") for name in ("sign", "ratio region", "gradient")},
+    **{name: cases[name] + 0.0 for name in cases.select_dtypes("float").columns},
+)
+st.table(shown_cases.style.format(precision=2).hide(axis="index"))
 st.caption(
     "What to notice: "
     + labs.zero_gradient_summary(labs.zero_gradient_intervals(curves))

@@ -1,6 +1,7 @@
 """Talk to this run in the real app (`streamlit run app.py`, Chromium through Playwright): after a short GRPO run a
 prompt the task never shows is refused by name, a typed prompt gets both answers and the right one, and the probe's
-animation plays from step 0 back to the last step."""
+animation plays from step 0 back to the last step, with its legend, bars and slider telling one step at every
+frame."""
 
 import re
 
@@ -17,6 +18,34 @@ ANIMATION = """() => {
         .find(gd => gd._transitionData && gd._transitionData._frames.length);
     return gd ? {frames: gd._transitionData._frames.map(f => f.name), active: gd._fullLayout.sliders[0].active} : null;
 }"""
+# Press ▶ and read the chart at every animation frame of the browser until the last step is shown: the step the
+# slider names and where its grip is, the steps the legend names, and the policy's bars (labels and heights in
+# pixels) beside that step's tick and frame's probabilities.
+PLAY_AND_WATCH = """() => new Promise(resolve => {
+    const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .find(gd => gd._transitionData && gd._transitionData._frames.length);
+    const frames = gd._transitionData._frames, last = frames[frames.length - 1].name, seen = [];
+    const watch = () => {
+        // The slider's current value reads "step 7"; its tick labels are the bare numbers.
+        const current = Array.from(gd.querySelectorAll('.slider-container text'))
+            .map(t => t.textContent).find(text => text.startsWith('step '));
+        const step = current ? current.slice('step '.length) : null;
+        const frame = frames.find(f => f.name === step);
+        const policy = gd.querySelectorAll('.barlayer .trace')[1], y = gd._fullLayout.yaxis;
+        const centre = el => { const r = el.getBoundingClientRect(); return (r.left + r.right) / 2; };
+        const ticks = Array.from(gd.querySelectorAll('.slider-tick-rect')).map(centre);
+        seen.push({step, legend: Array.from(gd.querySelectorAll('.legendtext')).map(t => t.textContent),
+                   bars: Array.from(policy.querySelectorAll('text')).map(t => t.textContent),
+                   expected: frame ? frame.data[1].y.map(p => p.toFixed(2)) : null,
+                   heights: Array.from(policy.querySelectorAll('path')).map(bar => bar.getBBox().height),
+                   expected_heights: frame ? frame.data[1].y.map(p => y.l2p(0) - y.l2p(p)) : null,
+                   grip: centre(gd.querySelector('.slider-grip-rect')),
+                   tick: frame ? ticks[frames.indexOf(frame)] : null});
+        if (seen.length > 5 && step === last) resolve(seen); else requestAnimationFrame(watch);
+    };
+    gd.querySelector('.updatemenu-button').dispatchEvent(new MouseEvent('click', {bubbles: true}));
+    requestAnimationFrame(watch);
+})"""
 
 
 def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
@@ -43,6 +72,14 @@ def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
         page.wait_for_function(f"() => ({ANIMATION})() !== null", timeout=30_000)
         animation = page.evaluate(ANIMATION)
         assert animation["frames"] == [str(step) for step in range(11)] and animation["active"] == 10
-        page.locator(".updatemenu-button").first.click()  # ▶ plays from step 0 to the last step
-        page.wait_for_function(f"() => ({ANIMATION})().active < 10", timeout=30_000, polling=20)
-        page.wait_for_function(f"() => ({ANIMATION})().active === 10", timeout=30_000)
+        seen = page.evaluate(PLAY_AND_WATCH)  # ▶ plays from step 0 to the last step
+        assert len({frame["step"] for frame in seen}) > 1 and seen[-1]["step"] == "10", "it played to the end"
+        for frame in seen:
+            # The reference is step 0 whatever the slider says; any other step the legend names is the slider's.
+            named = {step for name in frame["legend"] if not name.startswith("reference")
+                     for step in re.findall(r"step (\d+)", name)}
+            assert named <= {frame["step"]}, frame
+            assert frame["bars"] == frame["expected"], frame
+            # Drawn at the slider's step, not on the way to it from the previous one.
+            assert frame["heights"] == pytest.approx(frame["expected_heights"], abs=1.0), frame
+            assert frame["grip"] == pytest.approx(frame["tick"], abs=1.0), frame  # the grip on the named step

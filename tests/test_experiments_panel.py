@@ -191,8 +191,9 @@ def test_run_starts_the_experiment_and_stop_ends_it():
 def test_the_compare_page_lists_every_experiment():
     at = AppTest.from_file(str(ROOT / "app_pages" / "compare.py"), default_timeout=TIMEOUT).run()
     assert not at.exception, at.exception
-    table = next(frame.value for frame in at.dataframe if "experiment" in frame.value.columns)
-    assert list(table["experiment"]) == list(EXPERIMENTS)
+    table = next(frame.value for frame in at.table if "claim" in frame.value.columns)
+    assert list(table.index) == list(EXPERIMENTS)
+    assert list(table["claim"]) == [experiment.claim for experiment in EXPERIMENTS.values()]
 
 
 def test_an_experiments_log_charts_are_among_its_charts_and_drawn_on_a_log_axis():

@@ -49,9 +49,9 @@ def test_page_renders_and_a_slider_changes_a_displayed_number(page, slider, valu
 
 def test_clip_page_dual_clip_adds_the_seventh_case_and_hand_edited_log_ratios_render():
     at = run_page("labs_clip")
-    assert len(at.dataframe[0].value) == 6
+    assert len(at.table[0].value) == 6
     at.toggle(key="clip_dual").set_value(True).run()
-    assert len(at.dataframe[0].value) == 7
+    assert len(at.table[0].value) == 7
     at.radio(key="gspo_source").set_value("edit by hand").run()
     assert not at.exception
     assert "1 of 8 tokens get no gradient" in notices(at)[-1]

@@ -69,6 +69,9 @@ class Chart:
     y_range: tuple[float, float] | None = None  # a fixed axis, where outliers would flatten everything else
     noise_floor: bool = False  # values within NOISE_FLOOR of 0 are drawn as 0
     log_when_apart: bool = False  # overlaid runs whose peaks differ APART-fold or more share a log axis
+    # |value| on a log axis, each series at its own scale where their sizes differ by decades (k1's swings beside
+    # k3's small values); the hover keeps the sign
+    magnitude: bool = False
 
 
 @dataclass(frozen=True)
@@ -302,10 +305,13 @@ CHARTS: tuple[Chart, ...] = (
         "Sampler–trainer mismatch",
         (Series("rollout_corr/kl", "k1 · rollout_corr/kl"), Series("rollout_corr/k3_kl", "k3 · rollout_corr/k3_kl")),
         "KL(μ ‖ π_old) per token on the sampler's tokens, under verl's names: k1 (can dip below 0 on a batch) and "
-        "k3 (never). Drawn only when the sampler μ may differ from the trainer's π_old — a lag, another "
-        "temperature, a bfloat16 sampler; with the trainer's own float32 kernels μ is π_old and there is nothing "
-        "to draw. Look for: the gap growing with the lag.",
-        unit="nats per token",
+        "k3 (never). Drawn as |value| on a log axis, so that each keeps a readable scale: a bfloat16 sampler's k1 "
+        "swings by about ±6e-4 from batch to batch while k3 stays near 1e-5, which a linear axis flattens to 0; "
+        "hover a point for k1's sign. Drawn only when the sampler μ may differ from the trainer's π_old — a lag, "
+        "another temperature, a bfloat16 sampler; with the trainer's own float32 kernels μ is π_old and there is "
+        "nothing to draw. Look for: the gap growing with the lag.",
+        unit="|KL|, nats per token (log)",
+        magnitude=True,
     ),
     Chart(
         "Rollout correction",
@@ -406,9 +412,12 @@ def log_axis(chart: Chart, runs: list[ChartRun]) -> bool:
 
 
 def _drawn(chart: Chart, value: float | None) -> float | None:
-    """The value as plotted: round-off shown as 0, and outliers held at the edge of a fixed axis."""
+    """The value as plotted: round-off shown as 0, outliers held at the edge of a fixed axis, and its size alone
+    where the axis is of magnitudes (0 has no place on a log axis: a gap)."""
     if value is None:
         return None
+    if chart.magnitude:
+        return abs(value) or None
     if chart.noise_floor and abs(value) < NOISE_FLOOR:
         return 0.0
     if chart.y_range:
@@ -479,6 +488,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
             ))
         for trace in traces[first_trace:]:  # which run drew it: a click on it opens that run's samples
             trace["meta"] = run.tag
+    drawn = [y for trace in traces for y in trace["y"] if y is not None]
     names = [t["name"] for t in traces if t.get("showlegend", True)]
     # A multi-series chart always names its series, even when only one of them has data.
     show_legend = len(names) > 1 or len(chart.series) > 1
@@ -494,7 +504,8 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
         yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
                    **({"range": list(chart.y_range)} if chart.y_range else {}),
-                   **(_log_yaxis(log_range(run_peaks(chart, runs))) if log else {})),
+                   **(_log_yaxis(log_range(run_peaks(chart, runs))) if log else {}),
+                   **(dict(type="log", **log_ticks(drawn)) if chart.magnitude else {})),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
         **(step_marker(marked_step) if marked_step is not None else {}),
     )

@@ -151,30 +151,35 @@ def probe_figure(probe: Probe, history: list[tuple[int, list[float]]]) -> go.Fig
     x = [shown(token) for token in probe.tokens] + ["other"]
     before = {"type": "bar", "x": x, "y": history[0][1], "name": "reference (step 0)", "marker": {"color": "#bbbbbb"}}
 
-    def policy(step: int, probabilities: list[float]) -> dict:
-        return {"type": "bar", "x": x, "y": probabilities, "name": f"policy at step {step}",
+    # The slider alone names the policy's step: plotly redraws a frame's legend one frame late, so a legend that
+    # named it read step 7 beside the slider's 8 while playing.
+    def policy(probabilities: list[float]) -> dict:
+        return {"type": "bar", "x": x, "y": probabilities, "name": "policy at the slider's step",
                 "marker": {"color": "#1f77b4"}, "texttemplate": "%{y:.2f}", "textposition": "outside",
                 "cliponaxis": False}
 
     slider = {
-        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "x": 0.08, "len": 0.92, "y": 0,
+        # The grip jumps to each step, as the value above it does: plotly's default glide left it a tick behind.
+        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "transition": {"duration": 0},
+        "x": 0.08, "len": 0.92, "y": 0,
         "yanchor": "top", "pad": {"t": 40},
         "steps": [{"label": str(step), "method": "animate",
                    "args": [[str(step)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
                   for step, _ in frames],
     }
+    # No transition between frames: plotly's default one (500 ms) outlasts a frame, so the bars would lag the slider.
     play = {"type": "buttons", "showactive": False, "x": 0.07, "y": 0, "xanchor": "right", "yanchor": "top",
             "pad": {"t": 75},
             "buttons": [{"label": "▶", "method": "animate",
-                         "args": [None, {"frame": {"duration": 120, "redraw": True}, "fromcurrent": False}]}]}
+                         "args": [None, {"frame": {"duration": 120, "redraw": True}, "transition": {"duration": 0},
+                                         "fromcurrent": False}]}]}
     layout = {"height": 440, "barmode": "group", "margin": {"l": 50, "r": 10, "t": 60, "b": 110},
               "title": {"text": f"The next token after {probe.prompt}{probe.context}"},
               "yaxis": {"range": [0, 1.1], "title": {"text": "probability"}},
               "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
               "sliders": [slider], "updatemenus": [play]}
-    last_step, last = frames[-1]
     return go.Figure(
-        data=[before, policy(last_step, last)],
-        frames=[{"name": str(step), "data": [before, policy(step, probabilities)]} for step, probabilities in frames],
+        data=[before, policy(frames[-1][1])],
+        frames=[{"name": str(step), "data": [before, policy(probabilities)]} for step, probabilities in frames],
         layout=layout, _validate=False,
     )

@@ -381,8 +381,10 @@ def experiment_list() -> None:
     st.header("Experiments")
     st.caption("One-click reproductions of the papers' claims. Each runs from the pages listed (the \"See it "
                "happen\" panel) or from a terminal with `python -m rl_core experiment NAME --out DIR`.")
-    st.dataframe(pd.DataFrame([
+    # A static table wraps its cells: the claims run to a few hundred characters, which a data grid's one-line
+    # cells would cut.
+    st.table(pd.DataFrame([
         {"experiment": e.name, "title": e.title, "claim": e.claim, "arms": " · ".join(a.label for a in e.arms),
          "differing knobs": ", ".join(e.knobs), "task": e.task, "pages": ", ".join(e.pages)}
         for e in EXPERIMENTS.values()
-    ]), hide_index=True, key="compare:experiments")
+    ]).set_index("experiment"))

@@ -325,15 +325,26 @@ def _run_config(variant: str, values: dict, knobs: Sequence[str]) -> RunConfig:
     return run
 
 
+def variant_title(variant: str, algo: AlgoConfig) -> str:
+    """A run's variant as its labels name it: the preset's title, and the policy loss where the run's is not the
+    preset's own (`policy_loss=dro` on the GRPO variant: "GRPO with policy_loss=dro"). A CISPO or SAPO run is
+    named by its variant's title; a loss without a variant of its own must be named too."""
+    preset = PRESETS[variant]
+    if algo.policy_loss == preset.policy_loss:
+        return preset.title
+    return f"{preset.title} with policy_loss={algo.policy_loss}"
+
+
 def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequence[str]) -> None:
     runs = page_runs(page)
     # Numbers go on from the learner's kept runs: a reload keeps them but starts a fresh session.
     number = max([st.session_state.get(f"{page}:counter", 0), *(job.number for job in runs)]) + 1
     st.session_state[f"{page}:counter"] = number
-    settings = {"variant": PRESETS[variant].title} | {
+    title = variant_title(variant, run.algo)
+    settings = {"variant": title} | {
         name: values[name] for name in ("task", "model", *RUN_KNOBS, *WARM_START_KNOBS, *knobs)
     }
-    label = f"{PRESETS[variant].title} · {page} page #{number}"
+    label = f"{title} · {page} page #{number}"
     st.session_state.setdefault(f"{page}:predictions", {})[number] = st.session_state.get(f"{page}:prediction")
     job = Job(run, training_slots(), settings=settings, number=number, label=label, session=session_token(),
               page=page).start()

@@ -18,6 +18,7 @@ from rl_core.losses import clipped_surrogate_loss, cispo_loss, dppo_tv_mask, sap
 from ui.labs.clip import ADVANTAGE_SIGNS
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE
 from ui.labs.kl import VOCABULARY
+from ui.present import chart_layout
 
 ZERO = 1e-12  # autograd gives exact zeros where a clip cuts the graph; this only absorbs float noise
 
@@ -35,7 +36,9 @@ def _columns(titles: list[str], height: int, y_title: str) -> dict:
     """A layout of side-by-side panels with shared styling (x axes named in the panels' order)."""
     n, gap = len(titles), 0.08
     width = (1 - gap * (n - 1)) / n
-    layout = {"height": height, "margin": dict(t=50, b=40), "legend": dict(orientation="h", y=-0.2), "annotations": []}
+    # The legend a quarter of the plot's height under it: at −0.2 it touched the x axis titles in presenter mode.
+    layout = {"height": height, "margin": dict(t=50, b=40), "legend": dict(orientation="h", y=-0.25),
+              "annotations": []}
     for i, title in enumerate(titles):
         suffix = "" if i == 0 else str(i + 1)
         start = i * (width + gap)
@@ -108,7 +111,7 @@ def cispo_figure(table: pd.DataFrame) -> go.Figure:
         ]
         layout[f"xaxis{axis}"]["title"] = {"text": "ratio ρ = π_θ / π_old"}
     layout["shapes"] = shapes
-    return go.Figure(data=traces, layout=layout)
+    return go.Figure(data=traces, layout=chart_layout(layout))
 
 
 # ----------------------------------------------------------------------------------------------- SAPO
@@ -160,7 +163,7 @@ def sapo_figure(table: pd.DataFrame) -> go.Figure:
                        line=dict(color=MUTED, dash="dot"), xaxis=f"x{axis}", yaxis=f"y{axis}"),
         ]
         layout[f"xaxis{axis}"]["title"] = {"text": "ratio ρ = π_θ / π_old"}
-    return go.Figure(data=traces, layout=layout)
+    return go.Figure(data=traces, layout=chart_layout(layout))
 
 
 # ----------------------------------------------------------------------------------------------- DPPO
@@ -235,7 +238,7 @@ def trust_region_figure(table: pd.DataFrame, epsilon_low: float, epsilon_high: f
     # One legend entry per region colour.
     traces += [go.Scatter(x=[None], y=[None], mode="markers", marker=dict(color=c, size=10, symbol="square"),
                           name=name) for name, c in zip(REGIONS, colours)]
-    return go.Figure(data=traces, layout=layout)
+    return go.Figure(data=traces, layout=chart_layout(layout))
 
 
 # ------------------------------------------------------------------------------------ KL gradient view

@@ -124,6 +124,10 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
     one colour scale spans every sample."""
     colouring = COLOURINGS[colour_by]
     scale = _scale(colouring, samples)
+    # Every row's "n. prompt" takes the width of the widest (in characters of the monospace font), so the
+    # tiles start in one column: "10." is a character wider than "9.", and prompts can differ in length.
+    digits = len(str(len(samples)))
+    lead = max((digits + 2 + len(sample["prompt"]) for sample in samples), default=0)
     rows = []
     for row, sample in enumerate(samples, start=1):
         if headings and row - 1 in headings:
@@ -150,7 +154,8 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
             verdict += ", cut at the length limit"
         rows.append(
             '<div style="font-family:monospace;font-size:1.0rem;margin:3px 0">'
-            f'<span style="color:#888">{row}. {html.escape(sample["prompt"])}</span> {"".join(spans)} '
+            f'<span style="color:#888;display:inline-block;min-width:{lead}ch;white-space:pre">'
+            f'{row:>{digits}}. {html.escape(sample["prompt"])}</span> {"".join(spans)} '
             f'<span style="font-family:sans-serif;font-size:0.85rem;color:#666">'
             f'reward {sample["reward"]:+.2f} · {verdict}</span></div>'
         )

@@ -16,6 +16,7 @@ from rl_core.losses import clipped_surrogate_loss, gspo_loss, gspo_sequence_rati
 from ui.labs.figures import (
     MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, axis_key, grid_layout, horizontal, is_zero, subplot_axes, vertical,
 )
+from ui.present import chart_layout
 
 
 ADVANTAGE_SIGNS = {"A > 0": 1.0, "A < 0": -1.0}
@@ -170,7 +171,7 @@ def surrogate_figure(
         ]
         layout[axis_key(bottom[0])]["title"] = {"text": "ratio ρ = π_θ / π_old"}
     layout.update(shapes=shapes, height=560, margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.12))
-    return go.Figure(data=traces, layout=layout)
+    return go.Figure(data=traces, layout=chart_layout(layout))
 
 
 # A response after a few updates: most tokens moved a little, one moved a lot in each direction.
