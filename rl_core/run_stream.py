@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rl_core.config import RunConfig
+from rl_core.config import DPOConfig, RunConfig
 from rl_core.messages import brief
+from rl_core.preference_optimisation import DPOTrainer
 from rl_core.store import RunStore
 from rl_core.trainer import Trainer, TrainingStopped
 
@@ -33,12 +34,18 @@ class RunInterrupted(Exception):
     interrupted, not failed, and can be trained again."""
 
 
+def trainer_for(run: RunConfig, cache_dir: Path | None = None, stop_event=None) -> Trainer | DPOTrainer:
+    """The trainer of the run's kind: `DPOTrainer` for an offline DPO run (`algo` a `DPOConfig`), else `Trainer`."""
+    kind = DPOTrainer if isinstance(run.algo, DPOConfig) else Trainer
+    return kind(run, cache_dir=cache_dir, stop_event=stop_event or threading.Event())
+
+
 def training_stream(run: RunConfig, cache_dir: Path | None = None, stop_event=None) -> Iterator[dict]:
     """Train `run` and yield its items (module docstring); `stop_event.is_set()` ends it after the current step."""
-    yield from trainer_stream(Trainer(run, cache_dir=cache_dir, stop_event=stop_event or threading.Event()))
+    yield from trainer_stream(trainer_for(run, cache_dir, stop_event))
 
 
-def trainer_stream(trainer: Trainer) -> Iterator[dict]:
+def trainer_stream(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
     """A trainer's items (module docstring), for a caller that keeps the trainer (the app's chat reads its models).
 
     A record's "elapsed" counts the training only: the time the consumer spends between two items (writing the
@@ -60,7 +67,7 @@ def trainer_stream(trainer: Trainer) -> Iterator[dict]:
         yield {END: "finished", "final": trainer.evaluate()}
 
 
-def _prepared(trainer: Trainer) -> Iterator[dict]:
+def _prepared(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
     """`trainer.prepare()` with its progress as PHASE items, then its SETUP item.
 
     `prepare` reports through a callback, so it runs in a thread that hands its reports over; only the latest
