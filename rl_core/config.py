@@ -485,6 +485,7 @@ DPO_RANGES: dict[str, Range] = {
     "per_device_train_batch_size": Range(1, MAX_BATCH),
     "holdout_fraction": Range(0.0, 1.0, low_open=True, high_open=True),
     "n_eval_prompts": Range(1, MAX_BATCH),
+    "eval_steps": Range(1, 1_000_000),
 }
 
 
@@ -495,7 +496,8 @@ class DPOConfig:
     minibatch of pairs per step and no sampling for the update. Knob names as TRL's `DPOConfig`.
 
     Each step also samples `n_eval_prompts` fixed prompts once, for what the RL runs record of their own samples
-    (gold `success_rate`, `reward_mean`, `kl_exact` to the reference)."""
+    (gold `success_rate`, `reward_mean`, `kl_exact` to the reference); every `eval_steps` it scores the held-out
+    pairs."""
 
     name: str = "dpo"
     title: str = "DPO"
@@ -505,6 +507,7 @@ class DPOConfig:
     learning_rate: float = 5e-4
     per_device_train_batch_size: int = 32
     holdout_fraction: float = 0.2  # pairs kept out of training, for the held-out `eval_*` metrics
+    eval_steps: int = 10  # steps between two evaluations on the held-out pairs (the samples are every step's)
     n_eval_prompts: int = 64
 
     def __post_init__(self):

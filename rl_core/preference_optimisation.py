@@ -157,7 +157,8 @@ class DPOTraining:
     A `holdout_fraction` of the pairs is kept out (`held_out`). Every `eval_every` steps, at the last step and
     before the first (step 0), a record also carries the metrics on the held-out pairs (`eval_` + TRL's name)
     and, from `n_eval_prompts` samples of the policy on fixed prompts, the task's own verdict (`success_rate`,
-    the gold success that the labels stand for) and the mean per-token k3 estimate of KL(π_θ‖π_ref) (`kl_k3`)."""
+    the gold success that the labels stand for), its reward (`reward_mean`) and the per-token KL(π_θ‖π_ref),
+    exact (`kl_exact`) and its k3 estimate (`kl_k3`)."""
 
     def __init__(
         self,
@@ -185,6 +186,8 @@ class DPOTraining:
         self.rng = random.Random(seed)
         self.held_out, self.train = split_pairs(pairs, holdout_fraction, self.rng)
         self.reference = frozen_reference(policy)
+        # The reference never changes: its log-probabilities of the held-out pairs are computed once.
+        self.held_out_ref_logps = pair_logprobs(self.reference, self.tokenizer, self.held_out, frozen=True)
         # Fixed prompts and generator: the gold success of two steps differs by the policy, not by the draw.
         self.eval_prompts = task.sample_prompts(n_eval_prompts, random.Random(seed + 1))
         self.eval_seed = seed + 1
@@ -218,17 +221,20 @@ class DPOTraining:
         return preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected, self.beta)
 
     @torch.no_grad()
-    def evaluate(self, samples: int = 0) -> dict:
-        """The held-out pairs' metrics (`eval_` + TRL's names), and of one sample (temperature 1) per fixed prompt
-        the gold `success_rate`, the task's reward `reward_mean` (its learned reward model's standardised score),
-        and the per-token KL(π_θ‖π_ref): `kl_exact` over the vocabulary at each sampled state, `kl_k3` its k3
-        estimate at the sampled token. With `samples`, the first few samples as `samples` (token views)."""
-        chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
-        ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, self.held_out, frozen=True)
-        loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
-        metrics = {f"eval_{key}": value
-                   for key, value in preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected,
-                                                        self.beta).items()}
+    def evaluate(self, samples: int = 0, pairs: bool = True) -> dict:
+        """The held-out pairs' metrics (`eval_` + TRL's names; unless not `pairs`), and of one sample (temperature
+        1) per fixed prompt the gold `success_rate`, the task's reward `reward_mean` (its learned reward model's
+        standardised score), and the per-token KL(π_θ‖π_ref): `kl_exact` over the vocabulary at each sampled
+        state, `kl_k3` its k3 estimate at the sampled token. With `samples`, the first few samples as `samples`
+        (token views)."""
+        metrics = {}
+        if pairs:
+            chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
+            ref_chosen, ref_rejected = self.held_out_ref_logps
+            loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
+            metrics = {f"eval_{key}": value
+                       for key, value in preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected,
+                                                            self.beta).items()}
         generator = torch.Generator(device=next(self.policy.parameters()).device).manual_seed(self.eval_seed)
         rollout = sample(self.policy, self.tokenizer, self.eval_prompts, self.task.max_new_tokens, 1.0, generator)
         ref_logits = frozen_response_logits(self.reference, rollout)
@@ -267,9 +273,9 @@ class DPOTrainer:
     Data: the task's own preference pairs for the run's seed, the very pairs its reward model is fitted to
     (`task.preference_pairs(task.n_pairs, Random(seed), task.label_noise)`). Start: the run's SFT warm start, as
     for the RL runs of that seed. Step k's record holds the minibatch's TRL metrics (`loss`, `rewards/*`,
-    `logps/chosen`, `logps/rejected`) and the `DPOTraining.evaluate` metrics (`eval_*`, gold `success_rate`,
-    `reward_mean`, `kl_exact`, `kl_k3`), all measured before the k-th update: like an RL run's record, step k
-    describes the policy after k − 1 updates."""
+    `logps/chosen`, `logps/rejected`) and the `DPOTraining.evaluate` metrics (gold `success_rate`, `reward_mean`,
+    `kl_exact`, `kl_k3`, and at the first step, every `eval_steps` and the last the held-out `eval_*`), all
+    measured before the k-th update: like an RL run's record, step k describes the policy after k − 1 updates."""
 
     def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
         run.validate()
@@ -308,7 +314,11 @@ class DPOTrainer:
             yield self.step()
 
     def step(self) -> dict:
-        record = {"step": self.step_index + 1} | self.training.evaluate(self.run.samples_per_record)
+        step = self.step_index + 1
+        # The held-out pairs (a fifth of the task's, by default 600) cost most of a step: at the first step, every
+        # `eval_steps` and at the last, as TRL evaluates.
+        pairs = step == 1 or step % self.algo.eval_steps == 0 or step == self.run.steps
+        record = {"step": step} | self.training.evaluate(self.run.samples_per_record, pairs)
         record |= self.training.update()
         self.step_index += 1
         return record

@@ -41,27 +41,28 @@ def test_a_dpo_run_is_validated_by_name_and_read_back_from_its_stored_form():
         get_run_algo("dpx")
 
 
+@pytest.mark.slow  # the `preference` task's reward model is trained first (300 steps), in a worker process
 def test_a_dpo_run_trains_through_a_sweep_into_the_store_and_an_identical_request_is_reused(tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
     run = tiny_dpo_run()
-    first = Sweep([PlannedRun(run, "dpo", {})], store, workers=1, cache_dir=tmp_path / "cache")
+    first = Sweep([PlannedRun(run, "dpo", {})], store, workers=1)
     [trained] = first.run()
     assert trained.status == "finished" and not trained.reused and trained.final["success_rate"] >= 0
     records = store.steps(trained.id)
     assert [r["step"] for r in records] == [1, 2]
     start = records[0]
-    # Step 1 is measured before the first update, where π_θ = π_ref: no KL, every implicit reward 0, and DPO's
-    # loss −log σ(0) = log 2.
-    assert start["kl_exact"] == start["kl_k3"] == 0.0
+    # Step 1 is measured before the first update, where π_θ = π_ref: no KL (up to the round-off between the
+    # sampler's and a teacher-forced pass), every implicit reward 0, and DPO's loss −log σ(0) = log 2.
+    assert start["kl_exact"] == pytest.approx(0, abs=1e-6) and start["kl_k3"] == pytest.approx(0, abs=1e-6)
     assert start["loss"] == pytest.approx(math.log(2)) and start["rewards/margins"] == 0.0
-    assert records[1]["kl_exact"] > 0, "one update moved the policy"
+    assert records[1]["kl_exact"] > 1e-4, "one update moved the policy"
     for record in records:  # what the RL runs of the task record under the same names, and DPO's own
         assert {"success_rate", "reward_mean", "kl_exact", "logps/chosen", "logps/rejected", "eval_loss"} <= set(record)
         assert 0 <= record["success_rate"] <= 1 and record["logps/chosen"] < 0 and record["logps/rejected"] < 0
     samples = store.samples(trained.id, 2)
-    assert len(samples) == 2 and all(s["response"] == "".join(s["tokens"]) for s in samples)
+    assert len(samples) == 2 and all("".join(s["tokens"]).startswith(s["response"]) for s in samples)
 
-    again = Sweep([PlannedRun(tiny_dpo_run(), "dpo", {})], store, workers=1, cache_dir=tmp_path / "cache")
+    again = Sweep([PlannedRun(tiny_dpo_run(), "dpo", {})], store, workers=1)
     [reused] = again.run()
     assert reused.reused and reused.status == "finished" and reused.records_from == trained.id
     assert store.steps(reused.id) == records
