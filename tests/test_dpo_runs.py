@@ -7,12 +7,14 @@ import dataclasses
 import math
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from rl_core.algorithms import get_run_algo
 from rl_core.config import DPOConfig, RunConfig
 from rl_core.experiments import get_experiment
 from rl_core.experiments.dpo_vs_rl import DPO, GRPO
 from rl_core.experiments.runner import arm_variant
+from rl_core.limits import FORCED_SECONDS, SAMPLE_SECONDS, estimated_step_seconds
 from rl_core.reuse import run_key
 from rl_core.store import RunStore
 from rl_core.sweep import PlannedRun, Sweep
@@ -91,3 +93,23 @@ def test_the_experiments_arms_are_grpo_with_the_reward_model_and_dpo_and_the_dpo
         GRPO: {"algo": "grpo"}, DPO: {"algo": "dpo"}}
     assert experiment.task == "preference" and "logps/chosen" in experiment.charts
     assert experiment in experiments_for("dpo")
+
+
+def test_the_dpo_pages_panel_offers_the_experiment_with_each_arms_run_kind(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    experiment = get_experiment("dpo_vs_rl")
+    at = AppTest.from_string("from ui.experiments_panel import see_it_happen\nsee_it_happen('dpo')\n",
+                             default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert experiment.title in [h.value for h in at.subheader]
+    captions = " ".join(c.value for c in at.caption)
+    assert f"**{GRPO}** (`algo` grpo) · **{DPO}** (`algo` dpo), differing only in `algo`" in captions
+    assert at.button(key="dpo:experiment:dpo_vs_rl:run").disabled is False
+
+
+def test_a_dpo_steps_estimated_seconds_count_its_samples_and_its_teacher_forced_responses():
+    run = RunConfig(algo=get_run_algo("dpo"), task="preference", steps=40)
+    # 64 samples, then 2 × 600 held-out responses every 10 steps and 4 × 32 minibatch responses: 64 + 120 + 128
+    # responses' worth, each at the sampled response's seconds, × 12 / 8 for the task's 12-token limit.
+    assert estimated_step_seconds(run) == pytest.approx((64 + 120 + 128) * SAMPLE_SECONDS * 12 / 8)
+    assert FORCED_SECONDS == SAMPLE_SECONDS
