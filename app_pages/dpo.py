@@ -2,10 +2,12 @@ import streamlit as st
 
 from rl_core.preference_optimisation import dpo_loss, implicit_reward, ipo_loss
 from ui.dpo import dpo_lab, talk_to_fit
+from ui.experiments_panel import see_it_happen
 from ui.story import formula
 
 st.title("DPO and IPO: the policy learns from the pairs themselves")
 talk_to_fit("dpo", dpo_lab("dpo"))
+see_it_happen("dpo")
 
 st.subheader("The problem")
 st.markdown(

@@ -36,15 +36,15 @@ from bench.phenomena import cpu_seconds, write_report  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
 from rl_core.experiments import EXPERIMENTS, get_experiment  # noqa: E402
 from rl_core.experiments.runner import ExperimentRun, plan_experiment  # noqa: E402
+from rl_core.run_stream import trainer_for  # noqa: E402
 from rl_core.sft import default_cache_dir  # noqa: E402
 from rl_core.store import RunStore  # noqa: E402
 from rl_core.sweep import SweepProgress, default_workers  # noqa: E402
-from rl_core.trainer import Trainer  # noqa: E402
 
 
 def train_alone(run: RunConfig, cache_dir: Path) -> None:
     """One run in its own interpreter: what a training costs when nothing is shared with another."""
-    trainer = Trainer(run, cache_dir=cache_dir)
+    trainer = trainer_for(run, cache_dir)  # an RL run's Trainer, or a DPO run's DPOTrainer
     trainer.prepare()
     for _ in trainer.steps():
         pass

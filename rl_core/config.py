@@ -477,12 +477,62 @@ def _describe(kind, choices: tuple, allowed: Range | None) -> str:
 
 KNOB_NAMES = tuple(f.name for f in dataclasses.fields(AlgoConfig) if f.name not in IDENTITY_FIELDS)
 
+PreferenceLossType = Literal["sigmoid", "ipo"]  # TRL's `loss_type`: DPO's −log σ(βh), IPO's (h − 1/(2β))²
+DPO_RANGES: dict[str, Range] = {
+    # At β = 10 a log-ratio difference of 0.3 nats already gives σ(βh) = 0.95: a larger β only shrinks the moves.
+    "beta": Range(0.0, 10.0, low_open=True),
+    "learning_rate": KNOB_RANGES["learning_rate"],
+    "per_device_train_batch_size": Range(1, MAX_BATCH),
+    "holdout_fraction": Range(0.0, 1.0, low_open=True, high_open=True),
+    "n_eval_prompts": Range(1, MAX_BATCH),
+    "eval_steps": Range(1, 1_000_000),
+}
+
+
+@dataclass(frozen=True)
+class DPOConfig:
+    """Offline preference optimisation as a run kind (`rl_core.preference_optimisation.DPOTrainer`): DPO or IPO on
+    the task's own preference pairs (the pairs its reward model learns from), from the run's SFT warm start, one
+    minibatch of pairs per step and no sampling for the update. Knob names as TRL's `DPOConfig`.
+
+    Each step also samples `n_eval_prompts` fixed prompts once, for what the RL runs record of their own samples
+    (gold `success_rate`, `reward_mean`, `kl_exact` to the reference); every `eval_steps` it scores the held-out
+    pairs."""
+
+    name: str = "dpo"
+    title: str = "DPO"
+    summary: str = "Direct preference optimisation: the policy fitted to preference pairs, no reward model, no RL"
+    loss_type: PreferenceLossType = "sigmoid"
+    beta: float = 0.1
+    learning_rate: float = 5e-4
+    per_device_train_batch_size: int = 32
+    holdout_fraction: float = 0.2  # pairs kept out of training, for the held-out `eval_*` metrics
+    eval_steps: int = 10  # steps between two evaluations on the held-out pairs (the samples are every step's)
+    n_eval_prompts: int = 64
+
+    def __post_init__(self):
+        _to_builtins(self)
+
+    def with_knobs(self, **overrides) -> "DPOConfig":
+        """This configuration with knobs overridden, validated; ValueError names an unknown or refused knob."""
+        known = [f.name for f in dataclasses.fields(self) if f.name not in IDENTITY_FIELDS]
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))} of dpo; allowed: {', '.join(known)}")
+        config = dataclasses.replace(self, **overrides)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        _check_fields(self, DPOConfig, DPO_RANGES, skip=IDENTITY_FIELDS)
+
 
 @dataclass(frozen=True)
 class RunConfig:
-    """What to train on, for how long, where: everything a run needs besides the algorithm."""
+    """What to train on, for how long, where: everything a run needs besides the algorithm (an RL preset, or
+    `DPOConfig` for an offline DPO run on the task's preference pairs)."""
 
-    algo: AlgoConfig
+    algo: AlgoConfig | DPOConfig
     task: str
     model: str = "tiny"
     steps: int = 100
@@ -498,12 +548,13 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
         """The run that `dataclasses.asdict` wrote as `data` (the run store's `config`)."""
-        return cls(**{**data, "algo": AlgoConfig(**data["algo"])})
+        algo = DPOConfig if data["algo"]["name"] == DPOConfig.name else AlgoConfig
+        return cls(**{**data, "algo": algo(**data["algo"])})
 
     def validate(self) -> None:
         """The algorithm's knobs, this run's fields, and what depends on the task and model: the response
         must fit in the model's context after the task's longest prompt, and the overlong buffer below the limit."""
-        if not isinstance(self.algo, AlgoConfig):
+        if not isinstance(self.algo, (AlgoConfig, DPOConfig)):
             raise ValueError(f"algo={self.algo!r} is not an algorithm preset; use get_preset(name, **knobs)")
         self.algo.validate()
         _check_fields(self, RunConfig, RUN_RANGES, skip=("algo",))
@@ -516,7 +567,12 @@ class RunConfig:
         if self.model not in MODEL_PRESETS:
             raise ValueError(f"model={self.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
         task = TASKS[self.task]
-        limit = self.algo.max_new_tokens or task.max_new_tokens
+        dpo = isinstance(self.algo, DPOConfig)
+        if dpo:
+            _require(hasattr(task, "preference_pairs"), "task", self.task,
+                     "a task with preference pairs for algo=dpo, such as 'preference'")
+        # DPO samples (for its gold success and KL) within the task's own limit.
+        limit = task.max_new_tokens if dpo else self.algo.max_new_tokens or task.max_new_tokens
         positions = min(MODEL_PRESETS[self.model].n_positions, task.max_positions)
         # BOS + prompt + response, and one more position for the EOS a reward model reads after a cut response.
         room = positions - 2 - task.max_prompt_length
@@ -527,6 +583,8 @@ class RunConfig:
             f"≤ {room} on model={self.model} with task={self.task}: its {positions} positions hold BOS, the "
             f"longest prompt ({task.max_prompt_length} tokens), the response and a closing EOS",
         )
+        if dpo:
+            return
         if self.algo.critic_init == "reward_model":
             _require(
                 hasattr(task, "reward_model_preset"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-from rl_core.config import RunConfig
+from rl_core.config import DPOConfig, RunConfig
 
 # Seconds of one RL step per response, measured on a CPU with the tiny model on caesar (8-token answers):
 # GRPO's 8 × 8 responses with 2 epochs took 0.069 s a step, 256 × 4 responses with 64 epochs 12.8 s, so a
@@ -29,6 +29,11 @@ REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time g
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
 CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
 EVALUATION_PROMPTS = 256  # the final evaluation samples one response to each (Trainer.evaluate)
+# An offline DPO step (rl_core.preference_optimisation.DPOTrainer) samples `n_eval_prompts` responses and passes
+# responses teacher-forced: every `eval_steps` the held-out pairs' two through the policy (the reference's are
+# computed once), and the minibatch's two through both models. One response's share of such a pass cost what one
+# sampled response did (tiny model on `preference`, one thread: 1.2e-3 s and 1.2e-3 s on the loaded CPU).
+FORCED_SECONDS = SAMPLE_SECONDS
 
 
 def _scale(run: RunConfig) -> float:
@@ -37,15 +42,23 @@ def _scale(run: RunConfig) -> float:
     from toy_tasks import TASKS  # imported late, as RunConfig.validate does: the tasks load torch
 
     # An unknown task is refused later, by the trainer, with its own message.
-    tokens = run.algo.max_new_tokens or getattr(TASKS.get(run.task), "max_new_tokens", REFERENCE_TOKENS)
+    own = None if isinstance(run.algo, DPOConfig) else run.algo.max_new_tokens  # DPO samples at the task's limit
+    tokens = own or getattr(TASKS.get(run.task), "max_new_tokens", REFERENCE_TOKENS)
     return max(tokens / REFERENCE_TOKENS, 1.0) * MODEL_FACTOR[run.model]
 
 
 def estimated_step_seconds(run: RunConfig) -> float:
     """Seconds one RL step of `run` takes on a CPU like the one it was measured on:
     `responses × (SAMPLE_SECONDS + UPDATE_SECONDS · ppo_epochs) × scale × critic`, where responses =
-    prompts_per_step × num_generations (× every resampling round dynamic sampling may take)."""
+    prompts_per_step × num_generations (× every resampling round dynamic sampling may take). A DPO step:
+    `(n_eval_prompts · SAMPLE_SECONDS + responses passed · FORCED_SECONDS) × scale`."""
     algo = run.algo
+    if isinstance(algo, DPOConfig):
+        from toy_tasks import TASKS
+
+        held_out = round(algo.holdout_fraction * TASKS[run.task].n_pairs)
+        forced = 2 * held_out / algo.eval_steps + 4 * algo.per_device_train_batch_size
+        return (algo.n_eval_prompts * SAMPLE_SECONDS + forced * FORCED_SECONDS) * _scale(run)
     responses = algo.prompts_per_step * algo.num_generations
     if algo.dynamic_sampling:
         responses *= 1 + algo.max_resample_rounds

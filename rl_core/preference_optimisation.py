@@ -15,15 +15,17 @@ implicit rewards are the reward model's `pairwise_accuracy` and `reward_margin`,
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.kl import kl_k3
+from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
+from rl_core.kl import kl_exact, kl_k3
 from rl_core.masking import masked_mean, masked_sum
-from rl_core.models import MODEL_PRESETS, frozen_reference, use_preset_threads
+from rl_core.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
 from rl_core.reward_model import (
     PreferencePair,
     bradley_terry_loss,
@@ -41,11 +43,11 @@ from rl_core.rollout import (
 )
 from rl_core.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
 from rl_core.tokenizer import build_char_tokenizer
+from rl_core.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
+from toy_tasks import get_task
 from toy_tasks.base import ToyTask
 
-# The lab's upper bound: at β = 10 a log-ratio difference h of 0.3 nats already gives σ(βh) = 0.95, so a larger β
-# only shrinks the moves further.
-MAX_BETA = 10.0
+MAX_BETA = DPO_RANGES["beta"].high  # the lab's upper bound on β, as a DPO run's knob has it
 
 
 def implicit_reward(logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -> torch.Tensor:
@@ -155,7 +157,8 @@ class DPOTraining:
     A `holdout_fraction` of the pairs is kept out (`held_out`). Every `eval_every` steps, at the last step and
     before the first (step 0), a record also carries the metrics on the held-out pairs (`eval_` + TRL's name)
     and, from `n_eval_prompts` samples of the policy on fixed prompts, the task's own verdict (`success_rate`,
-    the gold success that the labels stand for) and the mean per-token k3 estimate of KL(π_θ‖π_ref) (`kl_k3`)."""
+    the gold success that the labels stand for), its reward (`reward_mean`) and the per-token KL(π_θ‖π_ref),
+    exact (`kl_exact`) and its k3 estimate (`kl_k3`)."""
 
     def __init__(
         self,
@@ -183,6 +186,8 @@ class DPOTraining:
         self.rng = random.Random(seed)
         self.held_out, self.train = split_pairs(pairs, holdout_fraction, self.rng)
         self.reference = frozen_reference(policy)
+        # The reference never changes: its log-probabilities of the held-out pairs are computed once.
+        self.held_out_ref_logps = pair_logprobs(self.reference, self.tokenizer, self.held_out, frozen=True)
         # Fixed prompts and generator: the gold success of two steps differs by the policy, not by the draw.
         self.eval_prompts = task.sample_prompts(n_eval_prompts, random.Random(seed + 1))
         self.eval_seed = seed + 1
@@ -192,37 +197,138 @@ class DPOTraining:
 
     def steps(self) -> Iterator[dict[str, float]]:
         """Train; one record per step: `step`, the minibatch's `preference_metrics`, and where evaluated (step 0,
-        every `eval_every` steps and the last) the held-out `eval_*` metrics, `success_rate` and `kl_k3`."""
+        every `eval_every` steps and the last) the held-out `eval_*` metrics, `success_rate`, `reward_mean`,
+        `kl_exact` and `kl_k3`."""
         yield {"step": 0} | self.evaluate()
         for step in range(1, self.total_steps + 1):
-            batch = self.rng.choices(self.train, k=self.batch_size)
-            chosen, rejected = pair_logprobs(self.policy, self.tokenizer, batch)
-            ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, batch, frozen=True)
-            loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            # TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
-            self.optimizer.step()
-            record = {"step": step} | preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected, self.beta)
+            record = {"step": step} | self.update()
             if step % self.eval_every == 0 or step == self.total_steps:
                 record |= self.evaluate()
             yield record
 
-    @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """The held-out pairs' metrics (`eval_` + TRL's names), and the gold `success_rate` and per-token `kl_k3`
-        of one sample (temperature 1) per fixed prompt."""
-        chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
-        ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, self.held_out, frozen=True)
+    def update(self) -> dict[str, float]:
+        """One optimiser step on `batch_size` training pairs drawn with replacement; returns the minibatch's
+        `preference_metrics`, measured before the step (as TRL logs them)."""
+        batch = self.rng.choices(self.train, k=self.batch_size)
+        chosen, rejected = pair_logprobs(self.policy, self.tokenizer, batch)
+        ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, batch, frozen=True)
         loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
-        metrics = {f"eval_{key}": value
-                   for key, value in preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected,
-                                                        self.beta).items()}
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        # TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+        self.optimizer.step()
+        return preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected, self.beta)
+
+    @torch.no_grad()
+    def evaluate(self, samples: int = 0, pairs: bool = True) -> dict:
+        """The held-out pairs' metrics (`eval_` + TRL's names; unless not `pairs`), and of one sample (temperature
+        1) per fixed prompt the gold `success_rate`, the task's reward `reward_mean` (its learned reward model's
+        standardised score), and the per-token KL(π_θ‖π_ref): `kl_exact` over the vocabulary at each sampled
+        state, `kl_k3` its k3 estimate at the sampled token. With `samples`, the first few samples as `samples`
+        (token views)."""
+        metrics = {}
+        if pairs:
+            chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
+            ref_chosen, ref_rejected = self.held_out_ref_logps
+            loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
+            metrics = {f"eval_{key}": value
+                       for key, value in preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected,
+                                                            self.beta).items()}
         generator = torch.Generator(device=next(self.policy.parameters()).device).manual_seed(self.eval_seed)
         rollout = sample(self.policy, self.tokenizer, self.eval_prompts, self.task.max_new_tokens, 1.0, generator)
-        ref_logp = token_logprobs(frozen_response_logits(self.reference, rollout), rollout.response_ids)
-        verdicts = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist()).successes
-        return metrics | {"success_rate": sum(verdicts) / len(verdicts),
-                          "kl_k3": masked_mean(kl_k3(rollout.old_logp, ref_logp), rollout.response_mask).item()}
+        ref_logits = frozen_response_logits(self.reference, rollout)
+        ref_logp = token_logprobs(ref_logits, rollout.response_ids)
+        scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+        mask = rollout.response_mask
+        metrics |= {"success_rate": sum(scores.successes) / len(scores.successes),
+                    "reward_mean": sum(scores.rewards) / len(scores.rewards),
+                    "kl_exact": masked_mean(kl_exact(rollout.logits, ref_logits), mask).item(),
+                    "kl_k3": masked_mean(kl_k3(rollout.old_logp, ref_logp), mask).item()}
+        if samples:
+            metrics["samples"] = self._sample_views(rollout, ref_logp, scores, samples)
+        return metrics
 
+    def _sample_views(self, rollout, ref_logp: torch.Tensor, scores, n: int) -> list[dict]:
+        """The first `n` evaluation samples token by token: what the RL runs' views hold that DPO has (reward,
+        gold verdict, log-probabilities of the policy and of the reference, entropy)."""
+        views = []
+        for i in range(min(n, len(rollout.prompts))):
+            length = int(rollout.response_mask[i].sum().item())
+            ids = rollout.response_ids[i, :length].tolist()
+            views.append({"prompt": rollout.prompts[i], "response": rollout.responses[i],
+                          "tokens": [self.tokenizer.convert_ids_to_tokens(t) for t in ids],
+                          "reward": scores.rewards[i], "success": bool(scores.successes[i]),
+                          "truncated": bool(rollout.truncated[i]), "ids": ids,
+                          "log_probs": rollout.old_logp[i, :length].tolist(),
+                          "ref_log_probs": ref_logp[i, :length].tolist(),
+                          "entropies": rollout.entropy[i, :length].tolist()})
+        return views
+
+
+class DPOTrainer:
+    """A run whose `algo` is a `DPOConfig`, trained as `rl_core.trainer.Trainer` trains an RL run (the same
+    `prepare()`, `steps()`, `step_index`, `evaluate()`), so a sweep, the run store and reuse take it like any run.
+
+    Data: the task's own preference pairs for the run's seed, the very pairs its reward model is fitted to
+    (`task.preference_pairs(task.n_pairs, Random(seed), task.label_noise)`). Start: the run's SFT warm start, as
+    for the RL runs of that seed. Step k's record holds the minibatch's TRL metrics (`loss`, `rewards/*`,
+    `logps/chosen`, `logps/rejected`) and the `DPOTraining.evaluate` metrics (gold `success_rate`, `reward_mean`,
+    `kl_exact`, `kl_k3`, and at the first step, every `eval_steps` and the last the held-out `eval_*`), all
+    measured before the k-th update: like an RL run's record, step k describes the policy after k − 1 updates."""
+
+    def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
+        run.validate()
+        if not isinstance(run.algo, DPOConfig):
+            raise ValueError(f"algo={run.algo.name!r} is an RL preset; DPOTrainer trains algo=dpo (a DPOConfig)")
+        self.run, self.algo = run, run.algo
+        self.cache_dir = Path(cache_dir or default_cache_dir())
+        self.stop_event = stop_event or threading.Event()
+        self.device = select_device(run.device)
+        use_preset_threads(run.model, self.device)
+        self.task = get_task(run.task)
+        self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
+        self.tokenizer = build_char_tokenizer()
+        self.step_index = 0
+        self.policy = self.reference = self.training = None
+
+    def prepare(self, progress: Progress | None = None) -> dict:
+        """Reward model (the task's, for its `reward_mean`), SFT policy, its frozen copy as π_ref, the pairs;
+        returns the setup metrics."""
+        self.policy, setup = prepare_warm_start(self, stoppable(progress, self.stop_event))
+        task, algo = self.task, self.algo
+        pairs = task.preference_pairs(task.n_pairs, random.Random(self.run.seed), task.label_noise)
+        self.training = DPOTraining(self.policy, pairs, task, loss_type=algo.loss_type, beta=algo.beta,
+                                    steps=self.run.steps, batch_size=algo.per_device_train_batch_size,
+                                    learning_rate=algo.learning_rate, seed=self.run.seed,
+                                    holdout_fraction=algo.holdout_fraction, eval_every=1,
+                                    n_eval_prompts=algo.n_eval_prompts)
+        self.reference = self.training.reference
+        return setup | {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
+
+    def steps(self) -> Iterator[dict]:
+        """Train for `run.steps` steps (or until stopped), yielding one record per step."""
+        if self.training is None:
+            self.prepare()
+        while self.step_index < self.run.steps and not self.stop_event.is_set():
+            yield self.step()
+
+    def step_phases(self):
+        """One step as `Trainer.step_phases` runs it (`rl_core.run_batch`), asking for no sample: DPO trains on its
+        pairs. Returns the record and no token count (no sampled tokens are trained on)."""
+        return self.step(), None
+        yield  # a coroutine with no requests
+
+    def step(self) -> dict:
+        step = self.step_index + 1
+        # The held-out pairs (a fifth of the task's, by default 600) cost most of a step: at the first step, every
+        # `eval_steps` and at the last, as TRL evaluates.
+        pairs = step == 1 or step % self.algo.eval_steps == 0 or step == self.run.steps
+        record = {"step": step} | self.training.evaluate(self.run.samples_per_record, pairs)
+        record |= self.training.update()
+        self.step_index += 1
+        return record
+
+    def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
+        """The final evaluation every run gets (`rl_core.trainer.evaluate_policy`, temperature 1)."""
+        return evaluate_policy(self.policy, self.tokenizer, self.task, self.task.max_new_tokens, 1.0, n_prompts, seed)

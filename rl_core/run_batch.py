@@ -22,7 +22,7 @@ from typing import Protocol
 from rl_core.rollout import Rollout, SampleRequest
 from rl_core.stacked_runs import SHAPE_FIELDS, StackedPolicies, sample_runs
 
-StepPhases = Generator[SampleRequest, Rollout, tuple[dict, int]]
+StepPhases = Generator[SampleRequest, Rollout, tuple[dict, int | None]]
 
 
 class Steppable(Protocol):
@@ -86,7 +86,8 @@ def step_together(runs: Sequence[Steppable]) -> list[dict | Exception]:
     """One step of every run, in order: its record, or the exception that ended its step (the other runs go on).
 
     A record's `step_time` is the seconds of its own phases plus its share of the sampling it shared, and
-    `tokens_per_second` its response tokens over that: what the step cost this run, alone or in company."""
+    `tokens_per_second` its response tokens over that: what the step cost this run, alone or in company. A run
+    that asks for no sample (offline DPO) steps in its turn."""
     phases = [run.step_phases() for run in runs]
     seconds = [0.0] * len(runs)
     outcomes: list[dict | Exception | None] = [None] * len(runs)
@@ -100,7 +101,8 @@ def step_together(runs: Sequence[Steppable]) -> list[dict | Exception]:
             record, tokens = done.value
             seconds[r] += time.perf_counter() - started
             record["step_time"] = seconds[r]
-            record["tokens_per_second"] = tokens / seconds[r]
+            if tokens is not None:  # None: a run that trains on no sampled tokens (offline DPO)
+                record["tokens_per_second"] = tokens / seconds[r]
             outcomes[r] = record
             return
         except Exception as error:  # noqa: BLE001 - this run's step failed; the caller ends this run only

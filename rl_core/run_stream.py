@@ -24,8 +24,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from rl_core.config import RunConfig
+from rl_core.config import DPOConfig, RunConfig
 from rl_core.messages import brief
+from rl_core.preference_optimisation import DPOTrainer
 from rl_core.run_batch import step_together
 from rl_core.store import RunStore
 from rl_core.trainer import Trainer, TrainingStopped
@@ -38,7 +39,13 @@ class RunInterrupted(Exception):
     interrupted, not failed, and can be trained again."""
 
 
-def trainer_stream(trainer: Trainer) -> Iterator[dict]:
+def trainer_for(run: RunConfig, cache_dir: Path | None = None, stop_event=None) -> Trainer | DPOTrainer:
+    """The trainer of the run's kind: `DPOTrainer` for an offline DPO run (`algo` a `DPOConfig`), else `Trainer`."""
+    kind = DPOTrainer if isinstance(run.algo, DPOConfig) else Trainer
+    return kind(run, cache_dir=cache_dir, stop_event=stop_event or threading.Event())
+
+
+def trainer_stream(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
     """A trainer's items (module docstring), for a caller that keeps the trainer (the app's chat reads its models):
     a batch of one."""
     return one_run(batch_stream([trainer]))
@@ -56,10 +63,10 @@ def batch_training_stream(runs: Sequence[RunConfig], cache_dir: Path | None = No
                           stop_event=None) -> Iterator[tuple[int, dict]]:
     """Train `runs` as one batch and yield `(place in the batch, item)`; `stop_event` ends them all."""
     stop_event = stop_event or threading.Event()
-    yield from batch_stream([Trainer(run, cache_dir=cache_dir, stop_event=stop_event) for run in runs])
+    yield from batch_stream([trainer_for(run, cache_dir, stop_event) for run in runs])
 
 
-def batch_stream(trainers: Sequence[Trainer]) -> Iterator[tuple[int, dict]]:
+def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int, dict]]:
     """Prepare each trainer, then step them together until each has trained its steps or is stopped; yields
     `(place in the batch, item)`, each run's items as the module docstring lists them.
 
@@ -97,7 +104,7 @@ def batch_stream(trainers: Sequence[Trainer]) -> Iterator[tuple[int, dict]]:
             yield r, {FAILED: error}
 
 
-def _prepared(trainer: Trainer) -> Iterator[dict]:
+def _prepared(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
     """`trainer.prepare()` with its progress as PHASE items, then its SETUP item.
 
     `prepare` reports through a callback, so it runs in a thread that hands its reports over; only the latest

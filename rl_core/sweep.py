@@ -49,10 +49,10 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.reuse import run_key
-from rl_core.run_stream import RunInterrupted, batch_training_stream, store_batch
+from rl_core.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
 from rl_core.sft import sft_policy
 from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
-from rl_core.trainer import Trainer, TrainingStopped
+from rl_core.trainer import TrainingStopped
 from toy_tasks import get_task
 
 
@@ -141,7 +141,7 @@ def warm_start_key(run: RunConfig) -> tuple:
 def warm_start(run: RunConfig, cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
     """Train (or find cached) the reward model and the SFT checkpoint `run` starts from; TrainingStopped once
     `stopped()` turns true."""
-    trainer = Trainer(run, cache_dir=cache_dir)  # for its task, tokenizer, device and demo noise
+    trainer = trainer_for(run, cache_dir)  # for its task, tokenizer, device and demo noise
 
     def progress(done: int, loss: float) -> None:
         if stopped():

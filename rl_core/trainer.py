@@ -91,6 +91,55 @@ def check_checkpoint_folder(folder: Path) -> None:
                          "folder (an existing checkpoint is replaced, nothing else)")
 
 
+def stoppable(progress: Progress | None, stop_event: threading.Event) -> Progress:
+    """`progress` (or nothing) that first raises TrainingStopped once `stop_event` is set: a setup phase's reports
+    are where a stop request ends it."""
+    report = progress or (lambda phase, done, total: None)
+
+    def checked(phase: str, done: int, total: int) -> None:
+        if stop_event.is_set():
+            raise TrainingStopped(f"stopped during {phase}")
+        report(phase, done, total)
+
+    return checked
+
+
+def prepare_warm_start(trainer, progress: Progress):
+    """What every run kind starts from, for a trainer's `run`, `task`, `tokenizer`, `device`, `demo_noise` and
+    `cache_dir`: the task prepared (its reward model trained or loaded) and the run's SFT policy; returns the policy
+    in eval mode and the setup metrics (`sft_success_rate`, `sft_attempts`, `sft_note`)."""
+    run = trainer.run
+    progress("reward", 0, 1)
+    trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
+    progress("reward", 1, 1)
+    policy, sft_report = sft_policy(
+        trainer.task, trainer.tokenizer, run.model, run.seed, trainer.demo_noise, run.sft_steps, trainer.device,
+        trainer.cache_dir, progress=lambda done, loss: progress("sft", done, run.sft_steps),
+    )
+    # Eval mode for all of training: dropout stays off (the first update's ratios must be 1, as with TRL's
+    # disable_dropout), and the sampler never has to switch modes around a rollout.
+    policy.eval()
+    setup = {"sft_success_rate": sft_report["success_rate"], "sft_attempts": sft_report["attempts"]}
+    if "note" in sft_report:
+        setup["sft_note"] = sft_report["note"]
+    return policy, setup
+
+
+@torch.no_grad()
+def evaluate_policy(policy, tokenizer, task, max_new_tokens: int, temperature: float, n_prompts: int,
+                    seed: int) -> dict:
+    """Success rate and mean reward of `policy` on `n_prompts` fresh prompts drawn from `seed`, one sample each."""
+    prompts = task.sample_prompts(n_prompts, random.Random(seed))
+    generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
+    rollout = sample(policy, tokenizer, prompts, max_new_tokens, temperature, generator)
+    scores = task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+    return {
+        "success_rate": sum(scores.successes) / n_prompts,
+        "reward_mean": sum(scores.rewards) / n_prompts,
+        "response_length": rollout.lengths.mean().item(),
+    }
+
+
 class Trainer:
     def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
         run.validate()
@@ -128,37 +177,12 @@ class Trainer:
     # ------------------------------------------------------------------ setup
     def prepare(self, progress: Progress | None = None) -> dict:
         """Reward model, SFT policy, reference, critic (value-pretrained if asked); returns setup metrics."""
-        report = progress or (lambda phase, done, total: None)
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if self.stop_event.is_set():
-                raise TrainingStopped(f"stopped during {phase}")
-            report(phase, done, total)
-
-        progress("reward", 0, 1)
-        self.task.prepare(self.cache_dir, self.device, self.run.seed)
-        progress("reward", 1, 1)
-        self.policy, sft_report = sft_policy(
-            self.task,
-            self.tokenizer,
-            self.run.model,
-            self.run.seed,
-            self.demo_noise,
-            self.run.sft_steps,
-            self.device,
-            self.cache_dir,
-            progress=lambda done, loss: progress("sft", done, self.run.sft_steps),
-        )
-        # Eval mode for all of RL: dropout stays off (the first update's ratios must be 1, as with TRL's
-        # disable_dropout), and the sampler never has to switch modes around a rollout.
-        self.policy.eval()
+        progress = stoppable(progress, self.stop_event)
+        self.policy, setup = prepare_warm_start(self, progress)
         self.reference = frozen_reference(self.policy)
         self.optimizer = torch.optim.AdamW(
             self.policy.parameters(), lr=self.algo.learning_rate, eps=self.algo.adam_epsilon, weight_decay=0.0, fused=True
         )
-        setup = {"sft_success_rate": sft_report["success_rate"], "sft_attempts": sft_report["attempts"]}
-        if "note" in sft_report:
-            setup["sft_note"] = sft_report["note"]
         if self.algo.teacher_model is not None:
             setup |= self._prepare_teacher(progress)
         if self.algo.use_critic:
@@ -636,15 +660,8 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
         """Success rate and mean reward of the current policy on fresh prompts, one sample each."""
-        prompts = self.task.sample_prompts(n_prompts, random.Random(seed))
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        rollout = sample(self.policy, self.tokenizer, prompts, self.max_new_tokens, self.algo.temperature, generator)
-        scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
-        return {
-            "success_rate": sum(scores.successes) / n_prompts,
-            "reward_mean": sum(scores.rewards) / n_prompts,
-            "response_length": rollout.lengths.mean().item(),
-        }
+        return evaluate_policy(self.policy, self.tokenizer, self.task, self.max_new_tokens, self.algo.temperature,
+                               n_prompts, seed)
 
     @property
     def _clips_sequences(self) -> bool:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from rl_core.algorithms import get_preset
 from rl_core.cli import main
 from rl_core.config import AlgoConfig
 from rl_core.experiments import EXPERIMENTS, Arm, Experiment, mean_interval, verdict
 from rl_core.experiments.runner import (
     SUMMARY_FILE,
     ExperimentRun,
+    arm_config,
     effect_sentence,
     plan_experiment,
     records_file,
@@ -37,8 +37,11 @@ KNOBS = [f.name for f in dataclasses.fields(AlgoConfig) if f.name not in DESCRIP
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
 def test_the_arms_differ_in_exactly_the_knobs_the_experiment_names(name):
     experiment = EXPERIMENTS[name]
-    configs = [get_preset(arm.preset, **arm.overrides) for arm in experiment.arms]
-    differing = {knob for knob in KNOBS if len({repr(getattr(config, knob)) for config in configs}) > 1}
+    configs = [arm_config(arm) for arm in experiment.arms]
+    if len({type(config) for config in configs}) > 1:  # run kinds (RL against DPO): the whole algorithm differs
+        differing = {"algo"}
+    else:
+        differing = {knob for knob in KNOBS if len({repr(getattr(config, knob)) for config in configs}) > 1}
     assert differing == set(experiment.knobs), f"{name}: the arms differ in {sorted(differing)}"
     # Nothing else may differ either: the runs of one seed share task, model, steps and warm start.
     planned = plan_experiment(experiment)

@@ -6,22 +6,26 @@ import math
 
 import pytest
 
-from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.experiments import EXPERIMENTS, get_experiment
+from rl_core.experiments.runner import arm_config
 from rl_core.models import MODEL_PRESETS
 from toy_tasks import TASKS
 
 
 def configs(experiment):
-    return {arm.label: dataclasses.asdict(get_preset(arm.preset, **arm.overrides)) for arm in experiment.arms}
+    return {arm.label: dataclasses.asdict(arm_config(arm)) for arm in experiment.arms}
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_arms_differ_in_exactly_the_named_knobs(name):
     experiment = EXPERIMENTS[name]
     arms = list(configs(experiment).values())
-    differing = {k for k in arms[0] if k not in ("name", "title", "summary") and any(a[k] != arms[0][k] for a in arms)}
+    if any(a.keys() != arms[0].keys() for a in arms):  # run kinds (RL against DPO): the whole algorithm differs
+        differing = {"algo"}
+    else:
+        differing = {k for k in arms[0]
+                     if k not in ("name", "title", "summary") and any(a[k] != arms[0][k] for a in arms)}
     assert differing == set(experiment.knobs)
     assert len({arm.label for arm in experiment.arms}) == len(experiment.arms) >= 2
 
@@ -38,7 +42,7 @@ def test_runs_are_valid(name):
     assert experiment.task in TASKS and experiment.model in MODEL_PRESETS
     assert len(experiment.seeds) >= 3 and experiment.expected in ("positive", "negative")
     for arm in experiment.arms:
-        RunConfig(algo=get_preset(arm.preset, **arm.overrides), task=experiment.task, model=experiment.model,
+        RunConfig(algo=arm_config(arm), task=experiment.task, model=experiment.model,
                   steps=experiment.steps, **experiment.run_fields).validate()
 
 

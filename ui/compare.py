@@ -295,7 +295,8 @@ def _dashboard(shown: list[int], live: bool) -> None:
     groups: dict[str, list[list[dict]]] = {}
     for run in runs:
         groups.setdefault(run.label, []).append(records[run.id])
-    losses = {run.label: run.config["algo"]["policy_loss"] for run in runs}
+    # A DPO run (an experiment's arm) has no policy loss and so no clip fraction.
+    losses = {run.label: run.config["algo"].get("policy_loss") for run in runs}
     charts = [
         (key, title, unit, shown)
         for key in CURVES

@@ -17,11 +17,11 @@ import statistics
 import pandas as pd
 import streamlit as st
 
-from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.experiments import Arm, EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import (
+    arm_variant,
     effect_sentence,
     past_run_seconds,
     plan_experiment,
@@ -60,6 +60,8 @@ RECORD_TITLES = {
     "kl_k2_bias": "k2's mean error against the exact KL",
     "kl_k3_std": "Spread of k3 over tokens (std)",
     "kl_sequence": "KL estimate summed over each response",
+    "logps/chosen": "log π_θ(y_w|x) of the chosen responses (DPO's training pairs)",
+    "logps/rejected": "log π_θ(y_l|x) of the rejected responses (DPO's training pairs)",
     "response_length_correct": "Length of right responses (tokens)",
     "response_length_incorrect": "Length of wrong responses (tokens)",
     "rollout_is_capped_frac": "Importance weights above the cap, share",
@@ -92,6 +94,8 @@ RECORD_UNITS = {
     "kl_k2_bias": "nats per token",
     "kl_k3_std": "nats",
     "kl_sequence": "nats per response",
+    "logps/chosen": "nats per response",
+    "logps/rejected": "nats per response",
     "response_length_correct": "tokens",
     "response_length_incorrect": "tokens",
     "rollout_is_capped_frac": "share",  # of tokens or of responses, as rollout_is_level says
@@ -134,8 +138,7 @@ def see_it_happen(page: str) -> None:
 
 def _arm_knobs(experiment: Experiment, arm: Arm) -> str:
     """The arm's values of the knobs in which the arms differ, e.g. `epsilon_high` 0.28."""
-    config = get_preset(arm.preset, **arm.overrides)
-    return ", ".join(f"`{k}` {knob_text(k, getattr(config, k))}" for k in experiment.knobs)
+    return ", ".join(f"`{k}` {knob_text(k, v)}" for k, v in arm_variant(experiment, arm).items())
 
 
 def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> None:

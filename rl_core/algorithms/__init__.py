@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from rl_core.config import AlgoConfig
+from rl_core.config import AlgoConfig, DPOConfig
 
 PRESETS: dict[str, AlgoConfig] = {}
 
@@ -28,3 +28,13 @@ def get_preset(name: str, /, **overrides) -> AlgoConfig:
     if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(f"algorithm {name!r} is unknown; allowed: {', '.join(PRESETS)}")
     return PRESETS[name].with_knobs(**overrides)
+
+
+def get_run_algo(name: str, /, **overrides) -> AlgoConfig | DPOConfig:
+    """What a run trains: an RL preset (`get_preset`), or `"dpo"`, offline DPO on the task's preference pairs
+    (a `DPOConfig`, its own run kind, not an RL preset); ValueError names the allowed names or the bad knob."""
+    if name == DPOConfig.name:
+        return DPOConfig().with_knobs(**overrides)
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ValueError(f"algorithm {name!r} is unknown; allowed: {', '.join(PRESETS)}, {DPOConfig.name}")
+    return get_preset(name, **overrides)

@@ -44,7 +44,8 @@ class Experiment:
 
     `effect(records_by_arm)` turns one seed's runs (arm label → records) into one number whose sign the claim
     predicts (`expected`). `knobs` names every knob in which the arms' configurations differ — a test checks that
-    they differ in exactly these."""
+    they differ in exactly these; `("algo",)` where the arms are different run kinds (an RL preset against `dpo`),
+    which differ in the whole algorithm."""
 
     name: str
     title: str

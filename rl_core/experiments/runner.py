@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_core.algorithms import get_preset
-from rl_core.config import RunConfig
+from rl_core.algorithms import get_run_algo
+from rl_core.config import AlgoConfig, DPOConfig, RunConfig
 from rl_core.experiments import Arm, Experiment, Records, mean_interval, seeds_needed, verdict
 from rl_core.models import MODEL_PRESETS, select_device
 from rl_core.records import json_safe, write_jsonl
@@ -85,13 +85,25 @@ def plan_experiment(
         run_fields["sft_steps"] = sft_steps
     planned = []
     for arm in experiment.arms:
-        config = get_preset(arm.preset, **arm.overrides)
-        variant = {knob: getattr(config, knob) for knob in experiment.knobs}
+        config = arm_config(arm)
+        variant = arm_variant(experiment, arm)
         for seed in seeds:
             run = RunConfig(algo=config, task=experiment.task, seed=seed, **run_fields)
             run.validate()
             planned.append(ArmRun(arm, PlannedRun(run, arm_run_label(experiment, arm), variant)))
     return planned
+
+
+def arm_config(arm: Arm) -> AlgoConfig | DPOConfig:
+    """What the arm trains: its preset with its overrides (an RL preset, or `dpo`)."""
+    return get_run_algo(arm.preset, **arm.overrides)
+
+
+def arm_variant(experiment: Experiment, arm: Arm) -> dict:
+    """The arm's values of the knobs in which the experiment's arms differ; `algo` (arms of different run
+    kinds, RL against DPO) by the name of what the arm trains."""
+    config = arm_config(arm)
+    return {knob: config.name if knob == "algo" else getattr(config, knob) for knob in experiment.knobs}
 
 
 def arm_run_label(experiment: Experiment, arm: Arm) -> str:
