@@ -33,10 +33,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -348,18 +349,37 @@ class LocalPool:
 
 
 def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
-    """`pool.submit`, with SIGINT ignored meanwhile when called from the main thread.
+    """`pool.submit`, with SIGINT ignored meanwhile when called from the main thread, and the caller's `__main__`
+    script kept from the workers.
 
     Ctrl+C reaches every process of the terminal's group, and the parent turns it into a stop request. A worker
     the pool starts inside this call inherits the ignored signal through exec (a Python handler would not
     survive it), so it never dies of a Ctrl+C, not even while it is still importing torch."""
-    if threading.current_thread() is not threading.main_thread():
-        return pool.submit(fn, *args)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with _main_script_kept_out():
+        if threading.current_thread() is not threading.main_thread():
+            return pool.submit(fn, *args)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return pool.submit(fn, *args)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _main_script_kept_out() -> Iterator[None]:
+    """A spawned worker first runs the parent's `__main__` script from its path. Under Streamlit that is the page
+    script being run (Streamlit installs it as `__main__`; Streamlit's AppTest, a temporary file), which in a
+    worker draws a page without a server or fails outright, and the pool dies with it. The workers need nothing
+    from it, so while the pool starts them (inside `submit`, for spawned pools) `__main__` is a bare module."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None) is None:
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
     try:
-        return pool.submit(fn, *args)
+        yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        sys.modules["__main__"] = main
 
 
 # ---------------------------------------------------------------------------------------------- in the workers

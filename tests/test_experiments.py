@@ -75,7 +75,7 @@ def test_the_verdict_is_recomputed_from_the_stored_json_lines(name, tmp_path):
     summary = run.run()
     written = read_summary(tmp_path / "out")
     assert written["experiment"] == name and written["seeds"] == [0]
-    assert all(row["status"] == "finished" for row in written["runs"]), written["runs"]
+    assert all(row["status"] == "finished" for row in written["runs"]), [(r["status"], r["error"]) for r in written["runs"]]
     by_arm = {arm.label: read_jsonl(tmp_path / "out" / records_file(arm, 0)) for arm in experiment.arms}
     for label, records in by_arm.items():
         assert [r["step"] for r in records] == list(range(1, steps + 1)), label

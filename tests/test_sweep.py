@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,22 @@ def test_stop_ends_every_run_between_steps(tmp_path):
     runs = store.runs(sweep.run_ids)
     assert all(run.status == "stopped" for run in runs), [(r.status, r.error) for r in runs]
     assert all(run.steps_done < 100_000 for run in runs) and sum(run.steps_done for run in runs) >= 3
+
+
+def test_workers_never_run_the_callers_main_script(tmp_path, monkeypatch):
+    """Under Streamlit the page script being run is `__main__` (under AppTest a temporary file); a spawned worker
+    would run it first. Here it fails if run, as AppTest's did; the sweep's worker must not run it."""
+    script = tmp_path / "page.py"
+    script.write_text("raise SystemExit('a worker ran the caller’s script')\n")
+    page = types.ModuleType("__main__")
+    page.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", page)
+    store = RunStore(tmp_path / "runs.sqlite")
+    planned = plan_sweep(["grpo"], range(1), "reverse", 1, sft_steps=0,
+                         overrides={"prompts_per_step": 2, "num_generations": 2})
+    runs = Sweep(planned, store, workers=1).run()
+    assert [(run.status, run.error) for run in runs] == [("finished", None)]
+    assert sys.modules["__main__"] is page
 
 
 def children(pid: int) -> list[int]:
