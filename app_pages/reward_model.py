@@ -47,7 +47,8 @@ formula(
     "The Bradley-Terry loss (Ouyang et al. 2022, eq. 1)",
     r"\mathcal{L}_{\text{RM}} = -\frac{1}{N}\sum_i \log\sigma\big(r_\phi(x_i, y_{w,i}) - r_\phi(x_i, y_{l,i})\big)",
     bradley_terry_loss,
-    "Equal scores cost log 2 ≈ 0.693 per pair, the loss at the start of the run. Flipped labels (label noise) "
+    "Equal scores cost log 2 ≈ 0.693 per pair, where a model that cannot tell the two apart sits (the chart's first "
+    "point is one minibatch's loss after the first step, so it scatters around that). Flipped labels (label noise) "
     "put a floor under it: no model can agree with a coin toss.",
 )
 formula(

@@ -508,3 +508,11 @@ def test_captions_follow_a_teachers_per_token_signal_and_a_batch_without_groups(
     assert "no groups" in caption(batch, [run("pg")]) and "no groups" not in caption(batch, [run("grpo")])
     assert "#2: With one response per prompt" in caption(batch, [run("grpo", 1), run("pg", 2)])
     assert "#1:" not in caption(batch, [run("grpo", 1), run("pg", 2)])
+
+
+def test_a_distillation_runs_reward_is_named_as_measured_not_trained_on():
+    """On-policy distillation never trains on the verifier's reward; its chart must not read as if it did."""
+    chart = CHART["Reward and success rate"]
+    assert [t.name for t in figure(chart, [run("opd")]).data] == [
+        "reward (measured, not trained on)", "success rate"]
+    assert [t.name for t in figure(chart, [run("grpo")]).data] == ["reward", "success rate"]

@@ -173,9 +173,15 @@ def _loss_note(algo: AlgoConfig) -> str:
 CHARTS: tuple[Chart, ...] = (
     Chart(
         "Reward and success rate",
-        (Series("reward_mean", "reward"), Series("success_rate", "success rate", CORRECT, dash="dash")),
+        (
+            Series("reward_mean", "reward", applies=lambda algo: algo.use_task_rewards),
+            # On-policy distillation trains on the teacher alone: the verifier's reward is measured, never used.
+            Series("reward_mean", "reward (measured, not trained on)", applies=lambda algo: not algo.use_task_rewards),
+            Series("success_rate", "success rate", CORRECT, dash="dash"),
+        ),
         "Look for: success climbing to 1. With a learned reward model, reward rising while success stalls is "
-        "reward hacking.",
+        "reward hacking. A run without task rewards (on-policy distillation) records the verifier's reward but "
+        "never trains on it.",
         unit="reward / share",
     ),
     Chart(
