@@ -67,8 +67,8 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")  # one run at a time: the arithmetic below
     experiment = get_experiment(NAME)  # 2 arms × 8 seeds
     first = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert "for 16 runs, 1 at a time (their steps at this server's step time; starting the workers" in first
-    assert "At least " in first
+    assert "for 16 runs, 1 at a time (their steps at this server's step time, plus starting the workers)" in first
+    assert first.index("Not run on this server yet. Its warm starts come first") < first.index("at least ")
     store = RunStore()
     for label, seconds, status in (("GRPO", 10.0, "finished"), ("GSPO", 30.0, "finished"), ("GSPO", 500.0, "failed")):
         run_id = store.add_run(plan_experiment(experiment)[0].planned.run, f"{NAME}: {label}")
