@@ -67,5 +67,8 @@ alpha = st.slider("α", 0.1, 2.0, 0.5, 0.05, key="gae_alpha")
 length_adaptive_table = st.cache_data(labs.length_adaptive_table, show_spinner=False)
 adaptive = length_adaptive_table(alpha)
 st.plotly_chart(labs.length_adaptive_figure(alpha), key="gae_adaptive_chart")
-st.dataframe(adaptive, hide_index=True, key="gae_adaptive_table")
+# Weights span 1 to 1e-23: three significant digits, not fixed decimals that print 1.6e-23 as 0.000…0001.
+st.dataframe(adaptive, hide_index=True, key="gae_adaptive_table",
+             column_config={name: st.column_config.NumberColumn(format="%.3g")
+                            for name in adaptive.columns if name.startswith("weight")})
 st.caption("What to notice: " + labs.length_adaptive_summary(adaptive))
