@@ -83,8 +83,15 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
         except Exception as error:  # noqa: BLE001 - this run ends; the others of the batch go on
             yield r, {FAILED: error}
     elapsed = dict.fromkeys(ready, 0.0)
-    while stepping := [r for r in ready if trainers[r].step_index < trainers[r].run.steps
-                       and not trainers[r].stop_event.is_set()]:
+    while ready:
+        # A run ends as soon as it has trained its steps (or is stopped), not when the batch's longest run does.
+        for r in [r for r in ready if trainers[r].step_index >= trainers[r].run.steps
+                  or trainers[r].stop_event.is_set()]:
+            ready.remove(r)
+            yield r, _end(trainers[r])
+        if not ready:
+            break
+        stepping = list(ready)
         for r, outcome in zip(stepping, step_together([trainers[r] for r in stepping])):
             if isinstance(outcome, Exception):
                 ready.remove(r)
@@ -93,15 +100,16 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
             elapsed[r] += outcome["step_time"]
             outcome["elapsed"] = elapsed[r]
             yield r, outcome
-    for r in ready:
-        trainer = trainers[r]
-        if trainer.step_index < trainer.run.steps:  # the stop event ended it early
-            yield r, {END: "stopped"}
-            continue
-        try:
-            yield r, {END: "finished", "final": trainer.evaluate()}
-        except Exception as error:  # noqa: BLE001 - as a failed step
-            yield r, {FAILED: error}
+
+
+def _end(trainer: Trainer | DPOTrainer) -> dict:
+    """The item that ends a run which stepped without failing: stopped early, or finished with its evaluation."""
+    if trainer.step_index < trainer.run.steps:  # the stop event ended it early
+        return {END: "stopped"}
+    try:
+        return {END: "finished", "final": trainer.evaluate()}
+    except Exception as error:  # noqa: BLE001 - as a failed step
+        return {FAILED: error}
 
 
 def _prepared(trainer: Trainer | DPOTrainer) -> Iterator[dict]:

@@ -151,3 +151,12 @@ def test_a_batch_takes_one_place_under_the_training_cap(tmp_path):
     tries = iter(range(3))
     assert not store.claim(c, cap=1, stopped=lambda: next(tries, None) is None)  # one batch holds the one place
     assert store.claim(c, cap=2, stopped=lambda: False)
+
+
+def test_a_run_ends_when_its_own_steps_are_done_not_when_the_batch_is(cache):
+    """A short run of a batch is finished (and stored as such) before its longer batch-mate's next step."""
+    short = RunConfig(algo=get_preset("grpo"), task=DEFAULT_TASK, steps=1, seed=0, sft_steps=40)
+    trainers = [Trainer(short, cache_dir=cache), Trainer(run("grpo", 1), cache_dir=cache)]
+    items = [(r, END in item, item.get("step")) for r, item in batch_stream(trainers) if "step" in item or END in item]
+    assert items.index((0, True, None)) < items.index((1, False, 2))
+    assert items[-1] == (1, True, None)
