@@ -90,7 +90,7 @@ def step_together(runs: Sequence[Steppable]) -> list[dict | Exception]:
     that asks for no sample (offline DPO) steps in its turn."""
     phases = [run.step_phases() for run in runs]
     seconds = [0.0] * len(runs)
-    outcomes: list[dict | Exception | None] = [None] * len(runs)
+    outcomes: list[tuple[dict, int | None] | Exception | None] = [None] * len(runs)
     waiting: dict[int, SampleRequest] = {}
 
     def advance(r: int, rollout: Rollout | None) -> None:
@@ -98,16 +98,11 @@ def step_together(runs: Sequence[Steppable]) -> list[dict | Exception]:
         try:
             waiting[r] = phases[r].send(rollout)
         except StopIteration as done:
-            record, tokens = done.value
-            seconds[r] += time.perf_counter() - started
-            record["step_time"] = seconds[r]
-            if tokens is not None:  # None: a run that trains on no sampled tokens (offline DPO)
-                record["tokens_per_second"] = tokens / seconds[r]
-            outcomes[r] = record
-            return
+            outcomes[r] = done.value  # (record, response tokens)
         except Exception as error:  # noqa: BLE001 - this run's step failed; the caller ends this run only
             outcomes[r] = error
-        seconds[r] += time.perf_counter() - started
+        finally:
+            seconds[r] += time.perf_counter() - started
 
     for r in range(len(runs)):
         advance(r, None)
@@ -124,4 +119,15 @@ def step_together(runs: Sequence[Steppable]) -> list[dict | Exception]:
         for r, rollout, spent in zip(asked, rollouts, sampling):
             seconds[r] += spent
             advance(r, rollout)
-    return outcomes
+    return [_timed(outcome, spent) for outcome, spent in zip(outcomes, seconds)]
+
+
+def _timed(outcome: tuple[dict, int | None] | Exception, seconds: float) -> dict | Exception:
+    """A finished step's record with its `step_time` (and `tokens_per_second`); an exception as it is."""
+    if isinstance(outcome, Exception):
+        return outcome
+    record, tokens = outcome
+    record["step_time"] = seconds
+    if tokens is not None:  # None: a run that trains on no sampled tokens (offline DPO)
+        record["tokens_per_second"] = tokens / seconds
+    return record

@@ -137,37 +137,33 @@ def _prepared(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
             return
 
 
-def store_batch(store: RunStore, run_ids: Sequence[int], items: Iterator[tuple[int, dict]]) -> list[str]:
+def store_batch(store: RunStore, run_ids: Sequence[int], items: Iterator[tuple[int, dict]]) -> None:
     """Write a claimed batch's stream (`batch_stream`'s `(place, item)` pairs) to the store: each step as it comes,
-    each run's end as its END or FAILED item arrives (failed with its message kept); returns their statuses.
+    each run's end as its END or FAILED item arrives (failed with its message kept).
 
     A stream that raises ends every run not yet ended: TrainingStopped as stopped, RunInterrupted as interrupted,
     anything else as failed."""
-    statuses: dict[int, str] = {}
-
-    def finish(r: int, status: str, final: dict | None = None, error: str | None = None) -> None:
-        statuses[r] = status
-        store.finish_run(run_ids[r], status, final=final, error=error)
-
+    ended: set[int] = set()
     ending = ("stopped", None)  # a stream that ends without a run's END item was cut short
     try:
         for r, item in items:
             if "step" in item:
                 store.add_step(run_ids[r], item)
             elif END in item:
-                finish(r, item[END], final=item.get("final"))
+                store.finish_run(run_ids[r], item[END], final=item.get("final"))
+                ended.add(r)
             elif FAILED in item:
-                finish(r, "failed", error=_failure(item[FAILED]))
+                store.finish_run(run_ids[r], "failed", error=_failure(item[FAILED]))
+                ended.add(r)
     except TrainingStopped:
         pass
     except RunInterrupted as interrupted:
         ending = ("interrupted", brief(str(interrupted)))
     except Exception as failure:  # noqa: BLE001 - the store keeps the message; a sweep goes on with other runs
         ending = ("failed", _failure(failure))
-    for r in range(len(run_ids)):
-        if r not in statuses:
-            finish(r, ending[0], error=ending[1])
-    return [statuses[r] for r in range(len(run_ids))]
+    for r, run_id in enumerate(run_ids):
+        if r not in ended:
+            store.finish_run(run_id, ending[0], error=ending[1])
 
 
 def _failure(error: Exception) -> str:
