@@ -185,7 +185,7 @@ KNOBS: dict[str, Knob] = {
     "epsilon_high": Knob(
         "ε_high · epsilon_high",
         "Upper clip range: once the ratio exceeds 1 + ε_high on a token with A > 0, that token stops pushing its "
-        "probability up. Raising it (clip-higher) lets rare good tokens grow faster and keeps entropy up.",
+        "probability up. Raising it (clip-higher) lets rare good tokens grow faster; DAPO reports it keeps the entropy up.",
         EPSILONS,
     ),
     "dual_clip": Knob(

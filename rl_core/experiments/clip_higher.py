@@ -19,6 +19,10 @@ from rl_core.experiments._measures import mean_difference
 # seeds 0–7 gave +0.02 / +0.44 / −0.25 / +0.29 / +0.12 / +0.56 / +0.39 / −0.65 (mean +0.12, 95 % interval
 # [−0.22, +0.45], 6 of 8 positive), and the held-out seeds 100–107 gave +0.17 / +0.32 / −0.86 / +0.02 / −0.03 /
 # +0.80 / −0.70 / +0.01 (mean −0.04, [−0.48, +0.41], 5 of 8): the claim says what the lab measures, not DAPO's.
+# A second design measured DAPO's mechanism instead, over 20 steps: the share of tokens that are rare (π_old < 0.1),
+# rewarded and silenced by the clip, ε_high 0.2 minus 0.28. It was shown on seeds 0–7 (8 of 8, 95 % interval
+# [+0.0015, +0.0066]) and not on the held-out seeds 200–207 (4 of 8, [−0.0035, +0.0057]): within 20 steps the two
+# arms' policies part, and which rare tokens each samples and rewards differs as much as the clip's share does.
 SHARED = dict(
     prompts_per_step=8, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
     kl_estimator="k3", kl_in="loss", policy_loss="clip", epsilon=0.2, loss_agg_mode="token-mean",
