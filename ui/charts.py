@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.loss_terms import LOSS_TERMS
 from ui.present import chart_layout
-from ui.labs.figures import log_ticks
+from ui.labs.figures import log_scale
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
 LONG_TRACE = 30  # points from which a trace's markers are invisible (they would hide the line)
@@ -510,8 +510,8 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
         yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
                    **({"range": list(chart.y_range)} if chart.y_range else {}),
-                   **(_log_yaxis(log_range(run_peaks(chart, runs))) if log else {}),
-                   **(dict(type="log", **log_ticks(drawn)) if chart.magnitude else {})),
+                   **(log_scale(log_range(run_peaks(chart, runs)), headroom=1) if log else {}),
+                   **(log_scale(drawn) if chart.magnitude else {})),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
         **(step_marker(marked_step) if marked_step is not None else {}),
     )
@@ -534,10 +534,6 @@ def step_marker(step: int) -> dict:
                           xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.7)",
                           font=dict(size=10, color=MARKER_COLOUR))],
     )
-
-
-def _log_yaxis(bounds: tuple[float, float]) -> dict:
-    return dict(type="log", range=[math.log10(bound) for bound in bounds], **log_ticks(bounds))
 
 
 def _legend_rows(widths: list[float]) -> int:
