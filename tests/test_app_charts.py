@@ -516,3 +516,24 @@ def test_a_distillation_runs_reward_is_named_as_measured_not_trained_on():
     assert [t.name for t in figure(chart, [run("opd")]).data] == [
         "reward (measured, not trained on)", "success rate"]
     assert [t.name for t in figure(chart, [run("grpo")]).data] == ["reward", "success rate"]
+
+
+def test_a_short_runs_step_axis_spans_exactly_the_steps_trained():
+    """Plotly's own range padded a 10-step run's axis to 0.27–12.5 (its step marker's label pushed it past 10):
+    every chart against the step now spans the steps drawn, a tick on each, the label reading inwards at the end."""
+    from ui.compare import band_figure
+    from ui.live_fit import step_figure
+
+    ten = figure(CHART["Reward and success rate"], [run("grpo")], marked_step=10)
+    assert list(ten.layout.xaxis.range) == [1, 10] and ten.layout.xaxis.dtick == 1
+    assert ten.layout.annotations[0].xanchor == "right"
+    assert figure(CHART["Token entropy"], [run("grpo")], marked_step=2).layout.annotations[0].xanchor == "left"
+    assert all(trace.cliponaxis is False for trace in ten.data)  # the end points' markers drawn whole
+    assert list(figure(CHART["Token entropy"], [run("grpo", steps=1)]).layout.xaxis.range) == [0.5, 1.5]
+    long = figure(CHART["Token entropy"], [run("grpo", steps=300)])
+    assert list(long.layout.xaxis.range) == [1, 300] and long.layout.xaxis.dtick is None
+    groups = {"grpo": [[{"step": s, "entropy": 1.0} for s in range(1, 11)]] * 2}
+    assert list(band_figure("entropy", groups).layout.xaxis.range) == [1, 10]
+    # DPO's first record is the evaluation before any step: its axis starts at 0.
+    dpo = [{"step": 0, "eval_loss": 0.69}] + [{"step": s, "loss": 0.6, "eval_loss": 0.6} for s in range(1, 6)]
+    assert list(step_figure("Loss", dpo, [("loss", "loss"), ("eval_loss", "held-out")]).layout.xaxis.range) == [0, 5]

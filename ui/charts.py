@@ -6,7 +6,7 @@ Figures are built from plain records, so they can be drawn for a live run, a fin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -488,6 +488,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
                 # leave isolated values without a line to draw; on long runs they would bury the line, so they
                 # are invisible there but still catch the click.
                 mode="lines+markers",
+                cliponaxis=False,  # the axis ends at the first and last step: their markers drawn whole
                 name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
                 line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
                 marker=dict(size=5, opacity=1) if shown_markers else dict(size=8, opacity=0),
@@ -495,6 +496,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
         for trace in traces[first_trace:]:  # which run drew it: a click on it opens that run's samples
             trace["meta"] = run.tag
     drawn = [y for trace in traces for y in trace["y"] if y is not None]
+    x_axis = step_axis([step for trace in traces for step in trace["x"]])
     names = [t["name"] for t in traces if t.get("showlegend", True)]
     # A multi-series chart always names its series, even when only one of them has data.
     show_legend = len(names) > 1 or len(chart.series) > 1
@@ -506,14 +508,14 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
         margin=dict(l=10, r=10, t=40, b=AXIS_PX + legend_px),
         showlegend=show_legend,
         legend=dict(orientation="h", yanchor="top", y=-AXIS_PX / PLOT_PX, x=0, font=dict(size=11)),
-        xaxis=dict(title=dict(text="step"), exponentformat="e"),
+        xaxis=x_axis,
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
         yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
                    **({"range": list(chart.y_range)} if chart.y_range else {}),
                    **(log_scale(log_range(run_peaks(chart, runs)), headroom=1) if log else {}),
                    **(log_scale(drawn) if chart.magnitude else {})),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
-        **(step_marker(marked_step) if marked_step is not None else {}),
+        **(step_marker(marked_step, x_axis.get("range")) if marked_step is not None else {}),
     )
     # Plotly's per-property validation costs ~8x the rest of a redraw (≈0.25 s of CPU for the whole dashboard,
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
@@ -522,16 +524,31 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
 
 
 MARKER_COLOUR = "#444"
+STEP_TICKS = 10  # a step axis spanning at most this many steps has a tick on every step (none at 1.5)
 
 
-def step_marker(step: int) -> dict:
-    """Layout entries that mark `step` on a chart: a dotted line from the bottom of the plot to its top, labelled
-    "tokens" (what the token view shows), whatever the y axis."""
+def step_axis(steps: Sequence[float]) -> dict:
+    """The x axis of a chart against the training step: from the first step drawn to the last, exactly. Plotly's
+    own range pads past both ends, and stretched to hold the step marker's label (a 10-step run's axis reached
+    12.5, at 1024 px 14.9). Ticks on whole steps where there are few; a single step in the middle of the axis."""
+    axis = dict(title=dict(text="step"), exponentformat="e")
+    if not steps:
+        return axis
+    first, last = min(steps), max(steps)
+    span = [first, last] if last > first else [first - 0.5, first + 0.5]
+    return dict(axis, range=span, **({"dtick": 1} if span[1] - span[0] <= STEP_TICKS else {}))
+
+
+def step_marker(step: int, span: Sequence[float] | None = None) -> dict:
+    """Layout entries that mark `step` on a chart whose step axis spans `span`: a dotted line from the bottom of
+    the plot to its top, labelled "tokens" (what the token view shows), whatever the y axis. The label reads
+    towards the middle of the axis, so that it stays inside the plot at the last step."""
+    right = span is not None and step > (span[0] + span[1]) / 2
     return dict(
         shapes=[dict(type="line", xref="x", yref="paper", x0=step, x1=step, y0=0, y1=1,
                      line=dict(color=MARKER_COLOUR, width=1.5, dash="dot"))],
         annotations=[dict(x=step, xref="x", y=1, yref="paper", text=f"tokens: step {step}", showarrow=False,
-                          xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.7)",
+                          xanchor="right" if right else "left", yanchor="top", bgcolor="rgba(255,255,255,0.7)",
                           font=dict(size=10, color=MARKER_COLOUR))],
     )
 

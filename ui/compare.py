@@ -40,7 +40,7 @@ from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
-from ui.charts import DASHES, RUN_COLOURS, thin
+from ui.charts import DASHES, RUN_COLOURS, step_axis, thin
 from rl_core.messages import brief
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
@@ -377,7 +377,7 @@ def band_figure(key: str | Sequence[str], groups: dict[str, list[list[dict]]], t
         margin=dict(l=10, r=10, t=40, b=10),
         # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11), traceorder="normal"),
-        xaxis=dict(title=dict(text="step")),
+        xaxis=step_axis([step for trace in traces for step in trace["x"]]),
         yaxis=dict(title=dict(text=unit or CURVE_UNITS[keys[0]]), **({"type": "log"} if log else {})),
         uirevision=" ".join(keys),  # keep zoom and hidden traces across the live refreshes
     )
@@ -404,7 +404,7 @@ def _band_traces(key: str, seeds: list[list[dict]], colour: str, dash: str, name
                            fillcolor="rgba({}, {}, {}, 0.2)".format(*hex_to_rgb(colour)),
                            line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
     traces.append(dict(type="scatter", x=steps, y=[sum(v) / len(v) for _, v in points],
-                       mode="lines+markers" if len(steps) < 30 else "lines", name=name,
+                       mode="lines+markers" if len(steps) < 30 else "lines", name=name, cliponaxis=False,
                        line=dict(color=colour, width=2, dash=dash), marker=dict(size=5)))
     return traces
 
