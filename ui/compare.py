@@ -241,18 +241,18 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
     session = session_token()
     sweep = next((registry[run.sweep_id] for run in runs
                   if run.sweep_id in registry and registry[run.sweep_id].session == session), None)
-    run_column, stop_column, _ = st.columns([1, 1, 5])
-    if run_column.button("Run", key="compare:run", type="primary", disabled=live or planned is None,
-                         help="Train every run of the comparison; the charts follow them live."):
+    buttons = st.container(horizontal=True)  # side by side at their labels' width, as on the experiment panels
+    if buttons.button("Run", key="compare:run", type="primary", disabled=live or planned is None,
+                      help="Train every run of the comparison; the charts follow them live."):
         try:
             _start(planned, workers)
         except ClusterError as error:  # RLHF_LAB_RAY_ADDRESS names a cluster that is not there
             st.error(str(error))
         else:
             st.rerun()
-    stop_column.button("Stop", key="compare:stop", disabled=not live or sweep is None or sweep.stopping,
-                       on_click=sweep.stop if sweep else None,
-                       help="End every run of the sweep after its current step.")
+    buttons.button("Stop", key="compare:stop", disabled=not live or sweep is None or sweep.stopping,
+                   on_click=sweep.stop if sweep else None,
+                   help="End every run of the sweep after its current step.")
     if live and sweep is None:
         st.caption("These runs are trained elsewhere (a *See it happen* panel, or `python -m rl_core sweep`), which "
                    "alone can stop them.")
@@ -503,12 +503,12 @@ def _stored_runs(store: RunStore) -> None:
     chosen = st.multiselect("runs", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
                             key="compare:stored",
                             placeholder="choose runs to reopen or delete")
-    reopen, delete, _ = st.columns([1, 1, 4])
-    reopen.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),
-                  help="Overlay these runs, grouped by preset and knob values, in place of the current ones.")
-    delete.button("Delete", key="compare:delete", disabled=not chosen, on_click=_delete, args=(store, chosen),
-                  help="Remove these runs and their metrics from the store (runs still training and shared runs are "
-                       "kept).")
+    buttons = st.container(horizontal=True)
+    buttons.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),
+                   help="Overlay these runs, grouped by preset and knob values, in place of the current ones.")
+    buttons.button("Delete", key="compare:delete", disabled=not chosen, on_click=_delete, args=(store, chosen),
+                   help="Remove these runs and their metrics from the store (runs still training and shared runs are "
+                        "kept).")
 
 
 def _reopen(run_ids: list[int]) -> None:
