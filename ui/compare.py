@@ -335,6 +335,8 @@ def _records(store: RunStore, runs: list[StoredRun]) -> dict[int, list[dict]]:
 
 
 def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
+    """One row per run, in columns that fit a 1024-pixel screen: the group as wide as its longest label, short
+    headers (their meaning on hover), and a run's error in full under the table rather than in a column."""
     table = pd.DataFrame([
         {
             "run": run.id,
@@ -343,18 +345,19 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
             "status": run.status,
             "progress": run.steps_done / run.steps_total,
             "steps": f"{run.steps_done}/{run.steps_total}",
-            "success (latest step)": records[run.id][-1].get("success_rate") if records[run.id] else None,
+            "success": records[run.id][-1].get("success_rate") if records[run.id] else None,
             "seconds": None if math.isnan(run.wall_time) else run.wall_time,
-            "error": brief(run.error or ""),
         }
         for run in runs
     ])
     st.dataframe(table, hide_index=True, key="compare:progress", column_config={
-        "group": st.column_config.TextColumn("group", width="large"),
         "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
-        "success (latest step)": st.column_config.NumberColumn(format="%.2f"),
-        "seconds": st.column_config.NumberColumn(format="%.1f"),
+        "success": st.column_config.NumberColumn(format="%.2f", help="The success rate of the run's latest step."),
+        "seconds": st.column_config.NumberColumn(format="%.1f", help="Wall time so far, setup included."),
     })
+    for run in runs:
+        if run.error:
+            st.caption(f"#{run.id} {run.label} · seed {run.seed}, {run.status}: {brief(run.error)}")
     if any(run.status == "queued" for run in runs):
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
@@ -428,8 +431,14 @@ def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) 
     # Mean and spread in one column each, so the table fits the page's width.
     for name, title in OUTCOMES.items():
         table[title] = [_mean_and_spread(s[f"{name}_mean"], s[f"{name}_std"]) for s in summary]
-    st.dataframe(pd.DataFrame(table), hide_index=True, key="compare:summary", width="stretch",
-                 column_config={"group": st.column_config.TextColumn("group", width="large")})
+    # Fits a 1024-pixel screen: the group column as wide as its longest label (a fixed wide one pushed the table
+    # past the page) and the longest titles shortened, their full meaning on hover.
+    st.dataframe(pd.DataFrame(table), hide_index=True, key="compare:summary", width="stretch", column_config={
+        f"reached {SUCCESS_TARGET:.0%}": st.column_config.NumberColumn(
+            "reached", help=f"How many of the group's seeds had a batch with {SUCCESS_TARGET:.0%} success."),
+        OUTCOMES["kl_final"]: st.column_config.TextColumn("KL", help="The exact per-token KL to the reference at the last step."),
+        OUTCOMES["entropy_final"]: st.column_config.TextColumn("entropy", help="The token entropy at the last step."),
+    })
     st.caption(
         f"Mean and ± sample standard deviation over seeds; click a column header to sort. Final success: the "
         f"trained policy on 256 fresh prompts (empty until a run finishes). Steps and seconds to "
