@@ -121,6 +121,25 @@ def _advantage_note(algo: AlgoConfig) -> str:
     return "Without a baseline every advantage of a rewarded response is positive: compare with the baseline on."
 
 
+def _returns_are_the_reward(algo: AlgoConfig) -> bool:
+    """The critic's target at every token is its response's final reward: γ = λ_critic = 1 (GAE with λ = 1 is the
+    Monte-Carlo return) and no per-token KL penalty in the reward."""
+    return (algo.lam_critic == 1 and algo.gamma == 1
+            and (algo.kl_in == "loss" or (algo.beta == 0 and algo.target_kl is None)))
+
+
+def _explained_variance_note(algo: AlgoConfig) -> str:
+    if not _returns_are_the_reward(algo):
+        return ""
+    # Measured on the VAPO page's default run (caesar, tiny model, seed 0, 10 steps), every critic minibatch of it.
+    return ("Why it stays near 0 here: every token's return is its response's final reward (γ = λ_critic = 1, no "
+            "KL in the reward), and the critic predicts about the batch's mean reward at every token. On the "
+            "default task (seed 0, 10 steps, with 20 and with 0 pretraining batches) its values spread over a "
+            "batch's tokens with a fifth of the returns' standard deviation (median ratios 0.15 and 0.20), and even "
+            "at the end-of-answer token, whose state already holds the deciding last letter, its explained "
+            "variance stayed between −0.14 and +0.22.")
+
+
 def _centred_per_token(algo: AlgoConfig) -> bool:
     """Advantages with mean 0 over the batch's tokens: whitened, or returns less their token mean."""
     if _teacher_per_token(algo):  # the teacher's per-token signal is added after any centring
@@ -347,6 +366,7 @@ CHARTS: tuple[Chart, ...] = (
         "(hover for the number).",
         unit="explained variance",
         applies=_has_critic,
+        notes=_explained_variance_note,
         y_range=(-1.05, 1.05),
     ),
 )
