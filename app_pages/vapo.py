@@ -93,8 +93,9 @@ st.markdown(
     "**Try:** set value pretraining to 0 and compare the explained-variance chart's first steps with the "
     "default (20): on these short answers both stay near 0, which is the lesson. Seed 0 on the default task "
     "reached 0.01 after 20 pretraining batches (printed above the charts), and its first 10 steps lay between "
-    "−0.08 and +0.04 with pretraining and between −0.06 and +0.05 without: the reward is decided by the last "
-    "letters, which no critic can foresee from the first ones. Turn `lam_critic` and `length_adaptive_alpha` off "
-    "(plain PPO's critic) and watch the explained variance and the response length."
+    "−0.08 and +0.04 with pretraining and between −0.06 and +0.05 without: every token's return is its "
+    "response's 0/1 reward, and the critic predicts about the batch's mean reward at every token, even once the "
+    "last letter has decided it (the chart's caption gives the numbers). Turn `lam_critic` and "
+    "`length_adaptive_alpha` off (plain PPO's critic) and watch the explained variance and the response length."
 )
 st.page_link("app_pages/overview.py", label="Back to the overview", icon="↩️")

@@ -516,3 +516,42 @@ def test_a_distillation_runs_reward_is_named_as_measured_not_trained_on():
     assert [t.name for t in figure(chart, [run("opd")]).data] == [
         "reward (measured, not trained on)", "success rate"]
     assert [t.name for t in figure(chart, [run("grpo")]).data] == ["reward", "success rate"]
+
+
+def test_a_short_runs_step_axis_spans_exactly_the_steps_trained():
+    """Plotly's own range padded a 10-step run's axis to 0.27–12.5 (its step marker's label pushed it past 10):
+    every chart against the step now spans the steps drawn, a tick on each, the label reading inwards at the end."""
+    from ui.compare import band_figure
+    from ui.live_fit import step_figure
+
+    ten = figure(CHART["Reward and success rate"], [run("grpo")], marked_step=10)
+    assert list(ten.layout.xaxis.range) == [1, 10] and ten.layout.xaxis.dtick == 1
+    assert ten.layout.annotations[0].xanchor == "right"
+    assert figure(CHART["Token entropy"], [run("grpo")], marked_step=2).layout.annotations[0].xanchor == "left"
+    assert all(trace.cliponaxis is False for trace in ten.data)  # the end points' markers drawn whole
+    assert list(figure(CHART["Token entropy"], [run("grpo", steps=1)]).layout.xaxis.range) == [0.5, 1.5]
+    long = figure(CHART["Token entropy"], [run("grpo", steps=300)])
+    assert list(long.layout.xaxis.range) == [1, 300] and long.layout.xaxis.dtick is None
+    groups = {"grpo": [[{"step": s, "entropy": 1.0} for s in range(1, 11)]] * 2}
+    assert list(band_figure("entropy", groups).layout.xaxis.range) == [1, 10]
+    # DPO's first record is the evaluation before any step: its axis starts at 0.
+    dpo = [{"step": 0, "eval_loss": 0.69}] + [{"step": s, "loss": 0.6, "eval_loss": 0.6} for s in range(1, 6)]
+    assert list(step_figure("Loss", dpo, [("loss", "loss"), ("eval_loss", "held-out")]).layout.xaxis.range) == [0, 5]
+
+
+def test_the_explained_variance_caption_says_why_it_stays_near_zero_where_each_return_is_the_reward():
+    """VAPO's critic targets (γ = λ_critic = 1, β = 0) are its response's reward at every token, as the engine's
+    estimator gives them; the caption says so, and so what the critic would have to tell apart. PPO's targets
+    (λ_critic unset, a KL in the reward) vary along a response: no such sentence."""
+    lengths = torch.tensor([3, 5, 2, 4])
+    mask = (torch.arange(5)[None, :] < lengths[:, None]).double()
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    token_rewards = torch.zeros(4, 5, dtype=torch.float64)
+    token_rewards[torch.arange(4), lengths - 1] = rewards
+    values = torch.rand(4, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * mask
+    vapo = get_preset("vapo")
+    _, returns = estimate_advantages(vapo, AdvantageInputs(token_rewards, mask, values, 1))
+    torch.testing.assert_close(returns, rewards[:, None] * mask)
+    why = "every token's return is its response's final reward"
+    assert why in caption(CHART["Explained variance"], [run("vapo")])
+    assert why not in caption(CHART["Explained variance"], [run("ppo")])

@@ -305,6 +305,16 @@ def test_token_weights_short_correct_and_long_wrong():
         assert push["seq-mean-token-sum", 1000] == pytest.approx(-500)
 
 
+def test_the_aggregation_bars_clear_the_top_and_bottom_of_their_log_axes():
+    """Lengths 10 and 1000 with A = ±1: a token weighs from 1/2000 (seq-mean-token-mean, the long response) to 1/2
+    (seq-mean-token-sum, 1/B), and the total push runs from 10 · 1/2000 = 0.005 (seq-mean-token-sum-norm, the short
+    one) to 1000 · 1/2 = 500 (seq-mean-token-sum, the long one). Each axis reaches a factor of 2 past both ends, so
+    the tallest bar stays under the top of the plot and the shortest still rises above its bottom."""
+    fig = aggregation.aggregation_figure(aggregation.aggregation_table([10, 1000], [1.0, -1.0]))
+    assert fig.layout.yaxis.range == pytest.approx((math.log10(1 / 4000), math.log10(1.0)))
+    assert fig.layout.yaxis2.range == pytest.approx((math.log10(0.0025), math.log10(1000)))
+
+
 def test_token_weights_are_constant_within_a_response_and_zero_on_padding():
     weights, push, mask = aggregation.token_weights([3, 5], [1.0, -2.0], "seq-mean-token-mean")
     torch.testing.assert_close(weights, torch.tensor([[1 / 6] * 3 + [0] * 2, [1 / 10] * 5], dtype=torch.float64))

@@ -2,7 +2,10 @@
 ±6e-4 around 0 while k3 stays near 1e-5, so on one linear axis k3 is a flat line at 0. Drawn as |value| on a log
 axis, both fill the plot; the hover keeps k1's sign."""
 
+import math
+
 import plotly.graph_objects as go
+import pytest
 
 from rl_core.algorithms import get_preset
 from ui.charts import CHARTS, ChartRun, caption, figure
@@ -28,3 +31,9 @@ def test_k1_and_k3_are_drawn_as_magnitudes_on_a_log_axis_with_k1_s_sign_on_hover
     assert min(axis.tickvals) <= 1e-5 and max(axis.tickvals) >= 6e-4
     assert [t for t in axis.tickvals if 1e-5 <= t <= 1e-4] == [1e-5, 2e-5, 5e-5, 1e-4]
     assert "|value| on a log axis" in caption(MISMATCH, [ChartRun("#1 · GRPO", RECORDS, get_preset("grpo"))])
+
+
+def test_the_log_axis_reaches_a_factor_of_two_past_the_largest_and_smallest_magnitudes():
+    """From 0.9e-5 / 2 (k3's smallest) to 6e-4 × 2 (k1's largest): no point sits on the top or bottom edge."""
+    axis = figure(MISMATCH, [ChartRun("#1 · GRPO", RECORDS, get_preset("grpo"))]).layout.yaxis
+    assert axis.range == pytest.approx((math.log10(0.45e-5), math.log10(1.2e-3)))

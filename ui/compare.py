@@ -40,7 +40,7 @@ from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_
 from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
-from ui.charts import DASHES, RUN_COLOURS, thin
+from ui.charts import DASHES, RUN_COLOURS, step_axis, thin
 from rl_core.messages import brief
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
@@ -241,18 +241,18 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
     session = session_token()
     sweep = next((registry[run.sweep_id] for run in runs
                   if run.sweep_id in registry and registry[run.sweep_id].session == session), None)
-    run_column, stop_column, _ = st.columns([1, 1, 5])
-    if run_column.button("Run", key="compare:run", type="primary", disabled=live or planned is None,
-                         help="Train every run of the comparison; the charts follow them live."):
+    buttons = st.container(horizontal=True)  # side by side at their labels' width, as on the experiment panels
+    if buttons.button("Run", key="compare:run", type="primary", disabled=live or planned is None,
+                      help="Train every run of the comparison; the charts follow them live."):
         try:
             _start(planned, workers)
         except ClusterError as error:  # RLHF_LAB_RAY_ADDRESS names a cluster that is not there
             st.error(str(error))
         else:
             st.rerun()
-    stop_column.button("Stop", key="compare:stop", disabled=not live or sweep is None or sweep.stopping,
-                       on_click=sweep.stop if sweep else None,
-                       help="End every run of the sweep after its current step.")
+    buttons.button("Stop", key="compare:stop", disabled=not live or sweep is None or sweep.stopping,
+                   on_click=sweep.stop if sweep else None,
+                   help="End every run of the sweep after its current step.")
     if live and sweep is None:
         st.caption("These runs are trained elsewhere (a *See it happen* panel, or `python -m rl_core sweep`), which "
                    "alone can stop them.")
@@ -335,6 +335,8 @@ def _records(store: RunStore, runs: list[StoredRun]) -> dict[int, list[dict]]:
 
 
 def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
+    """One row per run, in columns that fit a 1024-pixel screen: the group as wide as its longest label, short
+    headers (their meaning on hover), and a run's error in full under the table rather than in a column."""
     table = pd.DataFrame([
         {
             "run": run.id,
@@ -343,18 +345,19 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
             "status": run.status,
             "progress": run.steps_done / run.steps_total,
             "steps": f"{run.steps_done}/{run.steps_total}",
-            "success (latest step)": records[run.id][-1].get("success_rate") if records[run.id] else None,
+            "success": records[run.id][-1].get("success_rate") if records[run.id] else None,
             "seconds": None if math.isnan(run.wall_time) else run.wall_time,
-            "error": brief(run.error or ""),
         }
         for run in runs
     ])
     st.dataframe(table, hide_index=True, key="compare:progress", column_config={
-        "group": st.column_config.TextColumn("group", width="large"),
         "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
-        "success (latest step)": st.column_config.NumberColumn(format="%.2f"),
-        "seconds": st.column_config.NumberColumn(format="%.1f"),
+        "success": st.column_config.NumberColumn(format="%.2f", help="The success rate of the run's latest step."),
+        "seconds": st.column_config.NumberColumn(format="%.1f", help="Wall time so far, setup included."),
     })
+    for run in runs:
+        if run.error:
+            st.caption(f"#{run.id} {run.label} · seed {run.seed}, {run.status}: {brief(run.error)}")
     if any(run.status == "queued" for run in runs):
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
@@ -377,7 +380,7 @@ def band_figure(key: str | Sequence[str], groups: dict[str, list[list[dict]]], t
         margin=dict(l=10, r=10, t=40, b=10),
         # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11), traceorder="normal"),
-        xaxis=dict(title=dict(text="step")),
+        xaxis=step_axis([step for trace in traces for step in trace["x"]]),
         yaxis=dict(title=dict(text=unit or CURVE_UNITS[keys[0]]), **({"type": "log"} if log else {})),
         uirevision=" ".join(keys),  # keep zoom and hidden traces across the live refreshes
     )
@@ -404,7 +407,7 @@ def _band_traces(key: str, seeds: list[list[dict]], colour: str, dash: str, name
                            fillcolor="rgba({}, {}, {}, 0.2)".format(*hex_to_rgb(colour)),
                            line=dict(width=0, color=colour), showlegend=False, hoverinfo="skip"))
     traces.append(dict(type="scatter", x=steps, y=[sum(v) / len(v) for _, v in points],
-                       mode="lines+markers" if len(steps) < 30 else "lines", name=name,
+                       mode="lines+markers" if len(steps) < 30 else "lines", name=name, cliponaxis=False,
                        line=dict(color=colour, width=2, dash=dash), marker=dict(size=5)))
     return traces
 
@@ -428,8 +431,14 @@ def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) 
     # Mean and spread in one column each, so the table fits the page's width.
     for name, title in OUTCOMES.items():
         table[title] = [_mean_and_spread(s[f"{name}_mean"], s[f"{name}_std"]) for s in summary]
-    st.dataframe(pd.DataFrame(table), hide_index=True, key="compare:summary", width="stretch",
-                 column_config={"group": st.column_config.TextColumn("group", width="large")})
+    # Fits a 1024-pixel screen: the group column as wide as its longest label (a fixed wide one pushed the table
+    # past the page) and the longest titles shortened, their full meaning on hover.
+    st.dataframe(pd.DataFrame(table), hide_index=True, key="compare:summary", width="stretch", column_config={
+        f"reached {SUCCESS_TARGET:.0%}": st.column_config.NumberColumn(
+            "reached", help=f"How many of the group's seeds had a batch with {SUCCESS_TARGET:.0%} success."),
+        OUTCOMES["kl_final"]: st.column_config.TextColumn("KL", help="The exact per-token KL to the reference at the last step."),
+        OUTCOMES["entropy_final"]: st.column_config.TextColumn("entropy", help="The token entropy at the last step."),
+    })
     st.caption(
         f"Mean and ± sample standard deviation over seeds; click a column header to sort. Final success: the "
         f"trained policy on 256 fresh prompts (empty until a run finishes). Steps and seconds to "
@@ -503,12 +512,12 @@ def _stored_runs(store: RunStore) -> None:
     chosen = st.multiselect("runs", list(labels), format_func=lambda run_id: labels.get(run_id, f"#{run_id}"),
                             key="compare:stored",
                             placeholder="choose runs to reopen or delete")
-    reopen, delete, _ = st.columns([1, 1, 4])
-    reopen.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),
-                  help="Overlay these runs, grouped by preset and knob values, in place of the current ones.")
-    delete.button("Delete", key="compare:delete", disabled=not chosen, on_click=_delete, args=(store, chosen),
-                  help="Remove these runs and their metrics from the store (runs still training and shared runs are "
-                       "kept).")
+    buttons = st.container(horizontal=True)
+    buttons.button("Show on the charts", key="compare:reopen", disabled=not chosen, on_click=_reopen, args=(chosen,),
+                   help="Overlay these runs, grouped by preset and knob values, in place of the current ones.")
+    buttons.button("Delete", key="compare:delete", disabled=not chosen, on_click=_delete, args=(store, chosen),
+                   help="Remove these runs and their metrics from the store (runs still training and shared runs are "
+                        "kept).")
 
 
 def _reopen(run_ids: list[int]) -> None:

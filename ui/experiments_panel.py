@@ -154,21 +154,23 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
     refusal = None if active else _refusal(planned)
     if refusal:
         st.warning(f"This experiment cannot run now: {refusal}", icon=":material/block:")
-    run, stop, rerun, new_seeds, _ = st.columns([1, 1, 1, 1, 2])
+    # A row that wraps, each button as wide as its label: columns put a column's width between Run and Stop.
+    buttons = st.container(horizontal=True)
     key = f"{page}:experiment:{experiment.name}"
-    run.button("Run", key=f"{key}:run", type="primary", disabled=active or refusal is not None,
-               on_click=_start, args=(experiment,),
-               help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs, or show them at once if this server "
-                    "has recorded them; a run of the page's lab or of another learner may make it wait its turn.")
-    stop.button("Stop", key=f"{key}:stop", disabled=not active,
-                on_click=job.stop if active else None, help="End every run after its current step.")
+    buttons.button("Run", key=f"{key}:run", type="primary", disabled=active or refusal is not None,
+                   on_click=_start, args=(experiment,),
+                   help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs, or show them at once if this "
+                        "server has recorded them; a run of the page's lab or of another learner may make it wait its "
+                        "turn.")
+    buttons.button("Stop", key=f"{key}:stop", disabled=not active,
+                   on_click=job.stop if active else None, help="End every run after its current step.")
     if job is not None and not active and job.snapshot().recorded:
-        rerun.button("Re-run live", key=f"{key}:rerun", disabled=refusal is not None, on_click=_start,
-                     args=(experiment,), kwargs={**job.plan_options, "seeds": list(job.seeds), "fresh": True},
-                     help="Train these runs again and watch them learn, instead of the recorded ones.")
-        new_seeds.button("New seeds", key=f"{key}:new_seeds", disabled=refusal is not None, on_click=_start_new_seeds,
-                         args=(experiment, job),
-                         help="Run the experiment on seeds this server has not run it with yet.")
+        buttons.button("Re-run live", key=f"{key}:rerun", disabled=refusal is not None, on_click=_start,
+                       args=(experiment,), kwargs={**job.plan_options, "seeds": list(job.seeds), "fresh": True},
+                       help="Train these runs again and watch them learn, instead of the recorded ones.")
+        buttons.button("New seeds", key=f"{key}:new_seeds", disabled=refusal is not None, on_click=_start_new_seeds,
+                       args=(experiment, job),
+                       help="Run the experiment on seeds this server has not run it with yet.")
     refused = st.session_state.pop(f"experiment:{experiment.name}:error", None)
     if refused:
         st.error(refused)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import plotly.graph_objects as go
 import streamlit as st
 
-from ui.charts import RUN_COLOURS
+from ui.charts import RUN_COLOURS, step_axis
 from ui.lab import training_slots
 
 REDRAW_EVERY = 5  # steps between redraws, and so the most steps a Stop can take to land
@@ -86,10 +86,11 @@ def step_figure(title: str, records: list[dict], series, height: int = 290) -> g
         points = [(r["step"], r[key]) for r in records if key in r]
         every_step = len(points) > 1 and all(key in r for r in records[1:])
         figure.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], name=label,
-                                    mode="lines" if every_step else "lines+markers",
+                                    mode="lines" if every_step else "lines+markers", cliponaxis=False,
                                     line={"color": RUN_COLOURS[index]}))
     figure.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
                          # The legend under the axis title (at y = −0.25 it lay on "step"), inside the margin.
                          margin={"l": 10, "r": 10, "t": 35, "b": 85},
-                         legend={"orientation": "h", "yanchor": "top", "y": -0.3}, xaxis_title="step")
+                         legend={"orientation": "h", "yanchor": "top", "y": -0.3},
+                         xaxis=step_axis([r["step"] for r in records]))
     return figure

@@ -11,7 +11,7 @@ import torch
 from rl_core import advantages as adv
 from rl_core.aggregation import LOSS_AGG_MODES, aggregate_loss
 from rl_core.losses import vanilla_pg_loss
-from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, log_ticks, subplot_axes
+from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, log_scale, subplot_axes
 
 
 def token_weights(
@@ -77,6 +77,6 @@ def aggregation_figure(table: pd.DataFrame) -> go.Figure:
             traces.append(go.Bar(x=rows["mode"], y=values, name=response, marker_color=color,
                                  showlegend=col == 1, xaxis=axes[0], yaxis=axes[1]))
     for col, column in ((1, table["weight per token"]), (2, table["total push on log π"].abs())):
-        layout[axis_key(subplot_axes(1, col, 2)[1])].update(type="log", **log_ticks(column.tolist()))
+        layout[axis_key(subplot_axes(1, col, 2)[1])].update(log_scale(column.tolist()))
     layout.update(barmode="group", height=420, margin=dict(t=90, b=40), legend=dict(orientation="h", y=1.2))
     return go.Figure(data=traces, layout=layout)

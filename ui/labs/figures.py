@@ -33,6 +33,20 @@ def log_ticks(values: Sequence[float]) -> dict:
     return dict(tickvals=ticks, ticktext=[f"{t:g}" if t < 1000 else f"{t:,.0f}" for t in ticks])
 
 
+# How far a log axis reaches past its values, as a factor (0.3 of a decade): plotly's own range pads no bar, so
+# the tallest touched the top of the plot.
+LOG_HEADROOM = 2.0
+
+
+def log_scale(values: Sequence[float], headroom: float = LOG_HEADROOM) -> dict:
+    """A log axis over these values (their positive, finite ones) with `log_ticks`' ticks, from `headroom` times
+    below the smallest to `headroom` times above the largest: the tallest bar clears the top of the plot and the
+    smallest, whose bar rises from the bottom of the axis, still shows. `headroom = 1`: exactly the values' span."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if not positive:
+        return dict(type="log")
+    low, high = min(positive) / headroom, max(positive) * headroom
+    return dict(type="log", range=[math.log10(low), math.log10(high)], **log_ticks(positive))
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from rl_core import advantages as adv
-from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal, log_ticks
+from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal, log_scale
 
 
 CRITICS = ("zero", "perfect (values = true returns)", "initialised from the reward model")
@@ -187,7 +187,7 @@ def length_adaptive_figure(alpha: float, fixed_lam: float = 0.95, max_length: in
             annotations=[dict(x=0, xref="x domain", y=fixed_lam, yref="y", text=f"fixed λ = {fixed_lam}",
                               showarrow=False, xanchor="left", yanchor="bottom")],
             height=300, margin=dict(t=30, b=40),
-            xaxis=dict(type="log", title="response length |y|", **log_ticks([1, max_length])),
+            xaxis=dict(title="response length |y|", **log_scale([1, max_length], headroom=1)),
             yaxis=dict(title="λ_actor", range=[0, 1.02]),
         ),
     )
