@@ -75,7 +75,7 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
     ready = []
     for r, trainer in enumerate(trainers):
         try:
-            for item in _prepared(trainer):
+            for item in prepared_items(trainer):
                 yield r, item
             ready.append(r)
         except TrainingStopped:
@@ -88,7 +88,7 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
         for r in [r for r in ready if trainers[r].step_index >= trainers[r].run.steps
                   or trainers[r].stop_event.is_set()]:
             ready.remove(r)
-            yield r, _end(trainers[r])
+            yield r, end_item(trainers[r])
         if not ready:
             break
         stepping = list(ready)
@@ -102,7 +102,7 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
             yield r, outcome
 
 
-def _end(trainer: Trainer | DPOTrainer) -> dict:
+def end_item(trainer: Trainer | DPOTrainer) -> dict:
     """The item that ends a run which stepped without failing: stopped early, or finished with its evaluation."""
     if trainer.step_index < trainer.run.steps:  # the stop event ended it early
         return {END: "stopped"}
@@ -112,7 +112,7 @@ def _end(trainer: Trainer | DPOTrainer) -> dict:
         return {FAILED: error}
 
 
-def _prepared(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
+def prepared_items(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
     """`trainer.prepare()` with its progress as PHASE items, then its SETUP item.
 
     `prepare` reports through a callback, so it runs in a thread that hands its reports over; only the latest
