@@ -325,6 +325,7 @@ class JobSnapshot:
     queue_place: int | None  # 1: next to start; None unless queued
     wait_estimate: float | None  # seconds until it starts, once the server has timed a finished training
     elapsed: float  # seconds from the job's creation (and start: the lab does both at once) to its end, or to now
+    seconds_per_step: float | None  # wall seconds between its latest steps: in the live loop, a turn of every run
 
     @property
     def active(self) -> bool:
@@ -336,11 +337,11 @@ class JobSnapshot:
 
     @property
     def eta(self) -> float | None:
-        """Seconds left, from the mean time of the last few steps."""
-        recent = [r["step_time"] for r in self.records[-10:]]
-        if not recent or not self.active:
+        """Seconds left, from the wall time of the last few steps (a record's `step_time` is what the step cost
+        this run; in the shared loop each of its steps also waits for the other runs' steps of the turn)."""
+        if self.seconds_per_step is None or not self.active:
             return None
-        return (self.steps_total - self.steps_done) * sum(recent) / len(recent)
+        return (self.steps_total - self.steps_done) * self.seconds_per_step
 
 
 class BackgroundJob:
@@ -395,7 +396,8 @@ class Job(BackgroundJob):
         self._error: str | None = None
         self._started = time.monotonic()
         self._ended: float | None = None
-        self._step_times: deque[float] = deque(maxlen=10)
+        self._step_walls: deque[float] = deque(maxlen=10)  # wall seconds from each step's record to the next
+        self._last_step_at: float | None = None  # when the latest record came
         # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the
         # estimate scaled by this server's measured speed until the first steps, then their measured time.
         self._seconds_left = estimated_seconds(self.run) * self.slots.speed
@@ -441,6 +443,7 @@ class Job(BackgroundJob):
                 queue_place=self.slots.queue_place(self) if self._status == "queued" else None,
                 wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
                 elapsed=(self._ended or time.monotonic()) - self._started,
+                seconds_per_step=statistics.fmean(self._step_walls) if self._step_walls else None,
             )
 
     def chat_models(self) -> ChatModels | None:
@@ -489,11 +492,17 @@ class Job(BackgroundJob):
 
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
-        self._step_times.append(record["step_time"])
-        # The steps still to come at the measured pace (a median: a first step is slow), and the evaluation after
-        # the last one, which takes about a step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer
-        # responses a step).
-        self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_times)
+        now = time.monotonic()
+        with self._lock:
+            # From the first record on: before it the run waited for its turn and its probe.
+            if self._last_step_at is not None:
+                self._step_walls.append(now - self._last_step_at)
+            self._last_step_at = now
+        if self._step_walls:
+            # The steps still to come at the measured wall pace (a median: a first step is slow; in the live loop
+            # a step comes once a turn of every run), and the evaluation after the last one, which takes about a
+            # step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer responses a step).
+            self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_walls)
         with self._lock:
             self._history.add(scalars)
             self._latest = scalars
@@ -554,9 +563,10 @@ class Job(BackgroundJob):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
                     trainer = self._local_trainer()
                     final = self._train(trainer, store, run_id)
-                    if final is not None and self._step_times:
-                        self.slots.observe_speed(statistics.fmean(self._step_times), estimated_step_seconds(self.run))
-                    if trainer is not None and self._step_times:  # a run trained on a cluster has no models here
+                    if final is not None and self._step_walls:  # wall time: a step's pace in the loop's company
+                        self.slots.observe_speed(statistics.fmean(self._step_walls), estimated_step_seconds(self.run))
+                    # A run trained on a cluster has no models here; one that never stepped has nothing to say.
+                    if trainer is not None and self._last_step_at is not None:
                         KEPT_MODELS.keep(self, ChatModels.of(trainer))
         except TrainingStopped:
             pass
