@@ -42,7 +42,7 @@ from rl_core.reward_model import RewardModelTraining  # noqa: E402
 from toy_tasks import get_task  # noqa: E402
 from ui.chat import top_tokens_figure  # noqa: E402
 from ui.dpo import chat_models  # noqa: E402
-from ui.jobs import Job, TrainingSlots  # noqa: E402
+from ui.jobs import Job, LiveLoop  # noqa: E402
 from ui.reward_chat import pair_table  # noqa: E402
 
 FINISHED = re.compile(r"Finished \d+ steps")
@@ -83,7 +83,7 @@ def cpu_seconds(pid: int) -> float:
 def in_process(task: str, model: str, steps: int, prompts: list[str]) -> dict[str, list[float]]:
     """Seconds per prompt of what the page computes (check, both answers, both heatmaps), greedy and sampled."""
     run = RunConfig(algo=get_preset("grpo"), task=task, model=model, steps=steps, device="cpu")
-    job = Job(run, TrainingSlots(1)).start()
+    job = Job(run, LiveLoop(1)).start()
     if not job.join(3600) or job.snapshot().status != "finished":
         raise RuntimeError(f"the run did not finish: {job.snapshot().status} {job.snapshot().error}")
     return answer_times(job.chat_models(), task, prompts)

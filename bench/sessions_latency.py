@@ -1,10 +1,10 @@
 """Many learners pressing Train at once: the time from each click to that session's first chart point, and
 whether a queued learner is told their place and an estimate of the wait.
 
-Starts `streamlit run app.py` on 127.0.0.1 (the default cap of 2 trainings at once), trains the default GRPO run
-once so its SFT warm start is cached (as it is after the first run of a class), then for each N in `--sessions`
-opens N browser sessions (separate Chromium contexts) on the GRPO page, presses Train in all of them within a
-fraction of a second, and waits until every one shows a chart point. A session that is queued is read every
+Starts `streamlit run app.py` on 127.0.0.1 (default caps: the live runs share one loop of at most 12), trains the
+default GRPO run once so its SFT warm start is cached (as it is after the first run of a class), then for each N
+in `--sessions` opens N browser sessions (separate Chromium contexts) on the GRPO page, presses Train in all of
+them within a fraction of a second, and waits until every one shows a chart point. A session that is queued is read every
 poll for "you are number … in the queue" and "… s to wait". The sessions are closed after each round, which
 stops their trainings.
 

@@ -1,16 +1,17 @@
 """Training as a stream of items, and the one place where a sweep's stream is written to the run store.
 
-Wherever runs train (a sweep's worker process, a task on a Ray cluster, a thread of the app), the training is
-`batch_stream(trainers)` of a batch of runs (`rl_core.run_batch`; the app trains a batch of one), a generator of
-plain dicts, each tagged with its run's place in the batch:
+Wherever a batch of runs trains (a sweep's worker process, a task on a Ray cluster), the training is
+`batch_stream(trainers)` (`rl_core.run_batch`), a generator of plain dicts, each tagged with its run's place in
+the batch (the app's live loop, `rl_core.run_loop`, whose set of runs changes, uses the same pieces:
+`prepared_items` before a run joins, `end_item` after it leaves):
 
 * `{PHASE: [phase, done, total]}` while `Trainer.prepare()` builds the reward model, SFT policy and critic,
 * `{SETUP: {...}}` once, what `prepare()` returned,
 * each step's record (it has `"step"`, and `"elapsed"`, seconds of RL so far, for "time to 90 %"),
 * `{END: "finished", "final": {...}}` (the evaluation after the last step) or `{END: "stopped"}`.
 
-* `{FAILED: error}` instead of an END when the run failed; the batch's other runs go on (`trainer_stream`, a batch
-  of one, raises the error instead).
+* `{FAILED: error}` instead of an END when the run failed; the batch's other runs go on (`one_run`, for a batch of
+  one, raises the error instead).
 
 The runs of a batch train together, a step of each at a time; each run's items are the items it yields alone.
 Plain dicts cross a process or a machine as they are (pickled by a process pool or by Ray), so the coordinator sees
@@ -45,12 +46,6 @@ def trainer_for(run: RunConfig, cache_dir: Path | None = None, stop_event=None) 
     return kind(run, cache_dir=cache_dir, stop_event=stop_event or threading.Event())
 
 
-def trainer_stream(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
-    """A trainer's items (module docstring), for a caller that keeps the trainer (the app's chat reads its models):
-    a batch of one."""
-    return one_run(batch_stream([trainer]))
-
-
 def one_run(items: Iterator[tuple[int, dict]]) -> Iterator[dict]:
     """The items of a batch of one run, untagged, its failure raised."""
     for _, item in items:
@@ -75,7 +70,7 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
     ready = []
     for r, trainer in enumerate(trainers):
         try:
-            for item in _prepared(trainer):
+            for item in prepared_items(trainer):
                 yield r, item
             ready.append(r)
         except TrainingStopped:
@@ -88,7 +83,7 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
         for r in [r for r in ready if trainers[r].step_index >= trainers[r].run.steps
                   or trainers[r].stop_event.is_set()]:
             ready.remove(r)
-            yield r, _end(trainers[r])
+            yield r, end_item(trainers[r])
         if not ready:
             break
         stepping = list(ready)
@@ -102,7 +97,7 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
             yield r, outcome
 
 
-def _end(trainer: Trainer | DPOTrainer) -> dict:
+def end_item(trainer: Trainer | DPOTrainer) -> dict:
     """The item that ends a run which stepped without failing: stopped early, or finished with its evaluation."""
     if trainer.step_index < trainer.run.steps:  # the stop event ended it early
         return {END: "stopped"}
@@ -112,7 +107,7 @@ def _end(trainer: Trainer | DPOTrainer) -> dict:
         return {FAILED: error}
 
 
-def _prepared(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
+def prepared_items(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
     """`trainer.prepare()` with its progress as PHASE items, then its SETUP item.
 
     `prepare` reports through a callback, so it runs in a thread that hands its reports over; only the latest

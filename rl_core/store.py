@@ -37,7 +37,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,15 +61,16 @@ CLAIM_POLL = 0.5  # seconds between a waiting run's looks at the store's running
 _TRAINING_HERE: set[int] = set()
 
 
-def max_trainings(default: int = 2) -> int:
-    """RLHF_LAB_MAX_TRAININGS: how many runs of one store train at once, across every process that uses it."""
-    text = os.environ.get("RLHF_LAB_MAX_TRAININGS")
+def max_trainings(default: int = 2, variable: str = "RLHF_LAB_MAX_TRAININGS") -> int:
+    """RLHF_LAB_MAX_TRAININGS: how many trainings of one store run at once, across every process that uses it (a
+    batch of runs trained as one loop is one training). `variable` reads another such cap the same way."""
+    text = os.environ.get(variable)
     try:
         cap = default if text is None else int(text)
     except ValueError:
         cap = 0
     if cap < 1:
-        raise ValueError(f"RLHF_LAB_MAX_TRAININGS={str(text)[:20]!r} is out of range; allowed: an integer ≥ 1")
+        raise ValueError(f"{variable}={str(text)[:20]!r} is out of range; allowed: an integer ≥ 1")
     return cap
 HOST = socket.gethostname()
 
@@ -409,10 +410,14 @@ class RunStore:
         with self._write() as db:
             _start(db, run_id)
 
-    def claim(self, run_ids: int | Sequence[int], cap: int, stopped: Callable[[], bool]) -> bool:
+    def claim(self, run_ids: int | Sequence[int], cap: int, stopped: Callable[[], bool],
+              join: Collection[int] = ()) -> bool:
         """Start the run, or every run of a batch trained as one (`rl_core.run_batch`), once fewer than `cap`
         trainings of this store are under way, in any process; False, without starting them, if `stopped()` turns
         true first. A batch is one training: one loop in one process, whatever its number of runs.
+
+        `join`: runs this process trains in one loop whose set of runs changes (`rl_core.run_loop`); while one of
+        them trains, the run joins their batch at once, taking no further place under the cap.
 
         The count and the start are one write transaction, so two processes never both take the last place. A
         running row counts while its owner lives and its heartbeat is fresh (the recovery rule); this process's
@@ -425,10 +430,12 @@ class RunStore:
                 rows = db.execute(
                     "SELECT id, batch_id, owner_pid, owner_host, heartbeat_at FROM runs WHERE status = 'running'"
                 )
-                trainings = {row["batch_id"] or row["id"] for row in rows if _training(row, now)}
-                if len(trainings) < cap:
+                training = [row for row in rows if _training(row, now)]
+                trainings = {row["batch_id"] or row["id"] for row in training}
+                joined = next((row["batch_id"] or row["id"] for row in training if row["id"] in join), None)
+                if joined is not None or len(trainings) < cap:
                     for run_id in run_ids:
-                        _start(db, run_id, batch_id)
+                        _start(db, run_id, batch_id if joined is None else joined)
                         _TRAINING_HERE.add(run_id)
                     return True
             time.sleep(CLAIM_POLL)

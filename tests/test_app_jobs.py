@@ -14,7 +14,9 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits, estimated_seconds
 from rl_core.store import RunStore
-from ui.jobs import Job, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left, token_view_responses
+from ui.jobs import (
+    Job, LiveLoop, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left, token_view_responses,
+)
 
 
 LONG = ServerLimits().max_steps  # the longest run the app allows by default: far longer than a test waits
@@ -71,7 +73,7 @@ def test_slots_admit_at_most_the_limit_and_queue_the_rest_in_order():
 
 
 def test_a_job_beyond_the_cap_is_queued_and_says_so_until_a_slot_frees(jobs):
-    slots = TrainingSlots(2)
+    slots = LiveLoop(2)
     # Threads started together may reach the queue in any order: admit the first two one after the other. They
     # train far longer than the test takes (its fixture stops them), so their slots stay taken until the Stop below.
     for _ in range(2):
@@ -88,7 +90,7 @@ def test_a_job_beyond_the_cap_is_queued_and_says_so_until_a_slot_frees(jobs):
 
 
 def test_stop_ends_the_thread_within_a_second(jobs):
-    job = Job(tiny_run(), TrainingSlots(1)).start()
+    job = Job(tiny_run(), LiveLoop(1)).start()
     jobs.append(job)
     wait_for(lambda: job.snapshot().steps_done >= 2)
     pressed = time.monotonic()
@@ -99,7 +101,7 @@ def test_stop_ends_the_thread_within_a_second(jobs):
 
 
 def test_stop_while_queued_ends_at_once(jobs):
-    slots = TrainingSlots(1)
+    slots = LiveLoop(1)
     jobs.append(Job(tiny_run(steps=LONG), slots).start())
     wait_for(lambda: jobs[0].snapshot().status in ("preparing", "training"))  # admitted before the second arrives
     jobs.append(Job(tiny_run(), slots).start())
@@ -110,7 +112,7 @@ def test_stop_while_queued_ends_at_once(jobs):
 
 
 def test_a_failure_in_the_thread_becomes_a_message_not_a_traceback(jobs):
-    job = Job(tiny_run(task="no_such_task"), TrainingSlots(1)).start()
+    job = Job(tiny_run(task="no_such_task"), LiveLoop(1)).start()
     jobs.append(job)
     assert job.join(timeout=30)
     snap = job.snapshot()
@@ -119,7 +121,7 @@ def test_a_failure_in_the_thread_becomes_a_message_not_a_traceback(jobs):
 
 
 def test_a_finished_job_keeps_every_step_and_every_steps_samples(jobs):
-    job = Job(tiny_run(steps=3), TrainingSlots(1)).start()
+    job = Job(tiny_run(steps=3), LiveLoop(1)).start()
     jobs.append(job)
     assert job.join(timeout=120)
     snap = job.snapshot()
@@ -174,7 +176,7 @@ def test_a_live_lab_run_is_kept_in_the_run_store(jobs, tmp_path, monkeypatch):
     from rl_core.store import RunStore
 
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
-    job = Job(tiny_run(steps=3), TrainingSlots(2), label="GRPO · grpo page #1").start()
+    job = Job(tiny_run(steps=3), LiveLoop(2), label="GRPO · grpo page #1").start()
     jobs.append(job)
     assert job.join(120)
     stored = RunStore(tmp_path / "runs.sqlite").runs()
@@ -225,7 +227,7 @@ def test_a_sweep_holds_one_slot_per_worker_and_queued_requests_learn_their_place
 
 
 def test_a_queued_job_reports_its_place(jobs):
-    slots = TrainingSlots(1)
+    slots = LiveLoop(1)
     first = Job(tiny_run(), slots).start()
     jobs.append(first)
     wait_for(lambda: first.snapshot().status != "queued")
@@ -262,7 +264,7 @@ def test_a_stopped_training_does_not_shorten_the_estimates():
 # ------------------------------------------------------------------------------------------ limits and failures
 def test_the_wait_shown_to_a_queued_learner_is_within_a_factor_2_of_the_wait(jobs, tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
-    slots = TrainingSlots(1)
+    slots = LiveLoop(1)
     running = Job(tiny_run(steps=40), slots).start()
     jobs.append(running)
     wait_for(lambda: running.snapshot().steps_done >= 3)  # its step time is measured
@@ -277,7 +279,7 @@ def test_the_wait_shown_to_a_queued_learner_is_within_a_factor_2_of_the_wait(job
 
 def test_a_job_beyond_the_server_limits_fails_naming_the_limit_and_stores_nothing(jobs, tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
-    slots = TrainingSlots(1)
+    slots = LiveLoop(1)
     job = Job(tiny_run(steps=1_000_000), slots).start()
     jobs.append(job)
     assert job.join(60)
@@ -289,7 +291,7 @@ def test_a_job_beyond_the_server_limits_fails_naming_the_limit_and_stores_nothin
 def test_a_full_store_ends_the_run_as_failed_says_why_and_frees_the_slot(jobs, tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
     monkeypatch.setenv("RLHF_LAB_STORE_MAX_MB", "0.1")  # a few steps of samples fill it
-    slots = TrainingSlots(1)
+    slots = LiveLoop(1)
     job = Job(tiny_run(steps=200), slots).start()
     jobs.append(job)
     assert job.join(120)
@@ -319,7 +321,7 @@ def test_a_store_that_fails_to_record_the_end_still_ends_the_job_and_frees_its_s
             finish_run(self, *args, **kwargs)
 
     monkeypatch.setattr(RunStore, "finish_run", finish_on_a_full_disk)
-    slots = TrainingSlots(1)
+    slots = LiveLoop(1)
     job = Job(tiny_run(steps=2), slots).start()
     jobs.append(job)
     assert job.join(120)
@@ -345,7 +347,7 @@ def test_the_training_cap_counts_other_processes_runs_in_the_store(jobs, tmp_pat
             elsewhere.append(run_id)
         with store._write() as db:
             db.execute("UPDATE runs SET owner_pid = ?", (other.pid,))
-        job = Job(tiny_run(steps=2), TrainingSlots(2)).start()  # this server's cap is 2 too: both places taken
+        job = Job(tiny_run(steps=2), LiveLoop(2, cap=2)).start()  # the server's cap is 2: both places taken
         jobs.append(job)
         time.sleep(3)
         assert job.snapshot().steps_done == 0 and job.active
@@ -369,3 +371,69 @@ def test_a_sweeps_hold_tells_the_queue_its_estimated_seconds_left():
         assert slots.wait_estimate(waiting) == pytest.approx(expected, abs=0.5)
         give_up.set()
         queued.join(5)
+
+
+# ------------------------------------------------------------------------------------------ the shared live loop
+class DivergesAtStep3(Job):
+    """A job whose run's third step raises, as a diverged critic's does."""
+
+    def _local_trainer(self):
+        trainer = super()._local_trainer()
+        step_phases = trainer.step_phases
+
+        def diverging():
+            if trainer.step_index == 2:
+                raise FloatingPointError("the critic's loss is NaN")
+            return (yield from step_phases())
+
+        trainer.step_phases = diverging
+        return trainer
+
+
+def test_two_jobs_train_in_one_loop_as_one_training_both_stepping_before_either_ends(jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    slots = LiveLoop(2, cap=1)  # one training under the server's cap: two threads of their own could not both run
+    jobs.extend(Job(tiny_run(steps=LONG), slots).start() for _ in range(2))
+    wait_for(lambda: all(job.snapshot().steps_done >= 3 for job in jobs))
+    assert all(job.snapshot().status == "training" for job in jobs) and slots.loop.runs == 2
+    running = [run for run in RunStore().runs() if run.status == "running"]
+    assert len(running) == 2 and len({run.batch_id or run.id for run in running}) == 1, "one batch in the store"
+
+
+def test_a_failing_run_ends_alone_and_the_other_goes_on(jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    slots = LiveLoop(2)
+    steady = Job(tiny_run(steps=LONG), slots).start()
+    jobs.append(steady)
+    wait_for(lambda: steady.snapshot().steps_done >= 1)
+    failing = DivergesAtStep3(tiny_run(steps=LONG), slots).start()
+    jobs.append(failing)
+    assert failing.join(120)
+    snap = failing.snapshot()
+    assert snap.status == "failed" and snap.steps_done == 2
+    assert snap.error == "FloatingPointError: the critic's loss is NaN"
+    at_failure = steady.snapshot().steps_done
+    wait_for(lambda: steady.snapshot().steps_done >= at_failure + 3)
+    assert steady.snapshot().status == "training" and slots.running == 1
+    assert {run.status for run in RunStore().runs()} == {"failed", "running"}
+
+
+def test_stop_of_one_job_leaves_the_other_training(jobs):
+    slots = LiveLoop(2)
+    jobs.extend(Job(tiny_run(steps=LONG), slots).start() for _ in range(2))
+    wait_for(lambda: all(job.snapshot().steps_done >= 2 for job in jobs))
+    stopped, going = jobs
+    stopped.stop()
+    assert stopped.join(timeout=1.0), "still training a second after Stop"
+    assert stopped.snapshot().status == "stopped"
+    at_stop = going.snapshot().steps_done
+    wait_for(lambda: going.snapshot().steps_done >= at_stop + 3)
+    assert going.snapshot().status == "training" and slots.running == 1 and slots.loop.runs == 1
+
+
+def test_the_server_limit_names_the_knob_of_the_live_loop(monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_MAX_LIVE_RUNS", "0")
+    with pytest.raises(ValueError, match="RLHF_LAB_MAX_LIVE_RUNS='0' is out of range; allowed: an integer ≥ 1"):
+        LiveLoop.from_env()
+    monkeypatch.delenv("RLHF_LAB_MAX_LIVE_RUNS")
+    assert LiveLoop.from_env().limit == 12

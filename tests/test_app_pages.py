@@ -16,7 +16,7 @@ from streamlit.runtime.caching import clear_session_resource_cache
 from streamlit.testing.v1 import AppTest
 
 from ui.charts import run_colour
-from ui.lab import training_slots
+from ui.lab import live_loop
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 ALGORITHM_PAGES = {  # page file → the lab's key
@@ -207,12 +207,12 @@ def test_two_sessions_never_see_each_others_runs(open_page):
 
 
 @pytest.fixture
-def one_training_at_a_time(monkeypatch):
-    """The process-wide cap set to 1 (the cap is built once from the environment, so rebuild it around the test)."""
-    monkeypatch.setenv("RLHF_LAB_MAX_TRAININGS", "1")
-    training_slots.clear()
+def one_live_run_at_a_time(monkeypatch):
+    """The live loop's cap set to 1 (it is built once from the environment, so rebuild it around the test)."""
+    monkeypatch.setenv("RLHF_LAB_MAX_LIVE_RUNS", "1")
+    live_loop.clear()
     yield
-    training_slots.clear()
+    live_loop.clear()
 
 
 def long_run(at: AppTest, lab: str) -> None:
@@ -222,12 +222,12 @@ def long_run(at: AppTest, lab: str) -> None:
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 60)
-def test_a_training_beyond_the_cap_waits_in_the_queue_and_says_so(open_page, one_training_at_a_time):
+def test_a_training_beyond_the_cap_waits_in_the_queue_and_says_so(open_page, one_live_run_at_a_time):
     first, second = open_page("grpo"), open_page("ppo")
     long_run(first, "grpo")
     long_run(second, "ppo")
     second.run()
-    assert any(note.value.startswith("queued: 1 training is running…") and "you are number 1 in the queue" in note.value
+    assert any(note.value.startswith("queued: 1 run is training") and "you are number 1 in the queue" in note.value
                and re.search(r"about \d+ s to wait", note.value) for note in second.info)
     second.button(key="ppo:stop").click().run()
     job = second.session_state["ppo:runs"][-1]

@@ -9,7 +9,7 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.export_unipo import validate_unipo
 from ui.bridge import job_unipo
-from ui.jobs import Job, TrainingSlots
+from ui.jobs import Job, LiveLoop
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -38,7 +38,7 @@ def test_the_export_follows_the_knobs_and_switches_framework():
 def test_a_finished_job_becomes_a_valid_unipo_log_with_every_steps_samples():
     algo = get_preset("grpo", prompts_per_step=2, num_generations=2, ppo_epochs=1, num_minibatches=1)
     run = RunConfig(algo=algo, task="reverse", steps=3, sft_steps=0, samples_per_record=2)
-    job = Job(run, TrainingSlots(1), label="GRPO · test").start()
+    job = Job(run, LiveLoop(1), label="GRPO · test").start()
     try:
         assert job.join(120)
     finally:

@@ -16,7 +16,7 @@ from rl_core.config import RunConfig
 from rl_core.models import build_policy
 from rl_core.tokenizer import build_char_tokenizer
 from ui.chat import MAX_FRAMES, probe_figure
-from ui.jobs import Job, KeptModels, TrainingSlots
+from ui.jobs import Job, KeptModels, LiveLoop
 
 TOKENIZER = build_char_tokenizer()
 EOS = TOKENIZER.eos_token_id
@@ -147,7 +147,7 @@ def test_kept_models_stay_within_their_budget_oldest_out_and_go_with_their_run()
 
 def test_a_run_keeps_its_models_and_a_probe_for_every_step():
     algo = get_preset("grpo", prompts_per_step=2, num_generations=2, ppo_epochs=1, num_minibatches=1)
-    job = Job(RunConfig(algo=algo, task="caesar", steps=3, sft_steps=0), TrainingSlots(1)).start()
+    job = Job(RunConfig(algo=algo, task="caesar", steps=3, sft_steps=0), LiveLoop(1)).start()
     assert job.join(120) and job.snapshot().status == "finished", job.snapshot().error
     probe, history = job.probe()
     assert [step for step, _ in history] == [0, 1, 2, 3]

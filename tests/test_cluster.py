@@ -26,7 +26,7 @@ from rl_core.experiments.runner import ExperimentRun
 from rl_core.cluster import ClusterError
 from rl_core.store import RunStore
 from rl_core.sweep import Sweep, plan_sweep
-from ui.jobs import Job, TrainingSlots
+from ui.jobs import Job, LiveLoop
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two prompts × two responses, one update per step, a short warm start: a step takes a fraction of a second.
@@ -135,7 +135,7 @@ def test_an_experiment_on_the_cluster_trains_and_stores_every_run(ray_cluster, t
 def test_a_live_lab_job_trains_on_the_cluster_and_is_stored(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_LAB_RAY_ADDRESS", ray_cluster)
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
-    slots = TrainingSlots.from_env()
+    slots = LiveLoop.from_env()
     assert slots.limit == 2  # the cluster's CPUs
     run = RunConfig(algo=get_preset("grpo", **QUICK), task="reverse", steps=4, sft_steps=20)
     job = Job(run, slots, label="grpo · live lab").start()
@@ -163,7 +163,7 @@ def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkey
         cluster.connect("headnode")
     # A live-lab job ends as failed with the same message; the server keeps its local cap meanwhile.
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
-    job = Job(planned[0].run, TrainingSlots.from_env()).start()
+    job = Job(planned[0].run, LiveLoop.from_env()).start()
     assert job.join(60)
     assert job.snapshot().status == "failed" and f"cannot reach the Ray cluster at {address}" in job.snapshot().error
     code = main(["sweep", "--algos", "grpo", "--seeds", "1", "--steps", "3", "--task", "reverse", "--ray-address",

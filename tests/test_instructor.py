@@ -15,7 +15,7 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.store import MIGRATIONS, RunStore
 from ui.instructor import TOKEN_ENV, banner_link, banner_text, learner_names
-from ui.jobs import Job, TrainingSlots
+from ui.jobs import Job, LiveLoop, TrainingSlots
 from ui.session import _learners
 
 TOKEN = "instructor-token-for-tests"
@@ -112,7 +112,7 @@ def stored_page_run(store: RunStore, session: str, number: int, steps: int = 3, 
 def test_a_job_rebuilt_from_the_store_shows_the_run_as_it_ended(store_path):
     store = RunStore(store_path)
     run_id = stored_page_run(store, "learner", 2, samples=True)
-    job = Job.from_store(store.run(run_id), store, TrainingSlots(1))
+    job = Job.from_store(store.run(run_id), store, LiveLoop(1))
     snap = job.snapshot()
     assert (job.number, job.page, job.session, snap.status) == (2, "grpo", "learner", "finished")
     assert job.settings == {"variant": "GRPO", "beta": 0.02, "seed": 2}

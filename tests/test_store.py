@@ -278,6 +278,26 @@ def test_a_read_only_open_of_a_missing_file_creates_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_run_joins_a_training_loops_batch_without_a_place_of_its_own(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    first, second, third, other = (store.add_run(tiny_run(), "live") for _ in range(4))
+
+    def give_up():  # a claim that would wait for the place gives up after three looks at the store
+        tries = iter(range(3))
+        return lambda: next(tries, None) is None
+
+    assert store.claim(first, 1, give_up())  # the loop's first run takes the one place
+    assert store.claim(second, 1, give_up(), join={first})  # joins it: no second place needed
+    assert (store.run(second).status, store.run(second).batch_id) == ("running", first)
+    store.finish_run(first, "finished")  # the batch goes on with its other run
+    assert store.claim(third, 1, give_up(), join={first, second}) and store.run(third).batch_id == first
+    assert not store.claim(other, 1, give_up())  # a run outside the loop still finds the one place taken
+    store.finish_run(second, "stopped")
+    store.finish_run(third, "failed")
+    assert store.claim(other, 1, give_up(), join={first, second, third}), "no member training: a place of its own"
+    assert store.run(other).batch_id is None
+
+
 def test_a_claim_counts_live_owners_runs_only_and_gives_up_when_stopped(tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -59,12 +59,13 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
 
 def progress(snap: JobSnapshot, job: Job) -> None:
     if snap.status == "queued":
-        running = "1 training is" if snap.waiting_for == 1 else f"{snap.waiting_for} trainings are"
+        running = "1 run is" if snap.waiting_for == 1 else f"{snap.waiting_for} runs are"
         place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
         # from the running trainings' remaining steps at their measured pace (TrainingSlots.wait_estimate)
         estimate = f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None else ""
         st.info(
-            f"queued: {running} running… this run starts as soon as a slot frees up{place}{estimate}.",
+            f"queued: {running} training, the most the server trains at once… this run starts as soon as one of "
+            f"them ends{place}{estimate}.",
             icon=":material/hourglass_top:",
         )
     elif snap.phase is not None:

@@ -1,8 +1,14 @@
-"""Training jobs that run in background threads, and the global cap on how many run at once.
+"""Training jobs that run in background threads, the global cap on how many trainings run at once, and the live
+lab's one training loop.
 
-Nothing here imports Streamlit: a training thread only ever touches its own `Job` (a lock, a stop event, a
-bounded metrics history and a status), and the page reads a `JobSnapshot` taken under that lock. Calling
-Streamlit from a thread that is not the script thread fails or corrupts the page, so the page polls instead.
+Nothing here imports Streamlit: a job's thread (and the loop's, on its behalf) only ever touches its own `Job` (a
+lock, a stop event, a bounded metrics history and a status), and the page reads a `JobSnapshot` taken under that
+lock. Calling Streamlit from a thread that is not the script thread fails or corrupts the page, so the page polls
+instead.
+
+Every live training of the server steps in one `rl_core.run_loop.RunLoop` (`LiveLoop`): a job's thread prepares its
+run (models, SFT warm start), hands the trainer to the loop, and evaluates and stores its end once it leaves, so
+ten learners' runs interleave step by step rather than queueing behind each other's whole training.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from rl_core.chat import ChatModels, Probe
 from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.messages import brief
-from rl_core.run_stream import END, PHASE, SETUP, RunInterrupted, trainer_stream
+from rl_core.run_loop import RunLoop
+from rl_core.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.store import RunStore, StoredRun, max_trainings
 from rl_core.trainer import Trainer, TrainingStopped
 
@@ -39,9 +46,11 @@ class TrainingSlots:
     The CPU is shared by every browser session, and two tiny trainings already fill a small machine. A sweep holds
     one slot per worker process, so a class cannot start more work than the cap by starting sweeps."""
 
+    KNOB = "RLHF_LAB_MAX_TRAININGS"  # the environment variable that sets `limit` in the app
+
     def __init__(self, limit: int):
         if limit < 1:
-            raise ValueError(f"RLHF_LAB_MAX_TRAININGS={limit} is out of range; allowed: an integer ≥ 1")
+            raise ValueError(f"{self.KNOB}={limit} is out of range; allowed: an integer ≥ 1")
         self.limit = limit
         self._condition = threading.Condition()
         self._running = 0
@@ -156,6 +165,59 @@ class TrainingSlots:
             return None
 
 
+# Runs in the live loop at once by default: a class of ten at the default preset sizes, and two to spare. A turn
+# steps every run once, so each run's step takes about as long as all of theirs together.
+DEFAULT_LIVE_RUNS = 12
+
+
+class LiveLoop(TrainingSlots):
+    """Places in the live lab's one training loop (`loop`, a `RunLoop`): at most `limit` runs train in it at once;
+    later ones wait in TrainingSlots' queue, told their place and an estimate of the wait.
+
+    The loop is one thread on one core, so under the server's cap on trainings (`cap`, RLHF_LAB_MAX_TRAININGS,
+    held in the run store across processes) it is one training whatever its number of runs, as a sweep's batch is:
+    its first run claims a place, and a run that joins while others train joins their batch."""
+
+    KNOB = "RLHF_LAB_MAX_LIVE_RUNS"
+
+    def __init__(self, limit: int, cap: int | None = None, shared: bool = True):
+        super().__init__(limit)
+        self.cap = max_trainings() if cap is None else cap
+        self.shared = shared  # False: each run is a training of its own (a Ray task)
+        self.loop = RunLoop("live-training")
+        self._claims = threading.Lock()
+        self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
+
+    @classmethod
+    def from_env(cls) -> "LiveLoop":
+        """RLHF_LAB_MAX_LIVE_RUNS runs at once (default DEFAULT_LIVE_RUNS), one training under the cap. On a Ray
+        cluster (RLHF_LAB_RAY_ADDRESS) each run is a task of its own: as many at once as it has CPUs."""
+        if cluster.ray_address() is not None:
+            cpus = TrainingSlots.from_env().limit
+            return cls(cpus, cap=cpus, shared=False)
+        return cls(max_trainings(DEFAULT_LIVE_RUNS, cls.KNOB))
+
+    def claim(self, store: RunStore, run_id: int, stopped: Callable[[], bool]) -> bool:
+        """`RunStore.claim` for a run of the loop: it joins the loop's batch while the loop trains one in this
+        store, else it waits for a place under the cap; False if `stopped()` turns true first."""
+        while not self._claims.acquire(timeout=0.1):  # one claim at a time, so two runs never start two batches
+            if stopped():
+                return False
+        try:
+            members = self._claimed.setdefault(store.path, set())
+            if not store.claim(run_id, self.cap, stopped, join=members if self.shared else ()):
+                return False
+            members.add(run_id)
+            return True
+        finally:
+            self._claims.release()
+
+    def release(self, store: RunStore, run_id: int) -> None:
+        """The run has ended: it no longer holds the loop's place under the cap."""
+        with self._claims:
+            self._claimed.get(store.path, set()).discard(run_id)
+
+
 def planned_seconds_left(runs: list[RunConfig], workers: int, slots: TrainingSlots) -> Callable[[float | None], float]:
     """A sweep's `seconds_left` for `TrainingSlots.hold`: its runs' estimated seconds, scaled by the server's
     measured speed and shared among its workers, less the time it has held its slots."""
@@ -263,6 +325,7 @@ class JobSnapshot:
     queue_place: int | None  # 1: next to start; None unless queued
     wait_estimate: float | None  # seconds until it starts, once the server has timed a finished training
     elapsed: float  # seconds from the job's creation (and start: the lab does both at once) to its end, or to now
+    seconds_per_step: float | None  # wall seconds between its latest steps: in the live loop, a turn of every run
 
     @property
     def active(self) -> bool:
@@ -274,11 +337,11 @@ class JobSnapshot:
 
     @property
     def eta(self) -> float | None:
-        """Seconds left, from the mean time of the last few steps."""
-        recent = [r["step_time"] for r in self.records[-10:]]
-        if not recent or not self.active:
+        """Seconds left, from the wall time of the last few steps (a record's `step_time` is what the step cost
+        this run; in the shared loop each of its steps also waits for the other runs' steps of the turn)."""
+        if self.seconds_per_step is None or not self.active:
             return None
-        return (self.steps_total - self.steps_done) * sum(recent) / len(recent)
+        return (self.steps_total - self.steps_done) * self.seconds_per_step
 
 
 class BackgroundJob:
@@ -307,10 +370,11 @@ class BackgroundJob:
 
 @dataclass(eq=False)
 class Job(BackgroundJob):
-    """One training run in its own daemon thread; `stop()` ends it after the current step."""
+    """One training run: its daemon thread waits for a place in the live loop (`slots`), prepares the run, has the
+    loop step it, and records its end; `stop()` ends it after the current step."""
 
     run: RunConfig
-    slots: TrainingSlots
+    slots: LiveLoop
     settings: dict = field(default_factory=dict)  # the knob values the learner chose, for labels and CSV
     number: int = 0  # the run's number on its page
     label: str = ""  # how the run is listed in the run store, next to the Compare page's runs
@@ -332,14 +396,15 @@ class Job(BackgroundJob):
         self._error: str | None = None
         self._started = time.monotonic()
         self._ended: float | None = None
-        self._step_times: deque[float] = deque(maxlen=10)
+        self._step_walls: deque[float] = deque(maxlen=10)  # wall seconds from each step's record to the next
+        self._last_step_at: float | None = None  # when the latest record came
         # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the
         # estimate scaled by this server's measured speed until the first steps, then their measured time.
         self._seconds_left = estimated_seconds(self.run) * self.slots.speed
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     @classmethod
-    def from_store(cls, stored: StoredRun, store: RunStore, slots: TrainingSlots) -> "Job":
+    def from_store(cls, stored: StoredRun, store: RunStore, slots: LiveLoop) -> "Job":
         """A page's run as the store kept it, for a server that did not train it (it restarted since): its
         records and latest samples, ended as it ended. A run the store still lists as training (its owner
         another process) shows what it has recorded so far, as stopped; its thread never starts."""
@@ -378,6 +443,7 @@ class Job(BackgroundJob):
                 queue_place=self.slots.queue_place(self) if self._status == "queued" else None,
                 wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
                 elapsed=(self._ended or time.monotonic()) - self._started,
+                seconds_per_step=statistics.fmean(self._step_walls) if self._step_walls else None,
             )
 
     def chat_models(self) -> ChatModels | None:
@@ -398,11 +464,9 @@ class Job(BackgroundJob):
         """The run's trainer in this process, or None when RLHF_LAB_RAY_ADDRESS sends it to a Ray cluster."""
         return Trainer(self.run, stop_event=self.stop_event) if cluster.ray_address() is None else None
 
-    def _training(self, trainer: Trainer | None) -> Iterator[dict]:
-        """The run's items (`rl_core.run_stream`): trained here by `trainer`, or as a task on the Ray cluster that
-        RLHF_LAB_RAY_ADDRESS names (this thread then only relays them)."""
-        if trainer is not None:
-            return trainer_stream(trainer)
+    def _remote(self) -> Iterator[dict]:
+        """The run's items (`rl_core.run_stream`) from a task on the Ray cluster that RLHF_LAB_RAY_ADDRESS names:
+        this thread only relays them."""
         cluster.connect(cluster.ray_address())
         return cluster.remote_stream(self.run, stopped=self.stop_event.is_set)
 
@@ -428,15 +492,57 @@ class Job(BackgroundJob):
 
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
-        self._step_times.append(record["step_time"])
-        # The steps still to come at the measured pace (a median: a first step is slow), and the evaluation after
-        # the last one, which takes about a step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer
-        # responses a step).
-        self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_times)
+        now = time.monotonic()
+        with self._lock:
+            # From the first record on: before it the run waited for its turn and its probe.
+            if self._last_step_at is not None:
+                self._step_walls.append(now - self._last_step_at)
+            self._last_step_at = now
+        if self._step_walls:
+            # The steps still to come at the measured wall pace (a median: a first step is slow; in the live loop
+            # a step comes once a turn of every run), and the evaluation after the last one, which takes about a
+            # step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer responses a step).
+            self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_walls)
         with self._lock:
             self._history.add(scalars)
             self._latest = scalars
             self._samples.add(record["step"], record.get("samples", []))
+
+    def _take(self, item: dict, trainer: Trainer | None, store: RunStore, run_id: int) -> None:
+        """One item of the run (`rl_core.run_stream`) other than its end: setup progress, or a step's record."""
+        if PHASE in item:
+            self._on_progress(*item[PHASE])
+        elif SETUP in item:
+            self._set(status="training", phase=None, setup=item[SETUP])
+            if trainer is not None:
+                self._start_probe(trainer)
+        else:
+            self._add(item)
+            if trainer is not None:
+                self._probe_step(trainer, item["step"])
+            store.add_step(run_id, item)
+
+    def _train(self, trainer: Trainer | None, store: RunStore, run_id: int) -> dict | None:
+        """Train the run to its end; the evaluation after its last step (None if it stopped early).
+
+        Here, the run is prepared in this thread and stepped in the live loop, whose thread calls `_take` with
+        each record before the run's next step (the probe reads the policy then); the evaluation runs here again,
+        off the loop."""
+        if trainer is None:
+            final = None
+            for item in self._remote():
+                if END in item:
+                    final = item.get("final")
+                else:
+                    self._take(item, None, store, run_id)
+            return final
+        for item in prepared_items(trainer):
+            self._take(item, trainer, store, run_id)
+        self.slots.loop.train(trainer, lambda record: self._take(record, trainer, store, run_id))
+        end = end_item(trainer)
+        if FAILED in end:
+            raise end[FAILED]
+        return end.get("final")
 
     def _work(self) -> None:
         status, error, final = "finished", None, None
@@ -453,26 +559,14 @@ class Job(BackgroundJob):
                                            self.settings, session=self.session, page=self.page,
                                            page_run=self.number if self.page else None)
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
-                    if not store.claim(run_id, self.slots.limit, self.stop_event.is_set):
+                    if not self.slots.claim(store, run_id, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
                     trainer = self._local_trainer()
-                    for item in self._training(trainer):
-                        if PHASE in item:
-                            self._on_progress(*item[PHASE])
-                        elif SETUP in item:
-                            self._set(status="training", phase=None, setup=item[SETUP])
-                            if trainer is not None:
-                                self._start_probe(trainer)
-                        elif END in item:
-                            final = item.get("final")
-                        else:
-                            self._add(item)
-                            if trainer is not None:
-                                self._probe_step(trainer, item["step"])
-                            store.add_step(run_id, item)
-                    if final is not None and self._step_times:
-                        self.slots.observe_speed(statistics.fmean(self._step_times), estimated_step_seconds(self.run))
-                    if trainer is not None and self._step_times:  # a run trained on a cluster has no models here
+                    final = self._train(trainer, store, run_id)
+                    if final is not None and self._step_walls:  # wall time: a step's pace in the loop's company
+                        self.slots.observe_speed(statistics.fmean(self._step_walls), estimated_step_seconds(self.run))
+                    # A run trained on a cluster has no models here; one that never stepped has nothing to say.
+                    if trainer is not None and self._last_step_at is not None:
                         KEPT_MODELS.keep(self, ChatModels.of(trainer))
         except TrainingStopped:
             pass
@@ -487,6 +581,8 @@ class Job(BackgroundJob):
                 store.finish_run(run_id, status, final=final, error=error)
             except Exception as exc:  # noqa: BLE001 - a full disk, say: the job must still end and show why
                 status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
+            finally:
+                self.slots.release(store, run_id)
         self._set(status=status, error=error, phase=None, ended=time.monotonic())
 
 

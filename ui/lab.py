@@ -8,8 +8,9 @@ Where a training lives, and why it cannot outlive its tab:
   hook stops it. Streamlit releases session resources when the session's connection closes, so closing the tab
   stops the thread after its current step. A dropped connection releases it too: that run ends as "stopped"
   and stays on screen.
-* A process-wide `TrainingSlots` caps how many trainings run at once (env RLHF_LAB_MAX_TRAININGS, default 2);
-  the rest wait in a queue and say so.
+* Every live training of the server steps in one shared loop (`LiveLoop`), a step of each run at a time; at most
+  RLHF_LAB_MAX_LIVE_RUNS runs (default 12) train in it at once, the rest wait in a queue and say so. The loop is
+  one training under the cap of RLHF_LAB_MAX_TRAININGS (default 2) that it shares with the sweeps.
 
 The knob values a learner chose live in `st.session_state[f"{page}:values"]`, not only in widget keys:
 Streamlit drops the state of widgets that a run does not draw, which would reset every slider on a page switch.
@@ -34,7 +35,7 @@ from ui import share as share_state
 from ui.bridge import scale_exports
 from ui.classroom import record_answer
 from ui.dashboard import dashboard
-from ui.jobs import Job, TrainingSlots, token_view_responses
+from ui.jobs import Job, LiveLoop, TrainingSlots, token_view_responses
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
@@ -55,6 +56,12 @@ def training_slots() -> TrainingSlots:
     return TrainingSlots.from_env()
 
 
+@st.cache_resource(show_spinner=False)
+def live_loop() -> LiveLoop:
+    """The one loop that steps every browser session's live trainings, and its places."""
+    return LiveLoop.from_env()
+
+
 def page_runs(page: str) -> list[Job]:
     """The learner's runs on this page, kept by the server (`ui.session.learner_state`): a reload or a second tab
     shows them again, and a run that was training when the page reloaded goes on and is drawn live. A server
@@ -71,7 +78,7 @@ def stored_page_runs(page: str) -> list[Job]:
     try:
         store = RunStore(recover=False)
         stored = store.runs(visible_to=session_token(), page=page)[-KEPT_RUNS:]
-        return [Job.from_store(run, store, training_slots()) for run in stored]
+        return [Job.from_store(run, store, live_loop()) for run in stored]
     except (StoreError, TypeError, ValueError):
         return []
 
@@ -346,7 +353,7 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
     }
     label = f"{title} · {page} page #{number}"
     st.session_state.setdefault(f"{page}:predictions", {})[number] = st.session_state.get(f"{page}:prediction")
-    job = Job(run, training_slots(), settings=settings, number=number, label=label, session=session_token(),
+    job = Job(run, live_loop(), settings=settings, number=number, label=label, session=session_token(),
               page=page).start()
     runs.append(job)
     finished = [j for j in runs if not j.active]

@@ -17,6 +17,7 @@ from rl_core.config import RunConfig
 from rl_core.limits import ServerLimits
 from rl_core.messages import brief
 from rl_core.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
+from ui.jobs import DEFAULT_LIVE_RUNS, LiveLoop
 from ui.session import session_token
 
 HOUR = 3600.0
@@ -55,6 +56,8 @@ def limits_panel() -> None:
     try:
         rows = server_limits().as_table()
         rows.append(("RLHF_LAB_MAX_TRAININGS", str(max_trainings()), "trainings at once, every learner together"))
+        rows.append((LiveLoop.KNOB, str(max_trainings(DEFAULT_LIVE_RUNS, LiveLoop.KNOB)),
+                     "live-lab runs stepping together in one of those trainings"))
     except ValueError as error:  # an instructor's typo in a variable: say which
         st.error(brief(str(error)))
         return
