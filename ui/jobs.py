@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rl_core import cluster
-from rl_core.chat import ChatModels, Probe
+from rl_core.runs import cluster
+from rl_core.engine.chat import ChatModels, Probe
 from rl_core.config import RunConfig
-from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.messages import brief
-from rl_core.run_stream import END, PHASE, SETUP, RunInterrupted, trainer_stream
-from rl_core.store import RunStore, StoredRun, max_trainings
-from rl_core.trainer import Trainer, TrainingStopped
+from rl_core.runs.run_stream import END, PHASE, SETUP, RunInterrupted, trainer_stream
+from rl_core.runs.store import RunStore, StoredRun, max_trainings
+from rl_core.engine.trainer import Trainer, TrainingStopped
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
 SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
@@ -65,7 +65,7 @@ class TrainingSlots:
 
     @property
     def speed(self) -> float:
-        """How much slower than `rl_core.limits`' estimate this server's trainings step (median of the latest)."""
+        """How much slower than `rl_core.runs.limits`' estimate this server's trainings step (median of the latest)."""
         with self._condition:
             return statistics.median(self._speeds) if self._speeds else 1.0
 
@@ -399,7 +399,7 @@ class Job(BackgroundJob):
         return Trainer(self.run, stop_event=self.stop_event) if cluster.ray_address() is None else None
 
     def _training(self, trainer: Trainer | None) -> Iterator[dict]:
-        """The run's items (`rl_core.run_stream`): trained here by `trainer`, or as a task on the Ray cluster that
+        """The run's items (`rl_core.runs.run_stream`): trained here by `trainer`, or as a task on the Ray cluster that
         RLHF_LAB_RAY_ADDRESS names (this thread then only relays them)."""
         if trainer is not None:
             return trainer_stream(trainer)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
-from rl_core.rewards import overlong_buffer_length
+from rl_core.formulas.rewards import overlong_buffer_length
 from toy_tasks import get_task
 
 FRAMEWORKS = ("trl", "verl", "openrlhf")

@@ -4,7 +4,7 @@ The document is `{header, entries}`: the header names the algorithm, task, model
 each entry is one RL step with its metrics and, per sampled response, the per-token series UNIPO reads
 (`log_probs`, `old_log_probs`, `ref_log_probs`, `advantages`, `values`, `returns`, `token_kl`, `rewards`,
 `token_objective`). The JSONL form streams the same content: a `{"type": "header", ...}` line, then one
-`{"type": "step", ...}` line per step. `rl_core/schemas/unipo_canonical.schema.json` is the schema.
+`{"type": "step", ...}` line per step. `rl_core/bridge/schemas/unipo_canonical.schema.json` is the schema.
 
 How the lab's records become entries:
 

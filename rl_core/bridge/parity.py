@@ -3,8 +3,8 @@ same SFT warm start, tokenizer, prompts (in the same order), reward and settings
 the Compare page overlays them with seed bands.
 
 TRL's settings are the lab's own export (`export_frameworks.export_config(algo, "trl")`), executed in TRL's
-throwaway virtualenv (`rl_core.trl_env`) on the CPU; only the run's bookkeeping is added (steps, logging, the CPU,
-no shuffling, so that TRL draws the prompts in the order the lab's trainer does). TRL logs once per generated batch
+throwaway virtualenv (`rl_core.bridge.trl_env`) on the CPU; only the run's bookkeeping is added (steps, logging, the
+CPU, no shuffling, so that TRL draws the prompts in the order the lab's trainer does). TRL logs once per generated batch
 (`logging_steps` = its optimiser steps per batch), averaging the batch's updates as the lab's records do; its log
 keys become the lab's record keys by `TRL_RECORD_KEYS`.
 """
@@ -25,10 +25,10 @@ import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.export_frameworks import export_config, settings
-from rl_core.store import RunStore
-from rl_core.trainer import Trainer
-from rl_core.trl_env import TRL_SCRIPT_PRELUDE
+from rl_core.bridge.export_frameworks import export_config, settings
+from rl_core.runs.store import RunStore
+from rl_core.engine.trainer import Trainer
+from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE
 from toy_tasks.base import ExactAnswerTask
 
 # TRL's log key → the lab's record key, for the metrics both report with the same definition.

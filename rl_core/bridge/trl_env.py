@@ -2,7 +2,7 @@
 comparison, the test that builds a `GRPOConfig` from an export). TRL is not a dependency of the lab itself.
 
 The virtualenv lives outside the repository, one folder per (torch, TRL) pin pair, and is reused while the pins
-stay. `python -m rl_core.trl_env [--root DIR]` creates it if needed and prints its interpreter (CI runs this once
+stay. `python -m rl_core.bridge.trl_env [--root DIR]` creates it if needed and prints its interpreter (CI runs this once
 and caches the folder).
 """
 
@@ -78,7 +78,7 @@ def trl_python(venv_root: Path = DEFAULT_ROOT) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rl_core.trl_env", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rl_core.bridge.trl_env", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder of the virtualenvs (default: %(default)s)")
     print(trl_python(parser.parse_args(argv).root))
     return 0

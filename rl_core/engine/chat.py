@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.decoding import KVDecoder
-from rl_core.models import use_preset_threads
-from rl_core.rollout import sample_from_logits
+from rl_core.engine.decoding import KVDecoder
+from rl_core.engine.models import use_preset_threads
+from rl_core.engine.rollout import sample_from_logits
 from toy_tasks import get_task
 
 TOP_K = 5  # tokens shown per position

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
-from rl_core.models import position_ids_from_mask
+from rl_core.engine.models import position_ids_from_mask
 
 
 class KVDecoder:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_core.models import position_ids_from_mask
+from rl_core.engine.models import position_ids_from_mask
 
 PROMPT, FILLER = -1, -2  # owners of prompt and of filler positions; a response's positions are owned by its row
 # A prompt's responses go on in a further sequence (the prompt repeated) beyond this length, so attention, which
@@ -40,7 +40,7 @@ class PrefixTree:
 
 def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int,
                 response_mask: torch.Tensor) -> PrefixTree:
-    """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.rollout`) into a prefix tree.
+    """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.engine.rollout`) into a prefix tree.
 
     Response token t of a row is predicted at its prompt's last position (t = 0) or at its own token t − 1; a
     response's last token predicts nothing sampled and is left out. Columns past a response's end point at its

@@ -23,10 +23,10 @@ import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
-from rl_core.kl import kl_exact, kl_k3
-from rl_core.masking import masked_mean, masked_sum
-from rl_core.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
-from rl_core.reward_model import (
+from rl_core.formulas.kl import kl_exact, kl_k3
+from rl_core.formulas.masking import masked_mean, masked_sum
+from rl_core.engine.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
+from rl_core.engine.reward_model import (
     PreferencePair,
     bradley_terry_loss,
     check_pair_training,
@@ -34,16 +34,16 @@ from rl_core.reward_model import (
     reward_margin,
     split_pairs,
 )
-from rl_core.rollout import (
+from rl_core.engine.rollout import (
     encode_pairs,
     frozen_response_logits,
     response_logits,
     sample,
     token_logprobs,
 )
-from rl_core.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
-from rl_core.tokenizer import build_char_tokenizer
-from rl_core.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
+from rl_core.engine.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
+from rl_core.engine.tokenizer import build_char_tokenizer
+from rl_core.engine.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
 from toy_tasks import get_task
 from toy_tasks.base import ToyTask
 
@@ -267,7 +267,7 @@ class DPOTraining:
 
 
 class DPOTrainer:
-    """A run whose `algo` is a `DPOConfig`, trained as `rl_core.trainer.Trainer` trains an RL run (the same
+    """A run whose `algo` is a `DPOConfig`, trained as `rl_core.engine.trainer.Trainer` trains an RL run (the same
     `prepare()`, `steps()`, `step_index`, `evaluate()`), so a sweep, the run store and reuse take it like any run.
 
     Data: the task's own preference pairs for the run's seed, the very pairs its reward model is fitted to
@@ -314,8 +314,8 @@ class DPOTrainer:
             yield self.step()
 
     def step_phases(self):
-        """One step as `Trainer.step_phases` runs it (`rl_core.run_batch`), asking for no sample: DPO trains on its
-        pairs. Returns the record and no token count (no sampled tokens are trained on)."""
+        """One step as `Trainer.step_phases` runs it (`rl_core.engine.run_batch`), asking for no sample: DPO trains on
+        its pairs. Returns the record and no token count (no sampled tokens are trained on)."""
         return self.step(), None
         yield  # a coroutine with no requests
 
@@ -330,5 +330,5 @@ class DPOTrainer:
         return record
 
     def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
-        """The final evaluation every run gets (`rl_core.trainer.evaluate_policy`, temperature 1)."""
+        """The final evaluation every run gets (`rl_core.engine.trainer.evaluate_policy`, temperature 1)."""
         return evaluate_policy(self.policy, self.tokenizer, self.task, self.task.max_new_tokens, 1.0, n_prompts, seed)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.models import ValueModel
-from rl_core.reward_model import reward_scores
-from rl_core.rollout import sample
-from rl_core.tokenizer import CHARACTERS
+from rl_core.engine.models import ValueModel
+from rl_core.engine.reward_model import reward_scores
+from rl_core.engine.rollout import sample
+from rl_core.engine.tokenizer import CHARACTERS
 from toy_tasks import get_task
 
 N_SAMPLES = 8  # responses drawn from the policy per prompt for the ranking

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
-from rl_core.models import ValueModel, build_value_model
+from rl_core.engine.models import ValueModel, build_value_model
 
 
 @dataclass(frozen=True)

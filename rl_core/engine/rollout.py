@@ -13,9 +13,9 @@ from functools import cached_property
 import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.decoding import KVDecoder
-from rl_core.losses import entropy_from_logits
-from rl_core.packing import PrefixTree, prefix_tree
+from rl_core.engine.decoding import KVDecoder
+from rl_core.formulas.losses import entropy_from_logits
+from rl_core.engine.packing import PrefixTree, prefix_tree
 
 
 @dataclass
@@ -128,7 +128,7 @@ def sample(
 class SampleRequest:
     """What a training step asks of the sampler: `rollout.sample` with these arguments, in `dtype` ("bfloat16":
     under autocast, as an inference engine's kernels would run it). A step yields it rather than sampling itself, so
-    that `rl_core.run_batch` can serve the requests of several runs in one stacked loop."""
+    that `rl_core.engine.run_batch` can serve the requests of several runs in one stacked loop."""
 
     policy: GPT2LMHeadModel
     tokenizer: PreTrainedTokenizerBase
@@ -239,7 +239,7 @@ def encode_pairs(
 
 def response_logits(model: GPT2LMHeadModel, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
     """Logits `[B, T, V]` (divided by the sampling temperature) that predict each response token, from one pass over
-    the batch packed as a prefix tree (`rl_core.packing`): each distinct prompt once, then its responses."""
+    the batch packed as a prefix tree (`rl_core.engine.packing`): each distinct prompt once, then its responses."""
     tree = batch.prefix_tree
     out = model(
         input_ids=tree.input_ids,

@@ -19,8 +19,8 @@ import time
 from collections.abc import Generator, Sequence
 from typing import Protocol
 
-from rl_core.rollout import Rollout, SampleRequest
-from rl_core.stacked_runs import SHAPE_FIELDS, StackedPolicies, sample_runs
+from rl_core.engine.rollout import Rollout, SampleRequest
+from rl_core.engine.stacked_runs import SHAPE_FIELDS, StackedPolicies, sample_runs
 
 StepPhases = Generator[SampleRequest, Rollout, tuple[dict, int | None]]
 

@@ -28,10 +28,10 @@ import torch
 from safetensors import safe_open
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.models import MODEL_PRESETS, build_policy, load_policy, model_config
-from rl_core.reuse import fingerprint
-from rl_core.rollout import encode_pairs, response_logits, sample, token_logprobs
-from rl_core.staging import publish, remove_stale_staging, staging_folder
+from rl_core.engine.models import MODEL_PRESETS, build_policy, load_policy, model_config
+from rl_core.runs.reuse import fingerprint
+from rl_core.engine.rollout import encode_pairs, response_logits, sample, token_logprobs
+from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.models import position_ids_from_mask
-from rl_core.rollout import Rollout, TokenBatch, categorical_from_uniform, encode_prompts, rollout_from_decoded
+from rl_core.engine.models import position_ids_from_mask
+from rl_core.engine.rollout import Rollout, TokenBatch, categorical_from_uniform, encode_prompts, rollout_from_decoded
 
 # The sampler drops finished rows from its batch once the busiest run's rows fill at most this share of its slots.
 COMPACT_AT = 0.75

@@ -19,24 +19,24 @@ from pathlib import Path
 
 import torch
 
-from rl_core import kl as kl_estimators
-from rl_core.advantages import reward_to_go, running_mean_update
-from rl_core.aggregation import aggregate_loss
+from rl_core.formulas import kl as kl_estimators
+from rl_core.formulas.advantages import reward_to_go, running_mean_update
+from rl_core.formulas.aggregation import aggregate_loss
 from rl_core.config import RunConfig
-from rl_core.distillation import TEACHER_DEMO_NOISE, reverse_kl_advantages
-from rl_core.estimators import (
+from rl_core.formulas.distillation import TEACHER_DEMO_NOISE, reverse_kl_advantages
+from rl_core.formulas.estimators import (
     AdvantageInputs,
     effective_reward_clip,
     estimate_advantages,
     policy_loss,
     whitens_noise_only,
 )
-from rl_core.kl_control import adaptive_beta
-from rl_core.loss_terms import LossInputs, kl_capped_fraction, loss_parts, policy_per_token
-from rl_core.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
-from rl_core.kl_stats import kl_estimator_stats
-from rl_core.masking import masked_mean
-from rl_core.metrics import (
+from rl_core.formulas.kl_control import adaptive_beta
+from rl_core.formulas.loss_terms import LossInputs, kl_capped_fraction, loss_parts, policy_per_token
+from rl_core.formulas.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
+from rl_core.formulas.kl_stats import kl_estimator_stats
+from rl_core.formulas.masking import masked_mean
+from rl_core.formulas.metrics import (
     advantage_stats,
     approx_kl,
     clip_fractions,
@@ -48,15 +48,19 @@ from rl_core.metrics import (
     skewed_group_weight_ratio,
     zero_advantage_group_fraction,
 )
-from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device, use_preset_threads
-from rl_core.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
-from rl_core.rollout import Rollout, SampleRequest, frozen_response_logits, response_logits, sample, token_logprobs
-from rl_core.run_batch import run_alone, step_together
-from rl_core.rollout_correction import correction_weights, rollout_mismatch_metrics
-from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
-from rl_core.sft import default_cache_dir, sft_policy
-from rl_core.staging import staging_folder
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.models import (
+    MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device, use_preset_threads,
+)
+from rl_core.formulas.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
+from rl_core.engine.rollout import (
+    Rollout, SampleRequest, frozen_response_logits, response_logits, sample, token_logprobs,
+)
+from rl_core.engine.run_batch import run_alone, step_together
+from rl_core.formulas.rollout_correction import correction_weights, rollout_mismatch_metrics
+from rl_core.formulas.sampling import dynamic_sampling_keep, overlong_filter_mask
+from rl_core.engine.sft import default_cache_dir, sft_policy
+from rl_core.runs.staging import staging_folder
+from rl_core.engine.tokenizer import build_char_tokenizer
 from toy_tasks import get_task
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -247,7 +251,7 @@ class Trainer:
     # -------------------------------------------------------------- sampling
     def _sample_batch(self, n_prompts: int) -> Generator[SampleRequest, Rollout, tuple]:
         """`(rollout, rewards, successes)`: n_prompts prompts × G responses, with task rewards (plus DAPO's soft
-        overlong punishment); the sampling is asked of whoever drives the step (`rl_core.run_batch`)."""
+        overlong punishment); the sampling is asked of whoever drives the step (`rl_core.engine.run_batch`)."""
         prompts = self.task.sample_prompts(n_prompts, self.prompt_rng)
         rollout = yield SampleRequest(
             self._behaviour_policy(), self.tokenizer, prompts, self.max_new_tokens, self._behaviour_temperature,
@@ -377,7 +381,7 @@ class Trainer:
             yield self.step()
 
     def step(self) -> dict:
-        """One step alone: a batch of one run (`rl_core.run_batch`)."""
+        """One step alone: a batch of one run (`rl_core.engine.run_batch`)."""
         outcome = step_together([self])[0]
         if isinstance(outcome, Exception):
             raise outcome
@@ -469,7 +473,7 @@ class Trainer:
     def _distillation_advantages(self, task_advantages, old_logp, teacher_logp, mask) -> torch.Tensor:
         """The advantages the policy loss sees with a teacher: the task's (or none, `use_task_rewards=False`), plus
         in the policy-gradient form `c_distill · reverse_kl_advantages`, scored when the batch was sampled, as a
-        reward is (the supervised form is a loss term instead: `rl_core.loss_terms`)."""
+        reward is (the supervised form is a loss term instead: `rl_core.formulas.loss_terms`)."""
         algo = self.algo
         advantages = task_advantages if algo.use_task_rewards else torch.zeros_like(task_advantages)
         if algo.use_policy_gradient:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.masking import divide_by_std, masked_deviation, masked_whiten
+from rl_core.formulas.masking import divide_by_std, masked_deviation, masked_whiten
 
 
 def as_groups(R: torch.Tensor, group_size: int) -> torch.Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.masking import masked_mean, masked_sum
+from rl_core.formulas.masking import masked_mean, masked_sum
 
 LOSS_AGG_MODES: tuple[str, ...] = (
     "token-mean",

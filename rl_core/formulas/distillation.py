@@ -2,8 +2,8 @@
 toward the teacher on the states it visits itself (Agarwal et al. 2024, GKD; Thinking Machines 2025).
 
 With `log π_θ(y_t)` the student's and `log π_T(y_t)` the teacher's log-probability of the sampled token `y_t`, the
-per-token reverse KL KL(π_θ‖π_T) is estimated by `rl_core.kl`'s k1 / k2 / k3 with the teacher in the reference's
-place. Two ways to follow it, verl's `distillation_loss.use_policy_gradient`:
+per-token reverse KL KL(π_θ‖π_T) is estimated by `rl_core.formulas.kl`'s k1 / k2 / k3 with the teacher in the
+reference's place. Two ways to follow it, verl's `distillation_loss.use_policy_gradient`:
 
 * policy-gradient form (`True`): the negated estimate, detached, is each token's advantage, and the run's policy
   loss (PPO's clip, say) does the rest — for k1 the advantage is `sg[log π_T − log π_θ]`, a dense reward;
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.kl import KL_ESTIMATORS
+from rl_core.formulas.kl import KL_ESTIMATORS
 
 
 def reverse_kl_advantages(

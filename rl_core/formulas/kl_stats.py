@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.kl import KL_ESTIMATORS
-from rl_core.masking import masked_mean, masked_var
+from rl_core.formulas.kl import KL_ESTIMATORS
+from rl_core.formulas.masking import masked_mean, masked_var
 
 
 def kl_estimator_stats(

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_core import kl
-from rl_core.aggregation import aggregate_loss
+from rl_core.formulas import kl
+from rl_core.formulas.aggregation import aggregate_loss
 from rl_core.config import AlgoConfig
-from rl_core.distillation import distillation_loss
-from rl_core.estimators import policy_loss
-from rl_core.losses import entropy_from_logits, kl_cov_penalty_mask, positive_nll_loss
-from rl_core.masking import masked_mean
+from rl_core.formulas.distillation import distillation_loss
+from rl_core.formulas.estimators import policy_loss
+from rl_core.formulas.losses import entropy_from_logits, kl_cov_penalty_mask, positive_nll_loss
+from rl_core.formulas.masking import masked_mean
 
 
 @dataclass
@@ -44,7 +44,7 @@ class LossInputs:
 
 
 def policy_per_token(x: LossInputs) -> torch.Tensor:
-    """The configured policy loss `[B, T]` (`rl_core.estimators.POLICY_LOSSES`), times the rollout-correction
+    """The configured policy loss `[B, T]` (`rl_core.formulas.estimators.POLICY_LOSSES`), times the rollout-correction
     weight `sg[w]` when the batch was sampled by another policy than π_old."""
     per_token = policy_loss(x.algo, x.logp, x.old_logp, x.advantages, x.mask)
     return per_token if x.policy_weights is None else per_token * x.policy_weights

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from rl_core.advantages import broadcast_to_tokens
-from rl_core.masking import masked_mean
+from rl_core.formulas.advantages import broadcast_to_tokens
+from rl_core.formulas.masking import masked_mean
 
 
 def vanilla_pg_loss(logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:

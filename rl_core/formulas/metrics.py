@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.kl import kl_k2
-from rl_core.losses import dppo_tv_mask
-from rl_core.masking import masked_mean, masked_var
-from rl_core.sampling import dynamic_sampling_keep
+from rl_core.formulas.kl import kl_k2
+from rl_core.formulas.losses import dppo_tv_mask
+from rl_core.formulas.masking import masked_mean, masked_var
+from rl_core.formulas.sampling import dynamic_sampling_keep
 
 
 def clip_fractions(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.masking import masked_mean, masked_sum
+from rl_core.formulas.masking import masked_mean, masked_sum
 
 # A divergence gate is a rejection filter read from μ(a_t) and π_old(a_t) alone; OpenRLHF clamps both into
 # [ε, 1 − ε] so that the binary KL's logarithms stay finite when a probability rounds to 0 or 1.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_core.advantages import as_groups
+from rl_core.formulas.advantages import as_groups
 
 
 def dynamic_sampling_keep(R: torch.Tensor, group_size: int, atol: float = 1e-6) -> torch.Tensor:

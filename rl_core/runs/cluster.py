@@ -2,7 +2,7 @@
 
 With `RLHF_LAB_RAY_ADDRESS` set (or `--ray-address` on `sweep` and `experiment`) every training runs as a Ray task
 on the cluster: sweeps and experiments through `RayPool` (the `Sweep`'s pool), the app's live-lab jobs through
-`remote_stream`. The task is `rl_core.run_stream.batch_training_stream(runs)`, a batch of runs trained as one (a
+`remote_stream`. The task is `rl_core.runs.run_stream.batch_training_stream(runs)`, a batch of runs trained as one (a
 live-lab job is a batch of one), as a Ray streaming generator: its items (setup progress, each step's record, the
 end, each tagged with its run) come back to the coordinator as they are made, and the coordinator writes them to
 its run store with `store_batch`, the function a local worker writes its own batch with, so the store, the pages
@@ -38,9 +38,9 @@ import rl_core
 import toy_tasks
 from rl_core.config import RunConfig
 from rl_core.messages import brief
-from rl_core.run_stream import RunInterrupted, batch_training_stream, one_run, store_batch
-from rl_core.store import RunStore
-from rl_core.trainer import TrainingStopped
+from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, one_run, store_batch
+from rl_core.runs.store import RunStore
+from rl_core.engine.trainer import TrainingStopped
 
 ADDRESS_VARIABLE = "RLHF_LAB_RAY_ADDRESS"
 CONNECT_TIMEOUT = 5.0  # seconds to wait for the head's port to answer before saying it does not
@@ -126,9 +126,9 @@ def _tasks():
 
 
 def _warm_start_task(run: RunConfig, cache_dir: Path | None) -> Iterator[dict]:
-    """`rl_core.sweep.warm_start` on a worker; a generator like the training task (it yields nothing), so one loop
+    """`rl_core.runs.sweep.warm_start` on a worker; a generator like the training task (it yields nothing), so one loop
     awaits and stops both."""
-    from rl_core.sweep import warm_start  # the sweep imports this module
+    from rl_core.runs.sweep import warm_start  # the sweep imports this module
 
     warm_start(run, cache_dir)
     yield from ()

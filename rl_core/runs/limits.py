@@ -29,7 +29,7 @@ REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time g
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
 CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
 EVALUATION_PROMPTS = 256  # the final evaluation samples one response to each (Trainer.evaluate)
-# An offline DPO step (rl_core.preference_optimisation.DPOTrainer) samples `n_eval_prompts` responses and passes
+# An offline DPO step (rl_core.engine.preference_optimisation.DPOTrainer) samples `n_eval_prompts` responses and passes
 # responses teacher-forced: every `eval_steps` the held-out pairs' two through the policy (the reference's are
 # computed once), and the minibatch's two through both models. One response's share of such a pass cost what one
 # sampled response did (tiny model on `preference`, one thread: 1.2e-3 s and 1.2e-3 s on the loaded CPU).

@@ -20,7 +20,7 @@ from pathlib import Path
 from rl_core.config import RunConfig
 
 ENGINE_PACKAGES = ("rl_core", "toy_tasks")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: this file is rl_core/runs/reuse.py
 
 
 def fingerprint(text: str, length: int = 16) -> str:
@@ -43,7 +43,7 @@ def run_key(run: RunConfig) -> str:
     version. Equal keys train to equal records; any other knob, seed or source gives another key."""
     import torch  # here, not at the top: the run store reads keys without loading torch
 
-    from rl_core.models import select_device
+    from rl_core.engine.models import select_device
 
     config = {**dataclasses.asdict(run), "device": select_device(run.device).type}
     text = json.dumps({"run": config, "torch": torch.__version__, "engine": engine_version()}, sort_keys=True)

@@ -1,7 +1,7 @@
 """Training as a stream of items, and the one place where a sweep's stream is written to the run store.
 
 Wherever runs train (a sweep's worker process, a task on a Ray cluster, a thread of the app), the training is
-`batch_stream(trainers)` of a batch of runs (`rl_core.run_batch`; the app trains a batch of one), a generator of
+`batch_stream(trainers)` of a batch of runs (`rl_core.engine.run_batch`; the app trains a batch of one), a generator of
 plain dicts, each tagged with its run's place in the batch:
 
 * `{PHASE: [phase, done, total]}` while `Trainer.prepare()` builds the reward model, SFT policy and critic,
@@ -26,10 +26,10 @@ from pathlib import Path
 
 from rl_core.config import DPOConfig, RunConfig
 from rl_core.messages import brief
-from rl_core.preference_optimisation import DPOTrainer
-from rl_core.run_batch import step_together
-from rl_core.store import RunStore
-from rl_core.trainer import Trainer, TrainingStopped
+from rl_core.engine.preference_optimisation import DPOTrainer
+from rl_core.engine.run_batch import step_together
+from rl_core.runs.store import RunStore
+from rl_core.engine.trainer import Trainer, TrainingStopped
 
 PHASE, SETUP, END, FAILED = "phase", "setup", "end", "failed"
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rl_core.store import process_alive
+from rl_core.runs.store import process_alive
 
 MARK = ".staging-"
 UNMARKED = re.compile(r"^.+\.[a-z0-9_]{8}$")  # tempfile.mkdtemp(prefix=name + ".") before staging names had a pid

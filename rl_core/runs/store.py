@@ -15,7 +15,7 @@ store is opened, a run still queued or running is marked `interrupted` if
 * its heartbeat is older than `STALE_AFTER` seconds: the owner hangs, ran on another host, or its pid now
   belongs to another program.
 
-Reuse. A run stored with its key (`rl_core.reuse.run_key`) may answer a later identical request: that request's
+Reuse. A run stored with its key (`rl_core.runs.reuse.run_key`) may answer a later identical request: that request's
 row (its own, in its session) shows the finished run's records instead of training (`records_from`), or watches the
 run while it is in flight and trains itself only if that run does not finish (`follow`). Steps are stored once,
 with the run that trained them; deleting it hands them to a row that shows them.
@@ -125,7 +125,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN session TEXT",
         "CREATE INDEX runs_by_session ON runs(session)",
     ),
-    # v2 → v3: reuse of finished runs. `run_key` (`rl_core.reuse.run_key`) identifies the computation; a row that
+    # v2 → v3: reuse of finished runs. `run_key` (`rl_core.runs.reuse.run_key`) identifies the computation; a row that
     # answers from another run's records names that run in `records_from` (it holds no steps of its own).
     (
         "ALTER TABLE runs ADD COLUMN run_key TEXT",
@@ -157,8 +157,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             pinned_at REAL NOT NULL
         )""",
     ),
-    # v4 → v5: runs trained as one batch (`rl_core.run_batch`) name the batch's first run; a batch is one process's
-    # loop, so it takes one place under the training cap (NULL: the run trains alone).
+    # v4 → v5: runs trained as one batch (`rl_core.engine.run_batch`) name the batch's first run; a batch is one
+    # process's loop, so it takes one place under the training cap (NULL: the run trains alone).
     ("ALTER TABLE runs ADD COLUMN batch_id INTEGER",),
 )
 PHASES = ("before", "after")
@@ -185,7 +185,7 @@ def max_store_bytes() -> int:
 
 def default_db_path() -> Path:
     """`RLHF_LAB_DB`, else runs.sqlite in the lab's cache directory: `RLHF_LAB_CACHE` or the user cache, the
-    folder `rl_core.sft.default_cache_dir` names (not imported, so the store loads without torch)."""
+    folder `rl_core.engine.sft.default_cache_dir` names (not imported, so the store loads without torch)."""
     if os.environ.get("RLHF_LAB_DB"):
         return Path(os.environ["RLHF_LAB_DB"])
     return Path(os.environ.get("RLHF_LAB_CACHE") or platformdirs.user_cache_dir("rlhf-lab")) / "runs.sqlite"
@@ -215,11 +215,11 @@ class StoredRun:
     final: dict | None
     error: str | None
     session: str | None  # the app session that owns it; None: shared (the command line's), read-only in the app
-    run_key: str | None  # what it computes (`rl_core.reuse.run_key`); None for runs stored without one
+    run_key: str | None  # what it computes (`rl_core.runs.reuse.run_key`); None for runs stored without one
     records_from: int | None  # the run whose records it shows instead of training (itself: it holds them)
     page: str | None = None  # the lab page whose run it is (a live lab's), while its learner keeps it there
     page_run: int | None = None  # its number on that page (`#n`)
-    batch_id: int | None = None  # the first run of the batch it trained in (`rl_core.run_batch`); None: alone
+    batch_id: int | None = None  # the first run of the batch it trained in (`rl_core.engine.run_batch`); None: alone
 
     @property
     def reused(self) -> bool:
@@ -364,7 +364,7 @@ class RunStore:
         """A queued run owned by this process (and by app session `session`, if given); returns its id. A live
         lab's run names its `page` and its number there (`page_run`).
 
-        `key` is the run's `rl_core.reuse.run_key`. With `reuse`, in the same transaction (so two requests never
+        `key` is the run's `rl_core.runs.reuse.run_key`. With `reuse`, in the same transaction (so two requests never
         both train one key): a finished run of that key makes the new row a finished one that shows its records; a
         run of that key queued or training, its owner alive, makes it a queued row that watches that one
         (`follow`); otherwise the row is queued to train. Either way the row is the caller's own (its session),
@@ -410,7 +410,7 @@ class RunStore:
             _start(db, run_id)
 
     def claim(self, run_ids: int | Sequence[int], cap: int, stopped: Callable[[], bool]) -> bool:
-        """Start the run, or every run of a batch trained as one (`rl_core.run_batch`), once fewer than `cap`
+        """Start the run, or every run of a batch trained as one (`rl_core.engine.run_batch`), once fewer than `cap`
         trainings of this store are under way, in any process; False, without starting them, if `stopped()` turns
         true first. A batch is one training: one loop in one process, whatever its number of runs.
 

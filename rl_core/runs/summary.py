@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Iterable
 from typing import TextIO
 
-from rl_core.store import StoredRun
+from rl_core.runs.store import StoredRun
 
 SUCCESS_TARGET = 0.9
 

@@ -1,5 +1,5 @@
 """Sweeps: every (preset, grid value, seed) run of a comparison trained in worker processes, each worker training
-one batch of runs at a time (`rl_core.run_batch`), every record written to the run store as it comes.
+one batch of runs at a time (`rl_core.engine.run_batch`), every record written to the run store as it comes.
 
 Processes, not threads: a step of a tiny model is mostly Python overhead around small tensor ops, which runs
 under the GIL, so only processes fill several cores. Workers are spawned, not forked (forking a process that
@@ -15,11 +15,11 @@ Batches. The runs of one warm start (the arms of an experiment for one seed, the
 one batch, split so that every worker gets a batch: their sampling goes through one stacked loop, and the batch
 takes one place under the training cap, as it holds one core.
 
-Reuse. A planned run identical to one in the store (`rl_core.reuse.run_key`) is not trained: it answers from the
+Reuse. A planned run identical to one in the store (`rl_core.runs.reuse.run_key`) is not trained: it answers from the
 finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
 trains every run.
 
-On a Ray cluster (`ray_address`, or RLHF_LAB_RAY_ADDRESS) the pool is `rl_core.cluster.RayPool`: the same warm
+On a Ray cluster (`ray_address`, or RLHF_LAB_RAY_ADDRESS) the pool is `rl_core.runs.cluster.RayPool`: the same warm
 starts and runs as Ray tasks, their records written here as they come back.
 """
 
@@ -45,15 +45,15 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core import cluster
+from rl_core.runs import cluster
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig, shown, parse_overrides
-from rl_core.models import MODEL_PRESETS, select_device
-from rl_core.reuse import run_key
-from rl_core.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
-from rl_core.sft import sft_policy
-from rl_core.store import Heartbeat, RunStore, StoredRun, max_trainings
-from rl_core.trainer import TrainingStopped
+from rl_core.engine.models import MODEL_PRESETS, select_device
+from rl_core.runs.reuse import run_key
+from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
+from rl_core.engine.sft import sft_policy
+from rl_core.runs.store import Heartbeat, RunStore, StoredRun, max_trainings
+from rl_core.engine.trainer import TrainingStopped
 from toy_tasks import get_task
 
 
@@ -175,7 +175,8 @@ class Sweep:
         app passes its training cap); default RLHF_LAB_MAX_TRAININGS, else this sweep's worker count.
         `fresh`: train every run, even one the store already holds or trains.
         `ray_address` (default RLHF_LAB_RAY_ADDRESS): train every run as a task on that Ray cluster
-        (`rl_core.cluster`); workers and cap then default to the cluster's CPUs. ClusterError if it is not there."""
+        (`rl_core.runs.cluster`); workers and cap then default to the cluster's CPUs. ClusterError if it is not
+        there."""
         self.ray_address = cluster.ray_address(ray_address)
         cluster_cpus = cluster.connect(self.ray_address) if self.ray_address else None
         self.workers = (cluster_cpus or default_workers()) if workers is None else workers
