@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from rl_core.runs import cluster
 from rl_core.algorithms import get_preset
 from rl_core.cli import main
 from rl_core.config import RunConfig
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import ExperimentRun
+from rl_core.runs import cluster
 from rl_core.runs.cluster import ClusterError
 from rl_core.runs.store import RunStore
 from rl_core.runs.sweep import Sweep, plan_sweep

@@ -10,12 +10,12 @@ import threading
 
 import pytest
 
-from rl_core.runs import reuse
 from rl_core.algorithms import get_preset
 from rl_core.cli import main
 from rl_core.config import RunConfig
 from rl_core.experiments import Arm, Experiment, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE, ExperimentRun, unused_seeds
+from rl_core.runs import reuse
 from rl_core.runs.reuse import engine_version, recorded_when, reuse_line, run_key
 from rl_core.runs.store import MIGRATIONS, RunStore
 

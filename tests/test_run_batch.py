@@ -11,10 +11,10 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.engine.rollout import SampleRequest
 from rl_core.engine.run_batch import stack_key, step_together
-from rl_core.runs.run_stream import END, FAILED, batch_stream
-from rl_core.runs.store import RunStore
 from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.trainer import Trainer, TrainingError
+from rl_core.runs.run_stream import END, FAILED, batch_stream
+from rl_core.runs.store import RunStore
 from toy_tasks import DEFAULT_TASK
 
 TIMING = {"step_time", "tokens_per_second", "elapsed"}

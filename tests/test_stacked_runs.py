@@ -4,9 +4,9 @@ each policy by itself are the independent route."""
 import pytest
 import torch
 
+from rl_core.engine import stacked_runs
 from rl_core.engine.models import build_policy
 from rl_core.engine.rollout import encode_pairs, response_logits, sample, token_logprobs
-from rl_core.engine import stacked_runs
 from rl_core.engine.stacked_runs import StackedPolicies, sample_runs
 from rl_core.engine.tokenizer import build_char_tokenizer
 

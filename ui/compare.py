@@ -32,9 +32,9 @@ import streamlit as st
 from plotly.colors import hex_to_rgb
 
 from rl_core.algorithms import PRESETS
-from rl_core.runs.cluster import ClusterError
 from rl_core.config import AlgoConfig, RunConfig, knob_differences, parse_overrides
 from rl_core.experiments import EXPERIMENTS
+from rl_core.runs.cluster import ClusterError
 from rl_core.runs.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
 from rl_core.runs.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
 from rl_core.runs.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rl_core.runs import cluster
-from rl_core.engine.chat import ChatModels, Probe
 from rl_core.config import RunConfig
-from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.engine.chat import ChatModels, Probe
+from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
+from rl_core.runs import cluster
+from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.runs.run_stream import END, PHASE, SETUP, RunInterrupted, trainer_stream
 from rl_core.runs.store import RunStore, StoredRun, max_trainings
-from rl_core.engine.trainer import Trainer, TrainingStopped
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
 SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}

@@ -25,8 +25,8 @@ import torch
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig, knob_differences
-from rl_core.messages import brief
 from rl_core.engine.models import MODEL_PRESETS
+from rl_core.messages import brief
 from rl_core.runs.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import chat

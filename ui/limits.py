@@ -14,8 +14,8 @@ import streamlit as st
 import torch
 
 from rl_core.config import RunConfig
-from rl_core.runs.limits import ServerLimits
 from rl_core.messages import brief
+from rl_core.runs.limits import ServerLimits
 from rl_core.runs.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
 from ui.session import session_token
 

@@ -8,10 +8,10 @@ import pandas as pd
 import streamlit as st
 
 from rl_core.engine.chat import check_prompt
-from rl_core.messages import brief
 from rl_core.engine.preference_optimisation import preference_warm_start
 from rl_core.engine.reward_chat import N_SAMPLES, PairJudgement, check_response, judge_pair, rank_policy_samples
 from rl_core.engine.reward_model import PreferencePair
+from rl_core.messages import brief
 from toy_tasks import get_task
 from toy_tasks.preference import gold_quality, gold_success
 

@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 
 from rl_core.algorithms import get_preset
-from rl_core.config import RunConfig
 from rl_core.bridge.export_frameworks import export_config, settings
-from rl_core.runs.store import RunStore
-from rl_core.engine.trainer import Trainer
 from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE
+from rl_core.config import RunConfig
+from rl_core.engine.trainer import Trainer
+from rl_core.runs.store import RunStore
 from toy_tasks.base import ExactAnswerTask
 
 # TRL's log key → the lab's record key, for the metrics both report with the same definition.

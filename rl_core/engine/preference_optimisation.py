@@ -23,8 +23,6 @@ import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
-from rl_core.formulas.kl import kl_exact, kl_k3
-from rl_core.formulas.masking import masked_mean, masked_sum
 from rl_core.engine.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
 from rl_core.engine.reward_model import (
     PreferencePair,
@@ -44,6 +42,8 @@ from rl_core.engine.rollout import (
 from rl_core.engine.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
 from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
+from rl_core.formulas.kl import kl_exact, kl_k3
+from rl_core.formulas.masking import masked_mean, masked_sum
 from toy_tasks import get_task
 from toy_tasks.base import ToyTask
 

@@ -14,8 +14,8 @@ import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.engine.decoding import KVDecoder
-from rl_core.formulas.losses import entropy_from_logits
 from rl_core.engine.packing import PrefixTree, prefix_tree
+from rl_core.formulas.losses import entropy_from_logits
 
 
 @dataclass

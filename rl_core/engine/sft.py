@@ -29,8 +29,8 @@ from safetensors import safe_open
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.engine.models import MODEL_PRESETS, build_policy, load_policy, model_config
-from rl_core.runs.reuse import fingerprint
 from rl_core.engine.rollout import encode_pairs, response_logits, sample, token_logprobs
+from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
 

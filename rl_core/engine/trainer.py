@@ -19,10 +19,29 @@ from pathlib import Path
 
 import torch
 
+from rl_core.config import RunConfig
+from rl_core.engine.models import (
+    MODEL_PRESETS,
+    ValueModel,
+    frozen_reference,
+    load_policy,
+    select_device,
+    use_preset_threads,
+)
+from rl_core.engine.rollout import (
+    Rollout,
+    SampleRequest,
+    frozen_response_logits,
+    response_logits,
+    sample,
+    token_logprobs,
+)
+from rl_core.engine.run_batch import run_alone, step_together
+from rl_core.engine.sft import default_cache_dir, sft_policy
+from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.formulas import kl as kl_estimators
 from rl_core.formulas.advantages import reward_to_go, running_mean_update
 from rl_core.formulas.aggregation import aggregate_loss
-from rl_core.config import RunConfig
 from rl_core.formulas.distillation import TEACHER_DEMO_NOISE, reverse_kl_advantages
 from rl_core.formulas.estimators import (
     AdvantageInputs,
@@ -32,9 +51,9 @@ from rl_core.formulas.estimators import (
     whitens_noise_only,
 )
 from rl_core.formulas.kl_control import adaptive_beta
+from rl_core.formulas.kl_stats import kl_estimator_stats
 from rl_core.formulas.loss_terms import LossInputs, kl_capped_fraction, loss_parts, policy_per_token
 from rl_core.formulas.losses import clip_cov_detach_mask, clipped_value_loss, entropy_from_logits, gspo_sequence_ratio
-from rl_core.formulas.kl_stats import kl_estimator_stats
 from rl_core.formulas.masking import masked_mean
 from rl_core.formulas.metrics import (
     advantage_stats,
@@ -48,19 +67,10 @@ from rl_core.formulas.metrics import (
     skewed_group_weight_ratio,
     zero_advantage_group_fraction,
 )
-from rl_core.engine.models import (
-    MODEL_PRESETS, ValueModel, frozen_reference, load_policy, select_device, use_preset_threads,
-)
 from rl_core.formulas.rewards import kl_penalized_token_rewards, overlong_buffer_length, soft_overlong_punishment
-from rl_core.engine.rollout import (
-    Rollout, SampleRequest, frozen_response_logits, response_logits, sample, token_logprobs,
-)
-from rl_core.engine.run_batch import run_alone, step_together
 from rl_core.formulas.rollout_correction import correction_weights, rollout_mismatch_metrics
 from rl_core.formulas.sampling import dynamic_sampling_keep, overlong_filter_mask
-from rl_core.engine.sft import default_cache_dir, sft_policy
 from rl_core.runs.staging import staging_folder
-from rl_core.engine.tokenizer import build_char_tokenizer
 from toy_tasks import get_task
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)

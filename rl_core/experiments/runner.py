@@ -24,8 +24,8 @@ from pathlib import Path
 
 from rl_core.algorithms import get_run_algo
 from rl_core.config import AlgoConfig, DPOConfig, RunConfig
-from rl_core.experiments import Arm, Experiment, Records, mean_interval, seeds_needed, verdict
 from rl_core.engine.models import MODEL_PRESETS, select_device
+from rl_core.experiments import Arm, Experiment, Records, mean_interval, seeds_needed, verdict
 from rl_core.runs.records import json_safe, write_jsonl
 from rl_core.runs.reuse import run_key
 from rl_core.runs.store import RunStore, StoredRun

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
+from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.formulas import advantages as adv
 from rl_core.formulas import losses
-from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.formulas.masking import masked_mean, masked_whiten
 from rl_core.formulas.sampling import dynamic_sampling_keep
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from rl_core.config import AlgoConfig
 from rl_core.formulas import kl
 from rl_core.formulas.aggregation import aggregate_loss
-from rl_core.config import AlgoConfig
 from rl_core.formulas.distillation import distillation_loss
 from rl_core.formulas.estimators import policy_loss
 from rl_core.formulas.losses import entropy_from_logits, kl_cov_penalty_mask, positive_nll_loss

@@ -37,10 +37,10 @@ from pathlib import Path
 import rl_core
 import toy_tasks
 from rl_core.config import RunConfig
+from rl_core.engine.trainer import TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, one_run, store_batch
 from rl_core.runs.store import RunStore
-from rl_core.engine.trainer import TrainingStopped
 
 ADDRESS_VARIABLE = "RLHF_LAB_RAY_ADDRESS"
 CONNECT_TIMEOUT = 5.0  # seconds to wait for the head's port to answer before saying it does not

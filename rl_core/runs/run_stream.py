@@ -25,11 +25,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rl_core.config import DPOConfig, RunConfig
-from rl_core.messages import brief
 from rl_core.engine.preference_optimisation import DPOTrainer
 from rl_core.engine.run_batch import step_together
-from rl_core.runs.store import RunStore
 from rl_core.engine.trainer import Trainer, TrainingStopped
+from rl_core.messages import brief
+from rl_core.runs.store import RunStore
 
 PHASE, SETUP, END, FAILED = "phase", "setup", "end", "failed"
 

@@ -45,15 +45,15 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core.runs import cluster
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.engine.models import MODEL_PRESETS, select_device
+from rl_core.engine.sft import sft_policy
+from rl_core.engine.trainer import TrainingStopped
+from rl_core.runs import cluster
 from rl_core.runs.reuse import run_key
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
-from rl_core.engine.sft import sft_policy
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, max_trainings
-from rl_core.engine.trainer import TrainingStopped
 from toy_tasks import get_task
 
 
