@@ -88,6 +88,22 @@ class TrainingStopped(Exception):
     """The stop event was set while the models were being prepared."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ScoredBatch:
+    """A step's batch as scored before the update, without gradient (`[B, T]` unless said)."""
+
+    ref_logits: torch.Tensor  # [B, T, V] the reference's logits at the response positions
+    ref_logp: torch.Tensor  # log π_ref of the sampled tokens
+    old_values: torch.Tensor | None  # the critic's V(s_t) before the update; None without a critic
+    kl_in_reward: torch.Tensor  # the configured KL estimate per token (0 on padding), summed for adaptive β
+    token_rewards: torch.Tensor  # r_t: the reward on the last token, −β·k folded in where kl_in = reward
+    baseline: float | None  # the running-mean baseline this batch subtracts, where the config asks for one
+    advantages: torch.Tensor  # what the policy loss sees (a teacher's reverse-KL advantages added in, if any)
+    returns: torch.Tensor | None  # the critic's targets; None without a critic
+    teacher_logp: torch.Tensor | None  # log π_T of the sampled tokens; None without a teacher
+    teacher_stats: dict  # `teacher_kl`, `teacher_kl_exact`; empty without a teacher
+
+
 CHECKPOINT_FILES = ("trainer_state.json", "trainer_state.pt", "policy")  # what save_checkpoint always writes
 CHECKPOINT_OPTIONAL = ("critic",)  # and with a critic
 
@@ -399,7 +415,11 @@ class Trainer:
 
     def step_phases(self) -> Generator[SampleRequest, Rollout, tuple[dict, int]]:
         """One RL step as a coroutine: it yields each sampling request and is sent the rollout; it returns the
-        step's record and how many response tokens it trained on (the driver times the step)."""
+        step's record and how many response tokens it trained on (the driver times the step).
+
+        The phases, in the order of docs/ALGORITHMS.md: sample and reward (DAPO's filters included); where μ is not
+        π_old, π_old's log-probabilities and the mismatch; score the batch (reference, critic, KL in the reward,
+        advantages, a teacher's); the step's metrics; K epochs × minibatches of updates; adaptive β."""
         algo = self.algo
         batch, rewards, successes, stats = yield from self._collect()
         if self._behaviour_differs:
@@ -412,61 +432,75 @@ class Trainer:
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
         old_logp = batch.old_logp  # as sampled (or recomputed): on the first update the ratio is 1 up to rounding
         with torch.no_grad():
-            ref_logits = frozen_response_logits(self.reference, batch, algo.temperature)
-            ref_logp = token_logprobs(ref_logits, batch.response_ids)
-            old_values = self._critic_values(batch) if self.critic is not None else None
-            kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
-            beta_in_reward = self.beta if algo.kl_in == "reward" else 0.0
-            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, self.reward_clip)
-            baseline = self._running_baseline(token_rewards, mask) if algo.baseline == "running_mean" else None
-            advantages, returns = estimate_advantages(
-                algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations, baseline)
-            )
-            teacher_logp, teacher_stats = None, {}
-            if self.teacher is not None:
-                teacher_logp, teacher_stats = self._teacher_scores(batch, old_logp)
-                advantages = self._distillation_advantages(advantages, old_logp, teacher_logp, mask)
-            exact_kl = kl_estimators.kl_exact(batch.logits, ref_logits)
-            record = {
-                "step": self.step_index + 1,
-                **stats,
-                "entropy": masked_mean(batch.entropy, mask).item(),
-                "kl_exact": masked_mean(exact_kl, mask).item(),
-                **kl_estimator_stats(old_logp, ref_logp, exact_kl, mask),
-                **{
-                    f"kl_{name}": masked_mean(fn(old_logp, ref_logp), mask).item()
-                    for name, fn in kl_estimators.KL_ESTIMATORS.items()
-                },
-                **{f"advantage_{k}": v for k, v in advantage_stats(advantages, mask).items()},
-                **first_last_token_advantages(advantages, mask),
-                "beta": self.beta,
-                # The measured KL that adaptive β compares with target_kl: the estimator summed over each response.
-                "kl_sequence": kl_in_reward.sum(-1).mean().item(),
-                **teacher_stats,
-            }
-            if baseline is not None:
-                record["baseline"] = baseline
-            if algo.num_generations > 1:
-                seq_advantages = masked_mean(advantages, mask, dim=-1)
-                record["skewed_group_weight_ratio"] = skewed_group_weight_ratio(
-                    seq_advantages, rewards, algo.num_generations
-                )
-                record["equal_group_weight_share"] = equal_group_weight_share(
-                    seq_advantages, rewards, algo.num_generations
-                )
+            s = self._score(batch, rewards, old_logp)
+            record = {"step": self.step_index + 1, **stats, **self._batch_metrics(batch, rewards, old_logp, s)}
         # A teacher's signal is no noise: with one, equal task rewards never make a step noise only.
         self._noise_only_batch = (algo.skip_no_signal_updates and self.teacher is None
                                   and whitens_noise_only(algo, rewards, self.beta))
-        record.update(
-            self._update(batch, rewards, old_logp, ref_logp, advantages, old_values, returns, loss_mask, teacher_logp)
-        )
+        record.update(self._update(
+            batch, rewards, old_logp, s.ref_logp, s.advantages, s.old_values, s.returns, loss_mask, s.teacher_logp
+        ))
         if algo.target_kl is not None:
             self.beta = adaptive_beta(self.beta, record["kl_sequence"], algo.target_kl)
         record["samples"] = self._sample_views(
-            batch, rewards, successes, old_logp, advantages, ref_logp, token_rewards, old_values, returns, teacher_logp
+            batch, rewards, successes, old_logp, s.advantages, s.ref_logp, s.token_rewards, s.old_values, s.returns,
+            s.teacher_logp,
         )
         self.step_index += 1
         return record, int(mask.sum().item())
+
+    def _score(self, batch: Rollout, rewards: torch.Tensor, old_logp: torch.Tensor) -> ScoredBatch:
+        """The batch scored before any update: the reference's log-probabilities, the critic's values, the KL
+        estimate folded into the per-token rewards (`kl_in = reward`), the advantages, and a teacher's scores."""
+        algo, mask = self.algo, batch.response_mask
+        ref_logits = frozen_response_logits(self.reference, batch, algo.temperature)
+        ref_logp = token_logprobs(ref_logits, batch.response_ids)
+        old_values = self._critic_values(batch) if self.critic is not None else None
+        kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
+        beta_in_reward = self.beta if algo.kl_in == "reward" else 0.0
+        token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, self.reward_clip)
+        baseline = self._running_baseline(token_rewards, mask) if algo.baseline == "running_mean" else None
+        advantages, returns = estimate_advantages(
+            algo, AdvantageInputs(token_rewards, mask, old_values, algo.num_generations, baseline)
+        )
+        teacher_logp, teacher_stats = None, {}
+        if self.teacher is not None:
+            teacher_logp, teacher_stats = self._teacher_scores(batch, old_logp)
+            advantages = self._distillation_advantages(advantages, old_logp, teacher_logp, mask)
+        return ScoredBatch(ref_logits, ref_logp, old_values, kl_in_reward, token_rewards, baseline, advantages, returns,
+                           teacher_logp, teacher_stats)
+
+    def _batch_metrics(self, batch: Rollout, rewards: torch.Tensor, old_logp: torch.Tensor, s: ScoredBatch) -> dict:
+        """The step's metrics of the batch as sampled and scored: entropy, the exact KL and each estimator's,
+        advantage statistics, β and the KL it adapts to, a teacher's KL, the group weights."""
+        algo, mask = self.algo, batch.response_mask
+        exact_kl = kl_estimators.kl_exact(batch.logits, s.ref_logits)
+        metrics = {
+            "entropy": masked_mean(batch.entropy, mask).item(),
+            "kl_exact": masked_mean(exact_kl, mask).item(),
+            **kl_estimator_stats(old_logp, s.ref_logp, exact_kl, mask),
+            **{
+                f"kl_{name}": masked_mean(fn(old_logp, s.ref_logp), mask).item()
+                for name, fn in kl_estimators.KL_ESTIMATORS.items()
+            },
+            **{f"advantage_{k}": v for k, v in advantage_stats(s.advantages, mask).items()},
+            **first_last_token_advantages(s.advantages, mask),
+            "beta": self.beta,
+            # The measured KL that adaptive β compares with target_kl: the estimator summed over each response.
+            "kl_sequence": s.kl_in_reward.sum(-1).mean().item(),
+            **s.teacher_stats,
+        }
+        if s.baseline is not None:
+            metrics["baseline"] = s.baseline
+        if algo.num_generations > 1:
+            seq_advantages = masked_mean(s.advantages, mask, dim=-1)
+            metrics["skewed_group_weight_ratio"] = skewed_group_weight_ratio(
+                seq_advantages, rewards, algo.num_generations
+            )
+            metrics["equal_group_weight_share"] = equal_group_weight_share(
+                seq_advantages, rewards, algo.num_generations
+            )
+        return metrics
 
     def _teacher_scores(self, batch: Rollout, old_logp: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The teacher's log-probabilities of the sampled tokens `[B, T]`, and the records of how far the student is
