@@ -432,19 +432,20 @@ class Trainer:
         loss_mask = overlong_filter_mask(mask, batch.truncated) if algo.overlong_filter else mask
         old_logp = batch.old_logp  # as sampled (or recomputed): on the first update the ratio is 1 up to rounding
         with torch.no_grad():
-            s = self._score(batch, rewards, old_logp)
-            record = {"step": self.step_index + 1, **stats, **self._batch_metrics(batch, rewards, old_logp, s)}
+            scored = self._score(batch, rewards, old_logp)
+            record = {"step": self.step_index + 1, **stats, **self._batch_metrics(batch, rewards, old_logp, scored)}
         # A teacher's signal is no noise: with one, equal task rewards never make a step noise only.
         self._noise_only_batch = (algo.skip_no_signal_updates and self.teacher is None
                                   and whitens_noise_only(algo, rewards, self.beta))
         record.update(self._update(
-            batch, rewards, old_logp, s.ref_logp, s.advantages, s.old_values, s.returns, loss_mask, s.teacher_logp
+            batch, rewards, old_logp, scored.ref_logp, scored.advantages, scored.old_values, scored.returns, loss_mask,
+            scored.teacher_logp,
         ))
         if algo.target_kl is not None:
             self.beta = adaptive_beta(self.beta, record["kl_sequence"], algo.target_kl)
         record["samples"] = self._sample_views(
-            batch, rewards, successes, old_logp, s.advantages, s.ref_logp, s.token_rewards, s.old_values, s.returns,
-            s.teacher_logp,
+            batch, rewards, successes, old_logp, scored.advantages, scored.ref_logp, scored.token_rewards,
+            scored.old_values, scored.returns, scored.teacher_logp,
         )
         self.step_index += 1
         return record, int(mask.sum().item())
@@ -470,30 +471,32 @@ class Trainer:
         return ScoredBatch(ref_logits, ref_logp, old_values, kl_in_reward, token_rewards, baseline, advantages, returns,
                            teacher_logp, teacher_stats)
 
-    def _batch_metrics(self, batch: Rollout, rewards: torch.Tensor, old_logp: torch.Tensor, s: ScoredBatch) -> dict:
+    def _batch_metrics(
+        self, batch: Rollout, rewards: torch.Tensor, old_logp: torch.Tensor, scored: ScoredBatch
+    ) -> dict:
         """The step's metrics of the batch as sampled and scored: entropy, the exact KL and each estimator's,
         advantage statistics, β and the KL it adapts to, a teacher's KL, the group weights."""
         algo, mask = self.algo, batch.response_mask
-        exact_kl = kl_estimators.kl_exact(batch.logits, s.ref_logits)
+        exact_kl = kl_estimators.kl_exact(batch.logits, scored.ref_logits)
         metrics = {
             "entropy": masked_mean(batch.entropy, mask).item(),
             "kl_exact": masked_mean(exact_kl, mask).item(),
-            **kl_estimator_stats(old_logp, s.ref_logp, exact_kl, mask),
+            **kl_estimator_stats(old_logp, scored.ref_logp, exact_kl, mask),
             **{
-                f"kl_{name}": masked_mean(fn(old_logp, s.ref_logp), mask).item()
+                f"kl_{name}": masked_mean(fn(old_logp, scored.ref_logp), mask).item()
                 for name, fn in kl_estimators.KL_ESTIMATORS.items()
             },
-            **{f"advantage_{k}": v for k, v in advantage_stats(s.advantages, mask).items()},
-            **first_last_token_advantages(s.advantages, mask),
+            **{f"advantage_{k}": v for k, v in advantage_stats(scored.advantages, mask).items()},
+            **first_last_token_advantages(scored.advantages, mask),
             "beta": self.beta,
             # The measured KL that adaptive β compares with target_kl: the estimator summed over each response.
-            "kl_sequence": s.kl_in_reward.sum(-1).mean().item(),
-            **s.teacher_stats,
+            "kl_sequence": scored.kl_in_reward.sum(-1).mean().item(),
+            **scored.teacher_stats,
         }
-        if s.baseline is not None:
-            metrics["baseline"] = s.baseline
+        if scored.baseline is not None:
+            metrics["baseline"] = scored.baseline
         if algo.num_generations > 1:
-            seq_advantages = masked_mean(s.advantages, mask, dim=-1)
+            seq_advantages = masked_mean(scored.advantages, mask, dim=-1)
             metrics["skewed_group_weight_ratio"] = skewed_group_weight_ratio(
                 seq_advantages, rewards, algo.num_generations
             )
