@@ -1,9 +1,9 @@
 import streamlit as st
 
-from rl_core.advantages import maxrl_advantages, normalized_advantages
-from rl_core.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
-from rl_core.losses import cispo_loss, dppo_loss, dro_loss, sapo_loss
-from rl_core.rollout_correction import (
+from rl_core.formulas.advantages import maxrl_advantages, normalized_advantages
+from rl_core.formulas.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
+from rl_core.formulas.losses import cispo_loss, dppo_loss, dro_loss, sapo_loss
+from rl_core.formulas.rollout_correction import (
     binary_kl,
     binary_tv,
     effective_sample_size,

@@ -1,6 +1,6 @@
 import streamlit as st
 
-from rl_core.distillation import distillation_loss, reverse_kl_advantages
+from rl_core.formulas.distillation import distillation_loss, reverse_kl_advantages
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, last_at_least

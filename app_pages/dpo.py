@@ -1,6 +1,6 @@
 import streamlit as st
 
-from rl_core.preference_optimisation import dpo_loss, implicit_reward, ipo_loss
+from rl_core.engine.preference_optimisation import dpo_loss, implicit_reward, ipo_loss
 from ui.dpo import dpo_lab, talk_to_fit
 from ui.experiments_panel import see_it_happen
 from ui.story import formula

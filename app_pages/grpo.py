@@ -1,11 +1,11 @@
 import streamlit as st
 
-from rl_core.advantages import dr_grpo_advantages, grpo_advantages
-from rl_core.aggregation import aggregate_loss
-from rl_core.kl import kl_k3
-from rl_core.losses import clip_cov_detach_mask
-from rl_core.rewards import soft_overlong_punishment
-from rl_core.sampling import dynamic_sampling_keep
+from rl_core.formulas.advantages import dr_grpo_advantages, grpo_advantages
+from rl_core.formulas.aggregation import aggregate_loss
+from rl_core.formulas.kl import kl_k3
+from rl_core.formulas.losses import clip_cov_detach_mask
+from rl_core.formulas.rewards import soft_overlong_punishment
+from rl_core.formulas.sampling import dynamic_sampling_keep
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, end_versus_start

@@ -1,6 +1,6 @@
 import streamlit as st
 
-from rl_core.losses import gspo_loss, gspo_sequence_ratio, gspo_token_loss
+from rl_core.formulas.losses import gspo_loss, gspo_sequence_ratio, gspo_token_loss
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, ever_above

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from rl_core import advantages
+from rl_core.formulas import advantages
 from ui.experiments_panel import see_it_happen
 from ui.labs import advantages as labs
 from ui.story import formula

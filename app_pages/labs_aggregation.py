@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from rl_core.aggregation import aggregate_loss
+from rl_core.formulas.aggregation import aggregate_loss
 from ui.experiments_panel import see_it_happen
 from ui.labs import aggregation as labs
 from ui.story import formula

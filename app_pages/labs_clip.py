@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from rl_core.losses import clipped_surrogate_loss, gspo_sequence_ratio
+from rl_core.formulas.losses import clipped_surrogate_loss, gspo_sequence_ratio
 from ui.labs import clip as labs
 from ui.story import formula
 from ui.successor_sections import clip_lab_overlays

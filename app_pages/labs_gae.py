@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from rl_core.advantages import gae, length_adaptive_lambda
+from rl_core.formulas.advantages import gae, length_adaptive_lambda
 from ui.labs import gae as labs
 from ui.story import formula
 

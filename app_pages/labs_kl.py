@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from rl_core.kl import clamped_kl, kl_exact, kl_k1, kl_k2, kl_k3
+from rl_core.formulas.kl import clamped_kl, kl_exact, kl_k1, kl_k2, kl_k3
 from ui.experiments_panel import see_it_happen
 from ui.labs import kl as labs
 from ui.story import formula

@@ -1,9 +1,9 @@
 import streamlit as st
 
-from rl_core.models import MODEL_PRESETS, ValueModel, frozen_reference
-from rl_core.reward_model import bradley_terry_loss
-from rl_core.rewards import kl_penalized_token_rewards
-from rl_core.sft import sft_loss
+from rl_core.engine.models import MODEL_PRESETS, ValueModel, frozen_reference
+from rl_core.engine.reward_model import bradley_terry_loss
+from rl_core.engine.sft import sft_loss
+from rl_core.formulas.rewards import kl_penalized_token_rewards
 from toy_tasks import TASKS
 from ui.limits import limits_panel
 from ui.session import bookmark_link

@@ -1,7 +1,7 @@
 import streamlit as st
 
-from rl_core.advantages import batch_mean_baseline, reward_to_go
-from rl_core.losses import vanilla_pg_loss
+from rl_core.formulas.advantages import batch_mean_baseline, reward_to_go
+from rl_core.formulas.losses import vanilla_pg_loss
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, mean_near_zero

@@ -1,8 +1,8 @@
 import streamlit as st
 
-from rl_core.advantages import gae
-from rl_core.losses import clipped_surrogate_loss, clipped_value_loss
-from rl_core.rewards import kl_penalized_token_rewards
+from rl_core.formulas.advantages import gae
+from rl_core.formulas.losses import clipped_surrogate_loss, clipped_value_loss
+from rl_core.formulas.rewards import kl_penalized_token_rewards
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, ever_above

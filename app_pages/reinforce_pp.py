@@ -1,8 +1,8 @@
 import streamlit as st
 
-from rl_core.advantages import reinforce_pp_advantages, reinforce_pp_baseline_advantages
-from rl_core.kl import kl_k2
-from rl_core.masking import masked_whiten
+from rl_core.formulas.advantages import reinforce_pp_advantages, reinforce_pp_baseline_advantages
+from rl_core.formulas.kl import kl_k2
+from rl_core.formulas.masking import masked_whiten
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, mean_near_zero

@@ -2,7 +2,7 @@ import random
 
 import streamlit as st
 
-from rl_core.reward_model import bradley_terry_loss, pairwise_accuracy, reward_margin
+from rl_core.engine.reward_model import bradley_terry_loss, pairwise_accuracy, reward_margin
 from ui.experiments_panel import see_it_happen
 from ui.reward_chat import talk_to_reward_model
 from ui.reward_model import overoptimisation_curves, ranking_table, reward_model_lab

@@ -1,8 +1,8 @@
 import streamlit as st
 
-from rl_core.advantages import gae, length_adaptive_lambda
-from rl_core.losses import positive_nll_loss
-from rl_core.metrics import explained_variance
+from rl_core.formulas.advantages import gae, length_adaptive_lambda
+from rl_core.formulas.losses import positive_nll_loss
+from rl_core.formulas.metrics import explained_variance
 from ui.experiments_panel import see_it_happen
 from ui.lab import live_lab
 from ui.predict import Prediction, first_at_least

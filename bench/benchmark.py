@@ -49,12 +49,12 @@ from transformers.utils import logging as transformers_logging
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rl_core.algorithms import PRESETS, get_preset  # noqa: E402
+from rl_core.bridge.trl_env import DEFAULT_ROOT as TRL_VENV_ROOT, TRL_SCRIPT_PRELUDE, trl_python  # noqa: E402
 from rl_core.cli import json_safe  # noqa: E402
 from rl_core.config import RunConfig, parse_overrides  # noqa: E402
-from rl_core.models import MODEL_PRESETS  # noqa: E402
-from rl_core.sft import default_cache_dir  # noqa: E402
-from rl_core.trl_env import DEFAULT_ROOT as TRL_VENV_ROOT, TRL_SCRIPT_PRELUDE, trl_python  # noqa: E402
-from rl_core.trainer import Trainer  # noqa: E402
+from rl_core.engine.models import MODEL_PRESETS  # noqa: E402
+from rl_core.engine.sft import default_cache_dir  # noqa: E402
+from rl_core.engine.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
 TARGET = 0.9

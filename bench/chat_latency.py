@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from rl_core.algorithms import get_preset  # noqa: E402
-from rl_core.chat import check_prompt  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
-from rl_core.models import DEFAULT_CPU_THREADS, MODEL_PRESETS  # noqa: E402
-from rl_core.preference_optimisation import DPOTraining, preference_warm_start  # noqa: E402
-from rl_core.reward_chat import check_response, judge_pair, rank_policy_samples  # noqa: E402
-from rl_core.reward_model import RewardModelTraining  # noqa: E402
+from rl_core.engine.chat import check_prompt  # noqa: E402
+from rl_core.engine.models import DEFAULT_CPU_THREADS, MODEL_PRESETS  # noqa: E402
+from rl_core.engine.preference_optimisation import DPOTraining, preference_warm_start  # noqa: E402
+from rl_core.engine.reward_chat import check_response, judge_pair, rank_policy_samples  # noqa: E402
+from rl_core.engine.reward_model import RewardModelTraining  # noqa: E402
 from toy_tasks import get_task  # noqa: E402
 from ui.chat import top_tokens_figure  # noqa: E402
 from ui.dpo import chat_models  # noqa: E402

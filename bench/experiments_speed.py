@@ -34,12 +34,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench.phenomena import cpu_seconds, write_report  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
+from rl_core.engine.sft import default_cache_dir  # noqa: E402
 from rl_core.experiments import EXPERIMENTS, get_experiment  # noqa: E402
 from rl_core.experiments.runner import ExperimentRun, plan_experiment  # noqa: E402
-from rl_core.run_stream import trainer_for  # noqa: E402
-from rl_core.sft import default_cache_dir  # noqa: E402
-from rl_core.store import RunStore  # noqa: E402
-from rl_core.sweep import SweepProgress, default_workers  # noqa: E402
+from rl_core.runs.run_stream import trainer_for  # noqa: E402
+from rl_core.runs.store import RunStore  # noqa: E402
+from rl_core.runs.sweep import SweepProgress, default_workers  # noqa: E402
 
 
 def train_alone(run: RunConfig, cache_dir: Path) -> None:

@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from rl_core.engine.models import select_device  # noqa: E402
 from rl_core.experiments import EXPERIMENTS, get_experiment  # noqa: E402
 from rl_core.experiments.runner import ExperimentRun  # noqa: E402
-from rl_core.models import select_device  # noqa: E402
-from rl_core.records import json_safe  # noqa: E402
-from rl_core.store import RunStore  # noqa: E402
-from rl_core.sweep import SweepProgress, default_workers  # noqa: E402
+from rl_core.runs.records import json_safe  # noqa: E402
+from rl_core.runs.store import RunStore  # noqa: E402
+from rl_core.runs.sweep import SweepProgress, default_workers  # noqa: E402
 
 TARGET_SECONDS = {"cpu": 180.0, "cuda": 30.0}
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rl_core.experiments import get_experiment  # noqa: E402
-from rl_core.store import RunStore  # noqa: E402
+from rl_core.runs.store import RunStore  # noqa: E402
 from ui.experiment_jobs import ExperimentJob  # noqa: E402
 from ui.jobs import TrainingSlots  # noqa: E402
 

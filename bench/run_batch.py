@@ -24,8 +24,8 @@ import torch  # noqa: E402
 
 from rl_core.algorithms import get_preset  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
-from rl_core.run_batch import step_together  # noqa: E402
-from rl_core.trainer import Trainer  # noqa: E402
+from rl_core.engine.run_batch import step_together  # noqa: E402
+from rl_core.engine.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
 

@@ -89,7 +89,7 @@ def _prepare_sft(task: str, seed: int, model: str, cache_dir: str) -> None:
     """Train (or find) one seed's SFT checkpoint, so the runs that share it do not all train it at once."""
     from rl_core.algorithms import get_preset
     from rl_core.config import RunConfig
-    from rl_core.trainer import Trainer
+    from rl_core.engine.trainer import Trainer
 
     Trainer(RunConfig(algo=get_preset("grpo"), task=task, model=model, seed=seed, device="cpu"), cache_dir).prepare()
 
@@ -99,7 +99,7 @@ def _run(preset: str, seed: int, steps: int, task: str, model: str, overrides: d
 
     from rl_core.algorithms import get_preset
     from rl_core.config import RunConfig
-    from rl_core.trainer import Trainer
+    from rl_core.engine.trainer import Trainer
 
     torch.set_num_threads(1)
     run = RunConfig(algo=get_preset(preset, **overrides), task=task, model=model, steps=steps, seed=seed,
@@ -143,7 +143,7 @@ def format_table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from rl_core.config import parse_overrides
-    from rl_core.sft import default_cache_dir
+    from rl_core.engine.sft import default_cache_dir
     from toy_tasks import DEFAULT_TASK
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -35,9 +35,9 @@ import torch  # noqa: E402
 
 from rl_core.algorithms import get_preset  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
-from rl_core.rollout import response_logits, sample, token_logprobs  # noqa: E402
-from rl_core.stacked_runs import StackedPolicies, sample_runs  # noqa: E402
-from rl_core.trainer import Trainer  # noqa: E402
+from rl_core.engine.rollout import response_logits, sample, token_logprobs  # noqa: E402
+from rl_core.engine.stacked_runs import StackedPolicies, sample_runs  # noqa: E402
+from rl_core.engine.trainer import Trainer  # noqa: E402
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The engine is imported from the repository root, which a script in bench/ does not have on its path.
 sys.path.insert(0, str(ROOT))
 
-from rl_core.sweep import default_workers  # noqa: E402
+from rl_core.runs.sweep import default_workers  # noqa: E402
 
 TARGET_RATIO = 0.6
 
@@ -80,7 +80,7 @@ def page_sweep(algos: list[str], seeds: int, steps: int, workers: int, scratch: 
     """The Compare page (AppTest) runs the sweep: seconds from the Run click until every run is finished."""
     from streamlit.testing.v1 import AppTest
 
-    from rl_core.store import RunStore
+    from rl_core.runs.store import RunStore
 
     os.environ["RLHF_LAB_CACHE"] = str(scratch / "cache")
     os.environ["RLHF_LAB_DB"] = str(scratch / f"{tag}.sqlite")

@@ -15,24 +15,24 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core import parity
 from rl_core.algorithms import PRESETS, get_preset
-from rl_core.cluster import ClusterError
+from rl_core.bridge import parity
+from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
+from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
+from rl_core.bridge.trl_env import trl_python
 from rl_core.config import RunConfig, shown, parse_overrides
+from rl_core.engine.models import MODEL_PRESETS
+from rl_core.engine.sft import default_cache_dir
+from rl_core.engine.trainer import Trainer, TrainingError, check_checkpoint_folder
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun
-from rl_core.export_frameworks import FRAMEWORKS, export_config
-from rl_core.export_unipo import UnipoWriter, unipo_document, validate_unipo
-from rl_core.models import MODEL_PRESETS
-from rl_core.records import json_safe
-from rl_core.reuse import reuse_line
-from rl_core.sft import default_cache_dir
-from rl_core.store import RunStore, StoredRun, StoreError
-from rl_core.summary import format_table, run_row, summarise, write_csv
-from rl_core.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
 from rl_core.messages import brief
-from rl_core.trainer import Trainer, TrainingError, check_checkpoint_folder
-from rl_core.trl_env import trl_python
+from rl_core.runs.cluster import ClusterError
+from rl_core.runs.records import json_safe
+from rl_core.runs.reuse import reuse_line
+from rl_core.runs.store import RunStore, StoredRun, StoreError
+from rl_core.runs.summary import format_table, run_row, summarise, write_csv
+from rl_core.runs.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 
 

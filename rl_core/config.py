@@ -61,7 +61,7 @@ ISCorrectionGating = Literal["ratio", "binary_kl", "tv"]
 RolloutDtype = Literal["float32", "bfloat16"]
 Baseline = Literal["batch_mean", "running_mean"]
 CriticInit = Literal["policy", "reward_model"]
-TeacherModel = Literal["tiny", "small"]  # model presets a teacher is built from (rl_core.models.MODEL_PRESETS)
+TeacherModel = Literal["tiny", "small"]  # model presets a teacher is built from (rl_core.engine.models.MODEL_PRESETS)
 
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "maxrl")
 MAX_ROLLOUT_STALENESS = 8
@@ -150,7 +150,8 @@ class AlgoConfig:
     # The sampler's precision (verl's rollout.dtype): bfloat16 is another kernel than the trainer's float32, so
     # μ ≠ π_old even with the same weights; float32 samples with the trainer's own kernels, μ ≡ π_old.
     rollout_dtype: RolloutDtype = "float32"
-    # on-policy distillation: a teacher π_T scores every sampled token (rl_core.distillation); None: no teacher
+    # on-policy distillation: a teacher π_T scores every sampled token (rl_core.formulas.distillation);
+    # None: no teacher
     teacher_model: TeacherModel | None = None
     teacher_sft_steps: int = 600  # the teacher: SFT on noise-free demonstrations, 3× the default warm start
     distillation_loss_mode: KLEstimator = "k1"  # the estimator of KL(π_θ‖π_T) per token
@@ -491,8 +492,8 @@ DPO_RANGES: dict[str, Range] = {
 
 @dataclass(frozen=True)
 class DPOConfig:
-    """Offline preference optimisation as a run kind (`rl_core.preference_optimisation.DPOTrainer`): DPO or IPO on
-    the task's own preference pairs (the pairs its reward model learns from), from the run's SFT warm start, one
+    """Offline preference optimisation as a run kind (`rl_core.engine.preference_optimisation.DPOTrainer`): DPO or
+    IPO on the task's own preference pairs (the pairs its reward model learns from), from the run's SFT warm start, one
     minibatch of pairs per step and no sampling for the update. Knob names as TRL's `DPOConfig`.
 
     Each step also samples `n_eval_prompts` fixed prompts once, for what the RL runs record of their own samples
@@ -559,7 +560,7 @@ class RunConfig:
         self.algo.validate()
         _check_fields(self, RunConfig, RUN_RANGES, skip=("algo",))
         # Imported here: the run store reads RunConfig without loading torch, which the tasks and models need.
-        from rl_core.models import MODEL_PRESETS
+        from rl_core.engine.models import MODEL_PRESETS
         from toy_tasks import TASKS
 
         if self.task not in TASKS:

@@ -4,9 +4,9 @@
 import pytest
 import torch
 
-from rl_core import advantages as adv
 from rl_core.algorithms import get_preset
-from rl_core.estimators import AdvantageInputs, estimate_advantages
+from rl_core.formulas import advantages as adv
+from rl_core.formulas.estimators import AdvantageInputs, estimate_advantages
 
 R = torch.tensor([1.0, 0.0, 1.0, 1.0])  # two groups of G = 2
 EPS = 1e-6

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl_core.advantages import (
+from rl_core.formulas.advantages import (
     as_groups,
     batch_mean_baseline,
     broadcast_to_tokens,

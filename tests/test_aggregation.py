@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rl_core.aggregation import LOSS_AGG_MODES, aggregate_loss
+from rl_core.formulas.aggregation import LOSS_AGG_MODES, aggregate_loss
 
 # two responses of lengths 1 and 3; the 9s sit on padding
 LOSS = torch.tensor([[4.0, 9.0, 9.0], [1.0, 2.0, 3.0]])

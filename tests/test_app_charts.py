@@ -9,12 +9,12 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from rl_core.aggregation import aggregate_loss
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig, knob_differences
-from rl_core.distillation import reverse_kl_advantages
-from rl_core.estimators import AdvantageInputs, estimate_advantages, policy_loss
-from rl_core.metrics import advantage_stats
+from rl_core.formulas.aggregation import aggregate_loss
+from rl_core.formulas.distillation import reverse_kl_advantages
+from rl_core.formulas.estimators import AdvantageInputs, estimate_advantages, policy_loss
+from rl_core.formulas.metrics import advantage_stats
 from ui import share
 from ui.charts import (CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, policy_term_cancels,
                        run_colour, thin)

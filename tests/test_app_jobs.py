@@ -12,8 +12,8 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.limits import ServerLimits, estimated_seconds
-from rl_core.store import RunStore
+from rl_core.runs.limits import ServerLimits, estimated_seconds
+from rl_core.runs.store import RunStore
 from ui.jobs import (
     Job, LiveLoop, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left, token_view_responses,
 )
@@ -173,7 +173,7 @@ def test_metric_history_stays_bounded_and_evenly_spaced():
 
 
 def test_a_live_lab_run_is_kept_in_the_run_store(jobs, tmp_path, monkeypatch):
-    from rl_core.store import RunStore
+    from rl_core.runs.store import RunStore
 
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
     job = Job(tiny_run(steps=3), LiveLoop(2), label="GRPO · grpo page #1").start()

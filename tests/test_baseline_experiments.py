@@ -9,13 +9,13 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from rl_core.advantages import reinforce_pp_advantages, reinforce_pp_baseline_advantages
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
+from rl_core.engine.trainer import Trainer
 from rl_core.experiments import get_experiment
 from rl_core.experiments._measures import mean_square_over_steps
-from rl_core.metrics import equal_group_weight_share
-from rl_core.trainer import Trainer
+from rl_core.formulas.advantages import reinforce_pp_advantages, reinforce_pp_baseline_advantages
+from rl_core.formulas.metrics import equal_group_weight_share
 from ui.experiments_panel import experiments_for
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from rl_core.algorithms import get_preset
+from rl_core.bridge.export_unipo import validate_unipo
 from rl_core.config import RunConfig
-from rl_core.export_unipo import validate_unipo
 from ui.bridge import job_unipo
 from ui.jobs import Job, LiveLoop
 

@@ -9,7 +9,7 @@ import pytest
 from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, serve_app
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.store import RunStore
+from rl_core.runs.store import RunStore
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]

@@ -11,10 +11,10 @@ import torch
 from app_driver import app_test_on
 
 from rl_core.algorithms import get_preset
-from rl_core.chat import ChatModels, Probe, answer, check_prompt, example_prompts, prompt_form, top_tokens
 from rl_core.config import RunConfig
-from rl_core.models import build_policy
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.chat import ChatModels, Probe, answer, check_prompt, example_prompts, prompt_form, top_tokens
+from rl_core.engine.models import build_policy
+from rl_core.engine.tokenizer import build_char_tokenizer
 from ui.chat import MAX_FRAMES, probe_figure
 from ui.jobs import Job, KeptModels, LiveLoop
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rl_core import cli
 from rl_core.algorithms import PRESETS
 from rl_core.cli import main
-from rl_core.trainer import Trainer, TrainingError
+from rl_core.engine.trainer import Trainer, TrainingError
 from toy_tasks import DEFAULT_TASK, TASKS
 
 

@@ -17,21 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from rl_core import cluster
 from rl_core.algorithms import get_preset
 from rl_core.cli import main
 from rl_core.config import RunConfig
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import ExperimentRun
-from rl_core.cluster import ClusterError
-from rl_core.store import RunStore
-from rl_core.sweep import Sweep, plan_sweep
+from rl_core.runs import cluster
+from rl_core.runs.cluster import ClusterError
+from rl_core.runs.store import RunStore
+from rl_core.runs.sweep import Sweep, plan_sweep
 from ui.jobs import Job, LiveLoop
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two prompts × two responses, one update per step, a short warm start: a step takes a fraction of a second.
 QUICK = {"prompts_per_step": 2, "num_generations": 2, "ppo_epochs": 1, "num_minibatches": 1}
-TRAINING_TASK = "ray::_training_task"  # a Ray worker's process title while it runs rl_core.cluster's training task
+TRAINING_TASK = "ray::_training_task"  # a Ray worker's process title while it runs rl_core.runs.cluster's training task
 
 
 def free_port() -> int:
@@ -175,8 +175,8 @@ def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkey
 
 def test_without_the_address_ray_is_never_imported(tmp_path):
     script = ("import sys\n"
-              "from rl_core.store import RunStore\n"
-              "from rl_core.sweep import Sweep, plan_sweep\n"
+              "from rl_core.runs.store import RunStore\n"
+              "from rl_core.runs.sweep import Sweep, plan_sweep\n"
               "import rl_core.cli, ui.jobs\n"
               f"planned = plan_sweep(['grpo'], range(1), 'reverse', 1, sft_steps=0)\n"
               f"Sweep(planned, RunStore({str(tmp_path / 'runs.sqlite')!r}))\n"

@@ -21,8 +21,8 @@ from streamlit.testing.v1 import AppTest
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.experiments import get_experiment
-from rl_core.store import RunStore, process_alive
-from rl_core.sweep import Sweep, default_workers, plan_sweep
+from rl_core.runs.store import RunStore, process_alive
+from rl_core.runs.sweep import Sweep, default_workers, plan_sweep
 from toy_tasks import DEFAULT_TASK
 from ui.compare import CURVES, band_figure, live_sweeps
 

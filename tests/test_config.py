@@ -27,7 +27,7 @@ from rl_core.config import (
     RunConfig,
     parse_overrides,
 )
-from rl_core.trainer import Trainer, TrainingError
+from rl_core.engine.trainer import Trainer, TrainingError
 from transformers.utils import logging as transformers_logging
 
 transformers_logging.disable_progress_bar()

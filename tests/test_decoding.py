@@ -3,10 +3,10 @@ whole sequences, and the softmax probabilities themselves."""
 
 import torch
 
-from rl_core.decoding import KVDecoder
-from rl_core.models import build_policy, position_ids_from_mask
-from rl_core.rollout import encode_prompts, sample_from_logits
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.decoding import KVDecoder
+from rl_core.engine.models import build_policy, position_ids_from_mask
+from rl_core.engine.rollout import encode_prompts, sample_from_logits
+from rl_core.engine.tokenizer import build_char_tokenizer
 
 PROMPTS = ["ab>", "hgfed>", "c>"]  # different lengths: left padding is masked, and positions start after it
 G = 2

@@ -8,9 +8,9 @@ import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.distillation import distillation_loss, reverse_kl_advantages
-from rl_core.kl import kl_exact
-from rl_core.trainer import Trainer
+from rl_core.engine.trainer import Trainer
+from rl_core.formulas.distillation import distillation_loss, reverse_kl_advantages
+from rl_core.formulas.kl import kl_exact
 
 # Two valid tokens and one padding position: log r = log π_T − log π_θ is +0.5 and −1.0.
 LOGP = torch.tensor([[-1.0, -2.0, -0.5]])

@@ -14,10 +14,10 @@ from rl_core.config import DPOConfig, RunConfig
 from rl_core.experiments import get_experiment
 from rl_core.experiments.dpo_vs_rl import DPO, GRPO
 from rl_core.experiments.runner import arm_variant
-from rl_core.limits import FORCED_SECONDS, SAMPLE_SECONDS, estimated_step_seconds
-from rl_core.reuse import run_key
-from rl_core.store import RunStore
-from rl_core.sweep import PlannedRun, Sweep
+from rl_core.runs.limits import FORCED_SECONDS, SAMPLE_SECONDS, estimated_step_seconds
+from rl_core.runs.reuse import run_key
+from rl_core.runs.store import RunStore
+from rl_core.runs.sweep import PlannedRun, Sweep
 from ui.experiments_panel import experiments_for
 
 

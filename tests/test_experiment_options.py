@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from rl_core.advantages import constant_baseline, dr_grpo_advantages, grpo_advantages, running_mean_update
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.metrics import first_last_token_advantages, skewed_group_weight_ratio
-from rl_core.trainer import Trainer
+from rl_core.engine.trainer import Trainer
+from rl_core.formulas.advantages import constant_baseline, dr_grpo_advantages, grpo_advantages, running_mean_update
+from rl_core.formulas.metrics import first_last_token_advantages, skewed_group_weight_ratio
 from toy_tasks.base import Scores
 from toy_tasks.preference import PreferenceTask
 

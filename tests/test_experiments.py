@@ -25,8 +25,8 @@ from rl_core.experiments.runner import (
     seed_effects,
     summarise_effects,
 )
-from rl_core.records import read_jsonl
-from rl_core.store import RunStore
+from rl_core.runs.records import read_jsonl
+from rl_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {path.stem for path in (ROOT / "app_pages").glob("*.py")}

@@ -18,9 +18,9 @@ from streamlit.testing.v1 import AppTest
 
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_experiment, records_file
-from rl_core.records import read_jsonl
-from rl_core.reuse import recorded_when
-from rl_core.store import RunStore
+from rl_core.runs.records import read_jsonl
+from rl_core.runs.reuse import recorded_when
+from rl_core.runs.store import RunStore
 from ui.experiment_jobs import ExperimentJob
 from ui.compare import band_figure
 from ui.experiments_panel import RECORD_UNITS, chart_panels, experiments_for, record_title, what_happened

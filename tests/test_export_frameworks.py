@@ -12,10 +12,10 @@ import textwrap
 import pytest
 
 from rl_core.algorithms import PRESETS, get_preset
+from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config, knob_lines, knob_values, settings
+from rl_core.bridge.trl_env import trl_python
 from rl_core.cli import main
 from rl_core.config import AlgoConfig
-from rl_core.export_frameworks import FRAMEWORKS, export_config, knob_lines, knob_values, settings
-from rl_core.trl_env import trl_python
 from released_packages import openrlhf_parser, trl_class_names, verl_config_keys, verl_registered
 
 TASK = "caesar"

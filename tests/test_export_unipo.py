@@ -11,11 +11,11 @@ import jsonschema
 import pytest
 
 from rl_core.algorithms import get_preset
+from rl_core.bridge.export_unipo import read_unipo, unipo_document, unipo_schema, validate_unipo
 from rl_core.cli import main
 from rl_core.config import RunConfig
-from rl_core.export_unipo import read_unipo, unipo_document, unipo_schema, validate_unipo
-from rl_core.store import RunStore
-from rl_core.trainer import Trainer
+from rl_core.engine.trainer import Trainer
+from rl_core.runs.store import RunStore
 
 
 def test_the_schema_file_is_a_valid_draft_2020_12_schema():

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.store import MIGRATIONS, RunStore
+from rl_core.runs.store import MIGRATIONS, RunStore
 from ui.instructor import TOKEN_ENV, banner_link, banner_text, learner_names
 from ui.jobs import Job, LiveLoop, TrainingSlots
 from ui.session import _learners

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl_core.kl import KL_ESTIMATORS, clamped_kl, kl_exact, kl_guard_capped, kl_k1, kl_k2, kl_k3
+from rl_core.formulas.kl import KL_ESTIMATORS, clamped_kl, kl_exact, kl_guard_capped, kl_k1, kl_k2, kl_k3
 
 # π_θ and π_ref over a 5-token vocabulary, far enough apart that k2's bias is large.
 P = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05], dtype=torch.float64)
@@ -104,7 +104,7 @@ def test_the_capped_share_counts_valid_tokens_of_the_loss_kl():
     """k3 = r − 1 − log r with log r = log π_ref − log π_θ: at log r = 10, e^10 − 11 ≈ 22015 (capped); at log r = 1,
     e − 2 (kept); at log r = −10 π_θ > π_ref (never capped). The fourth token would be capped but is padding: 1/3."""
     from rl_core.algorithms import get_preset
-    from rl_core.loss_terms import LossInputs, kl_capped_fraction
+    from rl_core.formulas.loss_terms import LossInputs, kl_capped_fraction
 
     logp = torch.tensor([[-10.0, -1.0, 0.0, -10.0]], requires_grad=True)
     ref_logp = torch.tensor([[0.0, 0.0, -10.0, 0.0]])

@@ -1,6 +1,6 @@
 import pytest
 
-from rl_core.kl_control import adaptive_beta
+from rl_core.formulas.kl_control import adaptive_beta
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from rl_core.kl import kl_exact, kl_k1, kl_k3, kl_k3_is_corrected, kl_k3_with_k2_grad
+from rl_core.formulas.kl import kl_exact, kl_k1, kl_k3, kl_k3_is_corrected, kl_k3_with_k2_grad
 
 THETA = torch.tensor([1.0, 0.2, -0.5, 0.3, -1.2], dtype=torch.float64)  # π_θ's logits
 OLD = torch.tensor([0.4, 0.6, -0.2, 0.1, -0.9], dtype=torch.float64)  # π_old's logits: the sampler

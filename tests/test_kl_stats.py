@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from rl_core.kl import kl_exact
-from rl_core.kl_stats import kl_estimator_stats
+from rl_core.formulas.kl import kl_exact
+from rl_core.formulas.kl_stats import kl_estimator_stats
 
 KEYS = {f"kl_{k}_{s}" for k in ("k1", "k2", "k3") for s in ("bias", "std", "neg_frac")}
 

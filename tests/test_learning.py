@@ -9,7 +9,7 @@ import pytest
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig
-from rl_core.trainer import Trainer
+from rl_core.engine.trainer import Trainer
 from toy_tasks import DEFAULT_TASK
 
 STEPS = 60

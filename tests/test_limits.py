@@ -12,8 +12,8 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.experiments import EXPERIMENTS
 from rl_core.experiments.runner import plan_experiment
-from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
-from rl_core.store import RunStore
+from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE = {"prompts_per_step": 256, "num_generations": 4, "ppo_epochs": 64, "num_minibatches": 1}

@@ -4,13 +4,13 @@ with a zero coefficient is absent, and the trainer records exactly the active te
 import pytest
 import torch
 
-from rl_core.aggregation import aggregate_loss
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.kl import kl_k3
-from rl_core.loss_terms import LOSS_TERMS, LossInputs, loss_parts
-from rl_core.losses import clipped_surrogate_loss, entropy_from_logits, positive_nll_loss
-from rl_core.trainer import Trainer
+from rl_core.engine.trainer import Trainer
+from rl_core.formulas.aggregation import aggregate_loss
+from rl_core.formulas.kl import kl_k3
+from rl_core.formulas.loss_terms import LOSS_TERMS, LossInputs, loss_parts
+from rl_core.formulas.losses import clipped_surrogate_loss, entropy_from_logits, positive_nll_loss
 from toy_tasks import DEFAULT_TASK
 
 

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from rl_core.aggregation import aggregate_loss
-from rl_core.losses import (
+from rl_core.formulas.aggregation import aggregate_loss
+from rl_core.formulas.losses import (
     clip_cov_detach_mask,
     clipped_surrogate_loss,
     clipped_value_loss,

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl_core.masking import masked_deviation, masked_mean, masked_sum, masked_var, masked_whiten
+from rl_core.formulas.masking import masked_deviation, masked_mean, masked_sum, masked_var, masked_whiten
 
 X = torch.tensor([[1.0, 2.0, 3.0], [4.0, 100.0, -100.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from rl_core.losses import clipped_surrogate_loss, dppo_loss
-from rl_core.metrics import (
+from rl_core.formulas.losses import clipped_surrogate_loss, dppo_loss
+from rl_core.formulas.metrics import (
     advantage_stats,
     approx_kl,
     clip_fractions,

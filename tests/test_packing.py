@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from rl_core import packing
-from rl_core.models import build_policy, position_ids_from_mask
-from rl_core.rollout import TokenBatch, response_logits, token_logprobs
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine import packing
+from rl_core.engine.models import build_policy, position_ids_from_mask
+from rl_core.engine.rollout import TokenBatch, response_logits, token_logprobs
+from rl_core.engine.tokenizer import build_char_tokenizer
 
 PAD = 0
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from rl_core import parity
 from rl_core.algorithms import get_preset
+from rl_core.bridge import parity
+from rl_core.bridge.trl_env import trl_python
 from rl_core.config import RunConfig
-from rl_core.store import RunStore
-from rl_core.trl_env import trl_python
+from rl_core.runs.store import RunStore
 
 
 def test_trl_logs_become_lab_records_under_the_lab_names():

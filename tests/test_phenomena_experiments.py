@@ -7,9 +7,9 @@ import math
 import pytest
 
 from rl_core.config import RunConfig
+from rl_core.engine.models import MODEL_PRESETS
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import arm_config
-from rl_core.models import MODEL_PRESETS
 from toy_tasks import TASKS
 
 

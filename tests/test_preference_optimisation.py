@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from rl_core.models import build_policy
-from rl_core.preference_optimisation import (
+from rl_core.engine.models import build_policy
+from rl_core.engine.preference_optimisation import (
     DPOTraining,
     dpo_loss,
     implicit_reward,
@@ -22,8 +22,8 @@ from rl_core.preference_optimisation import (
     preference_warm_start,
     sequence_logprobs,
 )
-from rl_core.reward_model import PreferencePair
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.reward_model import PreferencePair
+from rl_core.engine.tokenizer import build_char_tokenizer
 from toy_tasks import get_task
 
 TOKENIZER = build_char_tokenizer()

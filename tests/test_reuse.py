@@ -10,14 +10,14 @@ import threading
 
 import pytest
 
-from rl_core import reuse
 from rl_core.algorithms import get_preset
 from rl_core.cli import main
 from rl_core.config import RunConfig
 from rl_core.experiments import Arm, Experiment, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE, ExperimentRun, unused_seeds
-from rl_core.reuse import engine_version, recorded_when, reuse_line, run_key
-from rl_core.store import MIGRATIONS, RunStore
+from rl_core.runs import reuse
+from rl_core.runs.reuse import engine_version, recorded_when, reuse_line, run_key
+from rl_core.runs.store import MIGRATIONS, RunStore
 
 NAME = "gspo_clipping"  # no reward model to train: the quickest experiment
 QUICK = {"seeds": [0], "steps": 2, "workers": 2}  # the command line's SFT steps: its runs are the same

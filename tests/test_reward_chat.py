@@ -10,8 +10,8 @@ import torch
 from app_driver import app_test_on
 from test_chat import A, B, EOS, TOKENIZER, constant_model
 
-from rl_core.models import build_value_model
-from rl_core.reward_chat import (
+from rl_core.engine.models import build_value_model
+from rl_core.engine.reward_chat import (
     PairJudgement,
     check_response,
     judge_pair,

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import toy_tasks.preference as preference
-from rl_core.models import build_value_model
-from rl_core.reward_model import (
+from rl_core.engine.models import build_value_model
+from rl_core.engine.reward_model import (
     PreferencePair,
     RewardModelTraining,
     bradley_terry_loss,
@@ -22,7 +22,7 @@ from rl_core.reward_model import (
     reward_scores,
     train_reward_model,
 )
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.tokenizer import build_char_tokenizer
 from toy_tasks import get_task
 
 TOKENIZER = build_char_tokenizer()

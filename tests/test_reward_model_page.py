@@ -11,10 +11,10 @@ import torch
 from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
+from rl_core.engine.reward_model import reward_scores
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import records_file
-from rl_core.records import read_jsonl
-from rl_core.reward_model import reward_scores
+from rl_core.runs.records import read_jsonl
 from ui.experiment_jobs import ExperimentJob
 from ui.jobs import TrainingSlots
 

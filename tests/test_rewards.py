@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rl_core.rewards import kl_penalized_token_rewards, soft_overlong_punishment
+from rl_core.formulas.rewards import kl_penalized_token_rewards, soft_overlong_punishment
 
 KL = torch.tensor([[0.5, 1.0, 2.0], [3.0, 9.0, 9.0], [4.0, 4.0, 4.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
@@ -60,10 +60,10 @@ def test_soft_overlong_punishment_rejects_a_bad_buffer(cache_length):
 def test_the_trainer_counts_the_eos_in_the_overlong_length():
     """Reverse task, L_max 8, L_cache 2 (DAPO's 0.2 of 8, rounded): |y| counts the EOS, as verl's
     `valid_response_length` does, so an EOS answer of 7 tokens gets (6 − 7)/2 = −0.5 and one of 6 tokens 0."""
-    from rl_core import trainer as trainer_module
+    from rl_core.engine import trainer as trainer_module
     from rl_core.algorithms import get_preset
     from rl_core.config import RunConfig
-    from rl_core.rollout import Rollout
+    from rl_core.engine.rollout import Rollout
 
     lengths, ended = [7, 6, 8, 4], [True, True, False, True]  # the third hit the limit without EOS
     B, T, V = len(lengths), 8, 5

@@ -4,9 +4,9 @@ import dataclasses
 
 import torch
 
-from rl_core.models import build_policy
-from rl_core.rollout import frozen_response_logits, response_logits, sample, token_logprobs
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.models import build_policy
+from rl_core.engine.rollout import frozen_response_logits, response_logits, sample, token_logprobs
+from rl_core.engine.tokenizer import build_char_tokenizer
 
 PROMPTS = ["ab>", "hgfed>", "c>"]  # different lengths: the left padding is exercised too
 G = 4

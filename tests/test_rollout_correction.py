@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl_core.algorithms import get_preset
-from rl_core.rollout_correction import (
+from rl_core.formulas.rollout_correction import (
     binary_kl,
     binary_tv,
     correction_weights,

@@ -8,10 +8,10 @@ import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.models import build_policy
-from rl_core.rollout import frozen_response_logits, sample, token_logprobs
-from rl_core.tokenizer import build_char_tokenizer
-from rl_core.trainer import Trainer
+from rl_core.engine.models import build_policy
+from rl_core.engine.rollout import frozen_response_logits, sample, token_logprobs
+from rl_core.engine.tokenizer import build_char_tokenizer
+from rl_core.engine.trainer import Trainer
 from toy_tasks import DEFAULT_TASK, get_task
 
 MISMATCH_KEYS = {

@@ -1,4 +1,4 @@
-"""A batch of runs trains each run as it trains alone (`rl_core.run_batch`): the same records to 1e-5, the same
+"""A batch of runs trains each run as it trains alone (`rl_core.engine.run_batch`): the same records to 1e-5, the same
 weights and gradients, whatever else is in the batch; the same batch twice gives identical records; a run that
 fails ends alone; and a batch takes one place under the training cap."""
 
@@ -9,12 +9,12 @@ import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.rollout import SampleRequest
-from rl_core.run_batch import stack_key, step_together
-from rl_core.run_stream import END, FAILED, batch_stream
-from rl_core.store import RunStore
-from rl_core.tokenizer import build_char_tokenizer
-from rl_core.trainer import Trainer, TrainingError
+from rl_core.engine.rollout import SampleRequest
+from rl_core.engine.run_batch import stack_key, step_together
+from rl_core.engine.tokenizer import build_char_tokenizer
+from rl_core.engine.trainer import Trainer, TrainingError
+from rl_core.runs.run_stream import END, FAILED, batch_stream
+from rl_core.runs.store import RunStore
 from toy_tasks import DEFAULT_TASK
 
 TIMING = {"step_time", "tokens_per_second", "elapsed"}

@@ -1,4 +1,4 @@
-"""The one loop that steps a changing set of runs (`rl_core.run_loop`), with stand-in trainers whose steps only
+"""The one loop that steps a changing set of runs (`rl_core.runs.run_loop`), with stand-in trainers whose steps only
 log themselves: the order of steps, a run joining between turns, and each run ending on its own."""
 
 import threading
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rl_core.run_loop import RunLoop
+from rl_core.runs.run_loop import RunLoop
 
 
 class Counting:
@@ -137,12 +137,12 @@ def test_stop_of_one_run_leaves_the_other_stepping():
 
 
 def test_a_fault_of_the_loop_itself_ends_every_run_in_it(monkeypatch):
-    import rl_core.run_loop
+    import rl_core.runs.run_loop
 
     def broken(runs):
         raise MemoryError("out of memory")
 
-    monkeypatch.setattr(rl_core.run_loop, "step_together", broken)
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", broken)
     loop, log = RunLoop(), []
     a = train_in_thread(loop, Counting("A", 3, log))
     joined(a)

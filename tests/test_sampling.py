@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rl_core.sampling import dynamic_sampling_keep, overlong_filter_mask
+from rl_core.formulas.sampling import dynamic_sampling_keep, overlong_filter_mask
 
 
 def test_dynamic_sampling_keeps_only_groups_with_different_rewards():

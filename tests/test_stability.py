@@ -8,15 +8,15 @@ import random
 import pytest
 import torch
 
-from rl_core import sft
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import GROUP_ESTIMATORS, RunConfig
-from rl_core.estimators import effective_reward_clip
-from rl_core.kl import clamped_kl, kl_k3
-from rl_core.rewards import overlong_buffer_length
-from rl_core.run_batch import run_alone
-from rl_core.tokenizer import build_char_tokenizer
-from rl_core.trainer import VALUE_PRETRAIN_TARGET, Trainer
+from rl_core.engine import sft
+from rl_core.engine.run_batch import run_alone
+from rl_core.engine.tokenizer import build_char_tokenizer
+from rl_core.engine.trainer import VALUE_PRETRAIN_TARGET, Trainer
+from rl_core.formulas.estimators import effective_reward_clip
+from rl_core.formulas.kl import clamped_kl, kl_k3
+from rl_core.formulas.rewards import overlong_buffer_length
 from toy_tasks import DEFAULT_TASK, TASKS, get_task
 from toy_tasks.base import Scores
 

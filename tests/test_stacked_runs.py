@@ -4,11 +4,11 @@ each policy by itself are the independent route."""
 import pytest
 import torch
 
-from rl_core.models import build_policy
-from rl_core.rollout import encode_pairs, response_logits, sample, token_logprobs
-from rl_core import stacked_runs
-from rl_core.stacked_runs import StackedPolicies, sample_runs
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine import stacked_runs
+from rl_core.engine.models import build_policy
+from rl_core.engine.rollout import encode_pairs, response_logits, sample, token_logprobs
+from rl_core.engine.stacked_runs import StackedPolicies, sample_runs
+from rl_core.engine.tokenizer import build_char_tokenizer
 
 # Three runs with prompts of different widths (so each run's left padding differs from the stack's) and their
 # own temperatures: what a sweep over seeds and a scalar knob hands the stack.

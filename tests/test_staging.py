@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.staging import MARK, remove_stale_staging, staging_folder
-from rl_core.trainer import Trainer, TrainingError
+from rl_core.engine.trainer import Trainer, TrainingError
+from rl_core.runs.staging import MARK, remove_stale_staging, staging_folder
 from toy_tasks import get_task
 
 

@@ -12,14 +12,14 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.store import MIGRATIONS, SCHEMA_VERSION, STALE_AFTER, Heartbeat, RunStore, StoreError, use_wal
+from rl_core.runs.store import MIGRATIONS, SCHEMA_VERSION, STALE_AFTER, Heartbeat, RunStore, StoreError, use_wal
 
 # A writer process: one run, `steps` records (with samples) written `pause` seconds apart, then finished.
 WRITER = """
 import sys, time
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.store import RunStore
+from rl_core.runs.store import RunStore
 db, steps, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 store = RunStore(db)
 run_id = store.add_run(RunConfig(algo=get_preset("grpo"), task="reverse", steps=steps), label="grpo")
@@ -262,7 +262,7 @@ def test_a_store_limited_to_1_mb_stays_within_it_and_says_why_it_refuses(tmp_pat
 
 
 def test_the_samples_of_a_run_are_kept_for_its_latest_steps_only(tmp_path):
-    from rl_core.store import SAMPLE_WINDOW
+    from rl_core.runs.store import SAMPLE_WINDOW
     store = RunStore(tmp_path / "runs.sqlite")
     run_id = store.add_run(tiny_run(steps=SAMPLE_WINDOW + 5), "grpo")
     for step in range(1, SAMPLE_WINDOW + 6):

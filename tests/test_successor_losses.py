@@ -7,9 +7,17 @@ import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.estimators import policy_loss
-from rl_core.losses import clipped_surrogate_loss, cispo_loss, dppo_loss, dppo_tv_mask, dro_loss, sapo_gate, sapo_loss
-from rl_core.trainer import Trainer
+from rl_core.engine.trainer import Trainer
+from rl_core.formulas.estimators import policy_loss
+from rl_core.formulas.losses import (
+    clipped_surrogate_loss,
+    cispo_loss,
+    dppo_loss,
+    dppo_tv_mask,
+    dro_loss,
+    sapo_gate,
+    sapo_loss,
+)
 from toy_tasks import DEFAULT_TASK
 
 OLD_LOGP = -1.0

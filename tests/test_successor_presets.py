@@ -8,7 +8,7 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.trainer import Trainer
+from rl_core.engine.trainer import Trainer
 from toy_tasks import DEFAULT_TASK
 
 SUCCESSORS = ("cispo", "sapo", "dppo", "lite_ppo", "maxrl")

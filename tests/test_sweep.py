@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from rl_core.cli import main
-from rl_core.store import RunStore, process_alive
-from rl_core.summary import format_table, run_outcome, summarise
-from rl_core.sweep import Sweep, parse_grid, plan_sweep, warm_start_key
+from rl_core.runs.store import RunStore, process_alive
+from rl_core.runs.summary import format_table, run_outcome, summarise
+from rl_core.runs.sweep import Sweep, parse_grid, plan_sweep, warm_start_key
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two prompts × two responses, one update per step, a short warm start: a run takes seconds.

@@ -3,7 +3,7 @@ import threading
 import torch
 from transformers import AutoTokenizer, GPT2LMHeadModel
 
-from rl_core.models import (
+from rl_core.engine.models import (
     MODEL_PRESETS,
     ValueModel,
     build_policy,
@@ -13,7 +13,7 @@ from rl_core.models import (
     position_ids_from_mask,
     select_device,
 )
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.tokenizer import build_char_tokenizer
 
 import pytest
 

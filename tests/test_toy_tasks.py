@@ -9,7 +9,7 @@ import random
 import pytest
 
 import toy_tasks
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.tokenizer import build_char_tokenizer
 from toy_tasks import DEFAULT_TASK, TASKS, get_task
 from toy_tasks.base import ExactAnswerTask, ToyTask
 from toy_tasks.preference import MAX_MARKS, NAMES, PreferenceTask, distractor, gold_quality, gold_success, typo

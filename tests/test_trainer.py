@@ -8,11 +8,11 @@ import threading
 import pytest
 import torch
 
-from rl_core import sft
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import RunConfig
-from rl_core.models import MODEL_PRESETS
-from rl_core.trainer import Trainer, TrainingError, TrainingStopped
+from rl_core.engine import sft
+from rl_core.engine.models import MODEL_PRESETS
+from rl_core.engine.trainer import Trainer, TrainingError, TrainingStopped
 from toy_tasks import DEFAULT_TASK
 
 # Every metric the spec asks each step to report (names as recorded).

@@ -34,10 +34,10 @@ from typing import ClassVar
 
 import torch
 
-from rl_core.models import MODEL_PRESETS, ValueModel
-from rl_core.reward_model import PreferencePair, reward_scores, train_reward_model
-from rl_core.staging import publish, staging_folder
-from rl_core.tokenizer import build_char_tokenizer
+from rl_core.engine.models import MODEL_PRESETS, ValueModel
+from rl_core.engine.reward_model import PreferencePair, reward_scores, train_reward_model
+from rl_core.engine.tokenizer import build_char_tokenizer
+from rl_core.runs.staging import publish, staging_folder
 from toy_tasks.base import Scores, ToyTask
 
 log = logging.getLogger(__name__)

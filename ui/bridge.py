@@ -8,9 +8,9 @@ import json
 
 import streamlit as st
 
+from rl_core.bridge.export_frameworks import export_config
+from rl_core.bridge.export_unipo import unipo_document
 from rl_core.config import RunConfig
-from rl_core.export_frameworks import export_config
-from rl_core.export_unipo import unipo_document
 from ui.jobs import Job
 
 FORMATS = {"TRL GRPOConfig (Python)": ("trl", "python", "py"), "verl overrides (bash)": ("verl", "bash", "sh"),

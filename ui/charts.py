@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
-from rl_core.loss_terms import LOSS_TERMS
+from rl_core.formulas.loss_terms import LOSS_TERMS
 from ui.present import chart_layout
 from ui.labs.figures import log_scale
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import plotly.graph_objects as go
 import streamlit as st
 
-from rl_core.chat import Answer, ChatModels, Probe, check_prompt, example_prompts
+from rl_core.engine.chat import Answer, ChatModels, Probe, check_prompt, example_prompts
 from rl_core.messages import brief
 from toy_tasks import get_task
 from toy_tasks.base import ExactAnswerTask

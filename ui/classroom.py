@@ -12,7 +12,7 @@ import time
 
 import streamlit as st
 
-from rl_core.store import RunStore, StoreError
+from rl_core.runs.store import RunStore, StoreError
 from ui.predict import Prediction
 from ui.session import session_token
 

@@ -1,5 +1,5 @@
 """The Compare page: presets (or values of one knob) side by side over several seeds, trained in parallel worker
-processes by `rl_core.sweep`, followed live through the run store, summarised and exported; below, every run in
+processes by `rl_core.runs.sweep`, followed live through the run store, summarised and exported; below, every run in
 the store, to reopen or delete.
 
 Where things live:
@@ -32,12 +32,12 @@ import streamlit as st
 from plotly.colors import hex_to_rgb
 
 from rl_core.algorithms import PRESETS
-from rl_core.cluster import ClusterError
 from rl_core.config import AlgoConfig, RunConfig, knob_differences, parse_overrides
 from rl_core.experiments import EXPERIMENTS
-from rl_core.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
-from rl_core.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
-from rl_core.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
+from rl_core.runs.cluster import ClusterError
+from rl_core.runs.store import SAMPLE_WINDOW, RunStore, StoredRun, StoreError
+from rl_core.runs.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, write_csv
+from rl_core.runs.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
 from ui.charts import DASHES, RUN_COLOURS, step_axis, thin
@@ -59,7 +59,7 @@ CURVES = {  # record field → chart title
     "reward_mean": "Reward",
     "entropy": "Token entropy",
     "kl_exact": "KL to the reference (exact, per token)",
-    "kl_k3": "KL to the reference (k3 per token; TRL's kl)",  # the estimate TRL reports too (rl_core.parity)
+    "kl_k3": "KL to the reference (k3 per token; TRL's kl)",  # the estimate TRL reports too (rl_core.bridge.parity)
     "clip_frac": "Clip fraction",  # drawn twice: per token, and per response for GSPO (see CLIP_UNITS)
     "response_length": "Response length (tokens)",
 }

@@ -11,14 +11,14 @@ from collections.abc import Iterable, Iterator
 import streamlit as st
 from transformers import GPT2LMHeadModel
 
-from rl_core.chat import ChatModels, Probe
-from rl_core.messages import brief
-from rl_core.preference_optimisation import (
+from rl_core.engine.chat import ChatModels, Probe
+from rl_core.engine.preference_optimisation import (
     MAX_BETA,
     DPOTraining,
     check_preference_loss,
     preference_warm_start,
 )
+from rl_core.messages import brief
 from toy_tasks import get_task
 from toy_tasks.preference import gold_success
 from ui.chat import talk

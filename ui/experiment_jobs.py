@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_core.engine.sft import default_cache_dir
 from rl_core.experiments import Experiment
 from rl_core.experiments.runner import ExperimentRun, plan_experiment
 from rl_core.messages import brief
-from rl_core.reuse import recorded_when, run_key
-from rl_core.sft import default_cache_dir
-from rl_core.store import RunStore, StoreError
+from rl_core.runs.reuse import recorded_when, run_key
+from rl_core.runs.store import RunStore, StoreError
 from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots, planned_seconds_left
 
 

@@ -30,8 +30,8 @@ from rl_core.experiments.runner import (
     unused_seeds,
 )
 from rl_core.messages import brief
-from rl_core.store import RunStore, StoredRun, StoreError
-from rl_core.sweep import default_workers
+from rl_core.runs.store import RunStore, StoredRun, StoreError
+from rl_core.runs.sweep import default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import knob_text
@@ -185,7 +185,7 @@ def experiment_workers() -> int:
 
 def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     """How long Run (its `planned` runs) will take on this server: from this experiment's earlier runs here when
-    there are some, else from the measured step time of this server's runs (`rl_core.limits`)."""
+    there are some, else from the measured step time of this server's runs (`rl_core.runs.limits`)."""
     try:
         past = past_run_seconds(experiment, RunStore(recover=False))
     except StoreError:

@@ -22,7 +22,7 @@ import streamlit as st
 from rl_core.algorithms import PRESETS
 from rl_core.experiments import EXPERIMENTS
 from rl_core.messages import brief
-from rl_core.store import PHASES, AnswerCount, RunStore, StoreError
+from rl_core.runs.store import PHASES, AnswerCount, RunStore, StoreError
 from ui import share
 from ui.charts import RUN_COLOURS
 from ui.classroom import INSTRUCTOR_PARAM, banner_html

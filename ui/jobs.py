@@ -6,7 +6,7 @@ lock, a stop event, a bounded metrics history and a status), and the page reads 
 lock. Calling Streamlit from a thread that is not the script thread fails or corrupts the page, so the page polls
 instead.
 
-Every live training of the server steps in one `rl_core.run_loop.RunLoop` (`LiveLoop`): a job's thread prepares its
+Every live training of the server steps in one `rl_core.runs.run_loop.RunLoop` (`LiveLoop`): a job's thread prepares its
 run (models, SFT warm start), hands the trainer to the loop, and evaluates and stores its end once it leaves, so
 ten learners' runs interleave step by step rather than queueing behind each other's whole training.
 """
@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rl_core import cluster
-from rl_core.chat import ChatModels, Probe
 from rl_core.config import RunConfig
-from rl_core.limits import ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.engine.chat import ChatModels, Probe
+from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
-from rl_core.run_loop import RunLoop
-from rl_core.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
-from rl_core.store import RunStore, StoredRun, max_trainings
-from rl_core.trainer import Trainer, TrainingStopped
+from rl_core.runs import cluster
+from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.runs.run_loop import RunLoop
+from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
+from rl_core.runs.store import RunStore, StoredRun, max_trainings
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
 SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
@@ -74,7 +74,7 @@ class TrainingSlots:
 
     @property
     def speed(self) -> float:
-        """How much slower than `rl_core.limits`' estimate this server's trainings step (median of the latest)."""
+        """How much slower than `rl_core.runs.limits`' estimate this server's trainings step (median of the latest)."""
         with self._condition:
             return statistics.median(self._speeds) if self._speeds else 1.0
 
@@ -465,7 +465,7 @@ class Job(BackgroundJob):
         return Trainer(self.run, stop_event=self.stop_event) if cluster.ray_address() is None else None
 
     def _remote(self) -> Iterator[dict]:
-        """The run's items (`rl_core.run_stream`) from a task on the Ray cluster that RLHF_LAB_RAY_ADDRESS names:
+        """The run's items (`rl_core.runs.run_stream`) from a task on the Ray cluster that RLHF_LAB_RAY_ADDRESS names:
         this thread only relays them."""
         cluster.connect(cluster.ray_address())
         return cluster.remote_stream(self.run, stopped=self.stop_event.is_set)
@@ -509,7 +509,7 @@ class Job(BackgroundJob):
             self._samples.add(record["step"], record.get("samples", []))
 
     def _take(self, item: dict, trainer: Trainer | None, store: RunStore, run_id: int) -> None:
-        """One item of the run (`rl_core.run_stream`) other than its end: setup progress, or a step's record."""
+        """One item of the run (`rl_core.runs.run_stream`) other than its end: setup progress, or a step's record."""
         if PHASE in item:
             self._on_progress(*item[PHASE])
         elif SETUP in item:

@@ -26,9 +26,9 @@ import torch
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig, knob_differences
+from rl_core.engine.models import MODEL_PRESETS
 from rl_core.messages import brief
-from rl_core.models import MODEL_PRESETS
-from rl_core.store import RunStore, StoreError
+from rl_core.runs.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import chat
 from ui import share as share_state
@@ -229,7 +229,7 @@ def _check_link(preset: str, values: dict) -> None:
 
 
 def _models() -> list[str]:
-    """The model shapes this server can train: the 124M shape only where a GPU can (`rl_core.limits`)."""
+    """The model shapes this server can train: the 124M shape only where a GPU can (`rl_core.runs.limits`)."""
     return [m for m in MODEL_PRESETS if m != "gpt2" or torch.cuda.is_available()]
 
 

@@ -1,4 +1,4 @@
-"""The server's limits (`rl_core.limits`) as the pages apply them: to each run, each sweep, and each learner.
+"""The server's limits (`rl_core.runs.limits`) as the pages apply them: to each run, each sweep, and each learner.
 
 A limit refuses like an out-of-range knob: the page names the knob (or the environment variable that sets the
 limit) and what is allowed, and Train / Run stays disabled."""
@@ -14,9 +14,9 @@ import streamlit as st
 import torch
 
 from rl_core.config import RunConfig
-from rl_core.limits import ServerLimits
 from rl_core.messages import brief
-from rl_core.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
+from rl_core.runs.limits import ServerLimits
+from rl_core.runs.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
 from ui.jobs import DEFAULT_LIVE_RUNS, LiveLoop
 from ui.session import session_token
 

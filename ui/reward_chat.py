@@ -1,17 +1,17 @@
 """Talk to a fitted reward model: a prompt and two responses (typed, or a held-out pair picked), each one's score,
 which the model prefers and by what margin, beside the gold judge; and how it ranks the SFT policy's own samples for
-that prompt. The section is a fragment: typing redraws only it. The engine is `rl_core.reward_chat`."""
+that prompt. The section is a fragment: typing redraws only it. The engine is `rl_core.engine.reward_chat`."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from rl_core.chat import check_prompt
+from rl_core.engine.chat import check_prompt
+from rl_core.engine.preference_optimisation import preference_warm_start
+from rl_core.engine.reward_chat import N_SAMPLES, PairJudgement, check_response, judge_pair, rank_policy_samples
+from rl_core.engine.reward_model import PreferencePair
 from rl_core.messages import brief
-from rl_core.preference_optimisation import preference_warm_start
-from rl_core.reward_chat import N_SAMPLES, PairJudgement, check_response, judge_pair, rank_policy_samples
-from rl_core.reward_model import PreferencePair
 from toy_tasks import get_task
 from toy_tasks.preference import gold_quality, gold_success
 

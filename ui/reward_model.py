@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
+from rl_core.engine.reward_model import RewardModelTraining, reward_scores
 from rl_core.experiments import get_experiment
 from rl_core.experiments.overoptimisation import sqrt_kl_curve
-from rl_core.reward_model import RewardModelTraining, reward_scores
 from toy_tasks import get_task
 from toy_tasks.preference import gold_quality, gold_success, policy_like_responses
 from ui.charts import RUN_COLOURS

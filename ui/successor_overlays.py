@@ -13,8 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from rl_core.kl import kl_exact, kl_k3, kl_k3_is_corrected, kl_k3_with_k2_grad
-from rl_core.losses import clipped_surrogate_loss, cispo_loss, dppo_tv_mask, sapo_gate, sapo_loss
+from rl_core.formulas.kl import kl_exact, kl_k3, kl_k3_is_corrected, kl_k3_with_k2_grad
+from rl_core.formulas.losses import clipped_surrogate_loss, cispo_loss, dppo_tv_mask, sapo_gate, sapo_loss
 from ui.labs.clip import ADVANTAGE_SIGNS
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE
 from ui.labs.kl import VOCABULARY

@@ -6,8 +6,8 @@ from __future__ import annotations
 import streamlit as st
 import torch
 
-from rl_core.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
-from rl_core.losses import cispo_loss, dppo_tv_mask, sapo_loss
+from rl_core.formulas.kl import kl_k3_is_corrected, kl_k3_with_k2_grad
+from rl_core.formulas.losses import cispo_loss, dppo_tv_mask, sapo_loss
 from ui import successor_overlays as overlays
 from ui.story import formula
 

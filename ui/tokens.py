@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from rl_core.config import AlgoConfig
-from rl_core import kl as kl_estimators
-from rl_core.estimators import policy_loss
-from rl_core.loss_terms import KL_IN_LOSS, LossInputs
-from rl_core.losses import dppo_tv_mask, gspo_sequence_ratio, sapo_gate
+from rl_core.formulas import kl as kl_estimators
+from rl_core.formulas.estimators import policy_loss
+from rl_core.formulas.loss_terms import KL_IN_LOSS, LossInputs
+from rl_core.formulas.losses import dppo_tv_mask, gspo_sequence_ratio, sapo_gate
 
 EOS_TOKEN = "<eos>"
 
@@ -164,7 +164,7 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
 
 def groups(samples: list[dict], num_generations: int) -> list[list[dict]]:
     """A step's recorded responses by group: the trainer records the batch's first rows, and rows i·G to
-    i·G + G − 1 answer the same prompt (`rl_core.rollout.sample`). The last group may be partial."""
+    i·G + G − 1 answer the same prompt (`rl_core.engine.rollout.sample`). The last group may be partial."""
     return [samples[start : start + num_generations] for start in range(0, len(samples), num_generations)]
 
 
@@ -192,10 +192,10 @@ class TokenTerm:
 
 
 def token_term(sample: dict, index: int, algo: AlgoConfig, beta: float | None = None) -> TokenTerm:
-    """Token `index` of `sample` put through the run's policy loss (`rl_core.estimators.policy_loss`, the
-    functions of rl_core.losses) at the log-probabilities the sample recorded after the step's updates, so its
+    """Token `index` of `sample` put through the run's policy loss (`rl_core.formulas.estimators.policy_loss`, the
+    functions of rl_core.formulas.losses) at the log-probabilities the sample recorded after the step's updates, so its
     loss and its gradient weight are the ones the last update saw; with a KL term in the loss (β > 0, `beta` the
-    step's coefficient, else the config's), its β·k_t as `rl_core.loss_terms` builds it."""
+    step's coefficient, else the config's), its β·k_t as `rl_core.formulas.loss_terms` builds it."""
     logp = torch.tensor([sample["log_probs"]], dtype=torch.float64, requires_grad=True)
     old = torch.tensor([sample["old_log_probs"]], dtype=torch.float64)
     ref = torch.tensor([sample["ref_log_probs"]], dtype=torch.float64)

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from rl_core.algorithms import get_run_algo
 from rl_core.config import AlgoConfig, DPOConfig, RunConfig
+from rl_core.engine.models import MODEL_PRESETS, select_device
 from rl_core.experiments import Arm, Experiment, Records, mean_interval, seeds_needed, verdict
-from rl_core.models import MODEL_PRESETS, select_device
-from rl_core.records import json_safe, write_jsonl
-from rl_core.reuse import run_key
-from rl_core.store import RunStore, StoredRun
-from rl_core.sweep import PlannedRun, Sweep
+from rl_core.runs.records import json_safe, write_jsonl
+from rl_core.runs.reuse import run_key
+from rl_core.runs.store import RunStore, StoredRun
+from rl_core.runs.sweep import PlannedRun, Sweep
 from toy_tasks import get_task
 
 SUMMARY_FILE = "summary.json"

@@ -8,8 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from rl_core import advantages as adv
-from rl_core.metrics import zero_advantage_group_fraction
+from rl_core.formulas import advantages as adv
+from rl_core.formulas.metrics import zero_advantage_group_fraction
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO
 
 
@@ -47,7 +47,7 @@ def group_advantages(groups: Sequence[Sequence[float]]) -> pd.DataFrame:
 
 def zero_advantage_messages(table: pd.DataFrame) -> list[str]:
     """One line per group in which every estimator gives every response exactly 0, plus the batch share
-    from `rl_core.metrics.zero_advantage_group_fraction`."""
+    from `rl_core.formulas.metrics.zero_advantage_group_fraction`."""
     group_size = int(table["group"].value_counts().iloc[0])
     messages = []
     for group, rows in table.groupby("group"):

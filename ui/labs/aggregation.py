@@ -8,9 +8,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from rl_core import advantages as adv
-from rl_core.aggregation import LOSS_AGG_MODES, aggregate_loss
-from rl_core.losses import vanilla_pg_loss
+from rl_core.formulas import advantages as adv
+from rl_core.formulas.aggregation import LOSS_AGG_MODES, aggregate_loss
+from rl_core.formulas.losses import vanilla_pg_loss
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, log_scale, subplot_axes
 
 

@@ -11,8 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from rl_core.aggregation import aggregate_loss
-from rl_core.losses import clipped_surrogate_loss, gspo_loss, gspo_sequence_ratio
+from rl_core.formulas.aggregation import aggregate_loss
+from rl_core.formulas.losses import clipped_surrogate_loss, gspo_loss, gspo_sequence_ratio
 from ui.labs.figures import (
     MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, axis_key, grid_layout, horizontal, is_zero, subplot_axes, vertical,
 )

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from rl_core import advantages as adv
+from rl_core.formulas import advantages as adv
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal, log_scale
 
 

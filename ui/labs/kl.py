@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from rl_core.kl import KL_ESTIMATORS, kl_exact
+from rl_core.formulas.kl import KL_ESTIMATORS, kl_exact
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, subplot_axes, vertical
 
 
@@ -25,7 +25,7 @@ def shaped_logits(temperature: float, boost: float = 0.0, favourite: str = VOCAB
 
 
 def exact_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> float:
-    """KL(π_θ ‖ π_ref) for one state, from `rl_core.kl.kl_exact`."""
+    """KL(π_θ ‖ π_ref) for one state, from `rl_core.formulas.kl.kl_exact`."""
     return kl_exact(logits[None, None], ref_logits[None, None]).item()
 
 

@@ -1,0 +1,88 @@
+"""A throwaway virtualenv holding TRL, for the code that checks the lab against TRL (the benchmark's GRPOTrainer
+comparison, the test that builds a `GRPOConfig` from an export). TRL is not a dependency of the lab itself.
+
+The virtualenv lives outside the repository, one folder per (torch, TRL) pin pair, and is reused while the pins
+stay. `python -m rl_core.bridge.trl_env [--root DIR]` creates it if needed and prints its interpreter (CI runs this once
+and caches the folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import version
+from pathlib import Path
+
+import platformdirs
+
+TRL_PIN = "trl==1.16.*"
+# The exact version, never a range: pip's find-links folder holds the CPU wheel of exactly this version, and a
+# range would let pip fetch a newer CUDA build (gigabytes) instead.
+TORCH_PIN = f"torch=={version('torch').split('+')[0]}"
+# RLHF_LAB_TRL_VENV lets CI keep the virtualenvs in its cache folder.
+DEFAULT_ROOT = Path(os.environ.get("RLHF_LAB_TRL_VENV") or Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv")
+
+
+# The start of every script run in the TRL virtualenv with a spec file: imports, the spec, the thread count, the
+# tokenizer saved beside the lab's policy, and the exact-answer reward as the lab's tasks score it.
+TRL_SCRIPT_PRELUDE = textwrap.dedent(
+    '''
+    import functools
+    import json
+    import sys
+    import time
+
+    import torch
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    spec = json.loads(open(sys.argv[1]).read())
+    torch.set_num_threads(spec["threads"])
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
+    eos = tokenizer.eos_token_id
+
+
+    def exact_answer(completions, completion_ids, answer, **kwargs):
+        # A response that hit the length limit without EOS never committed to its answer: reward 0.
+        return [float(text == want and eos in ids) for text, ids, want in zip(completions, completion_ids, answer)]
+
+
+    '''
+)
+
+
+def trl_python(venv_root: Path = DEFAULT_ROOT) -> Path:
+    """The interpreter of a virtualenv holding TRL; created on first use and reused while the pins stay."""
+    pins = [TORCH_PIN, TRL_PIN]
+    venv = Path(venv_root) / "-".join(p.replace("==", "").replace(".*", "") for p in pins)
+    python = venv / "bin" / "python"
+    marker = venv / "installed.json"  # written last, so an interrupted install is redone rather than trusted
+    if marker.exists() and json.loads(marker.read_text()) == pins and python.exists():
+        return python
+    print(f"installing {' '.join(pins)} into {venv} (once; a few minutes)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    # torch first and on its own: its exact pin selects the local CPU wheel, and TRL then finds it satisfied.
+    for pin in pins:
+        done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", pin], capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"pip install {pin} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    marker.write_text(json.dumps(pins))
+    return python
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rl_core.bridge.trl_env", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder of the virtualenvs (default: %(default)s)")
+    print(trl_python(parser.parse_args(argv).root))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Teacher-forced passes over a prefix tree: each distinct prompt once, followed by the responses that answer it.
+
+A GRPO batch is G responses to each prompt, right-padded to the longest response. Run as a padded `[B, P + T]`
+batch, every prompt goes through the model G times and every response is as long as the longest one. Here each
+distinct prompt opens one sequence, its responses follow one after another, and a 4-D attention mask lets a
+response token see its prompt and the earlier tokens of its own response, nothing else. Positions restart after
+the prompt for each response. Every logit is then exactly the one a padded pass gives (float rounding aside),
+for a fraction of the tokens: 8 prompts × 8 responses of the default task run 296 tokens instead of 768.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rl_core.engine.models import position_ids_from_mask
+
+PROMPT, FILLER = -1, -2  # owners of prompt and of filler positions; a response's positions are owned by its row
+# A prompt's responses go on in a further sequence (the prompt repeated) beyond this length, so attention, which
+# costs the square of a sequence's length, stays cheap when many long responses share a prompt.
+MAX_SEQUENCE_LENGTH = 256
+# Packing pays for its 4-D mask, which costs attention its fastest kernels, only when it runs at most this share of
+# the tokens of the padded batch; otherwise the padded batch is run as it is.
+PACKING_GAIN = 0.75
+
+
+@dataclass
+class PrefixTree:
+    """The packed layout of a batch: `U` sequences of length `L`, one per distinct prompt (or more, for long ones);
+    or the padded batch itself where packing would gain little."""
+
+    input_ids: torch.Tensor  # [U, L]
+    position_ids: torch.Tensor  # [U, L]
+    # [U, 1, L, L] bool, True where a query position may attend a key position; or, for an unpacked batch, its
+    # [B, L] 2-D mask
+    attention_mask: torch.Tensor
+    logit_index: torch.Tensor  # [B, T]: flat index into [U·L] of the position whose logits predict response token t
+
+
+def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int,
+                response_mask: torch.Tensor) -> PrefixTree:
+    """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.engine.rollout`) into a prefix tree.
+
+    Response token t of a row is predicted at its prompt's last position (t = 0) or at its own token t − 1; a
+    response's last token predicts nothing sampled and is left out. Columns past a response's end point at its
+    prompt's last position: their logits are finite and the response mask hides them."""
+    device = sequences.device
+    response_columns = response_mask.shape[1]
+    prompt_ids, prompt_mask = sequences[:, :prompt_length], attention_mask[:, :prompt_length].long()
+    fed = (response_mask.sum(-1).long() - 1).tolist()  # response tokens that go in as inputs, per row
+    prompt_real = prompt_mask.sum(-1).tolist()
+    budget = max(MAX_SEQUENCE_LENGTH, prompt_length + response_columns)
+    # Rows in the order given; each joins the sequence open for its prompt, or opens one if that would grow too long.
+    open_sequence: dict[tuple[int, ...], int] = {}
+    first_rows, lengths, sequence_of_row, start_of_row = [], [], [], []
+    for row, key in enumerate(map(tuple, torch.cat([prompt_ids, prompt_mask], dim=1).tolist())):
+        sequence = open_sequence.get(key)
+        if sequence is None or lengths[sequence] + fed[row] > budget:
+            sequence = open_sequence[key] = len(first_rows)
+            first_rows.append(row)
+            lengths.append(prompt_real[row])
+        sequence_of_row.append(sequence)
+        start_of_row.append(lengths[sequence])
+        lengths[sequence] += fed[row]
+    length = max(lengths)
+    steps = torch.arange(response_columns, device=device)[None, :]
+    response_lengths = response_mask.sum(-1, keepdim=True)
+    width = prompt_length + max(fed)
+    if len(first_rows) * length > PACKING_GAIN * len(fed) * width:
+        # Few prompts are shared (G = 1, say): the padded batch, cut after its last input, with a 2-D mask, runs
+        # hardly more tokens and lets attention take its faster path (causal, when no prompt is padded).
+        mask = torch.cat([prompt_mask, prompt_mask.new_ones((len(fed), width - prompt_length))], dim=1)
+        column = torch.where(steps < response_lengths, prompt_length - 1 + steps, prompt_length - 1)
+        row_start = torch.arange(len(fed), device=device)[:, None] * width
+        return PrefixTree(sequences[:, :width], position_ids_from_mask(mask), mask, row_start + column)
+    group = torch.tensor(sequence_of_row, device=device)
+    start = torch.tensor(start_of_row, device=device)
+    first_row = torch.tensor(first_rows, device=device)
+    prompt_lengths = torch.tensor([prompt_real[row] for row in first_rows], device=device)  # [U]
+
+    input_ids = torch.zeros((len(first_rows), length), dtype=torch.long, device=device)
+    position_ids = torch.zeros_like(input_ids)
+    owner = torch.full_like(input_ids, FILLER)
+    # Prompts without their left padding.
+    shifted = torch.arange(prompt_length, device=device)[None, :] - (prompt_length - prompt_lengths)[:, None]
+    u, prompt_column = (shifted >= 0).nonzero(as_tuple=True)
+    packed_column = shifted[u, prompt_column]
+    input_ids[u, packed_column] = prompt_ids[first_row[u], prompt_column]
+    position_ids[u, packed_column] = packed_column
+    owner[u, packed_column] = PROMPT
+    # Responses, each continuing the positions of its prompt.
+    row, t = (steps < torch.tensor(fed, device=device)[:, None]).nonzero(as_tuple=True)
+    target = (group[row], start[row] + t)
+    input_ids[target] = sequences[row, prompt_length + t]
+    position_ids[target] = prompt_lengths[group[row]] + t
+    owner[target] = row
+
+    causal = torch.ones((length, length), dtype=torch.bool, device=device).tril()
+    keys, queries = owner[:, None, :], owner[:, :, None]
+    # Filler queries see the prompt, so that no softmax row is empty; nothing reads them.
+    allowed = (causal & ((keys == PROMPT) | (keys == queries)))[:, None]
+
+    prompt_last = prompt_lengths[group][:, None] - 1
+    column = torch.where((steps > 0) & (steps < response_lengths), start[:, None] + steps - 1, prompt_last)
+    return PrefixTree(input_ids, position_ids, allowed, group[:, None] * length + column)

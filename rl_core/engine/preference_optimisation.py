@@ -1,0 +1,334 @@
+"""Direct preference optimisation: the policy trained on preference pairs themselves, with no reward model and no
+sampling during training (DPO, Rafailov et al. 2023; IPO, Azar et al. 2023).
+
+DPO starts from the closed-form optimum of the KL-regularised RL objective, π*(y|x) ∝ π_ref(y|x) exp(r(x, y)/β),
+and reads it backwards: every policy defines an *implicit reward* r_θ(x, y) = β (log π_θ(y|x) − log π_ref(y|x))
+(up to a term of x alone, which cancels in a comparison). Putting that reward into the Bradley-Terry likelihood
+of the labels gives a loss on the policy directly. IPO keeps the same log-ratio difference but regresses it onto
+a fixed target instead of pushing it through a sigmoid, so it stops growing once the pair is ordered by 1/(2β).
+
+Every log-probability here is a sequence's: the sum over the response's tokens, the closing EOS included, as in
+both papers (`sequence_logprobs`). Pairs are `reward_model.PreferencePair`s; the accuracy and the margin of the
+implicit rewards are the reward model's `pairwise_accuracy` and `reward_margin`, applied to them.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
+
+from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
+from rl_core.engine.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
+from rl_core.engine.reward_model import (
+    PreferencePair,
+    bradley_terry_loss,
+    check_pair_training,
+    pairwise_accuracy,
+    reward_margin,
+    split_pairs,
+)
+from rl_core.engine.rollout import (
+    encode_pairs,
+    frozen_response_logits,
+    response_logits,
+    sample,
+    token_logprobs,
+)
+from rl_core.engine.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
+from rl_core.engine.tokenizer import build_char_tokenizer
+from rl_core.engine.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
+from rl_core.formulas.kl import kl_exact, kl_k3
+from rl_core.formulas.masking import masked_mean, masked_sum
+from toy_tasks import get_task
+from toy_tasks.base import ToyTask
+
+MAX_BETA = DPO_RANGES["beta"].high  # the lab's upper bound on β, as a DPO run's knob has it
+
+
+def implicit_reward(logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -> torch.Tensor:
+    """r_θ(x, y) = β (log π_θ(y|x) − log π_ref(y|x)) per response `[B]`: the reward under which π_θ is the optimum
+    of the KL-regularised objective with coefficient β (Rafailov et al. 2023, eq. 5), TRL's `rewards/chosen` and
+    `rewards/rejected`. Zero for every response while π_θ = π_ref."""
+    return beta * (logps - ref_logps)
+
+
+def log_ratio_difference(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
+                         ref_rejected_logps: torch.Tensor) -> torch.Tensor:
+    """h = (log π_θ − log π_ref)(y_w) − (log π_θ − log π_ref)(y_l) per pair `[N]`: how much more the policy has
+    raised the chosen response than the rejected one, relative to the reference (Azar et al. 2023's h_π)."""
+    return (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
+
+
+def dpo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
+             ref_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
+    """L_DPO = −mean_i log σ(β h_i), h the `log_ratio_difference` (Rafailov et al. 2023, eq. 7; TRL's
+    `loss_type="sigmoid"`): the Bradley-Terry loss of the implicit rewards.
+
+    It is log 2 while π_θ = π_ref. Its gradient with respect to log π_θ(y_w) is −β σ(−β h_i) / N, and the opposite
+    for log π_θ(y_l): the same push on both, weighted by how wrongly the pair is still ordered. Nothing in it says
+    where the chosen log-probability should go, only the difference; both may fall while h grows."""
+    return bradley_terry_loss(implicit_reward(chosen_logps, ref_chosen_logps, beta),
+                              implicit_reward(rejected_logps, ref_rejected_logps, beta))
+
+
+def ipo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
+             ref_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
+    """L_IPO = mean_i (h_i − 1/(2β))², h the `log_ratio_difference` of *sequence* log-probabilities (Azar et al.
+    2023, their empirical IPO loss, with τ written β as in TRL's `loss_type="ipo"`).
+
+    TRL's `ipo` averages each response's log-probabilities over its tokens before taking h; this follows the
+    paper and sums them, as `dpo_loss` does, so that the two losses see the same h. The loss is 1/(4β²) while
+    π_θ = π_ref and vanishes at h = 1/(2β): the pair is pushed apart by a fixed amount and then held there, where
+    DPO's sigmoid keeps pushing (ever more weakly) however far apart they already are. A larger β means a smaller
+    target. Its gradient with respect to log π_θ(y_w) is 2 (h_i − 1/(2β)) / N."""
+    h = log_ratio_difference(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    return ((h - 1 / (2 * beta)) ** 2).mean()
+
+
+PREFERENCE_LOSSES = {"sigmoid": dpo_loss, "ipo": ipo_loss}  # TRL's `loss_type` name → the loss
+
+
+def sequence_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+                      responses: list[str], frozen: bool = False) -> torch.Tensor:
+    """log π(y|x) `[B]`: the sum of the response's token log-probabilities (its EOS included) given the prompt, in
+    one teacher-forced pass; `frozen` for a model that is not being trained (the reference: no autograd)."""
+    batch = encode_pairs(tokenizer, prompts, responses, next(model.parameters()).device)
+    logits = (frozen_response_logits if frozen else response_logits)(model, batch)
+    return masked_sum(token_logprobs(logits, batch.response_ids), batch.response_mask, dim=-1)
+
+
+def pair_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair],
+                  frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence log-probabilities of the chosen and of the rejected responses, in one pass over both."""
+    prompts = [p.prompt for p in pairs] * 2
+    responses = [p.chosen for p in pairs] + [p.rejected for p in pairs]
+    logps = sequence_logprobs(model, tokenizer, prompts, responses, frozen)
+    return logps[: len(pairs)], logps[len(pairs) :]
+
+
+def preference_metrics(loss: torch.Tensor, chosen_logps: torch.Tensor, rejected_logps: torch.Tensor,
+                       ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
+                       beta: float) -> dict[str, float]:
+    """TRL's DPOTrainer metrics of a batch of pairs: `loss`, `rewards/chosen`, `rewards/rejected` (mean implicit
+    rewards), `rewards/accuracies` (the share whose implicit chosen reward is strictly higher), `rewards/margins`
+    (their mean difference), `logps/chosen`, `logps/rejected` (mean sequence log-probabilities)."""
+    chosen = implicit_reward(chosen_logps, ref_chosen_logps, beta).detach()
+    rejected = implicit_reward(rejected_logps, ref_rejected_logps, beta).detach()
+    return {"loss": loss.item(), "rewards/chosen": chosen.mean().item(), "rewards/rejected": rejected.mean().item(),
+            "rewards/accuracies": pairwise_accuracy(chosen, rejected).item(),
+            "rewards/margins": reward_margin(chosen, rejected).item(),
+            "logps/chosen": chosen_logps.detach().mean().item(), "logps/rejected": rejected_logps.detach().mean().item()}
+
+
+def check_preference_loss(loss_type: str, beta: float) -> None:
+    """`loss_type` one of PREFERENCE_LOSSES and 0 < `beta` ≤ MAX_BETA, or a ValueError naming the knob (a page
+    asks before it spends seconds on the warm start)."""
+    if loss_type not in PREFERENCE_LOSSES:
+        raise ValueError(f"loss_type={loss_type!r} is unknown; allowed: {', '.join(PREFERENCE_LOSSES)}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta <= MAX_BETA:
+        raise ValueError(f"beta={beta!r} is out of range; allowed: 0 < beta ≤ {MAX_BETA:g}")
+
+
+def preference_warm_start(task: ToyTask, seed: int, device: torch.device | str = "cpu", model_preset: str = "tiny",
+                          cache_dir: Path | None = None) -> GPT2LMHeadModel:
+    """The task's SFT policy for `seed` with its default demonstrations and steps (the checkpoint RL starts from,
+    cached), after the task is prepared (its SFT check scores with the task's reward)."""
+    if model_preset not in MODEL_PRESETS:
+        raise ValueError(f"model_preset={model_preset!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+    device = torch.device(device)
+    # The thread count of the preset, as for RL (one thread for the small presets): DPOTraining runs with it too.
+    use_preset_threads(model_preset, device)
+    task.prepare(cache_dir or default_cache_dir(), device, seed)
+    policy, _ = sft_policy(task, build_char_tokenizer(), model_preset, seed, task.default_demo_noise, DEFAULT_SFT_STEPS,
+                           device, cache_dir)
+    return policy
+
+
+class DPOTraining:
+    """DPO or IPO from a warm start, one optimiser step at a time: `steps()` yields a record per step, so a page
+    can draw the fit live. `policy` is trained in place; a frozen copy of it, taken here, is π_ref.
+
+    Offline: each step draws `batch_size` training pairs with replacement and never samples from the policy.
+    A `holdout_fraction` of the pairs is kept out (`held_out`). Every `eval_every` steps, at the last step and
+    before the first (step 0), a record also carries the metrics on the held-out pairs (`eval_` + TRL's name)
+    and, from `n_eval_prompts` samples of the policy on fixed prompts, the task's own verdict (`success_rate`,
+    the gold success that the labels stand for), its reward (`reward_mean`) and the per-token KL(π_θ‖π_ref),
+    exact (`kl_exact`) and its k3 estimate (`kl_k3`)."""
+
+    def __init__(
+        self,
+        policy: GPT2LMHeadModel,
+        pairs: list[PreferencePair],
+        task: ToyTask,
+        loss_type: str = "sigmoid",
+        beta: float = 0.1,
+        steps: int = 100,
+        batch_size: int = 32,
+        learning_rate: float = 5e-4,
+        seed: int = 0,
+        holdout_fraction: float = 0.2,
+        eval_every: int = 10,
+        n_eval_prompts: int = 128,
+    ):
+        check_preference_loss(loss_type, beta)
+        check_pair_training(pairs, holdout_fraction, steps, batch_size, learning_rate)
+        for knob, value in (("eval_every", eval_every), ("n_eval_prompts", n_eval_prompts)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{knob}={value!r} is out of range; allowed: an integer ≥ 1")
+        self.policy, self.task, self.tokenizer = policy, task, build_char_tokenizer()
+        self.loss_fn, self.beta = PREFERENCE_LOSSES[loss_type], float(beta)
+        self.total_steps, self.batch_size, self.eval_every = steps, batch_size, eval_every
+        self.rng = random.Random(seed)
+        self.held_out, self.train = split_pairs(pairs, holdout_fraction, self.rng)
+        self.reference = frozen_reference(policy)
+        # The reference never changes: its log-probabilities of the held-out pairs are computed once.
+        self.held_out_ref_logps = pair_logprobs(self.reference, self.tokenizer, self.held_out, frozen=True)
+        # Fixed prompts and generator: the gold success of two steps differs by the policy, not by the draw.
+        self.eval_prompts = task.sample_prompts(n_eval_prompts, random.Random(seed + 1))
+        self.eval_seed = seed + 1
+        # The SFT policy has no dropout, and eval mode keeps it so (as TRL's disable_dropout) through training.
+        self.policy.eval()
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
+
+    def steps(self) -> Iterator[dict[str, float]]:
+        """Train; one record per step: `step`, the minibatch's `preference_metrics`, and where evaluated (step 0,
+        every `eval_every` steps and the last) the held-out `eval_*` metrics, `success_rate`, `reward_mean`,
+        `kl_exact` and `kl_k3`."""
+        yield {"step": 0} | self.evaluate()
+        for step in range(1, self.total_steps + 1):
+            record = {"step": step} | self.update()
+            if step % self.eval_every == 0 or step == self.total_steps:
+                record |= self.evaluate()
+            yield record
+
+    def update(self) -> dict[str, float]:
+        """One optimiser step on `batch_size` training pairs drawn with replacement; returns the minibatch's
+        `preference_metrics`, measured before the step (as TRL logs them)."""
+        batch = self.rng.choices(self.train, k=self.batch_size)
+        chosen, rejected = pair_logprobs(self.policy, self.tokenizer, batch)
+        ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, batch, frozen=True)
+        loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        # TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+        self.optimizer.step()
+        return preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected, self.beta)
+
+    @torch.no_grad()
+    def evaluate(self, samples: int = 0, pairs: bool = True) -> dict:
+        """The held-out pairs' metrics (`eval_` + TRL's names; unless not `pairs`), and of one sample (temperature
+        1) per fixed prompt the gold `success_rate`, the task's reward `reward_mean` (its learned reward model's
+        standardised score), and the per-token KL(π_θ‖π_ref): `kl_exact` over the vocabulary at each sampled
+        state, `kl_k3` its k3 estimate at the sampled token. With `samples`, the first few samples as `samples`
+        (token views)."""
+        metrics = {}
+        if pairs:
+            chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
+            ref_chosen, ref_rejected = self.held_out_ref_logps
+            loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
+            metrics = {f"eval_{key}": value
+                       for key, value in preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected,
+                                                            self.beta).items()}
+        generator = torch.Generator(device=next(self.policy.parameters()).device).manual_seed(self.eval_seed)
+        rollout = sample(self.policy, self.tokenizer, self.eval_prompts, self.task.max_new_tokens, 1.0, generator)
+        ref_logits = frozen_response_logits(self.reference, rollout)
+        ref_logp = token_logprobs(ref_logits, rollout.response_ids)
+        scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+        mask = rollout.response_mask
+        metrics |= {"success_rate": sum(scores.successes) / len(scores.successes),
+                    "reward_mean": sum(scores.rewards) / len(scores.rewards),
+                    "kl_exact": masked_mean(kl_exact(rollout.logits, ref_logits), mask).item(),
+                    "kl_k3": masked_mean(kl_k3(rollout.old_logp, ref_logp), mask).item()}
+        if samples:
+            metrics["samples"] = self._sample_views(rollout, ref_logp, scores, samples)
+        return metrics
+
+    def _sample_views(self, rollout, ref_logp: torch.Tensor, scores, n: int) -> list[dict]:
+        """The first `n` evaluation samples token by token: what the RL runs' views hold that DPO has (reward,
+        gold verdict, log-probabilities of the policy and of the reference, entropy)."""
+        views = []
+        for i in range(min(n, len(rollout.prompts))):
+            length = int(rollout.response_mask[i].sum().item())
+            ids = rollout.response_ids[i, :length].tolist()
+            views.append({"prompt": rollout.prompts[i], "response": rollout.responses[i],
+                          "tokens": [self.tokenizer.convert_ids_to_tokens(t) for t in ids],
+                          "reward": scores.rewards[i], "success": bool(scores.successes[i]),
+                          "truncated": bool(rollout.truncated[i]), "ids": ids,
+                          "log_probs": rollout.old_logp[i, :length].tolist(),
+                          "ref_log_probs": ref_logp[i, :length].tolist(),
+                          "entropies": rollout.entropy[i, :length].tolist()})
+        return views
+
+
+class DPOTrainer:
+    """A run whose `algo` is a `DPOConfig`, trained as `rl_core.engine.trainer.Trainer` trains an RL run (the same
+    `prepare()`, `steps()`, `step_index`, `evaluate()`), so a sweep, the run store and reuse take it like any run.
+
+    Data: the task's own preference pairs for the run's seed, the very pairs its reward model is fitted to
+    (`task.preference_pairs(task.n_pairs, Random(seed), task.label_noise)`). Start: the run's SFT warm start, as
+    for the RL runs of that seed. Step k's record holds the minibatch's TRL metrics (`loss`, `rewards/*`,
+    `logps/chosen`, `logps/rejected`) and the `DPOTraining.evaluate` metrics (gold `success_rate`, `reward_mean`,
+    `kl_exact`, `kl_k3`, and at the first step, every `eval_steps` and the last the held-out `eval_*`), all
+    measured before the k-th update: like an RL run's record, step k describes the policy after k − 1 updates."""
+
+    def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
+        run.validate()
+        if not isinstance(run.algo, DPOConfig):
+            raise ValueError(f"algo={run.algo.name!r} is an RL preset; DPOTrainer trains algo=dpo (a DPOConfig)")
+        self.run, self.algo = run, run.algo
+        self.cache_dir = Path(cache_dir or default_cache_dir())
+        self.stop_event = stop_event or threading.Event()
+        self.device = select_device(run.device)
+        use_preset_threads(run.model, self.device)
+        self.task = get_task(run.task)
+        self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
+        self.tokenizer = build_char_tokenizer()
+        self.step_index = 0
+        self.policy = self.reference = self.training = None
+
+    def prepare(self, progress: Progress | None = None) -> dict:
+        """Reward model (the task's, for its `reward_mean`), SFT policy, its frozen copy as π_ref, the pairs;
+        returns the setup metrics."""
+        self.policy, setup = prepare_warm_start(self, stoppable(progress, self.stop_event))
+        task, algo = self.task, self.algo
+        pairs = task.preference_pairs(task.n_pairs, random.Random(self.run.seed), task.label_noise)
+        self.training = DPOTraining(self.policy, pairs, task, loss_type=algo.loss_type, beta=algo.beta,
+                                    steps=self.run.steps, batch_size=algo.per_device_train_batch_size,
+                                    learning_rate=algo.learning_rate, seed=self.run.seed,
+                                    holdout_fraction=algo.holdout_fraction, eval_every=1,
+                                    n_eval_prompts=algo.n_eval_prompts)
+        self.reference = self.training.reference
+        return setup | {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
+
+    def steps(self) -> Iterator[dict]:
+        """Train for `run.steps` steps (or until stopped), yielding one record per step."""
+        if self.training is None:
+            self.prepare()
+        while self.step_index < self.run.steps and not self.stop_event.is_set():
+            yield self.step()
+
+    def step_phases(self):
+        """One step as `Trainer.step_phases` runs it (`rl_core.engine.run_batch`), asking for no sample: DPO trains on
+        its pairs. Returns the record and no token count (no sampled tokens are trained on)."""
+        return self.step(), None
+        yield  # a coroutine with no requests
+
+    def step(self) -> dict:
+        step = self.step_index + 1
+        # The held-out pairs (a fifth of the task's, by default 600) cost most of a step: at the first step, every
+        # `eval_steps` and at the last, as TRL evaluates.
+        pairs = step == 1 or step % self.algo.eval_steps == 0 or step == self.run.steps
+        record = {"step": step} | self.training.evaluate(self.run.samples_per_record, pairs)
+        record |= self.training.update()
+        self.step_index += 1
+        return record
+
+    def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
+        """The final evaluation every run gets (`rl_core.engine.trainer.evaluate_policy`, temperature 1)."""
+        return evaluate_policy(self.policy, self.tokenizer, self.task, self.task.max_new_tokens, 1.0, n_prompts, seed)

@@ -1,0 +1,155 @@
+"""What a run started from the app may ask of the server: limits the instructor sets in the server's environment,
+which no link, slider or Compare box can lift, and the estimate of a run's seconds they are checked against.
+
+| variable | default | what it bounds |
+| --- | --- | --- |
+| RLHF_LAB_MAX_STEPS | 2000 | RL steps of one run |
+| RLHF_LAB_MAX_SFT_STEPS | 2000 | SFT warm-start steps of one run |
+| RLHF_LAB_MAX_RUN_SECONDS | 600 | a run's estimated seconds (`estimated_seconds`) |
+| RLHF_LAB_MAX_QUEUED_RUNS | 60 | runs one experiment or Compare sweep may queue |
+| RLHF_LAB_LEARNER_SECONDS_PER_HOUR | 3600 | training seconds one learner's runs may use in any hour |
+
+The gpt2 shape (124M parameters) needs a GPU: on a CPU a step takes seconds, so without CUDA it is refused
+whatever the link says.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from rl_core.config import DPOConfig, RunConfig
+
+# Seconds of one RL step per response, measured on a CPU with the tiny model on caesar (8-token answers):
+# GRPO's 8 × 8 responses with 2 epochs took 0.069 s a step, 256 × 4 responses with 64 epochs 12.8 s, so a
+# response costs SAMPLE_SECONDS to sample and score and UPDATE_SECONDS per epoch of updates.
+SAMPLE_SECONDS = 7.1e-4
+UPDATE_SECONDS = 1.84e-4
+REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time grows about linearly with it
+MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
+CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
+EVALUATION_PROMPTS = 256  # the final evaluation samples one response to each (Trainer.evaluate)
+# An offline DPO step (rl_core.engine.preference_optimisation.DPOTrainer) samples `n_eval_prompts` responses and passes
+# responses teacher-forced: every `eval_steps` the held-out pairs' two through the policy (the reference's are
+# computed once), and the minibatch's two through both models. One response's share of such a pass cost what one
+# sampled response did (tiny model on `preference`, one thread: 1.2e-3 s and 1.2e-3 s on the loaded CPU).
+FORCED_SECONDS = SAMPLE_SECONDS
+
+
+def _scale(run: RunConfig) -> float:
+    """How much longer a response of `run` takes than one of the measured runs: `tokens / REFERENCE_TOKENS`
+    (at least 1) × the model's factor."""
+    from toy_tasks import TASKS  # imported late, as RunConfig.validate does: the tasks load torch
+
+    # An unknown task is refused later, by the trainer, with its own message.
+    own = None if isinstance(run.algo, DPOConfig) else run.algo.max_new_tokens  # DPO samples at the task's limit
+    tokens = own or getattr(TASKS.get(run.task), "max_new_tokens", REFERENCE_TOKENS)
+    return max(tokens / REFERENCE_TOKENS, 1.0) * MODEL_FACTOR[run.model]
+
+
+def estimated_step_seconds(run: RunConfig) -> float:
+    """Seconds one RL step of `run` takes on a CPU like the one it was measured on:
+    `responses × (SAMPLE_SECONDS + UPDATE_SECONDS · ppo_epochs) × scale × critic`, where responses =
+    prompts_per_step × num_generations (× every resampling round dynamic sampling may take). A DPO step:
+    `(n_eval_prompts · SAMPLE_SECONDS + responses passed · FORCED_SECONDS) × scale`."""
+    algo = run.algo
+    if isinstance(algo, DPOConfig):
+        from toy_tasks import TASKS
+
+        held_out = round(algo.holdout_fraction * TASKS[run.task].n_pairs)
+        forced = 2 * held_out / algo.eval_steps + 4 * algo.per_device_train_batch_size
+        return (algo.n_eval_prompts * SAMPLE_SECONDS + forced * FORCED_SECONDS) * _scale(run)
+    responses = algo.prompts_per_step * algo.num_generations
+    if algo.dynamic_sampling:
+        responses *= 1 + algo.max_resample_rounds
+    critic = CRITIC_FACTOR if algo.use_critic else 1.0
+    return responses * (SAMPLE_SECONDS + UPDATE_SECONDS * algo.ppo_epochs) * _scale(run) * critic
+
+
+def estimated_evaluation_seconds(run: RunConfig) -> float:
+    """Seconds of the evaluation after the last step: `EVALUATION_PROMPTS × SAMPLE_SECONDS × scale`."""
+    return EVALUATION_PROMPTS * SAMPLE_SECONDS * _scale(run)
+
+
+def estimated_seconds(run: RunConfig) -> float:
+    """Seconds the whole run takes: its steps, then the evaluation; the SFT warm start is cached and not
+    counted."""
+    return run.steps * estimated_step_seconds(run) + estimated_evaluation_seconds(run)
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """The limits of the module docstring; `from_env` reads them."""
+
+    max_steps: int = 2000
+    max_sft_steps: int = 2000
+    max_run_seconds: float = 600.0
+    max_queued_runs: int = 60
+    learner_seconds_per_hour: float = 3600.0
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> "ServerLimits":
+        """The limits from RLHF_LAB_<FIELD> variables; a value that is not a positive number is refused by name."""
+        values = {}
+        for field in fields(cls):
+            variable = f"RLHF_LAB_{field.name.upper()}"
+            text = environ.get(variable)
+            if text is None:
+                continue
+            try:
+                value = int(text) if field.type == "int" else float(text)
+            except ValueError:
+                value = 0
+            if not 0 < value < float("inf"):
+                raise ValueError(f"{variable}={text[:20]!r} is out of range; allowed: a positive "
+                                 f"{'integer' if field.type == 'int' else 'number'}")
+            values[field.name] = value
+        return cls(**values)
+
+    def as_table(self) -> list[tuple[str, str, str]]:
+        """(variable, value, what it bounds) for the page that describes the server."""
+        return [
+            ("RLHF_LAB_MAX_STEPS", f"{self.max_steps:,}", "RL steps of one run"),
+            ("RLHF_LAB_MAX_SFT_STEPS", f"{self.max_sft_steps:,}", "SFT steps of one run"),
+            ("RLHF_LAB_MAX_RUN_SECONDS", f"{self.max_run_seconds:,.0f} s", "a run's estimated duration"),
+            ("RLHF_LAB_MAX_QUEUED_RUNS", f"{self.max_queued_runs:,}", "runs of one experiment or comparison"),
+            ("RLHF_LAB_LEARNER_SECONDS_PER_HOUR", f"{self.learner_seconds_per_hour:,.0f} s",
+             "training time of one learner in any hour"),
+        ]
+
+    def check_fields(self, cuda: bool, steps: int = 1, sft_steps: int = 0, model: str = "tiny") -> None:
+        """ValueError naming the field and the variable that sets its limit, for a run's fields one by one (a
+        link's values are checked as they are read)."""
+        if steps > self.max_steps:
+            raise ValueError(f"steps={steps} is out of range; allowed: at most {self.max_steps} on this server "
+                             "(RLHF_LAB_MAX_STEPS)")
+        if sft_steps > self.max_sft_steps:
+            raise ValueError(f"sft_steps={sft_steps} is out of range; allowed: at most {self.max_sft_steps} on "
+                             "this server (RLHF_LAB_MAX_SFT_STEPS)")
+        if model == "gpt2" and not cuda:
+            raise ValueError("model='gpt2' needs a GPU, and this server has none (a step would take seconds); "
+                             "allowed: tiny, small")
+
+    def check_run(self, run: RunConfig, cuda: bool) -> None:
+        """ValueError naming the field (and the variable that sets the limit) if `run` asks more than allowed."""
+        self.check_fields(cuda, run.steps, run.sft_steps, run.model)
+        seconds = estimated_seconds(run)
+        if seconds > self.max_run_seconds:
+            raise ValueError(
+                f"this run would take about {seconds:,.0f} s ({run.steps} steps × {seconds / run.steps:.2f} s, "
+                f"from prompts_per_step × num_generations = {run.algo.prompts_per_step * run.algo.num_generations} "
+                f"responses, ppo_epochs={run.algo.ppo_epochs} and model={run.model}); allowed: at most "
+                f"{self.max_run_seconds:,.0f} s a run on this server (RLHF_LAB_MAX_RUN_SECONDS)")
+
+    def check_run_count(self, runs: int) -> None:
+        if runs > self.max_queued_runs:
+            raise ValueError(f"this would queue {runs} runs; allowed: at most {self.max_queued_runs} at once on this "
+                             "server (RLHF_LAB_MAX_QUEUED_RUNS): fewer seeds or grid values")
+
+    def check_learner(self, spent_seconds: float) -> None:
+        """ValueError once a learner's runs trained for the hour's allowance."""
+        if spent_seconds >= self.learner_seconds_per_hour:
+            raise ValueError(
+                f"your runs have trained {spent_seconds:,.0f} s in the last hour; allowed: "
+                f"{self.learner_seconds_per_hour:,.0f} s an hour per learner on this server "
+                "(RLHF_LAB_LEARNER_SECONDS_PER_HOUR): try again in a few minutes")

@@ -1,0 +1,437 @@
+"""Sweeps: every (preset, grid value, seed) run of a comparison trained in worker processes, each worker training
+one batch of runs at a time (`rl_core.engine.run_batch`), every record written to the run store as it comes.
+
+Processes, not threads: a step of a tiny model is mostly Python overhead around small tensor ops, which runs
+under the GIL, so only processes fill several cores. Workers are spawned, not forked (forking a process that
+already runs torch or Streamlit threads can deadlock), and use one intra-op thread each: tiny matrices gain
+nothing from a second thread, and a sweep already gives every core a run of its own.
+
+Warm starts first. Runs that differ only in the preset or a knob share an SFT checkpoint and a reward model
+(cached on disk per task, model, seed, noise and SFT steps). The sweep trains each distinct one once, in a
+worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint; distinct
+ones (one per seed) are trained in parallel.
+
+Batches. The runs of one warm start (the arms of an experiment for one seed, the grid values of a knob) train as
+one batch, split so that every worker gets a batch: their sampling goes through one stacked loop, and the batch
+takes one place under the training cap, as it holds one core.
+
+Reuse. A planned run identical to one in the store (`rl_core.runs.reuse.run_key`) is not trained: it answers from the
+finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
+trains every run.
+
+On a Ray cluster (`ray_address`, or RLHF_LAB_RAY_ADDRESS) the pool is `rl_core.runs.cluster.RayPool`: the same warm
+starts and runs as Ray tasks, their records written here as they come back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers.utils import logging as transformers_logging
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig, shown, parse_overrides
+from rl_core.engine.models import MODEL_PRESETS, select_device
+from rl_core.engine.sft import sft_policy
+from rl_core.engine.trainer import TrainingStopped
+from rl_core.runs import cluster
+from rl_core.runs.reuse import run_key
+from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
+from rl_core.runs.store import Heartbeat, RunStore, StoredRun, max_trainings
+from toy_tasks import get_task
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    run: RunConfig
+    label: str  # the comparison group (preset and grid values): seeds of one label are averaged together
+    variant: dict  # the grid values of this run, knob → value
+
+
+MAX_SWEEP_RUNS = 1000  # every run is a row in the store and a job for the pool: a typo must not queue a million
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def parse_grid(assignments: Sequence[str]) -> dict[str, list]:
+    """`["beta=0,0.05", "epsilon=0.1,0.2"]` → `{"beta": [0.0, 0.05], "epsilon": [0.1, 0.2]}`, typed per knob."""
+    grid: dict[str, list] = {}
+    for assignment in assignments:
+        name, sep, text = assignment.partition("=")
+        name = name.strip()
+        if not sep or not name or not text.strip():
+            raise ValueError(f"grid {shown(assignment)} is not of the form knob=value1,value2,…")
+        if name in grid:
+            raise ValueError(f"the grid names {name} twice; list all its values at once, {name}=value1,value2,…")
+        values = [parse_overrides([f"{name}={value}"])[name] for value in text.split(",") if value.strip()]
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"grid {shown(assignment)} repeats a value of {name}")
+        grid[name] = values
+    return grid
+
+
+def plan_sweep(
+    algos: Sequence[str],
+    seeds: Sequence[int],
+    task: str,
+    steps: int,
+    overrides: dict | None = None,
+    grid: dict[str, list] | None = None,
+    **run_fields,
+) -> list[PlannedRun]:
+    """Every run of the sweep, validated up front: ValueError names the preset, knob or value that is refused.
+
+    `overrides` apply to every run; `grid` crosses each preset with every combination of its values;
+    `run_fields` are further `RunConfig` fields (model, sft_steps, demo_noise, device)."""
+    overrides, grid = overrides or {}, grid or {}
+    if not algos:
+        raise ValueError("algos is empty; name at least one preset")
+    if len(set(algos)) != len(algos):
+        raise ValueError(f"algos lists a preset twice: {', '.join(algos)}")
+    if not seeds:
+        raise ValueError("seeds is empty; allowed: at least one seed")
+    both = sorted(set(overrides) & set(grid))
+    if both:
+        raise ValueError(f"{', '.join(both)} is both set and swept; drop one of the two")
+    runs = len(algos) * math.prod(len(values) for values in grid.values()) * len(seeds)
+    if runs > MAX_SWEEP_RUNS:
+        raise ValueError(f"the sweep has {runs} runs (presets × grid values × seeds); allowed: at most "
+                         f"{MAX_SWEEP_RUNS}")
+    get_task(task)  # ValueError naming the allowed tasks
+    model = run_fields.get("model", RunConfig.model)
+    if model not in MODEL_PRESETS:
+        raise ValueError(f"model={model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+    select_device(run_fields.get("device", RunConfig.device))
+    planned = []
+    for algo in algos:
+        for values in itertools.product(*grid.values()):
+            variant = dict(zip(grid, values))
+            config = get_preset(algo, **overrides, **variant)
+            label = " · ".join([algo, *(f"{k}={v}" for k, v in variant.items())])
+            for seed in seeds:
+                run = RunConfig(algo=config, task=task, steps=steps, seed=seed, **run_fields)
+                run.validate()
+                planned.append(PlannedRun(run, label, variant))
+    return planned
+
+
+def warm_start_key(run: RunConfig) -> tuple:
+    """What the cached SFT checkpoint and reward model of a run depend on."""
+    return run.task, run.model, run.seed, run.demo_noise, run.sft_steps, run.device
+
+
+def warm_start(run: RunConfig, cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
+    """Train (or find cached) the reward model and the SFT checkpoint `run` starts from; TrainingStopped once
+    `stopped()` turns true."""
+    trainer = trainer_for(run, cache_dir)  # for its task, tokenizer, device and demo noise
+
+    def progress(done: int, loss: float) -> None:
+        if stopped():
+            raise TrainingStopped("stopped during the SFT warm start")
+
+    trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
+    sft_policy(trainer.task, trainer.tokenizer, run.model, run.seed, trainer.demo_noise, run.sft_steps,
+               trainer.device, trainer.cache_dir, progress=progress)
+
+
+class Sweep:
+    """A planned sweep, written to the store as queued runs on creation; `run()` trains them.
+
+    `run()` blocks, so a page calls it from a background thread; `stop()` may come from any thread and ends
+    every run after its current step (queued runs end as stopped without starting)."""
+
+    def __init__(
+        self,
+        planned: Sequence[PlannedRun],
+        store: RunStore,
+        workers: int | None = None,
+        cache_dir: Path | None = None,
+        spec: dict | None = None,
+        session: str | None = None,
+        cap: int | None = None,
+        fresh: bool = False,
+        ray_address: str | None = None,
+    ):
+        """`cap`: a worker starts a run only while fewer than `cap` runs of the store train, in any process (the
+        app passes its training cap); default RLHF_LAB_MAX_TRAININGS, else this sweep's worker count.
+        `fresh`: train every run, even one the store already holds or trains.
+        `ray_address` (default RLHF_LAB_RAY_ADDRESS): train every run as a task on that Ray cluster
+        (`rl_core.runs.cluster`); workers and cap then default to the cluster's CPUs. ClusterError if it is not
+        there."""
+        self.ray_address = cluster.ray_address(ray_address)
+        cluster_cpus = cluster.connect(self.ray_address) if self.ray_address else None
+        self.workers = (cluster_cpus or default_workers()) if workers is None else workers
+        if self.workers < 1:
+            raise ValueError(f"workers={self.workers} is out of range; allowed: an integer ≥ 1")
+        self.cap = (cluster_cpus or max_trainings(default=self.workers)) if cap is None else cap
+        if not planned:
+            raise ValueError("the sweep has no runs")
+        self.planned = list(planned)
+        self.store = store
+        self.cache_dir = cache_dir
+        self._context = multiprocessing.get_context("spawn")
+        self._stop = self._context.Event()
+        self.session = session  # the app session that owns the sweep and its runs (None: shared)
+        self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})}, session)
+        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id, session, key=run_key(p.run),
+                                      reuse=not fresh) for p in self.planned]
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def stop_event(self):
+        """The event `stop()` sets (shared with the workers), for whoever waits on the sweep's behalf."""
+        return self._stop
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, report: Callable[[list[StoredRun]], None] | None = None, interval: float = 1.0) -> list[StoredRun]:
+        """Train every run that is not reused; `report` gets the sweep's runs from the store every `interval`
+        seconds and at the end. Ctrl+C becomes a stop request: the runs end after their current step and are kept
+        as stopped. No worker process starts unless a run must train."""
+        stored = self.store.runs(self.run_ids)
+        to_train = [run.id for run in stored if run.active and not run.reused]
+        watching = {run.id for run in stored if run.active and run.reused}
+        workers = min(self.workers, len(to_train) + len(watching))  # a watched run may fall to this sweep to train
+        try:
+            with Heartbeat(self.store), ExitStack() as stack:
+                pool: LocalPool | cluster.RayPool | None = None
+
+                def get_pool() -> LocalPool | cluster.RayPool:
+                    nonlocal pool
+                    if pool is None:
+                        pool = (cluster.RayPool(stack, workers, self._stop, self.store, self.cap) if self.ray_address
+                                else LocalPool(stack, workers, self._context, self._stop, self.store, self.cap))
+                    return pool
+
+                try:
+                    self._dispatch(get_pool, to_train, watching, report, interval)
+                except BaseException:
+                    self.stop()  # before the pool's exit waits for the workers: they must end their runs
+                    raise
+        finally:
+            # Whatever ended the sweep early, no run of it stays queued or running.
+            self.store.settle(self.run_ids, "stopped" if self.stopping else "interrupted",
+                              None if self.stopping else "the sweep ended before this run did")
+        final = self.store.runs(self.run_ids)
+        if report:
+            report(final)
+        return final
+
+    def _dispatch(self, pool: Callable[[], LocalPool | cluster.RayPool], to_train: list[int], watching: set[int],
+                  report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
+        runs = dict(zip(self.run_ids, self.planned))
+        # Batches no larger than a worker's share of the runs, so that every worker has a batch to train.
+        runs_per_batch = max(1, math.ceil((len(to_train) + len(watching)) / self.workers))
+        # A future maps to the runs it stands for: a warm start to every run sharing it, a training to its batch.
+        pending: dict[Future, list[int]] = {}
+        warm_starts: set[Future] = set()
+
+        def prepare_runs(ids: list[int]) -> None:
+            by_key: dict[tuple, list[int]] = {}
+            for run_id in ids:
+                by_key.setdefault(warm_start_key(runs[run_id].run), []).append(run_id)
+            for shared in by_key.values():
+                future = pool().warm_start(runs[shared[0]].run, self.cache_dir)
+                pending[future] = shared
+                warm_starts.add(future)
+
+        prepare_runs(to_train)
+        while pending or watching:
+            try:
+                if pending:
+                    done, _ = wait(pending, timeout=interval, return_when=FIRST_COMPLETED)
+                else:
+                    done = set()
+                    self._stop.wait(interval)
+            except KeyboardInterrupt:
+                self.stop()
+                continue
+            if self.stopping:
+                watching.clear()  # what did not start is marked stopped at the end
+            follows = {run_id: self.store.follow(run_id) for run_id in watching}
+            watching -= {run_id for run_id, outcome in follows.items() if outcome != "waiting"}
+            prepare_runs([run_id for run_id, outcome in follows.items() if outcome == "train"])
+            for future in done:
+                ids = pending.pop(future)
+                if self.stopping:
+                    continue  # what did not start is marked stopped at the end
+                try:
+                    future.result()
+                    if future in warm_starts:
+                        for batch in _batches(ids, runs_per_batch):
+                            pending[pool().train(batch, [runs[run_id].run for run_id in batch], self.cache_dir)] = batch
+                except BrokenProcessPool as error:  # a worker was killed: the pool and every run in it are gone
+                    self.store.settle(ids, "interrupted", f"a worker process died: {error}")
+                except RunInterrupted as error:  # a Ray worker or node went away during a warm start
+                    self.store.settle(ids, "interrupted", str(error))
+                except Exception as error:  # noqa: BLE001 - a warm start failed: so do the runs that need it
+                    self.store.settle(ids, "failed", f"{type(error).__name__}: {error}")
+            if self.stopping:
+                # Runs not yet handed to a worker never start; the workers end theirs between steps.
+                for future in [f for f in pending if f.cancel()]:
+                    self.store.settle(pending.pop(future), "stopped")
+            if report:
+                report(self.store.runs(self.run_ids))
+
+
+def _batches(run_ids: list[int], size: int) -> list[list[int]]:
+    """`run_ids` cut into batches of at most `size`, as even as can be (7 runs by 4: 4 and 3, not 4, 2 and 1)."""
+    count = math.ceil(len(run_ids) / size)
+    return [run_ids[i::count] for i in range(count)]
+
+
+class SweepProgress:
+    """`sweep.run(progress)` draws a tqdm bar over the steps of every run and writes one line per run as it ends
+    (status, whether it was reused, steps, seconds, final success, error); `close()` ends the bar."""
+
+    def __init__(self, planned: Sequence[PlannedRun], description: str = "sweep"):
+        self.bar = tqdm(total=sum(p.run.steps for p in planned), desc=description, unit="step", file=sys.stderr)
+        self.reported: set[int] = set()
+
+    def __call__(self, runs: list[StoredRun]) -> None:
+        # Until the warm starts are done every run is queued and the bar stands still: say so.
+        statuses = [run.status for run in runs]
+        self.bar.set_postfix_str(f"{statuses.count('running')} running, {statuses.count('queued')} queued",
+                                 refresh=False)
+        self.bar.update(sum(run.steps_done for run in runs) - self.bar.n)
+        for run in runs:
+            if not run.active and run.id not in self.reported:
+                self.reported.add(run.id)
+                seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
+                success = f", final success {run.final['success_rate']:.3f}" if run.final else ""
+                error = f": {run.error}" if run.error else ""
+                status = f"{run.status} (reused)" if run.reused else run.status
+                self.bar.write(f"{run.label} seed {run.seed}: {status} after {run.steps_done} steps{seconds}"
+                               f"{success}{error}", file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class LocalPool:
+    """The sweep's worker processes on this machine: a spawn-context pool, one batch of runs per worker at a time."""
+
+    def __init__(self, stack: ExitStack, workers: int, context, stop_event, store: RunStore, cap: int):
+        self.pool = stack.enter_context(ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_worker,
+            initargs=(stop_event, str(store.path), os.getpid(), cap),
+        ))
+
+    def warm_start(self, run: RunConfig, cache_dir: Path | None) -> Future:
+        return _submit(self.pool, _warm_start, run, cache_dir)
+
+    def train(self, run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> Future:
+        """Train the runs as one batch; their outcomes are their statuses in the store, the future only says when
+        the batch ended."""
+        return _submit(self.pool, _train, run_ids, runs, cache_dir)
+
+
+def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
+    """`pool.submit`, with SIGINT ignored meanwhile when called from the main thread, and the caller's `__main__`
+    script kept from the workers.
+
+    Ctrl+C reaches every process of the terminal's group, and the parent turns it into a stop request. A worker
+    the pool starts inside this call inherits the ignored signal through exec (a Python handler would not
+    survive it), so it never dies of a Ctrl+C, not even while it is still importing torch."""
+    with _main_script_kept_out():
+        if threading.current_thread() is not threading.main_thread():
+            return pool.submit(fn, *args)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return pool.submit(fn, *args)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _main_script_kept_out() -> Iterator[None]:
+    """A spawned worker first runs the parent's `__main__` script from its path. Under Streamlit that is the page
+    script being run (Streamlit installs it as `__main__`; Streamlit's AppTest, a temporary file), which in a
+    worker draws a page without a server or fails outright, and the pool dies with it. The workers need nothing
+    from it, so while the pool starts them (inside `submit`, for spawned pools) `__main__` is a bare module."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None) is None:
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+# ---------------------------------------------------------------------------------------------- in the workers
+_stop_event = None  # the sweep's stop event, shared with the parent
+_store: RunStore | None = None
+_current_runs: list[int] = []  # the batch this worker trains now, if any
+_cap = 1  # runs of the store that may train at once, across processes
+PARENT_WATCH_INTERVAL = 0.5  # seconds between checks that the coordinator still lives
+
+
+def _init_worker(stop_event, db_path: str, coordinator: int, cap: int) -> None:
+    global _stop_event, _store, _cap
+    _cap = cap
+    torch.set_num_threads(1)
+    transformers_logging.disable_progress_bar()
+    _stop_event = stop_event
+    _store = RunStore(db_path, recover=False)  # the parent's store recovered stale runs when it opened
+    Heartbeat(_store).start()  # for the life of the worker: it refreshes whichever run this process trains
+    threading.Thread(target=_watch_coordinator, args=(coordinator,), name="coordinator-watch", daemon=True).start()
+
+
+def _watch_coordinator(coordinator: int) -> None:
+    """End this worker soon after the coordinator dies, however it dies (SIGKILL and OOM included).
+
+    A pool's workers are not killed with their parent: an orphan would train on, unseen and unstoppable, holding
+    a core. When the coordinator is gone this process has been handed to another parent (init or a subreaper),
+    so `getppid()` changes; the run it was training is marked interrupted and the process exits at once."""
+    while os.getppid() == coordinator:
+        time.sleep(PARENT_WATCH_INTERVAL)
+    threading.Timer(5.0, os._exit, (1,)).start()  # a store busy for long must not keep the orphan alive
+    if _current_runs:
+        try:
+            _store.settle(_current_runs, "interrupted", error="the sweep's coordinator process ended")
+        except Exception:  # noqa: BLE001 - the store may be busy or gone; recovery marks the run later
+            pass
+    os._exit(1)
+
+
+def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
+    warm_start(run, cache_dir, _stop_event.is_set)
+
+
+def _train(run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> None:
+    """Train one batch of runs, writing each record to the store; each run's outcome is its status there."""
+    global _current_runs
+    # Waits while the store's cap is taken by other processes' trainings (another server, a command-line sweep).
+    if not _store.claim(run_ids, _cap, _stop_event.is_set):
+        _store.settle(run_ids, "stopped")
+        return
+    _current_runs = run_ids
+    try:
+        store_batch(_store, run_ids, batch_training_stream(runs, cache_dir, _stop_event))
+    finally:
+        _current_runs = []
