@@ -5,8 +5,8 @@ Starts `streamlit run app.py` on 127.0.0.1 (default caps: the live runs share on
 default GRPO run once so its SFT warm start is cached (as it is after the first run of a class), then for each N
 in `--sessions` opens N browser sessions (separate Chromium contexts) on the GRPO page, presses Train in all of
 them within a fraction of a second, and waits until every one shows a chart point. A session that is queued is read every
-poll for "you are number … in the queue" and "… s to wait". The sessions are closed after each round, which
-stops their trainings.
+poll for "you are number … in the queue" and "… s to wait". Each round ends by pressing Stop in every session
+(a closed tab's training goes on), so the next round starts on an idle server.
 
 Run from the repository root:  python bench/sessions_latency.py [--sessions 1 3 6 10] [--json out.json]
 """
@@ -32,8 +32,10 @@ from app_driver import (  # noqa: E402
     open_page,
     press_train,
     serve_app,
+    stop_run,
     wait_for_chart_points,
 )
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 
 HEADING = "GRPO, with DAPO and Dr. GRPO"
 QUEUE_PLACE = "in the queue"
@@ -87,8 +89,19 @@ def round_of(browser, url: str, sessions: int) -> dict:
             "last_alert_while_waiting": [seen.get(i, "") for i in range(sessions)],
         }
     finally:
+        # A closed tab's training goes on (a reload must find it running), so each round stops its own runs: the
+        # next round starts on an idle server.
+        for page in pages:
+            stop = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True)
+            if stop.count() and stop.first.is_enabled():
+                stop.first.click()
+        for page in pages:
+            try:
+                page.get_by_text("Stopped after").first.wait_for(timeout=30_000)
+            except PlaywrightTimeout:
+                pass  # this run had trained all its steps before Stop
         for context in contexts:
-            context.close()  # the session ends: its training stops after the current step
+            context.close()
 
 
 def load_average() -> str:
@@ -112,8 +125,8 @@ def main(argv: list[str] | None = None) -> None:
             open_page(warm, f"{url}/grpo", HEADING)
             press_train(warm)
             wait_for_chart_points(warm)  # the SFT checkpoint is cached from here on
+            stop_run(warm)
             warm.close()
-            time.sleep(2)  # the warm-up run's session is gone: its training stops
             for n in args.sessions:
                 outcome = round_of(browser, url, n)
                 results["rounds"].append(outcome)
@@ -121,7 +134,6 @@ def main(argv: list[str] | None = None) -> None:
                       f"{outcome['worst_s']:.1f} s; {outcome['queued_sessions']} queued, "
                       f"{outcome['told_their_place']} told their place, {outcome['told_an_estimate']} an estimate "
                       f"(clicks spread over {outcome['click_spread_s']:.1f} s)", flush=True)
-                time.sleep(3)  # let the stopped runs end before the next round
         finally:
             browser.close()
     results["load_average_after"] = load_average()
