@@ -29,6 +29,9 @@ TRAINING_CHARTS = """Array.from(document.querySelectorAll('.js-plotly-plot'))
     .filter(gd => (((gd.layout || {}).xaxis || {}).title || {}).text === 'step')"""
 HAS_CHART_POINTS = f"""() => {TRAINING_CHARTS}
     .some(gd => (gd.data || []).some(trace => (trace.x || []).length > 0))"""
+# What the training charts show, as one string: each trace's name and its x values.
+CHART_CONTENTS = f"""() => JSON.stringify({TRAINING_CHARTS}
+    .map(gd => (gd.data || []).map(trace => [trace.name, Array.from(trace.x || [])])))"""
 PAGES = {  # URL path → a heading the page shows once it has rendered
     "": "RLHF policy optimisation, one algorithm at a time",
     "policy_gradient": "Policy Gradient (REINFORCE)",
@@ -121,11 +124,15 @@ def open_page(page, url: str, heading: str) -> None:
 
 
 def press_train(page) -> float:
-    """Click Train and wait until the previous run's charts are gone; returns the monotonic time of the click."""
+    """Click Train and wait until the previous run's charts are gone or redrawn; returns the monotonic time of the
+    click."""
+    before = page.evaluate(CHART_CONTENTS)
     page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train", exact=True).click()
     clicked = time.monotonic()
-    # A previous run's charts stay up until the rerun after the click replaces them.
-    page.wait_for_function(f"() => !({HAS_CHART_POINTS})()", timeout=30_000, polling=50)
+    # A previous run's charts stay up until the rerun after the click replaces them: for an instant with no points,
+    # or, when the new run's first step is done before that rerun draws, with other contents straight away.
+    page.wait_for_function(f"(before) => !({HAS_CHART_POINTS})() || ({CHART_CONTENTS})() !== before", arg=before,
+                           timeout=30_000, polling=50)
     return clicked
 
 
