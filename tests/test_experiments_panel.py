@@ -18,14 +18,13 @@ from streamlit.testing.v1 import AppTest
 
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_experiment, records_file
-from rl_core.limits import estimated_seconds
 from rl_core.records import read_jsonl
 from rl_core.reuse import recorded_when
 from rl_core.store import RunStore
 from ui.experiment_jobs import ExperimentJob
 from ui.compare import band_figure
 from ui.experiments_panel import RECORD_UNITS, chart_panels, experiments_for, record_title, what_happened
-from ui.jobs import TrainingSlots
+from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.lab import training_slots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +68,8 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")  # one run at a time: the arithmetic below
     experiment = get_experiment(NAME)  # 2 arms × 8 seeds
     first = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    reference = sum(estimated_seconds(arm_run.planned.run) for arm_run in plan_experiment(experiment))
+    # A server whose trainings have measured nothing steps at the reference CPU's step times (speed 1).
+    reference = planned_seconds_left([r.planned.run for r in plan_experiment(experiment)], 1, TrainingSlots(1))(0.0)
     shown = f"{reference:.0f} s" if reference < 90 else f"{reference / 60:.0f} min"
     assert (f"Not run on this server yet: about {shown} for 16 runs, 1 at a time (their steps at "
             "the step times measured on the reference CPU)") in first

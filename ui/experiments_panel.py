@@ -20,7 +20,6 @@ import streamlit as st
 from rl_core.config import RunConfig
 from rl_core.experiments import Arm, EXPERIMENTS, Experiment
 from rl_core.experiments._measures import mean_over_steps
-from rl_core.limits import estimated_seconds
 from rl_core.experiments.runner import (
     arm_variant,
     effect_sentence,
@@ -36,6 +35,7 @@ from rl_core.sweep import default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import knob_text
+from ui.jobs import reference_seconds
 from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
 from ui.session import learner_state, session_token, session_worker_cap
@@ -197,7 +197,7 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
         seconds = len(planned) * statistics.median(past) / at_once
         return (f"About {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (the median of its "
                 f"{len(past)} earlier runs on this server), if no one else is training.")
-    seconds = sum(estimated_seconds(run) for run in planned) / at_once
+    seconds = reference_seconds(planned, at_once)
     # The step times leave out what a first run also pays: starting the workers and training the SFT warm starts.
     # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).
     return (f"Not run on this server yet: about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time "
