@@ -185,7 +185,7 @@ def experiment_workers() -> int:
 
 def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     """How long Run (its `planned` runs) will take on this server: from this experiment's earlier runs here when
-    there are some, else from the step times measured on the reference CPU (`rl_core.limits`). Not from the
+    there are some, else from the step times measured on the reference CPU (`reference_seconds`). Not from the
     server's live trainings' speed: a single one of them on a busy machine would swing it tenfold, and they step in
     the app's own process, beside its redraws, where an experiment's runs have worker processes."""
     try:
