@@ -24,7 +24,8 @@ from rl_core.runs.store import RunStore
 from ui.experiment_jobs import ExperimentJob
 from ui.compare import band_figure
 from ui.experiments_panel import RECORD_UNITS, chart_panels, experiments_for, record_title, what_happened
-from ui.jobs import TrainingSlots
+from ui.jobs import TrainingSlots, planned_seconds_left
+from ui.lab import training_slots
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 120
@@ -67,8 +68,15 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")  # one run at a time: the arithmetic below
     experiment = get_experiment(NAME)  # 2 arms × 8 seeds
     first = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert "for 16 runs, 1 at a time (their steps at this server's step time, plus starting the workers)" in first
-    assert first.index("Not run on this server yet. Its warm starts come first") < first.index("at least ")
+    # A server whose trainings have measured nothing steps at the reference CPU's step times (speed 1).
+    reference = planned_seconds_left([r.planned.run for r in plan_experiment(experiment)], 1, TrainingSlots(1))(0.0)
+    shown = f"{reference:.0f} s" if reference < 90 else f"{reference / 60:.0f} min"
+    assert (f"Not run on this server yet: about {shown} for 16 runs, 1 at a time (their steps at "
+            "the step times measured on the reference CPU)") in first
+    assert first.index("about ") < first.index("Before them come the warm starts")
+    # A live training that stepped twelve times slower than the reference (a busy machine) leaves it as it was.
+    training_slots().observe_speed(12.0, 1.0)
+    assert " ".join(c.value for c in panel(experiment.pages[0]).run().caption) == first
     store = RunStore()
     for label, seconds, status in (("GRPO", 10.0, "finished"), ("GSPO", 30.0, "finished"), ("GSPO", 500.0, "failed")):
         run_id = store.add_run(plan_experiment(experiment)[0].planned.run, f"{NAME}: {label}")

@@ -29,6 +29,7 @@ def test_the_page_asks_for_a_fit_before_drawing_one():
     assert any("Press **Train**" in info.value for info in at.info)
     assert not at.dataframe  # no ranking without a model
     assert at.button(key="reward_model:train") is not None
+    assert at.button(key="reward_model:stop").disabled, "nothing to stop before a fit"
     assert "Over-optimising the reward model" in [h.value for h in at.subheader]
 
 
@@ -41,6 +42,7 @@ def test_train_fits_from_the_controls_and_ranks_with_the_fitted_model():
     assert not at.exception, at.exception
     fit = at.session_state["reward_model:fit"]
     assert fit["status"] == "finished" and fit["held_out"] == 40  # a fifth of 200 pairs
+    assert at.button(key="reward_model:stop").disabled, "nothing to stop once the fit has finished"
     assert fit["settings"]["seed"] == 3 and fit["settings"]["max_steps"] == 20
     assert [r["step"] for r in fit["records"]] == list(range(1, 21))
     assert [r["step"] for r in fit["records"] if "heldout_accuracy" in r] == [10, 20]

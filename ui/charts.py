@@ -520,14 +520,10 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
     names = [t["name"] for t in traces if t.get("showlegend", True)]
     # A multi-series chart always names its series, even when only one of them has data.
     show_legend = len(names) > 1 or len(chart.series) > 1
-    rows = _legend_rows([LEGEND_SAMPLE_PX + LEGEND_CHAR_PX * len(name) for name in names])
-    legend_px = LEGEND_ROW_PX * rows + 10 if show_legend else 0
     layout = dict(
         title=dict(text=chart.title, font=dict(size=14), x=0, xanchor="left"),
-        height=40 + PLOT_PX + AXIS_PX + legend_px,
-        margin=dict(l=10, r=10, t=40, b=AXIS_PX + legend_px),
+        **legend_below(names if show_legend else []),
         showlegend=show_legend,
-        legend=dict(orientation="h", yanchor="top", y=-AXIS_PX / PLOT_PX, x=0, font=dict(size=11)),
         xaxis=x_axis,
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
         yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
@@ -571,6 +567,18 @@ def step_marker(step: int, span: Sequence[float] | None = None) -> dict:
                           xanchor="right" if right else "left", yanchor="top", bgcolor="rgba(255,255,255,0.7)",
                           font=dict(size=10, color=MARKER_COLOUR))],
     )
+
+
+def legend_below(names: Sequence[str], plot_px: int = PLOT_PX, top_px: int = 40) -> dict:
+    """Layout entries (height, margin, legend) that put a horizontal legend of these entries under the x axis
+    and its title, and grow the figure by the rows it wraps to, so that the plot area keeps `plot_px`. Placed
+    as a fraction of the plot's height instead, a legend that wraps to more rows climbs onto the axis title."""
+    legend_px = LEGEND_ROW_PX * _legend_rows([LEGEND_SAMPLE_PX + LEGEND_CHAR_PX * len(n) for n in names]) + 14
+    legend_px = legend_px if names else 0
+    # 4 px between the axis title's descenders and the legend's first row
+    return dict(height=top_px + plot_px + AXIS_PX + legend_px,
+                margin=dict(l=10, r=10, t=top_px, b=AXIS_PX + legend_px),
+                legend=dict(orientation="h", yanchor="top", y=-(AXIS_PX + 4) / plot_px, x=0, font=dict(size=11)))
 
 
 def _legend_rows(widths: list[float]) -> int:

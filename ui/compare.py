@@ -40,7 +40,7 @@ from rl_core.runs.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, w
 from rl_core.runs.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
-from ui.charts import DASHES, RUN_COLOURS, step_axis, thin
+from ui.charts import DASHES, RUN_COLOURS, legend_below, step_axis, thin
 from rl_core.messages import brief
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
@@ -376,14 +376,13 @@ def band_figure(key: str | Sequence[str], groups: dict[str, list[list[dict]]], t
                                    label if len(keys) == 1 else f"{label} · {(names or {}).get(shown, shown)}")
     layout = dict(
         title=dict(text=title or CURVES[keys[0]], font=dict(size=15)),
-        height=320,
-        margin=dict(l=10, r=10, t=40, b=10),
-        # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
-        legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=11), traceorder="normal"),
+        **legend_below([trace["name"] for trace in traces if trace.get("showlegend", True)]),
         xaxis=step_axis([step for trace in traces for step in trace["x"]]),
         yaxis=dict(title=dict(text=unit or CURVE_UNITS[keys[0]]), **({"type": "log"} if log else {})),
         uirevision=" ".join(keys),  # keep zoom and hidden traces across the live refreshes
     )
+    # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
+    layout["legend"]["traceorder"] = "normal"
     # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
 

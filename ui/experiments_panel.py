@@ -35,7 +35,7 @@ from rl_core.runs.sweep import default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import knob_text
-from ui.jobs import planned_seconds_left
+from ui.jobs import reference_seconds
 from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
 from ui.session import learner_state, session_token, session_worker_cap
@@ -185,7 +185,9 @@ def experiment_workers() -> int:
 
 def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     """How long Run (its `planned` runs) will take on this server: from this experiment's earlier runs here when
-    there are some, else from the measured step time of this server's runs (`rl_core.runs.limits`)."""
+    there are some, else from the step times measured on the reference CPU (`reference_seconds`). Not from the
+    server's live trainings' speed: a single one of them on a busy machine would swing it tenfold, and they step in
+    the app's own process, beside its redraws, where an experiment's runs have worker processes."""
     try:
         past = past_run_seconds(experiment, RunStore(recover=False))
     except StoreError:
@@ -195,13 +197,13 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
         seconds = len(planned) * statistics.median(past) / at_once
         return (f"About {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (the median of its "
                 f"{len(past)} earlier runs on this server), if no one else is training.")
+    seconds = reference_seconds(planned, at_once)
     # The step times leave out what a first run also pays: starting the workers and training the SFT warm starts.
-    seconds = planned_seconds_left(planned, at_once, training_slots())(0.0)
     # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).
-    return (f"Not run on this server yet. Its warm starts come first where this server has none yet (each seed's "
-            f"SFT checkpoint, and its reward model or teacher), often several times the training itself; then at "
-            f"least {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (their steps at this server's "
-            "step time, plus starting the workers), if no one else is training.")
+    return (f"Not run on this server yet: about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time "
+            "(their steps at the step times measured on the reference CPU), if no one else is training. Before "
+            "them come the warm starts this server has none of yet (each seed's SFT checkpoint, and its reward "
+            "model or teacher), often several times the training itself.")
 
 
 def _seconds(seconds: float) -> str:

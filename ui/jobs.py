@@ -221,8 +221,14 @@ class LiveLoop(TrainingSlots):
 def planned_seconds_left(runs: list[RunConfig], workers: int, slots: TrainingSlots) -> Callable[[float | None], float]:
     """A sweep's `seconds_left` for `TrainingSlots.hold`: its runs' estimated seconds, scaled by the server's
     measured speed and shared among its workers, less the time it has held its slots."""
-    total = sum(estimated_seconds(run) for run in runs) * slots.speed / workers
+    total = reference_seconds(runs, workers) * slots.speed
     return lambda elapsed: max(total - (elapsed or 0.0), 0.0)
+
+
+def reference_seconds(runs: list[RunConfig], workers: int) -> float:
+    """Seconds these runs take shared among `workers`, at the step times measured on the reference CPU
+    (`estimated_seconds`), whatever this server's trainings have measured."""
+    return sum(estimated_seconds(run) for run in runs) / workers
 
 
 class KeptModels:

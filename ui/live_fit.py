@@ -36,13 +36,16 @@ def fit_lab(page: str, knobs: Callable[[], dict], train: Callable[[dict, object]
     with controls:
         train_column, stop = st.columns(2)
         start = train_column.button("Train", key=f"{page}:train", type="primary", width="stretch")
-        stop.button("Stop", key=f"{page}:stop", width="stretch",
+        # Live only in the script run that trains: with nothing running, a Stop that looks pressable misleads.
+        stop.button("Stop", key=f"{page}:stop", width="stretch", disabled=not start,
                     help=f"Ends the fit within {REDRAW_EVERY} steps; the steps done stay on the page.")
         settings = knobs()
     with effect:
         charts = st.empty()
         if start:
             train(settings, charts)  # draws the fit as it goes, or says why it cannot run
+            if st.session_state.get(f"{page}:fit", {}).get("status") == "finished":
+                st.rerun()  # drawn again from session state, its Stop no longer live
         fit = st.session_state.get(f"{page}:fit")
         if not start and fit is None:
             charts.info(invitation, icon=":material/play_arrow:")

@@ -78,5 +78,11 @@ def aggregation_figure(table: pd.DataFrame) -> go.Figure:
                                  showlegend=col == 1, xaxis=axes[0], yaxis=axes[1]))
     for col, column in ((1, table["weight per token"]), (2, table["total push on log π"].abs())):
         layout[axis_key(subplot_axes(1, col, 2)[1])].update(log_scale(column.tolist()))
-    layout.update(barmode="group", height=420, margin=dict(t=90, b=40), legend=dict(orientation="h", y=1.2))
+    # The legend sits in the top margin, its bottom edge 30 px above the plot, clear of the panels' titles (about
+    # 21 px tall). The bottom margin holds the slanted mode names: left to plotly's automargin, they took it
+    # from the plot, which shrank (more on a narrow screen), and a legend placed at a fraction of the plot's
+    # height sank onto the left panel's title.
+    top, plot, bottom = 90, 290, 120
+    layout.update(barmode="group", height=top + plot + bottom, margin=dict(t=top, b=bottom),
+                  legend=dict(orientation="h", yanchor="bottom", y=1 + 30 / plot, x=0))
     return go.Figure(data=traces, layout=layout)
