@@ -173,6 +173,8 @@ def test_gae_figure_draws_the_table():
     by_name = {trace.name: list(trace.y) for trace in fig.data}
     for column in ("TD error δ_t", "advantage A_t (λ_actor)", "critic target (λ_critic)", "value V(s_t)"):
         assert by_name[column] == pytest.approx(table[column].tolist())
+    # Every series is in the reward's units, and the y axis says so.
+    assert fig.layout.yaxis.title.text == "δ, A, target, V (reward units)"
 
 
 # --- KL lab -------------------------------------------------------------------------------------------------

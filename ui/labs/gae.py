@@ -123,7 +123,7 @@ def gae_figure(table: pd.DataFrame) -> go.Figure:
     return go.Figure(
         data=[*bars, values],
         layout=dict(barmode="group", height=380, margin=dict(t=30, b=40), xaxis=dict(title="token t"),
-                    legend=dict(orientation="h", y=-0.2)),
+                    yaxis=dict(title="δ, A, target, V (reward units)"), legend=dict(orientation="h", y=-0.2)),
     )
 
 
