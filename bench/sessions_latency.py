@@ -32,7 +32,6 @@ from app_driver import (  # noqa: E402
     open_page,
     press_train,
     serve_app,
-    stop_run,
     wait_for_chart_points,
 )
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
@@ -91,17 +90,23 @@ def round_of(browser, url: str, sessions: int) -> dict:
     finally:
         # A closed tab's training goes on (a reload must find it running), so each round stops its own runs: the
         # next round starts on an idle server.
-        for page in pages:
-            stop = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True)
-            if stop.count() and stop.first.is_enabled():
-                stop.first.click()
-        for page in pages:
-            try:
-                page.get_by_text("Stopped after").first.wait_for(timeout=30_000)
-            except PlaywrightTimeout:
-                pass  # this run had trained all its steps before Stop
+        stop_trainings(pages)
         for context in contexts:
             context.close()
+
+
+def stop_trainings(pages) -> None:
+    """Press the lab's Stop (the first of the page's Stop buttons; the experiment panels have their own) where it is
+    live, and wait until each stopped run says so."""
+    for page in pages:
+        stop = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).first
+        if stop.is_enabled():
+            stop.click()
+    for page in pages:
+        try:
+            page.get_by_text("Stopped after").first.wait_for(timeout=30_000)
+        except PlaywrightTimeout:
+            pass  # this run had trained all its steps before Stop
 
 
 def load_average() -> str:
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
             open_page(warm, f"{url}/grpo", HEADING)
             press_train(warm)
             wait_for_chart_points(warm)  # the SFT checkpoint is cached from here on
-            stop_run(warm)
+            stop_trainings([warm])
             warm.close()
             for n in args.sessions:
                 outcome = round_of(browser, url, n)
