@@ -98,15 +98,19 @@ def round_of(browser, url: str, sessions: int) -> dict:
 def stop_trainings(pages) -> None:
     """Press the lab's Stop (the first of the page's Stop buttons; the experiment panels have their own) where it is
     live, and wait until each stopped run says so."""
+    stopped = []
     for page in pages:
         stop = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).first
-        if stop.is_enabled():
-            stop.click()
-    for page in pages:
+        try:
+            stop.click(timeout=5_000)
+            stopped.append(page)
+        except PlaywrightTimeout:
+            pass  # Stop is not live: this run had trained all its steps
+    for page in stopped:
         try:
             page.get_by_text("Stopped after").first.wait_for(timeout=30_000)
         except PlaywrightTimeout:
-            pass  # this run had trained all its steps before Stop
+            pass  # it ended on its own between the click and the Stop
 
 
 def load_average() -> str:
