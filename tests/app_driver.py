@@ -116,6 +116,11 @@ def browser_page(viewport: dict | None = None):
             browser.close()
 
 
+def overlap(a: dict, b: dict) -> bool:
+    """Whether two screen rectangles (`getBoundingClientRect`'s top, bottom, left, right) share any area."""
+    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+
 def open_page(page, url: str, heading: str) -> None:
     """Go to the page and wait until it shows its heading and no element is still a loading placeholder."""
     page.goto(url)

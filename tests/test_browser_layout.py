@@ -5,7 +5,7 @@ tiles in one column whatever the row number's digits."""
 
 import pytest
 
-from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, serve_app
+from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, overlap, serve_app
 from rl_core.experiments import EXPERIMENTS
 from ui.tokens import token_html
 
@@ -26,10 +26,6 @@ LEGENDS_AND_AXIS_TITLES = """() => Array.from(document.querySelectorAll('[data-t
                 titles: Array.from(gd.querySelectorAll('[class^="g-x"][class$="title"] text'))
                     .filter(t => t.textContent).map(t => ({text: t.textContent, ...box(t)}))};
     })"""
-
-
-def overlap(a: dict, b: dict) -> bool:
-    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ against its two panels' titles."""
 
 import pytest
 
-from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, serve_app
+from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, overlap, serve_app
 from ui.compare import band_figure
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
@@ -22,16 +22,17 @@ BOXES = """() => {
 }"""
 
 
-def overlap(a: dict, b: dict) -> bool:
-    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
-
-
 def texts_under_the_legend(figure, width: int) -> list[str]:
     with browser_page({"width": width + 40, "height": 900}) as page:
         page.set_content(figure.to_html(include_plotlyjs=True, full_html=True, default_width=f"{width}px"))
         page.wait_for_selector(".js-plotly-plot .legend")
         boxes = page.evaluate(BOXES)
     assert boxes["texts"], "the figure draws its titles"
+    return under_the_legend(boxes)
+
+
+def under_the_legend(boxes: dict) -> list[str]:
+    """The figure's texts that the legend covers, from BOXES' measure."""
     return [text["text"] for text in boxes["texts"] if overlap(boxes["legend"], text)]
 
 
@@ -61,4 +62,4 @@ def test_the_aggregation_labs_legend_clears_its_panels_titles_in_the_app(app_url
         boxes = page.evaluate(BOXES)
     titles = [text["text"] for text in boxes["texts"]]
     assert "weight of one token" in titles and "|total push on log π|" in titles
-    assert [text["text"] for text in boxes["texts"] if overlap(boxes["legend"], text)] == []
+    assert under_the_legend(boxes) == []

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rl_core.engine.run_batch import step_together
+from rl_core.runs.run_stream import stepped_out
 
 
 @dataclass(eq=False)
@@ -29,11 +30,6 @@ class _Member:
     elapsed: float = 0.0  # seconds of RL so far: the sum of its records' step_time
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def through(self) -> bool:
-        """Trained its steps, or stopped: it leaves the loop before the turn's steps."""
-        return self.trainer.step_index >= self.trainer.run.steps or self.trainer.stop_event.is_set()
 
     def leave(self, error: BaseException | None = None) -> None:
         self.error = error
@@ -90,7 +86,7 @@ class RunLoop:
         with self._lock:
             self._members += self._joining
             self._joining.clear()
-            for member in [m for m in self._members if m.through]:
+            for member in [m for m in self._members if stepped_out(m.trainer)]:
                 self._members.remove(member)
                 member.leave()
             if not self._members:

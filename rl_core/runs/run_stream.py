@@ -80,8 +80,7 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
     elapsed = dict.fromkeys(ready, 0.0)
     while ready:
         # A run ends as soon as it has trained its steps (or is stopped), not when the batch's longest run does.
-        for r in [r for r in ready if trainers[r].step_index >= trainers[r].run.steps
-                  or trainers[r].stop_event.is_set()]:
+        for r in [r for r in ready if stepped_out(trainers[r])]:
             ready.remove(r)
             yield r, end_item(trainers[r])
         if not ready:
@@ -95,6 +94,12 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
             elapsed[r] += outcome["step_time"]
             outcome["elapsed"] = elapsed[r]
             yield r, outcome
+
+
+def stepped_out(trainer: Trainer | DPOTrainer) -> bool:
+    """Trained its steps, or stopped: the run leaves its batch (or the live loop) before the next step, and its
+    `end_item` comes next."""
+    return trainer.step_index >= trainer.run.steps or trainer.stop_event.is_set()
 
 
 def end_item(trainer: Trainer | DPOTrainer) -> dict:
