@@ -504,12 +504,11 @@ class Job(BackgroundJob):
             if self._last_step_at is not None:
                 self._step_walls.append(now - self._last_step_at)
             self._last_step_at = now
-        if self._step_walls:
-            # The steps still to come at the measured wall pace (a median: a first step is slow; in the live loop
-            # a step comes once a turn of every run), and the evaluation after the last one, which takes about a
-            # step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer responses a step).
-            self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_walls)
-        with self._lock:
+            if self._step_walls:
+                # The steps still to come at the measured wall pace (a median: a first step is slow; in the live
+                # loop a step comes once a turn of every run), and the evaluation after the last one, which takes
+                # about a step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer responses a step).
+                self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_walls)
             self._history.add(scalars)
             self._latest = scalars
             self._samples.add(record["step"], record.get("samples", []))
