@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--ray-address", help=RAY_ADDRESS_HELP)
     experiment.add_argument("--fresh", action="store_true",
                             help="train every run again, even those the run store already holds")
-    experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 1 2)")
+    experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 … 7)")
     experiment.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
     experiment.add_argument("--workers", type=int, default=None, help="runs trained at once, one process each "
                             f"(default: the cores here, {default_workers()})")
