@@ -35,7 +35,7 @@ EXPERIMENT = Experiment(
     ),
     knobs=("target_kl",),
     task="digit_sum",
-    steps=100,
+    steps=25,
     metric="mean |log(KL / target)| over the second half, fixed minus adaptive",
     effect=lambda runs: _miss(runs[FIXED]) - _miss(runs[ADAPTIVE]),
     expected="positive",

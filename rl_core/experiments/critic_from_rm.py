@@ -16,7 +16,7 @@ SHARED = dict(
 )
 FROM_RM = "critic from the reward model, λ 0.95"
 PRETRAINED = "value-pretrained critic, λ_critic 1"
-EARLY_STEPS = 20
+EARLY_STEPS = 10
 
 
 def first_minus_last(records) -> float:
@@ -37,7 +37,7 @@ EXPERIMENT = Experiment(
     ),
     knobs=("critic_init", "value_pretrain_steps", "lam_critic"),
     task="preference",
-    steps=30,
+    steps=EARLY_STEPS,
     metric=f"first-token minus last-token advantage over the first {EARLY_STEPS} steps, from-RM minus pretrained",
     effect=lambda runs: first_minus_last(runs[FROM_RM]) - first_minus_last(runs[PRETRAINED]),
     expected="positive",

@@ -1,6 +1,6 @@
 """DPO against RLHF with a learned reward model, on the same preference data (the `preference` task's pairs):
 GRPO optimises the Bradley-Terry reward model fitted to the pairs, DPO fits the policy to the pairs themselves,
-both from the same SFT warm start and seed, for the same 40 steps.
+both from the same SFT warm start and seed, for the same 30 steps.
 
 GRPO runs at its own default β = 0.04, which does not hold it where the reward model is right (the reward-hacking
 experiment): it piles on the exclamation marks the model likes, the learned reward climbs and the policy moves
@@ -33,7 +33,7 @@ EXPERIMENT = Experiment(
     ),
     knobs=("algo",),
     task="preference",
-    steps=40,
+    steps=30,
     metric="exact KL to the reference over the last 10 steps (nats per token), GRPO minus DPO",
     effect=lambda runs: final_mean(runs[GRPO], "kl_exact") - final_mean(runs[DPO], "kl_exact"),
     expected="positive",

@@ -22,7 +22,7 @@ EXPERIMENT = Experiment(
     ),
     knobs=("policy_loss",),
     task="caesar",
-    steps=40,
+    steps=30,
     metric="share of valid tokens that are rare (π_old < 0.1) and silenced, PPO's minus DPPO's",
     effect=mean_difference("silenced_rare_frac", "PPO clip", "DPPO-TV"),
     expected="positive",

@@ -26,7 +26,7 @@ EXPERIMENT = Experiment(
     arms=(VANILLA, DRO),
     knobs=("policy_loss",),
     task="caesar",
-    steps=40,
+    steps=30,
     metric="approx KL to π_old (k2, nats per token) over a batch's 8 updates, averaged over training, vanilla PG "
            "minus dro",
     effect=mean_difference("approx_kl", VANILLA.label, DRO.label),

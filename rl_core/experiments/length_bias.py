@@ -50,8 +50,8 @@ EXPERIMENT = Experiment(
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),
     task="digit_sum_long",
-    steps=20,
-    metric="ln of the share of responses cut off at the limit over the first 20 steps, seq-mean-token-mean over the "
+    steps=10,
+    metric="ln of the share of responses cut off at the limit over the first 10 steps, seq-mean-token-mean over the "
            "larger of the others",
     effect=_effect,
     expected="positive",

@@ -24,7 +24,7 @@ EXPERIMENT = Experiment(
     ),
     knobs=("beta",),
     task="preference",
-    steps=40,
+    steps=30,
     metric=f"gold success over the last 10 steps, β = {BETA} minus β = 0",
     effect=lambda runs: final_mean(runs[f"β = {BETA}"], "success_rate") - final_mean(runs["β = 0"], "success_rate"),
     expected="positive",

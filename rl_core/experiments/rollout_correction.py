@@ -15,7 +15,7 @@ EXPERIMENT = Experiment(
     arms=(STALE, TIS),
     knobs=("rollout_is_mode",),
     task="caesar",
-    steps=100,
+    steps=30,
     metric="batch success averaged over training, k = 8 with TIS minus without",
     effect=mean_difference("success_rate", TIS.label, STALE.label),
     expected="positive",

@@ -25,7 +25,7 @@ EXPERIMENT = Experiment(
     arms=(ON_POLICY, STALE),
     knobs=("rollout_staleness",),
     task="caesar",
-    steps=100,
+    steps=30,
     metric="batch success averaged over training, on-policy minus k = 8",
     effect=mean_difference("success_rate", ON_POLICY.label, STALE.label),
     expected="positive",

@@ -27,7 +27,7 @@ EXPERIMENT = Experiment(
     ),
     knobs=("advantage_estimator",),
     task="digit_sum",
-    steps=60,
+    steps=25,
     metric="mean |Â| of a response in a skewed group (≤ 1/4 or ≥ 3/4 of it right) over that in a balanced group, "
            "GRPO minus Dr. GRPO",
     effect=mean_difference("skewed_group_weight_ratio", "GRPO (mean and std)", "Dr. GRPO (mean only)"),
