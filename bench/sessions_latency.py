@@ -141,8 +141,9 @@ def stop_trainings(pages) -> None:
             pass  # it ended on its own between the click and the Stop
 
 
-async def protocol_round(url: str, sessions: int, server_pid: int) -> dict:
-    """The same round as `round_of`, with each session spoken at the protocol level (bench/protocol_session.py)."""
+async def protocol_round(url: str, sessions: int, server_pid: int, hold: float = 0) -> dict:
+    """The same round as `round_of`, with each session spoken at the protocol level (bench/protocol_session.py);
+    with `hold`, the runs go on training that many seconds after the last point before they are stopped."""
     clients = [ProtocolSession(url, PAGE) for _ in range(sessions)]
     try:
         await asyncio.gather(*(client.open() for client in clients))
@@ -157,10 +158,10 @@ async def protocol_round(url: str, sessions: int, server_pid: int) -> dict:
         reruns = {"fragment_reruns_sent": [c.fragment_reruns_sent for c in clients],  # click → the round's last point
                   "fragment_reruns_done": [c.fragment_reruns_done for c in clients],
                   "fragment_reruns_before_point": [c.reruns_before_point for c in clients]}
-        await asyncio.gather(*(client.wait_for(lambda c=client: steps_total(c) is not None, 30, "the step count")
+        await asyncio.gather(*(client.wait_for(lambda c=client: progress(c) is not None, 30, "the step count")
                                for client in clients))
-        if any(steps_total(c) != DEFAULT_STEPS for c in clients):  # the knobs were lost on the way
-            raise RuntimeError(f"runs of {[steps_total(c) for c in clients]} steps, not the page's {DEFAULT_STEPS}")
+        if any(progress(c)[1] != DEFAULT_STEPS for c in clients):  # the knobs were lost on the way
+            raise RuntimeError(f"runs of {[progress(c)[1] for c in clients]} steps, not the page's {DEFAULT_STEPS}")
         told = [" ".join(text for text in c.alert_texts if "queued:" in text) for c in clients]  # while queued
         record = round_record(
             [c.first_point_at - c.clicked_at for c in clients], [c.clicked_at for c in clients],
@@ -170,7 +171,7 @@ async def protocol_round(url: str, sessions: int, server_pid: int) -> dict:
         )
         # When the click's own run of the page had finished drawing, the step count of the runs, the timers' reruns.
         return record | {"redrawn_s": [c.redrawn_at and c.redrawn_at - c.clicked_at for c in clients],
-                         "steps_total": steps_total(clients[0])} | reruns
+                         "steps_total": progress(clients[0])[1]} | reruns | await held(clients, hold, server_pid)
     finally:
         await stop_protocol_runs(clients)
         await asyncio.gather(*(client.close() for client in clients))
@@ -186,11 +187,30 @@ async def stop_protocol_runs(clients: list[ProtocolSession]) -> None:
             raise outcome  # a timeout is a run that ended on its own between the click and the Stop
 
 
-def steps_total(client: ProtocolSession) -> int | None:
-    """The run's number of steps as its progress bar says ("step 3/50 · …"), or None before it shows one."""
+async def held(clients: list[ProtocolSession], hold: float, server_pid: int) -> dict:
+    """The server under N training sessions for `hold` seconds: its CPU seconds, and per session the fragment
+    reruns sent and finished and the steps the progress bar went forward by."""
+    if not hold:
+        return {}
+    cpu, sent, done, steps = (cpu_seconds(server_pid), [c.fragment_reruns_sent for c in clients],
+                              [c.fragment_reruns_done for c in clients], [progress(c)[0] for c in clients])
+    await asyncio.sleep(hold)
+    ended = [progress(c) is None for c in clients]  # its bar gone: the run trained all its steps
+    return {"hold": {
+        "s": hold,
+        "server_cpu_s": cpu_seconds(server_pid) - cpu,
+        "fragment_reruns_sent": [c.fragment_reruns_sent - n for c, n in zip(clients, sent)],
+        "fragment_reruns_done": [c.fragment_reruns_done - n for c, n in zip(clients, done)],
+        "steps": [DEFAULT_STEPS - n if end else progress(c)[0] - n for c, n, end in zip(clients, steps, ended)],
+    }}
+
+
+def progress(client: ProtocolSession) -> tuple[int, int] | None:
+    """The run's steps done and its number of steps as its progress bar says ("step 3/50 · …"), or None before
+    it shows them."""
     texts = [element.progress.text for element in client.elements.values() if element.WhichOneof("type") == "progress"]
-    found = [re.match(r"step \d+/(\d+)", text) for text in texts]
-    return next((int(match.group(1)) for match in found if match), None)
+    found = [re.match(r"step (\d+)/(\d+)", text) for text in texts]
+    return next(((int(match.group(1)), int(match.group(2))) for match in found if match), None)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -222,11 +242,11 @@ def browser_rounds(url: str, counts: list[int], server_pid: int):
             browser.close()
 
 
-def protocol_rounds(url: str, counts: list[int], server_pid: int):
+def protocol_rounds(url: str, counts: list[int], server_pid: int, hold: float):
     """The rounds with protocol sessions, after a warm-up round of one (which caches the SFT checkpoint)."""
     asyncio.run(protocol_round(url, 1, server_pid))
     for n in counts:
-        yield asyncio.run(protocol_round(url, n, server_pid))
+        yield asyncio.run(protocol_round(url, n, server_pid, hold))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -235,15 +255,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--client", choices=("browser", "protocol"), default="browser",
                         help="browser: a Chromium context per session; protocol: Streamlit's websocket protocol, "
                              "no rendering (the server alone)")
+    parser.add_argument("--hold", type=float, default=0.0,
+                        help="protocol client: let the runs train this many seconds after the last point, and "
+                             "report the server's CPU, its fragment reruns and the steps in that time")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)
+    if args.hold < 0 or (args.hold and args.client != "protocol"):
+        parser.error("--hold is a number of seconds ≥ 0, and only for --client protocol")
 
     cache = Path(tempfile.mkdtemp(prefix="rlhf-lab-sessions-bench-"))
     env = {"RLHF_LAB_CACHE": str(cache), "RLHF_LAB_DB": str(cache / "runs.sqlite"), "RLHF_LAB_WARM_START": "0"}
     results = {"client": args.client, "cpus": os.cpu_count(), "load_average_before": load_average(), "rounds": []}
-    rounds = browser_rounds if args.client == "browser" else protocol_rounds
     with serve_app(cache / "streamlit.log", env) as (url, server):
-        for outcome in rounds(url, args.sessions, server.pid):
+        rounds = (browser_rounds(url, args.sessions, server.pid) if args.client == "browser"
+                  else protocol_rounds(url, args.sessions, server.pid, args.hold))
+        for outcome in rounds:
             results["rounds"].append(outcome)
             print(f"{outcome['sessions']:>2} sessions: first chart point median {outcome['median_s']:.1f} s, worst "
                   f"{outcome['worst_s']:.1f} s; {outcome['queued_sessions']} queued, "
@@ -254,6 +280,11 @@ def main(argv: list[str] | None = None) -> None:
                      if "fragment_reruns_sent" in outcome else "")
             print(f"    server CPU {outcome['server_cpu_s']:.1f} s in the {outcome['wait_s']:.1f} s until the last "
                   f"point{extra}", flush=True)
+            if "hold" in outcome:
+                hold = outcome["hold"]
+                print(f"    then {hold['s']:.0f} s of training: server CPU {hold['server_cpu_s']:.1f} s; per session, "
+                      f"steps {hold['steps']}, fragment reruns sent {hold['fragment_reruns_sent']}, done "
+                      f"{hold['fragment_reruns_done']}", flush=True)
     results["load_average_after"] = load_average()
     print(f"load average before {results['load_average_before']}, after {results['load_average_after']}")
     if args.json:
