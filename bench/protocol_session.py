@@ -61,6 +61,7 @@ class ProtocolSession:
         self.clicked_at: float | None = None  # monotonic time of the latest click
         self.first_point_at: float | None = None  # monotonic time of the first chart point after it
         self.redrawn_at: float | None = None  # monotonic time the click's own run of the page finished
+        self.page_at_first_point: dict[tuple[int, ...], object] = {}  # `elements` when that point came
         self.alert_texts: list[str] = []  # the page's alerts each time one was drawn after the click, joined
         self.fragment_reruns_sent = 0  # since the click: the timer's reruns
         self.fragment_reruns_done = 0  # and those the server finished
@@ -200,5 +201,6 @@ class ProtocolSession:
         kind = element.WhichOneof("type")
         if kind == "plotly_chart" and has_training_points(element.plotly_chart.spec):
             self.first_point_at, self.reruns_before_point = now, self.fragment_reruns_sent
+            self.page_at_first_point = dict(self.elements)
         elif kind == "alert":
             self.alert_texts.append(self.alerts())

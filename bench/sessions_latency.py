@@ -158,10 +158,10 @@ async def protocol_round(url: str, sessions: int, server_pid: int, hold: float =
         reruns = {"fragment_reruns_sent": [c.fragment_reruns_sent for c in clients],  # click → the round's last point
                   "fragment_reruns_done": [c.fragment_reruns_done for c in clients],
                   "fragment_reruns_before_point": [c.reruns_before_point for c in clients]}
-        await asyncio.gather(*(client.wait_for(lambda c=client: progress(c) is not None, 30, "the step count")
-                               for client in clients))
-        if any(progress(c)[1] != DEFAULT_STEPS for c in clients):  # the knobs were lost on the way
-            raise RuntimeError(f"runs of {[progress(c)[1] for c in clients]} steps, not the page's {DEFAULT_STEPS}")
+        # The progress bar above the charts, drawn in the same run as the first point, says how many steps.
+        totals = [(progress(c.page_at_first_point) or (None, None))[1] for c in clients]
+        if any(total != DEFAULT_STEPS for total in totals):  # the knobs were lost on the way
+            raise RuntimeError(f"runs of {totals} steps, not the page's {DEFAULT_STEPS}")
         told = [" ".join(text for text in c.alert_texts if "queued:" in text) for c in clients]  # while queued
         record = round_record(
             [c.first_point_at - c.clicked_at for c in clients], [c.clicked_at for c in clients],
@@ -171,7 +171,7 @@ async def protocol_round(url: str, sessions: int, server_pid: int, hold: float =
         )
         # When the click's own run of the page had finished drawing, the step count of the runs, the timers' reruns.
         return record | {"redrawn_s": [c.redrawn_at and c.redrawn_at - c.clicked_at for c in clients],
-                         "steps_total": progress(clients[0])[1]} | reruns | await held(clients, hold, server_pid)
+                         "steps_total": totals[0]} | reruns | await held(clients, hold, server_pid)
     finally:
         await stop_protocol_runs(clients)
         await asyncio.gather(*(client.close() for client in clients))
@@ -193,22 +193,23 @@ async def held(clients: list[ProtocolSession], hold: float, server_pid: int) -> 
     if not hold:
         return {}
     cpu, sent, done, steps = (cpu_seconds(server_pid), [c.fragment_reruns_sent for c in clients],
-                              [c.fragment_reruns_done for c in clients], [progress(c)[0] for c in clients])
+                              [c.fragment_reruns_done for c in clients], [progress(c.elements) for c in clients])
     await asyncio.sleep(hold)
-    ended = [progress(c) is None for c in clients]  # its bar gone: the run trained all its steps
     return {"hold": {
         "s": hold,
         "server_cpu_s": cpu_seconds(server_pid) - cpu,
         "fragment_reruns_sent": [c.fragment_reruns_sent - n for c, n in zip(clients, sent)],
         "fragment_reruns_done": [c.fragment_reruns_done - n for c, n in zip(clients, done)],
-        "steps": [DEFAULT_STEPS - n if end else progress(c)[0] - n for c, n, end in zip(clients, steps, ended)],
+        # None where the bar was not up at both ends (the run was queued, or had ended)
+        "steps": [(after := progress(c.elements)) and before and after[0] - before[0]
+                  for c, before in zip(clients, steps)],
     }}
 
 
-def progress(client: ProtocolSession) -> tuple[int, int] | None:
-    """The run's steps done and its number of steps as its progress bar says ("step 3/50 · …"), or None before
-    it shows them."""
-    texts = [element.progress.text for element in client.elements.values() if element.WhichOneof("type") == "progress"]
+def progress(elements: dict) -> tuple[int, int] | None:
+    """The run's steps done and its number of steps as a page's progress bar says ("step 3/50 · …"), or None
+    where it shows none."""
+    texts = [element.progress.text for element in elements.values() if element.WhichOneof("type") == "progress"]
     found = [re.match(r"step (\d+)/(\d+)", text) for text in texts]
     return next(((int(match.group(1)), int(match.group(2))) for match in found if match), None)
 
