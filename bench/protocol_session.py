@@ -4,7 +4,8 @@ and the client's costs next to nothing.
 
 It does what Streamlit 1.67's frontend does for the parts a lab page uses:
 * the first rerun names the page by its URL path (`page_name`); later ones carry the page's script hash (from
-  `new_session`, or `navigation` in an app with `st.navigation`) and the query string the server last wrote (`page_info_changed`), and the browser's context;
+  `new_session`, or `navigation` in an app with `st.navigation`), the query string the server last wrote
+  (`page_info_changed`) and the browser's context;
 * a click is a rerun whose widget states hold the button's element id with `trigger_value` set;
 * `st.fragment(run_every=…)` is timed by the client: on `auto_rerun` it sends a rerun with that fragment id
   (`is_auto_rerun`) every interval, until `stop_auto_rerun` names the fragment or a full run of the page starts.

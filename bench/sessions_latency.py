@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from app_latency import cpu_snapshot  # noqa: E402
 from app_driver import (  # noqa: E402
     CHROMIUM,
     HAS_CHART_POINTS,
@@ -68,7 +69,7 @@ def round_of(browser, url: str, sessions: int, server_pid: int) -> dict:
             open_page(page, f"{url}/{PAGE}", HEADING)
         train = [page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train", exact=True)
                  for page in pages]
-        server_cpu = cpu_seconds(server_pid)
+        server_cpu = cpu_snapshot(server_pid)[0]
         clicked = []
         for button in train:  # as close together as one driver can click
             button.click()
@@ -95,7 +96,7 @@ def round_of(browser, url: str, sessions: int, server_pid: int) -> dict:
                         told_estimate |= {index} if WAIT_ESTIMATE in text else set()
             time.sleep(0.05)
         return round_record([latency[i] for i in range(sessions)], clicked, [seen.get(i, "") for i in range(sessions)],
-                            queued, told_place, told_estimate, cpu_seconds(server_pid) - server_cpu,
+                            queued, told_place, told_estimate, cpu_snapshot(server_pid)[0] - server_cpu,
                             time.monotonic() - clicked[0])
     finally:
         # A closed tab's training goes on (a reload must find it running), so each round stops its own runs: the
@@ -147,14 +148,14 @@ async def protocol_round(url: str, sessions: int, server_pid: int, hold: float =
     clients = [ProtocolSession(url, PAGE) for _ in range(sessions)]
     try:
         await asyncio.gather(*(client.open() for client in clients))
-        server_cpu = cpu_seconds(server_pid)
+        server_cpu = cpu_snapshot(server_pid)[0]
         for client in clients:  # each click is one websocket message: all N go out within milliseconds
             if not await client.click("Train"):
                 raise RuntimeError("a session's Train button is not enabled")
         await clients[0].wait_for(lambda: all(c.first_point_at is not None for c in clients),
                                   TRAINING_TIMEOUT_MS / 1000, "every session's first chart point")
         waited = max(c.first_point_at for c in clients) - clients[0].clicked_at
-        server_cpu = cpu_seconds(server_pid) - server_cpu
+        server_cpu = cpu_snapshot(server_pid)[0] - server_cpu
         reruns = {"fragment_reruns_sent": [c.fragment_reruns_sent for c in clients],  # click → the round's last point
                   "fragment_reruns_done": [c.fragment_reruns_done for c in clients],
                   "fragment_reruns_before_point": [c.reruns_before_point for c in clients]}
@@ -188,16 +189,19 @@ async def stop_protocol_runs(clients: list[ProtocolSession]) -> None:
 
 
 async def held(clients: list[ProtocolSession], hold: float, server_pid: int) -> dict:
-    """The server under N training sessions for `hold` seconds: its CPU seconds, and per session the fragment
-    reruns sent and finished and the steps the progress bar went forward by."""
+    """The server under N training sessions for `hold` seconds: its CPU seconds (of them, its training thread's:
+    the thread that spent the most), and per session the fragment reruns sent and finished and the steps its
+    progress bar went forward by."""
     if not hold:
         return {}
-    cpu, sent, done, steps = (cpu_seconds(server_pid), [c.fragment_reruns_sent for c in clients],
-                              [c.fragment_reruns_done for c in clients], [progress(c.elements) for c in clients])
+    (cpu, threads), steps = cpu_snapshot(server_pid), [progress(c.elements) for c in clients]
+    sent, done = [c.fragment_reruns_sent for c in clients], [c.fragment_reruns_done for c in clients]
     await asyncio.sleep(hold)
+    cpu_after, threads_after = cpu_snapshot(server_pid)
     return {"hold": {
         "s": hold,
-        "server_cpu_s": cpu_seconds(server_pid) - cpu,
+        "server_cpu_s": cpu_after - cpu,
+        "training_thread_cpu_s": max(threads_after[t] - threads[t] for t in threads_after if t in threads),
         "fragment_reruns_sent": [c.fragment_reruns_sent - n for c, n in zip(clients, sent)],
         "fragment_reruns_done": [c.fragment_reruns_done - n for c, n in zip(clients, done)],
         # None where the bar was not up at both ends (the run was queued, or had ended)
@@ -212,12 +216,6 @@ def progress(elements: dict) -> tuple[int, int] | None:
     texts = [element.progress.text for element in elements.values() if element.WhichOneof("type") == "progress"]
     found = [re.match(r"step (\d+)/(\d+)", text) for text in texts]
     return next(((int(match.group(1)), int(match.group(2))) for match in found if match), None)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load_average() -> str:
@@ -283,7 +281,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"point{extra}", flush=True)
             if "hold" in outcome:
                 hold = outcome["hold"]
-                print(f"    then {hold['s']:.0f} s of training: server CPU {hold['server_cpu_s']:.1f} s; per session, "
+                print(f"    then {hold['s']:.0f} s of training: server CPU {hold['server_cpu_s']:.1f} s (its training "
+                      f"thread {hold['training_thread_cpu_s']:.1f} s); per session, "
                       f"steps {hold['steps']}, fragment reruns sent {hold['fragment_reruns_sent']}, done "
                       f"{hold['fragment_reruns_done']}", flush=True)
     results["load_average_after"] = load_average()
