@@ -50,6 +50,13 @@ def has_training_points(spec: str) -> bool:
     return any(trace_length(trace.get("x")) > 0 for trace in figure.get("data", ()))
 
 
+def draws_a_point(message: ForwardMsg) -> bool:
+    """Whether a ForwardMsg draws a training chart that has a point."""
+    element = message.delta.new_element
+    return (message.WhichOneof("type") == "delta" and element.WhichOneof("type") == "plotly_chart"
+            and has_training_points(element.plotly_chart.spec))
+
+
 class ProtocolSession:
     """A session on one page of the app at `url` (http://host:port), opened with `await open()`."""
 
@@ -189,19 +196,19 @@ class ProtocolSession:
             elif message.script_finished == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:
                 self.fragment_reruns_done += 1
         elif kind == "delta":
-            self._draw(tuple(message.metadata.delta_path), message.delta, now)
+            self._draw(message, now)
 
-    def _draw(self, path: tuple[int, ...], delta, now: float) -> None:
+    def _draw(self, message: ForwardMsg, now: float) -> None:
+        path, delta = tuple(message.metadata.delta_path), message.delta
         self._drawn.add(path)
         if delta.WhichOneof("type") != "new_element":
             self.elements.pop(path, None)  # a block (or a transient) took the element's place
             return
-        element = self.elements[path] = delta.new_element
+        self.elements[path] = delta.new_element
         if not self.waiting:
             return
-        kind = element.WhichOneof("type")
-        if kind == "plotly_chart" and has_training_points(element.plotly_chart.spec):
+        if draws_a_point(message):
             self.first_point_at, self.reruns_before_point = now, self.fragment_reruns_sent
             self.page_at_first_point = dict(self.elements)
-        elif kind == "alert":
+        elif delta.new_element.WhichOneof("type") == "alert":
             self.alert_texts.append(self.alerts())

@@ -49,7 +49,8 @@ from app_driver import (  # noqa: E402
     wait_for_chart_points,
 )
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
-from protocol_session import ProtocolSession  # noqa: E402
+from protocol_session import ProtocolSession, draws_a_point  # noqa: E402
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
 
 from ui.lab import DEFAULT_STEPS  # noqa: E402
 
@@ -63,9 +64,19 @@ STOPPED = "Stopped after"
 def round_of(browser, url: str, sessions: int, server_pid: int) -> dict:
     """N sessions press Train together; seconds from each click to its first chart point."""
     contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(sessions)]
+    arrived: dict[int, float] = {}  # when each session's first chart point reached its browser, on its websocket
+
+    def note_point(index: int, data) -> None:
+        if index not in arrived and isinstance(data, bytes):
+            message = ForwardMsg()
+            message.ParseFromString(data)
+            if draws_a_point(message):
+                arrived[index] = time.monotonic()
+
     try:
         pages = [context.new_page() for context in contexts]
-        for page in pages:
+        for index, page in enumerate(pages):
+            page.on("websocket", lambda socket, i=index: socket.on("framereceived", lambda data: note_point(i, data)))
             open_page(page, f"{url}/{PAGE}", HEADING)
         train = [page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train", exact=True)
                  for page in pages]
@@ -95,9 +106,12 @@ def round_of(browser, url: str, sessions: int, server_pid: int) -> dict:
                         told_place |= {index} if QUEUE_PLACE in text else set()
                         told_estimate |= {index} if WAIT_ESTIMATE in text else set()
             time.sleep(0.05)
-        return round_record([latency[i] for i in range(sessions)], clicked, [seen.get(i, "") for i in range(sessions)],
-                            queued, told_place, told_estimate, cpu_snapshot(server_pid)[0] - server_cpu,
-                            time.monotonic() - clicked[0])
+        record = round_record([latency[i] for i in range(sessions)], clicked,
+                              [seen.get(i, "") for i in range(sessions)], queued, told_place, told_estimate,
+                              cpu_snapshot(server_pid)[0] - server_cpu, time.monotonic() - clicked[0])
+        # The rest of each wait is the browser's: from the frame's arrival until its page showed the point.
+        return record | {"point_arrived_s": [arrived[i] - clicked[i] if i in arrived else None
+                                             for i in range(sessions)]}
     finally:
         # A closed tab's training goes on (a reload must find it running), so each round stops its own runs: the
         # next round starts on an idle server.
@@ -274,7 +288,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"{outcome['worst_s']:.1f} s; {outcome['queued_sessions']} queued, "
                   f"{outcome['told_their_place']} told their place, {outcome['told_an_estimate']} an estimate "
                   f"(clicks spread over {outcome['click_spread_s']:.1f} s)", flush=True)
-            extra = (f"; per session, fragment reruns sent {outcome['fragment_reruns_sent']} (before its point "
+            arrived = [t for t in outcome.get("point_arrived_s", ()) if t is not None]
+            extra = (f"; the point's frame reached the browser after median {statistics.median(arrived):.1f} s, worst "
+                     f"{max(arrived):.1f} s" if arrived else "")
+            extra += (f"; per session, fragment reruns sent {outcome['fragment_reruns_sent']} (before its point "
                      f"{outcome['fragment_reruns_before_point']}), done {outcome['fragment_reruns_done']}"
                      if "fragment_reruns_sent" in outcome else "")
             print(f"    server CPU {outcome['server_cpu_s']:.1f} s in the {outcome['wait_s']:.1f} s until the last "
