@@ -195,8 +195,9 @@ def set_slider(page, label: str, keys: str, shown: str) -> None:
 
 
 def stop_run(page) -> None:
-    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
-    page.get_by_text("Stopped after").wait_for(timeout=30_000)
+    """Press the lab's Stop: the page's first (an algorithm page's experiment panels have their own)."""
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).first.click()
+    page.get_by_text("Stopped after").first.wait_for(timeout=30_000)
 
 
 def app_test_on(page: str, timeout: float = 60, learner: str | None = None, **params):

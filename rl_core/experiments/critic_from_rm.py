@@ -16,7 +16,7 @@ SHARED = dict(
 )
 FROM_RM = "critic from the reward model, λ 0.95"
 PRETRAINED = "value-pretrained critic, λ_critic 1"
-EARLY_STEPS = 10
+EARLY_STEPS = 20
 
 
 def first_minus_last(records) -> float:
