@@ -35,6 +35,8 @@ EXPERIMENT = Experiment(
     ),
     knobs=("target_kl",),
     task="digit_sum",
+    # 25 steps (100 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.92, +1.42]; held-out seeds 300–307: 8 of 8, [+0.55, +1.31].
     steps=25,
     metric="mean |log(KL / target)| over the second half, fixed minus adaptive",
     effect=lambda runs: _miss(runs[FIXED]) - _miss(runs[ADAPTIVE]),

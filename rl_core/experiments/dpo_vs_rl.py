@@ -33,6 +33,8 @@ EXPERIMENT = Experiment(
     ),
     knobs=("algo",),
     task="preference",
+    # 30 steps (40 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+1.11, +1.67]; held-out seeds 300–307: 8 of 8, [+1.20, +2.05].
     steps=30,
     metric="exact KL to the reference over the last 10 steps (nats per token), GRPO minus DPO",
     effect=lambda runs: final_mean(runs[GRPO], "kl_exact") - final_mean(runs[DPO], "kl_exact"),

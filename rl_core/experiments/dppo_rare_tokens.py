@@ -22,6 +22,8 @@ EXPERIMENT = Experiment(
     ),
     knobs=("policy_loss",),
     task="caesar",
+    # 30 steps (40 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.0164, +0.0206]; held-out seeds 300–307: 8 of 8, [+0.0147, +0.0185].
     steps=30,
     metric="share of valid tokens that are rare (π_old < 0.1) and silenced, PPO's minus DPPO's",
     effect=mean_difference("silenced_rare_frac", "PPO clip", "DPPO-TV"),

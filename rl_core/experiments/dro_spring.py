@@ -26,6 +26,8 @@ EXPERIMENT = Experiment(
     arms=(VANILLA, DRO),
     knobs=("policy_loss",),
     task="caesar",
+    # 30 steps (40 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.327, +0.764]; held-out seeds 300–307: 8 of 8, [+0.471, +0.650].
     steps=30,
     metric="approx KL to π_old (k2, nats per token) over a batch's 8 updates, averaged over training, vanilla PG "
            "minus dro",

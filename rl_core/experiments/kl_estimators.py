@@ -30,6 +30,8 @@ EXPERIMENT = Experiment(
     ),
     knobs=("learning_rate",),
     task="digit_sum",
+    # 25 steps (60 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.040, +0.063]; held-out seeds 300–307: 8 of 8, [+0.052, +0.071].
     steps=25,
     metric="per-token std of k1 minus that of k3 (nats), near the reference",
     effect=_effect,

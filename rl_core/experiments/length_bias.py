@@ -5,11 +5,13 @@ On `digit_sum_long` the SFT policy rambles past the length limit on about one re
 those ramblers out within a few dozen steps, and the aggregation decides how fast. Sixteen prompts per step keep
 a batch's share of ramblers from being mostly noise.
 
-Designed on seeds 0–7. As a difference of shares it was weak there (7 of 8 positive, interval [−0.03, +0.30]: two
-seeds where the ramblers multiplied outweighed the rest), so the effect became their ratio: 7 of 8 and [+0.11,
-+1.98]. Checked unchanged on seeds 100–107: +1.40, −0.07, −0.14, +0.74, +0.02, +0.54, −0.03, +1.62, 5 of 8, weak.
-On about half the seeds per-response normalisation lets the ramblers multiply; on the others all three
-aggregations push them out alike at this scale, and the claim says so rather than being tuned further."""
+Designed on seeds 0–7 over 20 steps. As a difference of shares it was weak there (7 of 8 positive, interval [−0.03,
++0.30]: two seeds where the ramblers multiplied outweighed the rest), so the effect became their ratio: 7 of 8 and
+[+0.11, +1.98]. Checked unchanged on seeds 100–107: +1.40, −0.07, −0.14, +0.74, +0.02, +0.54, −0.03, +1.62, 5 of 8,
+weak. Cut to 10 steps so that its 24 runs train in about 30 s (the ratio over the first 10 steps on seeds 0–7: 7 of
+8, [+0.09, +1.90]), then checked on seeds 300–307: +1.00, −0.91, +0.97, +0.43, +1.07, +0.06, +0.95, +1.36, 7 of 8,
+[−0.001, +1.23], weak by a hair. On some seeds per-response normalisation lets the ramblers multiply; on the others
+all three aggregations push them out alike at this scale, and the claim says so rather than being tuned further."""
 
 import math
 
@@ -24,7 +26,7 @@ SHARED = dict(
 SEQ_MEAN, TOKEN_MEAN, SUM_NORM = "seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"
 
 
-# A share below about 1 % is a handful of responses in 20 steps: the floor keeps two such shares' ratio near 1.
+# A share below about 1 % is a handful of responses in 10 steps: the floor keeps two such shares' ratio near 1.
 SHARE_FLOOR = 0.01
 
 
@@ -44,8 +46,8 @@ EXPERIMENT = Experiment(
     title="Per-response normalisation lets long wrong answers linger",
     claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) can linger and even "
           "multiply where token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out, "
-          "because each response's penalty is divided by its length — not on every seed: 7 of seeds 0–7, but 5 of "
-          "the held-out seeds 100–107 (mean effect +0.51, 95 % interval [−0.07, +1.09]).",
+          "because each response's penalty is divided by its length — not on every seed: 7 of seeds 0–7, and 7 of the "
+          "held-out seeds 300–307 with a 95 % interval of the mean that reaches 0 (mean effect +0.62, [−0.001, +1.23]).",
     source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025); seed article 001",
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),

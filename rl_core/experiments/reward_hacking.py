@@ -24,6 +24,8 @@ EXPERIMENT = Experiment(
     ),
     knobs=("beta",),
     task="preference",
+    # 30 steps (40 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.525, +0.599]; held-out seeds 300–307: 8 of 8, [+0.532, +0.594].
     steps=30,
     metric=f"gold success over the last 10 steps, β = {BETA} minus β = 0",
     effect=lambda runs: final_mean(runs[f"β = {BETA}"], "success_rate") - final_mean(runs["β = 0"], "success_rate"),

@@ -15,6 +15,8 @@ EXPERIMENT = Experiment(
     arms=(STALE, TIS),
     knobs=("rollout_is_mode",),
     task="caesar",
+    # 30 steps (100 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.133, +0.174]; held-out seeds 300–307: 7 of 8, [+0.045, +0.187].
     steps=30,
     metric="batch success averaged over training, k = 8 with TIS minus without",
     effect=mean_difference("success_rate", TIS.label, STALE.label),

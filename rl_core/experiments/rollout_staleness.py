@@ -25,6 +25,8 @@ EXPERIMENT = Experiment(
     arms=(ON_POLICY, STALE),
     knobs=("rollout_staleness",),
     task="caesar",
+    # 30 steps (100 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.326, +0.411]; held-out seeds 300–307: 8 of 8, [+0.295, +0.425].
     steps=30,
     metric="batch success averaged over training, on-policy minus k = 8",
     effect=mean_difference("success_rate", ON_POLICY.label, STALE.label),

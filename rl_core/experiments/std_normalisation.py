@@ -27,6 +27,8 @@ EXPERIMENT = Experiment(
     ),
     knobs=("advantage_estimator",),
     task="digit_sum",
+    # 25 steps (60 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
+    # 8 of 8, 95 % interval [+0.106, +0.194]; held-out seeds 300–307: 8 of 8, [+0.140, +0.172].
     steps=25,
     metric="mean |Â| of a response in a skewed group (≤ 1/4 or ≥ 3/4 of it right) over that in a balanced group, "
            "GRPO minus Dr. GRPO",
