@@ -30,7 +30,9 @@ EXPERIMENT = Experiment(
     name="distillation_dense",
     title="A teacher's dense signal beats the verifier's sparse reward per sample",
     claim="Scored letter by letter by a teacher (advantage sg[log π_T − log π_θ]), the student gets more of its "
-          "samples right over the run than GRPO does from an all-or-nothing verifier, on the same samples drawn.",
+          "samples right over the run than GRPO does from an all-or-nothing verifier, on the same samples drawn — "
+          "on most seeds: 8 of 8 on seeds 0–7 and on the held-out 100–107, 6 of 8 on the held-out 300–307 (mean "
+          "+0.054, 95 % interval [−0.004, +0.113]).",
     source="Agarwal et al. 2024 (GKD, on-policy distillation); Thinking Machines 2025, \"On-Policy Distillation\"",
     arms=(
         Arm("verifier reward (GRPO)", "grpo", {**SHARED, "teacher_model": None, "use_task_rewards": True}),

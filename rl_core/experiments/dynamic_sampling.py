@@ -40,7 +40,9 @@ EXPERIMENT = Experiment(
     name="dynamic_sampling",
     title="Dynamic sampling on a sparse task",
     claim="On a task where most groups start all wrong, dynamic sampling removes the zero-advantage groups and "
-          "reaches a higher success for the same number of samples drawn.",
+          "reaches a higher success for the same number of samples drawn — on most seeds: 8 of 8 on seeds 0–7, 7 of "
+          "8 on the held-out 100–107, 6 of 8 on the held-out 300–307 (mean +0.057, 95 % interval [−0.016, "
+          "+0.130]).",
     source="DAPO (Yu et al. 2025), dynamic sampling",
     arms=(
         Arm(OFF, "dapo", {**SHARED, "dynamic_sampling": False}),
