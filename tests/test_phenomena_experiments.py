@@ -70,14 +70,12 @@ def test_length_bias_effect_against_the_longer_of_the_other_two():
     assert effect(runs) == pytest.approx(0.0465, abs=1e-4)
 
 
-def test_dynamic_sampling_compares_success_at_equal_samples():
+def test_dynamic_sampling_compares_success_per_step():
     effect = get_experiment("dynamic_sampling").effect
-    # Off: 64 samples a step for 10 steps (640); on: 2 rounds, 128 a step. Window (320, 640]: off steps 6–10,
-    # on steps 3–5.
-    off = [{"success_rate": 0.1 * i} for i in range(10)]
-    on = [{"success_rate": 0.05 * i, "dynamic_sampling_rounds": 2} for i in range(10)]
-    expected = (0.05 * (2 + 3 + 4)) / 3 - (0.1 * (5 + 6 + 7 + 8 + 9)) / 5
-    assert effect({"dynamic sampling off": off, "dynamic sampling on": on}) == pytest.approx(expected)
+    # Success per training step, whatever the rounds drawn: on's mean 0.3 minus off's 0.1.
+    off = [{"success_rate": 0.1, "dynamic_sampling_rounds": 1}] * 10
+    on = [{"success_rate": 0.2, "dynamic_sampling_rounds": 3}] * 5 + [{"success_rate": 0.4, "dynamic_sampling_rounds": 1}] * 5
+    assert effect({"dynamic sampling off": off, "dynamic sampling on": on}) == pytest.approx(0.2)
 
 
 def test_adaptive_beta_effect_is_the_drop_in_distance_from_the_target():
@@ -88,10 +86,11 @@ def test_adaptive_beta_effect_is_the_drop_in_distance_from_the_target():
     assert experiment.effect(runs) == pytest.approx(1.0)
 
 
-def test_critic_effect_uses_the_first_steps_only():
+def test_critic_effect_reads_the_initial_critic_only():
     experiment = get_experiment("critic_from_rm")
     from_rm, pretrained = (arm.label for arm in experiment.arms)
-    early = [{"advantage_first_token": 1.0, "advantage_last_token": 0.0}] * 20
-    late = [{"advantage_first_token": -9.0, "advantage_last_token": 0.0}] * 20
-    flat = [{"advantage_first_token": 0.0, "advantage_last_token": 0.0}] * 40
-    assert experiment.effect({from_rm: early + late, pretrained: flat}) == pytest.approx(1.0)
+    first = [{"advantage_first_token": 1.5, "advantage_last_token": 0.5}]
+    later = [{"advantage_first_token": -9.0, "advantage_last_token": 0.0}] * 19
+    flat = [{"advantage_first_token": 0.25, "advantage_last_token": 0.0}] * 20
+    # (1.5 − 0.5) − (0.25 − 0): the later steps, after the critic's updates, do not count.
+    assert experiment.effect({from_rm: first + later, pretrained: flat}) == pytest.approx(0.75)

@@ -4,9 +4,10 @@ up to N.
 A control for the clip. With a reward that carries no information, an unclipped policy gradient has zero
 expectation and the policy only wanders; whatever drifts one way is the loss's own doing. PPO's clip does: the
 high side caps how far a rewarded token may rise, the low side how far a punished one may fall, and with
-ε_low = ε_high = 0.2 the high cap binds first on the unlikely tokens that would spread the distribution, so the
-entropy drains (Park et al. 2025, "Clip-low increases entropy and clip-high decreases entropy"). Both arms of an
-experiment see the same reward statistics, so the reward they optimise is matched by construction.
+ε_low = ε_high = 0.2 the high cap binds first on the unlikely tokens that would spread the distribution, and the
+entropy drains (Park et al. 2025, "Clip-low increases entropy and clip-high decreases entropy"; at this lab's scale
+the drift is about as large as the policy's wandering: the `clip_higher` experiment). Both arms of an experiment
+see the same reward statistics, so the reward they optimise is matched by construction.
 
 The coins are a pseudo-random function of the run's seed and the whole batch: the same batch always gets the same
 coins (a run is reproducible whether or not its warm start came from the cache), and a response cannot earn a
@@ -31,8 +32,8 @@ class CoinFlipTask(DigitSumTask):
     description: ClassVar[str] = "digit_sum prompts with a fair coin for a reward: any drift in entropy is the clip's"
     lesson: ClassVar[str] = (
         "The reward is a coin flip, so there is nothing to learn: with no clip the policy would only wander. What "
-        "happens to the entropy beyond that is the loss's own doing: with a symmetric clip it falls over the first "
-        "hundred steps, and with ε_high = 0.28 it stays higher."
+        "happens to the entropy beyond that is the loss's own doing. DAPO reports that with ε_high = 0.28 it stays "
+        "higher than with a symmetric clip; at this scale the policy's wandering is about as large as that drift."
     )
     seed: int = 0
 

@@ -25,6 +25,12 @@ from rl_core.experiments._measures import mean_difference
 # rewarded and silenced by the clip, ε_high 0.2 minus 0.28. It was shown on seeds 0–7 (8 of 8, 95 % interval
 # [+0.0015, +0.0066]) and not on the held-out seeds 200–207 (4 of 8, [−0.0035, +0.0057]): within 20 steps the two
 # arms' policies part, and which rare tokens each samples and rewards differs as much as the clip's share does.
+# A third design took the walk out: both arms trained on the same batches, drawn by the warm start (rollout
+# staleness 8 over 9 steps), so they saw the same samples and the same coins and differed in the clip alone. On
+# seeds 0–7 ε_high 0.28 then ended with the lower entropy on all 8 (−0.030, [−0.049, −0.012]); on the held-out
+# seeds 400–407 on 6 of 8 ([−0.058, +0.005], weak). On identical data the wider bound lets rewarded tokens rise
+# further, and most rewarded tokens are not rare: if DAPO's effect is there at this scale it needs the on-policy
+# feedback of a long run, which is what the 150 steps give it.
 SHARED = dict(
     prompts_per_step=8, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
     kl_estimator="k3", kl_in="loss", policy_loss="clip", epsilon=0.2, loss_agg_mode="token-mean",

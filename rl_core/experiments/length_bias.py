@@ -11,7 +11,14 @@ Designed on seeds 0–7 over 20 steps. As a difference of shares it was weak the
 weak. Cut to 10 steps so that its 24 runs train in about 30 s (the ratio over the first 10 steps on seeds 0–7: 7 of
 8, [+0.09, +1.90]), then checked on seeds 300–307: +1.00, −0.91, +0.97, +0.43, +1.07, +0.06, +0.95, +1.36, 7 of 8,
 [−0.001, +1.23], weak by a hair. On some seeds per-response normalisation lets the ramblers multiply; on the others
-all three aggregations push them out alike at this scale, and the claim says so rather than being tuned further."""
+all three aggregations push them out alike at this scale, and the claim says so rather than being tuned further.
+
+A second design read the mechanism instead, on the first step, whose batch the three arms share: the ratio
+π_θ/π_old of the cut-off responses' tokens with A < 0 over the step's updates, seq-mean-token-mean minus the
+larger of the others. Shown on seeds 0–7 (7 of 8, [+0.007, +0.051]) and 400–407 (7 of 8, [+0.007, +0.083]); weak
+on 500–507 (8 of 8 positive, but one seed at +0.37 where the others were below +0.08 put the interval at [−0.03,
++0.17]) and on 600–607 (6 of 8): on some seeds no aggregation moves the ramblers' tokens much in one step. Not
+more reliable than the outcome, it was not kept."""
 
 import math
 
