@@ -13,7 +13,10 @@ ones (one per seed) are trained in parallel.
 
 Batches. The runs of one warm start (the arms of an experiment for one seed, the grid values of a knob) train as
 one batch, split so that every worker gets a batch: their sampling goes through one stacked loop, and the batch
-takes one place under the training cap, as it holds one core.
+takes one place under the training cap, as it holds one core. Not batches across warm starts: what a run samples can
+differ in the last bits with its batch mates (docs/ARCHITECTURE.md), so a batch that depended on which warm starts
+were ready together, or on the number of workers, would make an experiment's records depend on them too (batching
+the arms of four seeds together changed `dynamic_sampling`'s effects on every seed, and was slower).
 
 Reuse. A planned run identical to one in the store (`rl_core.runs.reuse.run_key`) is not trained: it answers from the
 finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
