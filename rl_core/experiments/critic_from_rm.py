@@ -1,15 +1,15 @@
 """VC-PPO's value-initialisation bias: a critic copied from the reward model has only ever scored finished
-responses, so its values of unfinished ones are off; with λ = 0.95 the first tokens' advantages sum the δ_t of the
-whole response and the last token's only its own, and the first tokens get the larger advantages. Value
-pretraining with λ_critic = 1 removes the bias.
+responses, so it tends to value unfinished ones low; then the δ_t are mostly positive, and with λ = 0.95 the first
+tokens' advantages sum those of the whole response while the last token's is its own alone: the first tokens get
+the larger advantages. Value pretraining with λ_critic = 1 removes the bias.
 
 β = 0.3 in both arms keeps the policy where the `preference` task's reward model is right, so reward hacking
 (its own experiment) does not mask the critic's bias.
 
 The effect is read on the first step, from the advantages of the critic as initialised, before its first update;
 the 10 steps show the gap close as the critic learns. Windows of the first 20, then 10, then 5 steps were shown on
-seeds 0–7 and weak on held-out seeds 300–307 (5 of 8 each): as the critic trains, the walk of both arms' early
-advantages outgrows the bias on some seeds. The first step alone reads the initialisation the claim is about; it
+seeds 0–7 and weak on held-out seeds 300–307 (5 of 8 each): once the critics train, their early advantages move
+by more than the initial bias on some seeds. The first step alone reads the initialisation the claim is about; it
 was chosen after those windows had failed on 300–307 (and 400–407 had been run), so it was checked on two sets of
 seeds run for the first time with it, 500–507 and 600–607 (the claim gives every set's numbers)."""
 
