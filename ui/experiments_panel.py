@@ -41,6 +41,9 @@ from ui.limits import check_learner, check_runs
 from ui.session import learner_state, session_token, session_worker_cap
 
 REFRESH_SECONDS = 1.0
+# The arm table and "What happened" read each metric from the mean of its first START_STEPS steps to the mean
+# of its last END_STEPS (fewer in a short run: `end_window`).
+START_STEPS, END_STEPS = 5, 10
 # Titles of the record keys experiments chart beyond the Compare page's curves (`CURVES`).
 RECORD_TITLES = {
     **CURVES,
@@ -298,8 +301,9 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
         st.markdown(f"**What happened.** {what_happened(experiment, groups)}")
         st.dataframe(_arm_table(experiment, groups), hide_index=True,
                      key=f"{page}:experiment:{experiment.name}:table")
-        st.caption("Each charted metric from its mean over the first 5 steps to its mean over the last 10, "
-                   "averaged over seeds.")
+        steps = max((run.steps_total for run in runs), default=0)
+        st.caption(f"Each charted metric from its mean over the first {START_STEPS} steps to its mean over the last "
+                   f"{end_window(steps)}, averaged over seeds.")
         # The server's folder stays unnamed (a learner has no use for a server path); the command writes its own.
         st.caption(f"The same on your own machine, with every record and summary.json in DIR: "
                    f"`python -m rl_core experiment {experiment.name} --out DIR`.")
@@ -348,10 +352,18 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def end_window(steps: int) -> int:
+    """How many of a run's last steps are its end: the last END_STEPS, but none of the first START_STEPS (in a
+    10-step run the last 10 would be the whole run, and a gap that closes by step 6 would read as half open); a run
+    of START_STEPS or fewer is one window."""
+    return min(END_STEPS, steps - START_STEPS) if steps > START_STEPS else steps
+
+
 def _start_and_end(seeds: list[list[dict]], key: str) -> tuple[float, float]:
-    """A metric at the start (its mean over the first 5 steps) and at the end (the last 10), over the seeds."""
-    return (mean_over_steps([r for records in seeds for r in records[:5]], key),
-            mean_over_steps([r for records in seeds for r in records[-10:]], key))
+    """A metric at the start (its mean over the first START_STEPS steps) and at the end (the last `end_window`),
+    over the seeds."""
+    return (mean_over_steps([r for records in seeds for r in records[:START_STEPS]], key),
+            mean_over_steps([r for records in seeds for r in records[-end_window(len(records)):]], key))
 
 
 def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> pd.DataFrame:
@@ -376,8 +388,8 @@ def _movement(start: float, end: float) -> str:
 
 
 def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> str:
-    """The experiment's first two charted metrics in words, arm by arm, start (first 5 steps) to end (last 10),
-    averaged over seeds: what the verdict's number came from."""
+    """The experiment's first two charted metrics in words, arm by arm, start (first 5 steps) to end (the last 10,
+    or fewer in a short run: `end_window`), averaged over seeds: what the verdict's number came from."""
     return " ".join(
         f"{record_title(key)} " + "; ".join(f"{_movement(*_start_and_end(seeds, key))} with {label}"
                                             for label, seeds in groups.items()) + "."
