@@ -75,7 +75,7 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     shown = f"{reference:.0f} s" if reference < 90 else f"{reference / 60:.0f} min"
     assert (f"Not run on this server yet: about {shown} for 16 runs, 1 at a time (their steps at "
             "the step times measured on the reference CPU)") in first
-    assert first.index("about ") < first.index("Before them come the warm starts")
+    assert first.index("about ") < first.index("Any warm start this server has not cached yet")
     # A live training that stepped twelve times slower than the reference (a busy machine) leaves it as it was.
     training_slots().observe_speed(12.0, 1.0)
     assert " ".join(c.value for c in panel(experiment.pages[0]).run().caption) == first

@@ -74,7 +74,8 @@ RECORD_TITLES = {
     "skewed_group_weight_ratio": "|Â| in skewed groups ÷ |Â| in balanced groups",
     "teacher_kl": "KL to the teacher, k1 on the sampled tokens",
     "truncated_frac": "Responses cut at the length limit, share",
-    "zero_adv_group_frac": "Groups with identical rewards (zero advantage), share",
+    # Counted on a step's first sample: with dynamic sampling, before its dropped groups are refilled.
+    "zero_adv_group_frac": "Groups with identical rewards, share of a step's first sample",
 }
 
 
@@ -204,9 +205,9 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     # The step times leave out what a first run also pays: starting the workers and training the SFT warm starts.
     # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).
     return (f"Not run on this server yet: about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time "
-            "(their steps at the step times measured on the reference CPU), if no one else is training. Before "
-            "them come the warm starts this server has none of yet (each seed's SFT checkpoint, and its reward "
-            "model or teacher), often several times the training itself.")
+            "(their steps at the step times measured on the reference CPU), if no one else is training. Any warm "
+            "start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is trained "
+            "first, often taking several times the training itself.")
 
 
 def _seconds(seconds: float) -> str:

@@ -30,9 +30,9 @@ OFF, ON = "dynamic sampling off", "dynamic sampling on"
 EXPERIMENT = Experiment(
     name="dynamic_sampling",
     title="Dynamic sampling on a sparse task",
-    claim="On a task where half or more of the groups start all wrong, dynamic sampling removes the zero-advantage groups and "
-          "refills the batch, and the policy succeeds more often per training step — at the price of drawing more "
-          "than twice the samples a step (its rounds chart). Success over 60 steps, on minus off: seeds 0–7, 7 of "
+    claim="On a sparse task, where about half the groups a step samples are all wrong, dynamic sampling removes the "
+          "zero-advantage groups and refills the batch, and the policy succeeds more often per training step — at "
+          "the price of drawing more than twice the samples a step (its rounds chart). Success over 60 steps, on minus off: seeds 0–7, 7 of "
           "8, +0.025 [+0.005, +0.046]; held-out 400–407, 8 of 8, +0.060 [+0.037, +0.083]; held-out 500–507, 8 of 8, "
           "+0.049 [+0.027, +0.071]; held-out 700–707, 5 of 8, +0.031 [−0.003, +0.065], weak: on most seeds, not "
           "all. Per sample drawn the lab does not show a gain reliably at this scale.",
