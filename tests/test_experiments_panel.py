@@ -107,7 +107,6 @@ def test_what_happened_puts_each_arms_start_and_end_in_words():
         f"{record_title('clip_frac')} stayed near 0.1 with GRPO; stayed near 0.1 with GSPO.")
 
 
-
 def test_in_a_run_shorter_than_fifteen_steps_the_end_is_the_steps_after_the_start():
     # critic_from_rm trains 10 steps: "the last 10" would be the whole run, its start included, and a gap that
     # closes by step 6 would read as half open. First 5 steps at 1.0, the next 5 at 0.0: 1 → 0, not 1 → 0.5.
@@ -116,6 +115,7 @@ def test_in_a_run_shorter_than_fifteen_steps_the_end_is_the_steps_after_the_star
     assert what_happened(experiment, {"GRPO": [ten]}).startswith("Token entropy fell from 1 to 0 with GRPO.")
     assert end_window(10) == 5 and end_window(15) == 10 and end_window(60) == 10
     assert end_window(7) == 2 and end_window(2) == 2, "a run of 5 steps or fewer is one window"
+
 
 def test_every_charted_record_has_a_readable_title():
     untitled = {key for e in EXPERIMENTS.values() for key in e.charts if record_title(key) == key}

@@ -389,8 +389,8 @@ def _movement(start: float, end: float) -> str:
 
 
 def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> str:
-    """The experiment's first two charted metrics in words, arm by arm, start (first 5 steps) to end (the last 10,
-    or fewer in a short run: `end_window`), averaged over seeds: what the verdict's number came from."""
+    """The experiment's first two charted metrics in words, arm by arm, start (the first START_STEPS steps) to end
+    (`end_window`), averaged over seeds: what the verdict's number came from."""
     return " ".join(
         f"{record_title(key)} " + "; ".join(f"{_movement(*_start_and_end(seeds, key))} with {label}"
                                             for label, seeds in groups.items()) + "."
