@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 # The engine is imported from the repository root, which a script in bench/ does not have on its path.
 sys.path.insert(0, str(ROOT))
@@ -136,17 +138,16 @@ def main() -> None:
     names = [n.strip() for n in args.experiments.split(",") if n.strip()]
     for name in names:
         get_experiment(name)  # refuse a bad name before anything trains
+    device = args.device if args.device != "auto" else f"auto ({os.cpu_count()} CPUs here)"
+    if args.device.startswith("cuda") and torch.cuda.is_available():
+        device = f"{args.device} ({torch.cuda.get_device_name(torch.device(args.device))}, {os.cpu_count()} CPUs)"
+    report = {"machine": platform.platform(), "device": device, "workers": args.workers, "experiments": []}
     with tempfile.TemporaryDirectory(prefix="experiments-speed-") as scratch:
-        rows = [measure(name, args, Path(scratch)) for name in names]
-    report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": platform.platform(),
-        "device": args.device if args.device != "auto" else f"auto ({os.cpu_count()} CPUs here)",
-        "workers": args.workers,
-        "experiments": rows,
-    }
-    write_report(args.out, report, markdown(report))
-
+        for name in names:
+            report["experiments"].append(measure(name, args, Path(scratch)))
+            # Written after every experiment: a long bench that is stopped keeps what it measured.
+            report["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            write_report(args.out, report, markdown(report))
 
 if __name__ == "__main__":
     main()

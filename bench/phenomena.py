@@ -59,7 +59,7 @@ def run_one(name: str, args, scratch: Path) -> dict:
         summary = run.run(progress)
     finally:
         progress.close()
-    device = select_device(args.device).type
+    device = torch.device(summary["device"]).type  # what "auto" chose for the experiment's model
     target = TARGET_SECONDS.get(device)
     print(f"{name}: {summary['sentence']} ({summary['wall_time']:.0f} s)", file=sys.stderr)
     return {
@@ -67,6 +67,7 @@ def run_one(name: str, args, scratch: Path) -> dict:
         "title": experiment.title,
         "task": experiment.task,
         "model": summary["model"],
+        "device": summary["device"],
         "steps": summary["steps"],
         "effects": summary["effects"],
         "effect_mean": summary["effect_mean"],
@@ -126,7 +127,8 @@ def main() -> None:
         get_experiment(name)  # refuse a bad name before anything trains
     with tempfile.TemporaryDirectory(prefix="phenomena-") as scratch:
         rows = [run_one(name, args, Path(scratch)) for name in names]
-    device = select_device(args.device)
+    # The device the runs trained on: "auto" keeps the tiny and small models on the CPU even where a GPU is.
+    device = torch.device(rows[0]["device"]) if rows else select_device(args.device)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": platform.platform(),

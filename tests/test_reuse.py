@@ -9,6 +9,7 @@ import sqlite3
 import threading
 
 import pytest
+import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.cli import main
@@ -39,6 +40,13 @@ def test_equal_runs_have_equal_keys_and_any_knob_seed_or_field_changes_it():
 
 def test_the_key_holds_the_device_kind_not_how_it_was_asked_for():
     assert run_key(tiny_run()) == run_key(dataclasses.replace(tiny_run(), device="cpu:0"))
+
+
+def test_a_tiny_run_on_auto_is_keyed_to_the_cpu_where_a_gpu_is_too(monkeypatch):
+    cpu_key = run_key(tiny_run(device="cpu"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert run_key(tiny_run(device="auto")) == cpu_key  # auto trains the tiny model on the CPU: a CPU record answers
+    assert run_key(tiny_run(device="cuda")) != cpu_key
 
 
 def test_a_change_of_the_engine_changes_every_key(monkeypatch):

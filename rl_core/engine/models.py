@@ -32,14 +32,19 @@ class ModelPreset:
     # Peak learning rate of the SFT warm start from random weights. The small presets learn fastest near 3e-3;
     # the 124M shape stalls there (caesar, 200 steps: demonstration NLL 1.46 at 3e-3 against 0.81 at 3e-4).
     sft_learning_rate: float
+    # Whether `device="auto"` puts it on an accelerator. The tiny and small shapes' ops are too small to pay for a
+    # GPU's kernel launches: on an H200 machine a tiny run's rollout took longer than on one CPU thread here, and each of
+    # an experiment's tiny runs trained 2–8× longer on the GPU than on that machine's CPU cores (docs/ARCHITECTURE.md,
+    # "On a GPU").
+    accelerated: bool
 
 
 MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in (
-        ModelPreset("tiny", 2, 64, 2, 64, "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU", 1, 3e-3),
-        ModelPreset("small", 4, 128, 4, 64, "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower", 1, 3e-3),
-        ModelPreset("gpt2", 12, 768, 12, 1024, "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU", None, 3e-4),
+        ModelPreset("tiny", 2, 64, 2, 64, "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU", 1, 3e-3, False),
+        ModelPreset("small", 4, 128, 4, 64, "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower", 1, 3e-3, False),
+        ModelPreset("gpt2", 12, 768, 12, 1024, "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU", None, 3e-4, True),
     )
 }
 
@@ -156,8 +161,9 @@ def use_preset_threads(preset: str, device: torch.device) -> None:
         torch.set_num_threads(MODEL_PRESETS[preset].cpu_threads or DEFAULT_CPU_THREADS)
 
 
-def select_device(requested: str = "auto") -> torch.device:
-    """`auto` picks cuda, then mps, then cpu; any torch device string forces that device."""
+def select_device(requested: str = "auto", model: str | None = None) -> torch.device:
+    """`auto` picks cuda, then mps, then cpu, except for a model preset that is not `accelerated` (tiny, small),
+    which stays on the cpu; any torch device string forces that device."""
     if requested != "auto":
         try:
             device = torch.device(requested)
@@ -168,6 +174,8 @@ def select_device(requested: str = "auto") -> torch.device:
         if device.type == "mps" and not torch.backends.mps.is_available():
             raise ValueError(f"device {requested!r} was asked for but MPS is not available here; use auto or cpu")
         return device
+    if model is not None and not MODEL_PRESETS[model].accelerated:
+        return torch.device("cpu")
     if torch.cuda.is_available():
         return torch.device("cuda")
     if torch.backends.mps.is_available():

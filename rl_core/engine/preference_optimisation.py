@@ -284,7 +284,7 @@ class DPOTrainer:
         self.run, self.algo = run, run.algo
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.stop_event = stop_event or threading.Event()
-        self.device = select_device(run.device)
+        self.device = select_device(run.device, run.model)
         use_preset_threads(run.model, self.device)
         self.task = get_task(run.task)
         self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise

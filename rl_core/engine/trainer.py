@@ -177,9 +177,9 @@ class Trainer:
         self.algo = run.algo
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.stop_event = stop_event or threading.Event()
-        self.device = select_device(run.device)
         if run.model not in MODEL_PRESETS:
             raise ValueError(f"model={run.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+        self.device = select_device(run.device, run.model)
         use_preset_threads(run.model, self.device)
         self.task = get_task(run.task)
         self.max_new_tokens = self.algo.max_new_tokens or self.task.max_new_tokens

@@ -78,7 +78,7 @@ def plan_experiment(
     model = model or experiment.model
     if model not in MODEL_PRESETS:
         raise ValueError(f"model={model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
-    select_device(device)  # ValueError naming the allowed devices
+    select_device(device, model)  # ValueError naming the allowed devices
     run_fields = {**experiment.run_fields, "model": model, "device": device,
                   "steps": experiment.steps if steps is None else steps}
     if sft_steps is not None:
@@ -229,7 +229,7 @@ class ExperimentRun:
             **self.describe(),
             "model": self.arm_runs[0].planned.run.model,
             "steps": self.arm_runs[0].planned.run.steps,
-            "device": str(select_device(self.arm_runs[0].planned.run.device)),  # what "auto" chose
+            "device": str(select_device(self.arm_runs[0].planned.run.device, self.arm_runs[0].planned.run.model)),  # what "auto" chose
             "seeds": self.seeds,
             "sweep_id": self.sweep.sweep_id,
             "runs": rows,

@@ -45,7 +45,7 @@ def run_key(run: RunConfig) -> str:
 
     from rl_core.engine.models import select_device
 
-    config = {**dataclasses.asdict(run), "device": select_device(run.device).type}
+    config = {**dataclasses.asdict(run), "device": select_device(run.device, run.model).type}
     text = json.dumps({"run": config, "torch": torch.__version__, "engine": engine_version()}, sort_keys=True)
     return fingerprint(text, 32)
 

@@ -123,7 +123,7 @@ def plan_sweep(
     model = run_fields.get("model", RunConfig.model)
     if model not in MODEL_PRESETS:
         raise ValueError(f"model={model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
-    select_device(run_fields.get("device", RunConfig.device))
+    select_device(run_fields.get("device", RunConfig.device), model)
     planned = []
     for algo in algos:
         for values in itertools.product(*grid.values()):
