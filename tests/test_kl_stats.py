@@ -30,6 +30,14 @@ def test_statistics_by_hand():
     assert stats["kl_k2_neg_frac"] == stats["kl_k3_neg_frac"] == 0.0
 
 
+def test_a_k1_within_rounding_of_zero_is_not_counted_negative():
+    # The policy equals the reference up to the rounding of two passes: its k1 values are ±3e-6, -2e-5 is beyond it.
+    logp = torch.tensor([[-1.0, -2.0, -0.5, -0.25]])
+    ref_logp = logp + torch.tensor([[3e-6, -3e-6, 2e-5, 0.0]])
+    stats = kl_estimator_stats(logp, ref_logp, torch.zeros_like(logp), torch.ones_like(logp))
+    assert stats["kl_k1_neg_frac"] == 0.25  # only the third token's k1 (−2e-5) is negative beyond ROUNDING
+
+
 def test_on_many_sampled_tokens_k1_and_k3_are_unbiased_and_k2_is_not():
     # One state, π_θ = P and π_ref = Q far apart; 200 000 tokens drawn from P.
     p = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05], dtype=torch.float64)
