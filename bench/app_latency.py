@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from app_driver import (  # noqa: E402
@@ -41,17 +41,12 @@ from app_driver import (  # noqa: E402
     wait_for_chart_points,
 )
 
+from bench.process_cpu import process_cpu_seconds, stat_cpu_seconds  # noqa: E402
+
 HEADING = "GRPO, with DAPO and Dr. GRPO"
 TARGET = 0.9
 SUCCESS_BUDGET_S = 60.0
-TICKS = os.sysconf("SC_CLK_TCK")
 FINISHED = re.compile(r"^Finished \d+ steps")
-
-
-def cpu_seconds(stat: Path) -> float:
-    """User + system CPU seconds from a /proc `stat` file (a process's counts include its ended threads)."""
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
 def cpu_snapshot(pid: int) -> tuple[float, dict[int, float]]:
@@ -60,10 +55,10 @@ def cpu_snapshot(pid: int) -> tuple[float, dict[int, float]]:
     threads = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            threads[int(task.name)] = cpu_seconds(task / "stat")
+            threads[int(task.name)] = stat_cpu_seconds(task / "stat")
         except (FileNotFoundError, ProcessLookupError):  # the thread ended while we looked
             continue
-    return cpu_seconds(Path(f"/proc/{pid}/stat")), threads
+    return process_cpu_seconds(pid), threads
 
 
 def seconds_to_success(page, clicked: float) -> float | None:

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from bench.process_cpu import process_cpu_seconds  # noqa: E402
 from rl_core.algorithms import get_preset  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
 from rl_core.engine.chat import check_prompt  # noqa: E402
@@ -66,18 +67,12 @@ def in_the_app(task: str, model: str, steps: int, prompts: list[str]) -> dict[st
             for prompt in prompts:
                 box.fill(prompt)
                 time.sleep(0.5)  # the box's new text reaches the server on Enter only; let its last frame settle
-                start, start_cpu = time.perf_counter(), cpu_seconds(server.pid)
+                start, start_cpu = time.perf_counter(), process_cpu_seconds(server.pid)
                 box.press("Enter")
                 page.get_by_text(f"The right answer to {prompt} is {right(prompt)}.").wait_for(timeout=60_000)
                 seconds.append(time.perf_counter() - start)
-                cpu.append(cpu_seconds(server.pid) - start_cpu)
+                cpu.append(process_cpu_seconds(server.pid) - start_cpu)
     return {"browser": seconds, "server_cpu": cpu}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def in_process(task: str, model: str, steps: int, prompts: list[str]) -> dict[str, list[float]]:

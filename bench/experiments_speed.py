@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # The engine is imported from the repository root, which a script in bench/ does not have on its path.
 sys.path.insert(0, str(ROOT))
 
-from bench.phenomena import cpu_seconds, write_report  # noqa: E402
+from bench.phenomena import write_report  # noqa: E402
+from bench.process_cpu import TreeCPU  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
 from rl_core.engine.sft import default_cache_dir  # noqa: E402
 from rl_core.experiments import EXPERIMENTS, get_experiment  # noqa: E402
@@ -60,15 +61,16 @@ def measure(name: str, args, scratch: Path) -> dict:
                          workers=args.workers, cache_dir=args.cache_dir, device=args.device, steps=1)
     warm.run()
 
-    load_before, cpu_before, start = os.getloadavg()[0], cpu_seconds(), time.perf_counter()
+    load_before, start = os.getloadavg()[0], time.perf_counter()
     run = ExperimentRun(experiment, scratch / name, RunStore(scratch / f"{name}.sqlite"), seeds=args.seeds,
                         workers=args.workers, cache_dir=args.cache_dir, device=args.device, fresh=True)
     progress = SweepProgress([a.planned for a in run.arm_runs], description=name)
     try:
-        summary = run.run(progress)
+        with TreeCPU() as cpu:
+            summary = run.run(progress)
     finally:
         progress.close()
-    together_wall, together_cpu = time.perf_counter() - start, cpu_seconds() - cpu_before
+    together_wall, together_cpu = time.perf_counter() - start, cpu.seconds
     load_after = os.getloadavg()[0]
 
     alone_walls = []

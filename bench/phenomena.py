@@ -21,7 +21,6 @@ import json
 import math
 import os
 import platform
-import resource
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from bench.process_cpu import TreeCPU  # noqa: E402
 from rl_core.engine.models import select_device  # noqa: E402
 from rl_core.experiments import EXPERIMENTS, get_experiment  # noqa: E402
 from rl_core.experiments.runner import ExperimentRun  # noqa: E402
@@ -42,21 +42,16 @@ from rl_core.runs.sweep import SweepProgress, default_workers  # noqa: E402
 TARGET_SECONDS = {"cpu": 180.0, "cuda": 30.0}
 
 
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and of its ended children (the sweep's worker processes)."""
-    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
-                                                                         resource.RUSAGE_CHILDREN)))
-
-
 def run_one(name: str, args, scratch: Path) -> dict:
     experiment = get_experiment(name)
     cache = args.cache_dir or scratch / f"cache-{name}"
     run = ExperimentRun(experiment, scratch / name, RunStore(scratch / "runs.sqlite"), seeds=args.seeds,
                         workers=args.workers, cache_dir=cache, model=args.model, device=args.device)
-    load_before, cpu_before = os.getloadavg(), cpu_seconds()
+    load_before = os.getloadavg()
     progress = SweepProgress([a.planned for a in run.arm_runs], description=name)
     try:
-        summary = run.run(progress)
+        with TreeCPU() as cpu:
+            summary = run.run(progress)
     finally:
         progress.close()
     device = torch.device(summary["device"]).type  # what "auto" chose for the experiment's model
@@ -77,7 +72,7 @@ def run_one(name: str, args, scratch: Path) -> dict:
         "verdict": summary["verdict"],
         "sentence": summary["sentence"],
         "wall_time": summary["wall_time"],
-        "cpu_seconds": cpu_seconds() - cpu_before,
+        "cpu_seconds": cpu.seconds,
         "target_seconds": target,
         "within_target": None if target is None else summary["wall_time"] <= target,
         "runs_not_finished": [f"{r['arm']} seed {r['seed']}: {r['status']}" for r in summary["runs"]
