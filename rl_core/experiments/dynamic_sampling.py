@@ -15,8 +15,9 @@ from rl_core.experiments._measures import mean_difference
 # 8 of 8, +0.060 [+0.037, +0.083]; 500–507 8 of 8, +0.049 [+0.027, +0.071]; 700–707 5 of 8, +0.031 [−0.003,
 # +0.065], weak. The dynamic arm drew 2.2–2.6 rounds of samples a step on average. Per sample drawn (success over
 # the second half of an equal sample budget) the same runs gave 5 of 8 on 0–7, 8 of 8 on 400–407 and 5 of 8 on
-# 500–507: not a claim the lab can make at this scale. It takes about 32 s on 2 CPU cores; one epoch of updates a
-# step instead of two took 25 s and was as strong on 0–7 (7 of 8, [+0.005, +0.047]) but weak on 700–707 (6 of 8).
+# 500–507: not a claim the lab can make at this scale. It takes 22–28 s on 2 CPU cores (32 s while every sweep
+# worker imported torch anew); one epoch of updates a step instead of two was as strong on 0–7 (7 of 8,
+# [+0.005, +0.047]) but weak on 700–707 (6 of 8).
 PROMPTS, G = 4, 8
 SHARED = dict(
     prompts_per_step=PROMPTS, num_generations=G, temperature=1.0, advantage_estimator="grpo", beta=0.0,
