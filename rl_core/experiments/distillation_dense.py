@@ -37,7 +37,8 @@ EXPERIMENT = Experiment(
     claim="Scored letter by letter by a teacher (advantage sg[log π_T − log π_θ]), the student gets more of its "
           "samples right over the run than GRPO does from an all-or-nothing verifier, on the same samples drawn. "
           "Success per sample drawn, OPD minus GRPO: seeds 0–7, 8 of 8, +0.072 [+0.043, +0.101]; held-out "
-          "400–407, 7 of 8, +0.057 [+0.020, +0.095]; held-out 500–507, 7 of 8, +0.096 [+0.015, +0.176]; on "
+          "400–407, 7 of 8, +0.057 [+0.020, +0.095]; held-out 500–507, 7 of 8, +0.096 [+0.015, +0.176]; held-out "
+          "900–907, 7 of 8, +0.071 [+0.006, +0.137]; on "
           "300–307, where four prompts a step had been weak, 7 of 8 with an interval that reaches 0 (+0.028 "
           "[−0.005, +0.060]): on most seeds, not all.",
     source="Agarwal et al. 2024 (GKD, on-policy distillation); Thinking Machines 2025, \"On-Policy Distillation\"",
