@@ -90,9 +90,11 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     store.start_run(other)
     store.finish_run(other, "finished")
     assert sorted(past_run_seconds(experiment, store)) == [10.0, 30.0], "finished runs of this one only"
-    # the median of 10 s and 30 s for each of 16 runs, one at a time: 320 s, shown as 5 min
+    # The two arms of a seed train as one batch, each run as long as the batch: the median of 10 s and 30 s for
+    # each of 8 batches, one at a time: 160 s, shown as 3 min.
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert "About 5 min for 16 runs, 1 at a time (the median of its 2 earlier runs on this server)" in captions
+    assert ("About 3 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
+            "earlier runs on this server)") in captions
 
 
 def test_what_happened_puts_each_arms_start_and_end_in_words():

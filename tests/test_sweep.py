@@ -15,7 +15,9 @@ import pytest
 from rl_core.cli import main
 from rl_core.runs.store import RunStore, process_alive
 from rl_core.runs.summary import format_table, run_outcome, summarise
-from rl_core.runs.sweep import Sweep, parse_grid, plan_sweep, warm_start_key
+from rl_core.experiments import get_experiment
+from rl_core.experiments.runner import plan_experiment
+from rl_core.runs.sweep import Sweep, batch_count, parse_grid, plan_sweep, warm_start_key
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two prompts × two responses, one update per step, a short warm start: a run takes seconds.
@@ -126,6 +128,17 @@ def test_an_out_path_that_is_a_file_is_refused(tmp_path, capsys):
     code = main(["sweep", "--algos", "grpo", "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out")])
     assert code == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_batch_count_counts_each_warm_starts_runs_cut_to_a_workers_share():
+    runs = lambda name, seeds=None: [a.planned.run for a in plan_experiment(get_experiment(name), seeds)]  # noqa: E731
+    # 2 arms × 8 seeds on 2 workers: batches of up to 8 runs, never across seeds, so one batch per seed.
+    assert batch_count(runs("critic_from_rm"), 2) == 8
+    assert batch_count(runs("critic_from_rm"), 1) == 8
+    # One seed on 2 workers: batches of one run, so that both workers train.
+    assert batch_count(runs("critic_from_rm", [0]), 2) == 2
+    # 3 arms × 2 seeds on 4 workers: batches of up to ⌈6 / 4⌉ = 2, each seed's 3 runs cut into 2 and 1.
+    assert batch_count(runs("length_bias", [0, 1]), 4) == 4
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ from rl_core.experiments.runner import (
 )
 from rl_core.messages import brief
 from rl_core.runs.store import RunStore, StoredRun, StoreError
-from rl_core.runs.sweep import default_workers
+from rl_core.runs.sweep import batch_count, default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import knob_text
@@ -198,9 +198,13 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
         past = []
     at_once = min(experiment_workers(), len(planned))
     if past:
-        seconds = len(planned) * statistics.median(past) / at_once
-        return (f"About {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time (the median of its "
-                f"{len(past)} earlier runs on this server), if no one else is training.")
+        # The runs of a batch train together, each as long as the batch: time the batches, not the runs.
+        batches = batch_count(planned, at_once)
+        at_once = min(at_once, batches)
+        seconds = batches * statistics.median(past) / at_once
+        return (f"About {_seconds(seconds)} for {len(planned)} runs, trained as {batches} batches, {at_once} at a "
+                f"time (a batch as long as the median of its {len(past)} earlier runs on this server), if no one "
+                "else is training.")
     seconds = reference_seconds(planned, at_once)
     # The step times leave out what a first run also pays: starting the workers and training the SFT warm starts.
     # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).

@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 import types
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -249,8 +250,7 @@ class Sweep:
     def _dispatch(self, pool: Callable[[], LocalPool | cluster.RayPool], to_train: list[int], watching: set[int],
                   report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
         runs = dict(zip(self.run_ids, self.planned))
-        # Batches no larger than a worker's share of the runs, so that every worker has a batch to train.
-        runs_per_batch = max(1, math.ceil((len(to_train) + len(watching)) / self.workers))
+        runs_per_batch = batch_size(len(to_train) + len(watching), self.workers)
         # A future maps to the runs it stands for: a warm start to every run sharing it, a training to its batch.
         pending: dict[Future, list[int]] = {}
         warm_starts: set[Future] = set()
@@ -301,6 +301,18 @@ class Sweep:
                     self.store.settle(pending.pop(future), "stopped")
             if report:
                 report(self.store.runs(self.run_ids))
+
+
+def batch_size(runs: int, workers: int) -> int:
+    """Runs per batch: no more than a worker's share of the `runs`, so that every worker has a batch to train."""
+    return max(1, math.ceil(runs / workers))
+
+
+def batch_count(runs: Sequence[RunConfig], workers: int) -> int:
+    """How many batches a sweep of `runs` on `workers` trains: each warm start's runs cut into batches of
+    `batch_size`, as `_batches` cuts them."""
+    size = batch_size(len(runs), workers)
+    return sum(math.ceil(count / size) for count in Counter(warm_start_key(run) for run in runs).values())
 
 
 def _batches(run_ids: list[int], size: int) -> list[list[int]]:
