@@ -215,6 +215,29 @@ def test_workers_never_run_the_callers_main_script(tmp_path, monkeypatch):
     assert sys.modules["__main__"] is page
 
 
+# A sweep of one endless run in a daemon thread, as the app runs an experiment; the main thread returns once the run
+# has trained a step, so the interpreter exits with the sweep still training.
+EXIT_DURING_A_SWEEP = """
+import sys, threading, time
+from rl_core.runs.store import RunStore
+from rl_core.runs.sweep import Sweep, plan_sweep
+store = RunStore(sys.argv[1])
+planned = plan_sweep(["grpo"], range(1), "reverse", 100_000, sft_steps=0,
+                     overrides={"prompts_per_step": 2, "num_generations": 2, "ppo_epochs": 1, "num_minibatches": 1})
+threading.Thread(target=Sweep(planned, store, workers=1).run, daemon=True).start()
+while not any(run.steps_done for run in store.runs()):
+    time.sleep(0.2)
+"""
+
+
+def test_a_process_that_exits_during_a_sweep_stops_its_runs_instead_of_training_them_out(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    subprocess.run([sys.executable, "-c", EXIT_DURING_A_SWEEP, str(db)], cwd=ROOT, check=True, timeout=180,
+                   env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")})
+    runs = RunStore(db).runs()
+    assert [run.status for run in runs] == ["stopped"] and 0 < runs[0].steps_done < 100_000
+
+
 def children(pid: int) -> list[int]:
     """The processes whose parent is `pid` (from /proc)."""
     found = []
