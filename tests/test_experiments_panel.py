@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_experiment, records_file
 from rl_core.runs.records import read_jsonl
-from rl_core.runs.reuse import recorded_when
+from rl_core.runs.reuse import recorded_when, run_key
 from rl_core.runs.store import RunStore
 from ui.experiment_jobs import ExperimentJob
 from ui.compare import band_figure
@@ -95,6 +95,23 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
     assert ("About 3 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
             "earlier runs on this server)") in captions
+
+
+def test_run_says_it_answers_at_once_once_the_server_has_recorded_every_run():
+    experiment = get_experiment(NAME)
+    planned = [arm_run.planned.run for arm_run in plan_experiment(experiment)]
+    store = RunStore()
+    for run in planned[:-1]:
+        run_id = store.add_run(run, NAME, key=run_key(run))
+        store.start_run(run_id)
+        store.finish_run(run_id, "finished")
+    answers_at_once = "Run shows them without training them again"
+    assert answers_at_once not in " ".join(c.value for c in panel(experiment.pages[0]).run().caption)  # one missing
+    run_id = store.add_run(planned[-1], NAME, key=run_key(planned[-1]))
+    store.start_run(run_id)
+    store.finish_run(run_id, "finished")
+    captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
+    assert answers_at_once in captions and "About " not in captions and "Not run on this server" not in captions
 
 
 def test_what_happened_puts_each_arms_start_and_end_in_words():

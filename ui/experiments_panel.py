@@ -30,6 +30,7 @@ from rl_core.experiments.runner import (
     unused_seeds,
 )
 from rl_core.messages import brief
+from rl_core.runs.reuse import run_key
 from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.sweep import batch_count, default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
@@ -188,12 +189,18 @@ def experiment_workers() -> int:
 
 
 def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
-    """How long Run (its `planned` runs) will take on this server: from this experiment's earlier runs here when
-    there are some, else from the step times measured on the reference CPU (`reference_seconds`). Not from the
+    """How long Run (its `planned` runs) will take on this server: no time when the server has every one of them
+    (recorded, or training now: Run answers from those); from this experiment's earlier runs here when there are
+    some, else from the step times measured on the reference CPU (`reference_seconds`). Not from the
     server's live trainings' speed: a single one of them on a busy machine would swing it tenfold, and they step in
     the app's own process, beside its redraws, where an experiment's runs have worker processes."""
     try:
-        past = past_run_seconds(experiment, RunStore(recover=False))
+        store = RunStore(recover=False)
+        keys = {run_key(run) for run in planned}
+        if store.reusable(keys) == keys:
+            return ("This server has these runs, recorded or training now: Run shows them without training them "
+                    "again.")
+        past = past_run_seconds(experiment, store)
     except StoreError:
         past = []
     at_once = min(experiment_workers(), len(planned))
