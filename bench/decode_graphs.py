@@ -242,7 +242,9 @@ def main() -> None:
     load_before = os.getloadavg()
     rows = [measure(trainer, device, runs, tokens, args.repeats) for runs in args.runs]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    ways = ["hf_dynamic_cache", "kv_decoder", "stacked_eager"] + (["stacked_cuda_graph"] if device.type == "cuda" else [])
+    ways = ["hf_dynamic_cache", "kv_decoder", "stacked_eager"]
+    if device.type == "cuda":
+        ways.append("stacked_cuda_graph")
     print(f"{args.algo} on {args.task}, tiny model, {name}, torch {torch.__version__}; one rollout of {tokens} tokens; "
           f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     print(f"{'R':>3} {'rows':>5} " + " ".join(f"{w:>18}" for w in ways) + "   (ms per rollout per run)")

@@ -10,10 +10,18 @@ from pathlib import Path
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _fields(stat: Path) -> list[str]:
+    """A /proc `stat` file's fields after the command name (which may hold spaces): state, ppid, …"""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu(fields: list[str]) -> float:
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
 def stat_cpu_seconds(stat: Path) -> float:
     """User + system CPU seconds from a /proc `stat` file (a process's counts include its ended threads)."""
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    return _cpu(_fields(stat))
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -26,10 +34,10 @@ def _processes() -> dict[int, tuple[int, int, float]]:
     found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = _fields(stat)
         except OSError:  # it ended while we looked
             continue
-        found[int(stat.parent.name)] = (int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / TICKS)
+        found[int(stat.parent.name)] = (int(fields[1]), int(fields[19]), _cpu(fields))
     return found
 
 
@@ -57,18 +65,21 @@ class TreeCPU:
     def _read(self) -> set[tuple[int, int]]:
         """Update the descendants' counts; the keys of those alive now."""
         processes = _processes()
-        below, frontier = set(), [os.getpid()]
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in processes.items():
+            children.setdefault(ppid, []).append(pid)
+        alive, frontier = set(), [os.getpid()]
         while frontier:
             parent = frontier.pop()
-            for pid, (ppid, started, cpu) in processes.items():
-                if ppid == parent and pid not in below:
-                    below.add(pid)
-                    frontier.append(pid)
-                    key = (pid, started)
-                    self._latest[key] = cpu
-                    if parent == os.getpid():
-                        self._children.add(key)
-        return {(pid, processes[pid][1]) for pid in below}
+            for pid in children.get(parent, []):
+                _, started, cpu = processes[pid]
+                key = (pid, started)
+                alive.add(key)
+                self._latest[key] = cpu
+                if parent == os.getpid():
+                    self._children.add(key)
+                frontier.append(pid)
+        return alive
 
     def _poll(self) -> None:
         while not self._done.wait(self.interval):

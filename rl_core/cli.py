@@ -43,6 +43,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+DEVICE_HELP = "auto (gpt2: cuda, then mps, then cpu; tiny and small: cpu), cpu, cuda, cuda:N, mps"
 RAY_ADDRESS_HELP = ("train every run as a task on the Ray cluster whose head is at this host:port, its CPUs as the "
                     "workers (default: $RLHF_LAB_RAY_ADDRESS, else this machine)")
 
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--fresh", action="store_true",
                             help="train every run again, even those the run store already holds")
     experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 … 7)")
-    experiment.add_argument("--device", default="auto", help="auto (gpt2: cuda, then mps, then cpu; tiny and small: cpu), cpu, cuda, cuda:N, mps")
+    experiment.add_argument("--device", default="auto", help=DEVICE_HELP)
     experiment.add_argument("--workers", type=int, default=None, help="runs trained at once, one process each "
                             f"(default: the cores here, {default_workers()})")
     experiment.add_argument("--model", help="replace the experiment's model preset, one of: "
@@ -130,7 +131,7 @@ def _add_run_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--steps", type=int, default=100)
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                          help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
-    command.add_argument("--device", default="auto", help="auto (gpt2: cuda, then mps, then cpu; tiny and small: cpu), cpu, cuda, cuda:N, mps")
+    command.add_argument("--device", default="auto", help=DEVICE_HELP)
     command.add_argument("--demo-noise", type=float, default=None, help="fraction of imperfect SFT demonstrations")
     command.add_argument("--sft-steps", type=int, default=RunConfig.sft_steps)
     command.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")

@@ -128,7 +128,8 @@ def test_device_selection():
             select_device("cuda")
 
 
-@pytest.mark.parametrize("model, on_a_gpu_machine", [("tiny", "cpu"), ("small", "cpu"), ("gpt2", "cuda"), (None, "cuda")])
+@pytest.mark.parametrize("model, on_a_gpu_machine",
+                         [("tiny", "cpu"), ("small", "cpu"), ("gpt2", "cuda"), (None, "cuda")])
 def test_auto_puts_only_gpt2_on_the_gpu(monkeypatch, model, on_a_gpu_machine):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert select_device("auto", model).type == on_a_gpu_machine

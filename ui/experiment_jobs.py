@@ -20,7 +20,7 @@ from rl_core.engine.sft import default_cache_dir
 from rl_core.experiments import Experiment
 from rl_core.experiments.runner import ExperimentRun, plan_experiment
 from rl_core.messages import brief
-from rl_core.runs.reuse import recorded_when, run_key
+from rl_core.runs.reuse import every_run_reusable, recorded_when
 from rl_core.runs.store import RunStore, StoreError
 from ui.jobs import ACTIVE_STATUSES, BackgroundJob, TrainingSlots, planned_seconds_left
 
@@ -91,9 +91,8 @@ class ExperimentJob(BackgroundJob):
     def _reusable(self) -> bool:
         """Whether the store holds or trains every run of the request already (False if it cannot be read: the
         job's thread then reports why)."""
-        keys = {run_key(run) for run in self.runs}
         try:
-            return RunStore(recover=False).reusable(keys) == keys
+            return every_run_reusable(RunStore(recover=False), self.runs)
         except StoreError:
             return False
 

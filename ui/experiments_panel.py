@@ -30,7 +30,7 @@ from rl_core.experiments.runner import (
     unused_seeds,
 )
 from rl_core.messages import brief
-from rl_core.runs.reuse import run_key
+from rl_core.runs.reuse import every_run_reusable
 from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.sweep import batch_count, default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
@@ -196,8 +196,7 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     the app's own process, beside its redraws, where an experiment's runs have worker processes."""
     try:
         store = RunStore(recover=False)
-        keys = {run_key(run) for run in planned}
-        if store.reusable(keys) == keys:
+        if every_run_reusable(store, planned):
             return ("This server has these runs, recorded or training now: Run shows them without training them "
                     "again.")
         past = past_run_seconds(experiment, store)

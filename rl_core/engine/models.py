@@ -33,18 +33,21 @@ class ModelPreset:
     # the 124M shape stalls there (caesar, 200 steps: demonstration NLL 1.46 at 3e-3 against 0.81 at 3e-4).
     sft_learning_rate: float
     # Whether `device="auto"` puts it on an accelerator. The tiny and small shapes' ops are too small to pay for a
-    # GPU's kernel launches: on an H200 machine a tiny run's rollout took longer than on one CPU thread here, and each of
-    # an experiment's tiny runs trained 2–8× longer on the GPU than on that machine's CPU cores (docs/ARCHITECTURE.md,
-    # "On a GPU").
+    # GPU's kernel launches: on an H200 machine a tiny run's rollout took longer than on one CPU thread here, and
+    # each of an experiment's tiny runs trained 2–8× longer on the GPU than on that machine's CPU cores
+    # (docs/ARCHITECTURE.md, "On a GPU").
     accelerated: bool
 
 
 MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in (
-        ModelPreset("tiny", 2, 64, 2, 64, "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU", 1, 3e-3, False),
-        ModelPreset("small", 4, 128, 4, 64, "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower", 1, 3e-3, False),
-        ModelPreset("gpt2", 12, 768, 12, 1024, "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU", None, 3e-4, True),
+        ModelPreset("tiny", 2, 64, 2, 64, "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU", 1, 3e-3,
+                    accelerated=False),
+        ModelPreset("small", 4, 128, 4, 64, "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower", 1, 3e-3,
+                    accelerated=False),
+        ModelPreset("gpt2", 12, 768, 12, 1024, "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU", None, 3e-4,
+                    accelerated=True),
     )
 }
 

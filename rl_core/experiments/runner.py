@@ -225,11 +225,12 @@ class ExperimentRun:
             rows.append({"arm": arm_run.arm.label, "seed": run.seed, "run_id": run.id, "status": run.status,
                          "steps": run.steps_done, "wall_time": run.wall_time, "records": path,
                          "error": run.error})
+        first = self.arm_runs[0].planned.run
         summary = {
             **self.describe(),
-            "model": self.arm_runs[0].planned.run.model,
-            "steps": self.arm_runs[0].planned.run.steps,
-            "device": str(select_device(self.arm_runs[0].planned.run.device, self.arm_runs[0].planned.run.model)),  # what "auto" chose
+            "model": first.model,
+            "steps": first.steps,
+            "device": str(select_device(first.device, first.model)),  # what "auto" chose
             "seeds": self.seeds,
             "sweep_id": self.sweep.sweep_id,
             "runs": rows,

@@ -50,6 +50,13 @@ def run_key(run: RunConfig) -> str:
     return fingerprint(text, 32)
 
 
+def every_run_reusable(store, runs: Iterable[RunConfig]) -> bool:
+    """Whether `store` (a `RunStore`) holds or trains every one of `runs` already, so that a request for them trains
+    nothing."""
+    keys = {run_key(run) for run in runs}
+    return store.reusable(keys) == keys
+
+
 def recorded_when(timestamps: Iterable[float]) -> str:
     """When stored runs were recorded, in this machine's local time: one minute, or the first and the last."""
     stamps = sorted(timestamps)
