@@ -280,3 +280,23 @@ def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
     runs = RunStore(db).runs()
     assert {run.status for run in runs} == {"interrupted"}
     assert {run.error for run in runs} == {"the sweep's coordinator process ended"}
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_the_fork_server_started_ahead_imports_the_engine_before_any_sweep(tmp_path):
+    # What the app does at start (ui.jobs.warm_up): the first experiment's workers then fork from a server that
+    # has already imported torch and the engine.
+    script = "import time; from rl_core.runs.sweep import start_worker_server; start_worker_server(); time.sleep(300)"
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline and parent.poll() is None
+            servers = [pid for pid in children(parent.pid)
+                       if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            if servers and "libtorch" in Path(f"/proc/{servers[0]}/maps").read_text():
+                break
+            time.sleep(0.5)
+    finally:
+        parent.kill()
+        parent.wait()
