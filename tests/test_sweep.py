@@ -3,6 +3,7 @@
 import csv
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -286,7 +287,7 @@ def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
 def test_the_fork_server_started_ahead_imports_the_engine_before_any_sweep(tmp_path):
     # What the app does at start (ui.jobs.warm_up): the first experiment's workers then fork from a server that
     # has already imported torch and the engine.
-    script = "import time; from rl_core.runs.sweep import start_worker_server; start_worker_server(); time.sleep(300)"
+    script = "import time; from rl_core.runs.workers import start_worker_server; start_worker_server(); time.sleep(300)"
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
     try:
         deadline = time.monotonic() + 120
@@ -300,3 +301,32 @@ def test_the_fork_server_started_ahead_imports_the_engine_before_any_sweep(tmp_p
     finally:
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_ctrl_c_stops_a_command_line_sweep_and_its_workers_end_their_runs_as_stopped(tmp_path):
+    # Ctrl+C reaches every process of the terminal's group: the command line, its fork server (started before the
+    # command line imports the engine) and the workers forked from it. Only the command line may act on it.
+    db = tmp_path / "runs.sqlite"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "rl_core", "sweep", "--algos", "grpo,rloo", "--seeds", "1", "--steps", "100000",
+         "--workers", "2", "--task", "reverse", "--db", str(db), "--out", str(tmp_path / "out"), *QUICK,
+         "--sft-steps", "0"],
+        env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}, cwd=ROOT, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        store = None
+        while store is None or sum(run.steps_done > 0 for run in store.runs()) < 2:
+            assert time.monotonic() < deadline and command.poll() is None
+            time.sleep(0.5)
+            store = RunStore(db, recover=False) if db.exists() else None
+        os.killpg(command.pid, signal.SIGINT)  # what the terminal does on Ctrl+C
+        command.wait(60)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+            command.wait()
+    runs = RunStore(db).runs()
+    assert {run.status for run in runs} == {"stopped"} and all(run.steps_done > 0 for run in runs)

@@ -35,7 +35,7 @@ from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_
 from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import RunStore, StoredRun, max_trainings
-from rl_core.runs.sweep import start_worker_server
+from rl_core.runs.workers import start_worker_server
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
 SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}

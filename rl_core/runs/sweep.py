@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
 import os
-import signal
 import sys
 import threading
 import time
@@ -62,6 +60,7 @@ from rl_core.runs import cluster
 from rl_core.runs.reuse import run_key
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, max_trainings, process_alive
+from rl_core.runs.workers import sigint_ignored, worker_context
 from toy_tasks import get_task
 
 
@@ -369,25 +368,6 @@ class SweepProgress:
         self.bar.close()
 
 
-def worker_context() -> multiprocessing.context.BaseContext:
-    """The fork server's context, its server preloading this module (and so the engine), where the platform has one;
-    else spawn's."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])  # only read when the server starts, the first time a worker does
-    return context
-
-
-def start_worker_server() -> None:
-    """Start the fork server now, where the platform has one: it imports the engine (4–6 s on 2 cores) in its own
-    process, so the first sweep's workers fork from it at once instead of waiting for that import."""
-    if isinstance(worker_context(), multiprocessing.context.ForkServerContext):
-        from multiprocessing import forkserver  # a POSIX module: imported only where the platform has a fork server
-
-        forkserver.ensure_running()
-
-
 class LocalPool:
     """The sweep's worker processes on this machine (`worker_context`), one batch of runs per worker at a time."""
 
@@ -407,20 +387,11 @@ class LocalPool:
 
 
 def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
-    """`pool.submit`, with SIGINT ignored meanwhile when called from the main thread, and the caller's `__main__`
-    script kept from the workers.
-
-    Ctrl+C reaches every process of the terminal's group, and the parent turns it into a stop request. A worker
-    the pool starts inside this call inherits the ignored signal through exec (a Python handler would not
-    survive it), so it never dies of a Ctrl+C, not even while it is still importing torch."""
-    with _main_script_kept_out():
-        if threading.current_thread() is not threading.main_thread():
-            return pool.submit(fn, *args)
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            return pool.submit(fn, *args)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+    """`pool.submit`, with SIGINT ignored meanwhile (`sigint_ignored`: the workers a pool starts inside this call
+    never die of a Ctrl+C, which the parent turns into a stop request) and the caller's `__main__` script kept from
+    the workers."""
+    with _main_script_kept_out(), sigint_ignored():
+        return pool.submit(fn, *args)
 
 
 @contextmanager

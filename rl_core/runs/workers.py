@@ -1,0 +1,53 @@
+"""Where a sweep's worker processes come from: a fork server that has imported the engine once, from which each
+worker forks in milliseconds (a spawned interpreter spends about 4 s importing torch and transformers), or spawned
+interpreters where the platform has no fork server.
+
+This module imports nothing heavy, so that the command line can start the server before it imports torch itself:
+on two cores the two imports then run side by side."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+WORKER_MODULE = "rl_core.runs.sweep"  # what the fork server imports: the workers' functions, and with them the engine
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """The fork server's context, its server preloading `WORKER_MODULE`, where the platform has one; else spawn's."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([WORKER_MODULE])  # only read when the server starts, the first time a worker does
+    return context
+
+
+def start_worker_server() -> None:
+    """Start the fork server now, where the platform has one: it imports the engine (3–6 s on 2 cores) in its own
+    process, so the first sweep's workers fork from it at once instead of waiting for that import."""
+    if isinstance(worker_context(), multiprocessing.context.ForkServerContext):
+        from multiprocessing import forkserver  # a POSIX module: imported only where the platform has a fork server
+
+        with sigint_ignored():
+            forkserver.ensure_running()
+
+
+@contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored meanwhile, when called from the main thread (elsewhere signals cannot be set; nothing changes).
+
+    Ctrl+C reaches every process of the terminal's group, and the parent turns it into a stop request. A process
+    started meanwhile (a spawned worker, or the fork server, whose workers inherit its handlers) keeps the ignored
+    signal through exec (a Python handler would not survive it), so a worker never dies of a Ctrl+C, not even
+    while it is still importing torch."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
