@@ -8,7 +8,7 @@ from rl_core.config import RunConfig
 from toy_tasks import DEFAULT_TASK
 from ui.classroom import mark_seen, pinned_banner
 from ui.instructor import authorised, with_instructor_page
-from ui.jobs import warm_up
+from ui.jobs import warm_default_start
 from ui.present import presenter_switch
 from ui.session import remember_learner
 
@@ -52,9 +52,8 @@ NAVIGATION = {
     ],
 }
 
-# The default page's first Train should not wait for a supervised warm start, nor the first experiment for its
-# workers' imports: both are prepared while the learner reads.
-warm_up(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
+# The default page's first Train should not wait for a supervised warm start: build it while the learner reads.
+warm_default_start(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
 # Navigation in the top bar, not a sidebar: the sidebar would take a quarter of a laptop screen's width.
 # The instructor's page exists only where the server has an instructor's token (ui/instructor.py).
 page = st.navigation(with_instructor_page(NAVIGATION), position="top")

@@ -35,7 +35,6 @@ from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_
 from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import RunStore, StoredRun, max_trainings
-from rl_core.runs.workers import start_worker_server
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
 SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
@@ -593,19 +592,15 @@ class Job(BackgroundJob):
 
 
 
-_warmed_up = threading.Event()
+_warm_start_begun = threading.Event()
 
 
-def warm_up(run: RunConfig) -> None:
-    """Once per server process, in the background, before any learner asks: build the default run's SFT policy (and
-    reward model), so that the first Train of a fresh install loads a cached checkpoint instead of spending seconds
-    on the SFT warm start; and start the experiments' fork server (`start_worker_server`), so that the first
-    experiment's workers do not import the engine while the learner waits (kl_estimators: 17.7 s instead of 20.9 s
-    on 2 cores). With a Ray cluster the experiments train there and no fork server is started.
-    RLHF_LAB_WARM_START=0 turns both off."""
-    if _warmed_up.is_set() or os.environ.get("RLHF_LAB_WARM_START") == "0":
+def warm_default_start(run: RunConfig) -> None:
+    """Build the default run's SFT policy (and reward model) once per server process, in the background.
+
+    The first Train of a fresh install then loads a cached checkpoint instead of spending seconds on the SFT
+    warm start while the learner waits for the first chart point. RLHF_LAB_WARM_START=0 turns it off."""
+    if _warm_start_begun.is_set() or os.environ.get("RLHF_LAB_WARM_START") == "0":
         return
-    _warmed_up.set()
-    if cluster.ray_address() is None:
-        start_worker_server()
+    _warm_start_begun.set()
     threading.Thread(target=lambda: Trainer(run).prepare(), name="sft-warm-start", daemon=True).start()
