@@ -285,8 +285,8 @@ def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_the_fork_server_started_ahead_imports_the_engine_before_any_sweep(tmp_path):
-    # What the app does at start (ui.jobs.warm_up): the first experiment's workers then fork from a server that
-    # has already imported torch and the engine.
+    # What `python -m rl_core experiment` does before importing the engine itself: the first experiment's workers
+    # then fork from a server that has imported torch and the engine meanwhile.
     script = "import time; from rl_core.runs.workers import start_worker_server; start_worker_server(); time.sleep(300)"
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
     try:
