@@ -252,23 +252,34 @@ def children(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
-def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
-    db = tmp_path / "runs.sqlite"
-    coordinator = subprocess.Popen(
+def start_endless_sweep(tmp_path: Path, db: Path, **popen) -> subprocess.Popen:
+    """`python -m rl_core sweep` of two 100 000-step runs (grpo and rloo) on two workers, in the background."""
+    return subprocess.Popen(
         [sys.executable, "-m", "rl_core", "sweep", "--algos", "grpo,rloo", "--seeds", "1", "--steps", "100000",
          "--workers", "2", "--task", "reverse", "--db", str(db), "--out", str(tmp_path / "out"), *QUICK,
          "--sft-steps", "0"],
         env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}, cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen,
     )
+
+
+def wait_until_both_runs_train(command: subprocess.Popen, db: Path) -> RunStore:
+    """The sweep's store once both its runs have trained a step (at most 300 s, while the command lives)."""
+    deadline = time.monotonic() + 300
+    store = None
+    while store is None or sum(run.steps_done > 0 for run in store.runs()) < 2:
+        assert time.monotonic() < deadline and command.poll() is None
+        time.sleep(0.5)
+        store = RunStore(db, recover=False) if db.exists() else None
+    return store
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    coordinator = start_endless_sweep(tmp_path, db)
     try:
-        deadline = time.monotonic() + 300
-        store = None
-        while store is None or sum(run.steps_done > 0 for run in store.runs()) < 2:
-            assert time.monotonic() < deadline and coordinator.poll() is None
-            time.sleep(0.5)
-            store = RunStore(db, recover=False) if db.exists() else None
+        store = wait_until_both_runs_train(coordinator, db)
         workers = [run.owner_pid for run in store.runs() if run.status == "running"]
         # The workers are the coordinator's children (spawned) or its fork server's (forked).
         family = children(coordinator.pid) + [pid for child in children(coordinator.pid) for pid in children(child)]
@@ -308,20 +319,9 @@ def test_ctrl_c_stops_a_command_line_sweep_and_its_workers_end_their_runs_as_sto
     # Ctrl+C reaches every process of the terminal's group: the command line, its fork server (started before the
     # command line imports the engine) and the workers forked from it. Only the command line may act on it.
     db = tmp_path / "runs.sqlite"
-    command = subprocess.Popen(
-        [sys.executable, "-m", "rl_core", "sweep", "--algos", "grpo,rloo", "--seeds", "1", "--steps", "100000",
-         "--workers", "2", "--task", "reverse", "--db", str(db), "--out", str(tmp_path / "out"), *QUICK,
-         "--sft-steps", "0"],
-        env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}, cwd=ROOT, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    command = start_endless_sweep(tmp_path, db, start_new_session=True)  # a process group of its own
     try:
-        deadline = time.monotonic() + 300
-        store = None
-        while store is None or sum(run.steps_done > 0 for run in store.runs()) < 2:
-            assert time.monotonic() < deadline and command.poll() is None
-            time.sleep(0.5)
-            store = RunStore(db, recover=False) if db.exists() else None
+        wait_until_both_runs_train(command, db)
         os.killpg(command.pid, signal.SIGINT)  # what the terminal does on Ctrl+C
         command.wait(60)
     finally:
