@@ -31,6 +31,12 @@ from rl_core.experiments._measures import mean_difference
 # seeds 400–407 on 6 of 8 ([−0.058, +0.005], weak). On identical data the wider bound lets rewarded tokens rise
 # further, and most rewarded tokens are not rare: if DAPO's effect is there at this scale it needs the on-policy
 # feedback of a long run, which is what the 150 steps give it.
+# A fourth design read DAPO's argument itself: the mean ratio π_θ/π_old, over a step's updates, of the tokens that
+# were rare (π_old < 0.1) and rewarded, ε_high 0.28 minus 0.2. Even on the first step, whose batch both arms share,
+# it was higher on 11 of seeds 0–15 only (−0.035 to +0.096): past the clip the other tokens' updates keep moving
+# a silenced token through the shared weights, by as much as the wider bound lets it move. Over 10 steps it was not
+# shown on 0–7 (5 of 8). Nor did a faster walk to the drift pay: at learning rate 1e-3 and 2e-3 over 40 steps the
+# entropy difference was positive on 6 and 5 of seeds 0–7.
 SHARED = dict(
     prompts_per_step=8, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
     kl_estimator="k3", kl_in="loss", policy_loss="clip", epsilon=0.2, loss_agg_mode="token-mean",
