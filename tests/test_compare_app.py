@@ -81,7 +81,7 @@ def test_the_page_renders_its_controls_on_an_empty_store(store):
     assert at.multiselect(key="compare:presets").value == ["grpo", "rloo", "reinforce_pp"]
     assert not at.button(key="compare:run").disabled and at.button(key="compare:stop").disabled
     assert "9 runs: 3 groups × 3 seeds" in " ".join(c.value for c in at.caption)
-    assert "The store is empty." in [c.value for c in at.caption]
+    assert "No runs of yours yet, and none shared from the command line." in [c.value for c in at.caption]
     at.radio(key="compare:mode").set_value("One preset, several values of a knob").run()
     assert at.selectbox(key="compare:knob").value == "beta" and at.text_input(key="compare:values").value
     assert not at.error

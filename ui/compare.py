@@ -487,7 +487,7 @@ def _stored_runs(store: RunStore) -> None:
     session = session_token()
     runs = store.runs(visible_to=session)[::-1]
     if not runs:
-        st.caption("The store is empty.")
+        st.caption("No runs of yours yet, and none shared from the command line.")
         return
     st.dataframe(pd.DataFrame([
         {

@@ -50,7 +50,7 @@ class Experiment:
     name: str
     title: str
     claim: str  # one sentence
-    source: str  # paper (and seed article) the claim comes from
+    source: str  # the papers the claim comes from
     arms: tuple[Arm, ...]
     knobs: tuple[str, ...]
     task: str

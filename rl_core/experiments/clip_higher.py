@@ -52,8 +52,7 @@ EXPERIMENT = Experiment(
           "but only one set of eight passes the verdict rule. Seeds 0–7: 6 of 8, mean +0.12 nats, 95 % interval "
           "[−0.22, +0.45]; held-out 100–107: 5 of 8, mean −0.04, [−0.48, +0.41]; held-out 300–307: 8 of 8, mean "
           "+0.40, [+0.13, +0.66].",
-    source="DAPO (Yu et al. 2025), clip-higher; Park et al. 2025, the clip's entropy bias under random rewards; "
-           "seed articles 001 and 003",
+    source="DAPO (Yu et al. 2025), clip-higher; Park et al. 2025, the clip's entropy bias under random rewards",
     arms=(
         Arm("ε_high 0.2", "grpo", {**SHARED, "epsilon_high": 0.2}),
         Arm("ε_high 0.28", "grpo", {**SHARED, "epsilon_high": 0.28}),

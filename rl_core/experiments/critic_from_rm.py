@@ -40,7 +40,7 @@ EXPERIMENT = Experiment(
           "+2.45]; held-out 500–507, 7 of 8, +1.48 [+0.63, +2.33]; held-out 600–607, 8 of 8, +2.16 [+1.53, "
           "+2.80]; and on 300–307 and 400–407, run before this measure was chosen, 7 of 8, +1.26 [+0.52, +2.00] "
           "and 8 of 8, +1.18 [+0.45, +1.91].",
-    source="VC-PPO (Yuan et al. 2025), value initialisation bias; VAPO (Yue et al. 2025); seed article 002",
+    source="VC-PPO (Yuan et al. 2025), value initialisation bias; VAPO (Yue et al. 2025)",
     arms=(
         Arm(FROM_RM, "ppo", {**SHARED, "critic_init": "reward_model", "value_pretrain_steps": 0, "lam_critic": None}),
         Arm(PRETRAINED, "ppo", {**SHARED, "critic_init": "policy", "value_pretrain_steps": 20, "lam_critic": 1.0}),

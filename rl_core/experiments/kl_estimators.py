@@ -23,7 +23,7 @@ EXPERIMENT = Experiment(
     title="k1, k2 and k3 against the exact KL",
     claim="Near the reference k1 is negative on many tokens and spreads more per token than k3, both unbiased, "
           "while k2 is biased; far from the reference k3's spread grows.",
-    source="Schulman, 'Approximating KL divergence' (2020); seed article 001",
+    source="Schulman, 'Approximating KL divergence' (2020)",
     arms=(
         Arm(NEAR, "grpo", {**SHARED, "learning_rate": 1e-5}),
         Arm(FAR, "grpo", {**SHARED, "learning_rate": 2e-3}),

@@ -57,7 +57,7 @@ EXPERIMENT = Experiment(
           "held-out seeds 300–307 with a 95 % interval of the mean that reaches 0 (mean effect +0.62, [−0.001, "
           "+1.23]), 6 of the held-out seeds 900–907 (+1.05, [+0.043, +2.05]) and 6 of the held-out seeds 1000–1007 "
           "(+0.26, [−0.26, +0.77]).",
-    source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025); seed article 001",
+    source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025)",
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),
     task="digit_sum_long",

@@ -32,7 +32,7 @@ EXPERIMENT = Experiment(
     title="Over-optimising the reward model",
     claim="Optimised without a KL penalty, the policy drifts from the reference and the learned (proxy) reward "
           "keeps rising while the gold judge's success falls below where it started.",
-    source="Gao, Schulman & Hilton 2023, Scaling laws for reward model overoptimization (seed article 003)",
+    source="Gao, Schulman & Hilton 2023, Scaling laws for reward model overoptimization",
     arms=ARMS,
     knobs=REWARD_HACKING.knobs,
     task=REWARD_HACKING.task,

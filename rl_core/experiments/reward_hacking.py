@@ -17,7 +17,7 @@ EXPERIMENT = Experiment(
     title="Reward hacking without a KL penalty",
     claim="Without a KL penalty the policy exploits the learned reward model: its reward rises while the gold "
           "judge's success falls; a KL penalty holds the policy where the reward model is right.",
-    source="InstructGPT (Ouyang et al. 2022) and Gao et al. 2022, reward-model overoptimisation (seed article 003)",
+    source="InstructGPT (Ouyang et al. 2022) and Gao et al. 2022, reward-model overoptimisation",
     arms=(
         Arm("β = 0", "grpo", {**SHARED, "beta": 0.0}),
         Arm(f"β = {BETA}", "grpo", {**SHARED, "beta": BETA}),

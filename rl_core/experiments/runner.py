@@ -174,7 +174,8 @@ def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
         interval = (f"its 95 % interval [{low:+.3g}, {high:+.3g}] "
                     + ("lies on the expected side of 0" if away else "does not exclude 0"))
     right, needed = summary["seeds_with_expected_sign"], summary["seeds_needed"]
-    return (f"{experiment.metric}: {mean:+.3g} ± {std:.2g} over {len(effects)} seeds ({per_seed}); "
+    return (f"{experiment.metric}: {mean:+.3g} (standard deviation {std:.2g}) over {len(effects)} seeds "
+            f"({per_seed}); "
             f"{right} of {len(effects)} {sign} as the claim expects ({needed} needed) and {interval}, "
             f"so the claim is {summary['verdict']}.")
 

@@ -16,7 +16,7 @@ SHARED = dict(
 
 EXPERIMENT = Experiment(
     name="std_normalisation",
-    title="Std normalisation up-weights near-solved and near-failed prompts",
+    title="Std normalisation weighs near-solved and near-failed prompts more than Dr. GRPO does",
     claim="GRPO's division by the group's reward std gives a response in a group that is almost always right or "
           "almost always wrong more advantage weight, against one in an evenly split group, than Dr. GRPO's "
           "mean-only advantage does.",
