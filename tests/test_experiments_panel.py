@@ -170,7 +170,8 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
         cell = table.loc[table["arm"] == arm.label, record_title(experiment.charts[0])].item()
         assert cell == f"{mean:.3g} → {mean:.3g}"
     # The same runs drawn as if still training: the page says how many seeds each line holds and states no effect.
-    midrun = SimpleNamespace(active=False, snapshot=lambda: dataclasses.replace(job.snapshot(), status="training"))
+    midrun = SimpleNamespace(active=False, seeds=job.seeds,
+                             snapshot=lambda: dataclasses.replace(job.snapshot(), status="training"))
     at = panel(page)
     at.session_state[f"experiment:{NAME}"] = midrun
     at.run()
@@ -311,11 +312,13 @@ def test_a_recorded_request_answers_at_once_with_re_run_live_and_new_seeds():
     assert not at.exception, at.exception
     assert any(f"recorded {snapshot.recorded} on this server." in m.value for m in at.markdown)
     assert at.success, "the effect is stated as for a run trained now"
+    assert "The runs below: seeds 0." in [c.value for c in at.caption]  # not the experiment's seeds 0 … 7
     at.button(key=f"{page}:experiment:{NAME}:new_seeds").click().run()
     new = at.session_state[f"experiment:{NAME}"]
     try:
         assert new is not job and new.seeds == (1,) and new.plan_options == {"steps": 2, "sft_steps": 5}
         assert not new.from_store
+        assert "The runs below: seeds 1." in [c.value for c in at.caption]
     finally:
         new.stop()
     assert new.join(120)

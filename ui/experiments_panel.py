@@ -154,6 +154,8 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
                f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
                f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
                f"(expected {experiment.expected}).")
+    if job is not None and tuple(job.seeds) != tuple(experiment.seeds):  # New seeds, or a request with others
+        st.caption(f"The runs below: seeds {', '.join(map(str, job.seeds))}.")
     active = job is not None and job.active
     planned = None if active else [arm_run.planned.run for arm_run in plan_experiment(experiment)]
     refusal = None if active else _refusal(planned)
