@@ -124,8 +124,8 @@ def test_overlaid_runs_that_read_a_chart_differently_are_named_in_its_caption():
     assert text.endswith("#1, #2: The estimator in the loss is drawn thick. #3: β = 0: no KL term acts on this run; "
                          "the curves only measure the drift.")
     assert caption(kl, [run("grpo", 1), run("grpo", 2, beta=0.1)]).endswith(
-        "drifts from the SFT model, and which estimator tracks the exact value. The estimator in the loss is drawn "
-        "thick."), "one note for all: no names"
+        "(0.27, 0.19 and 0.29 nats against 0.28, 0.28 and 0.26). The estimator in the loss is drawn thick."), (
+        "one note for all: no names")
 
 
 UNEQUAL_LENGTHS = (3, 5, 2, 7, 4, 6, 1, 3, 8, 2, 5, 5, 1, 7, 3, 4)
