@@ -252,10 +252,16 @@ def children(pid: int) -> list[int]:
     return found
 
 
+# `python -m rl_core` with Ctrl+C at its default, as a terminal's foreground job has it: a suite run as a background
+# job (`… &` in a script) starts every child with SIGINT ignored, and Python then installs no KeyboardInterrupt.
+PYTHON_M_RL_CORE = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                    "runpy.run_module('rl_core', run_name='__main__', alter_sys=True)")
+
+
 def start_endless_sweep(tmp_path: Path, db: Path, **popen) -> subprocess.Popen:
     """`python -m rl_core sweep` of two 100 000-step runs (grpo and rloo) on two workers, in the background."""
     return subprocess.Popen(
-        [sys.executable, "-m", "rl_core", "sweep", "--algos", "grpo,rloo", "--seeds", "1", "--steps", "100000",
+        [sys.executable, "-c", PYTHON_M_RL_CORE, "sweep", "--algos", "grpo,rloo", "--seeds", "1", "--steps", "100000",
          "--workers", "2", "--task", "reverse", "--db", str(db), "--out", str(tmp_path / "out"), *QUICK,
          "--sft-steps", "0"],
         env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}, cwd=ROOT,
