@@ -140,11 +140,11 @@ K3_SKEW = (
 def _explained_variance_note(algo: AlgoConfig) -> str:
     if not _returns_are_the_reward(algo):
         # Measured on the PPO page's default run (caesar, tiny model, 50 steps), seeds 0, 1 and 2.
-        return ("Why it stays near 0: on the PPO page's default run (caesar, 50 steps, seeds 0–2) the last ten steps averaged "
-                "−0.16, +0.17 and +0.05, the highest step reached +0.26 and the lowest −9.2, while success rose to "
-                "0.93–0.97. The critic loss falls all the same: as success nears 1 the returns themselves vary "
-                "less, which lowers any critic's squared error; explained variance divides that out. In 50 steps "
-                "this critic learns about the batch's mean return, not which answers are right.")
+        return ("Why it stays near 0: on the PPO page's default run (caesar, 50 steps, seeds 0–2) the last ten "
+                "steps averaged −0.16, +0.17 and +0.05, the highest step reached +0.26 and the lowest −9.2, while "
+                "success rose to 0.93–0.97. The critic loss falls all the same: as success nears 1 the returns "
+                "themselves vary less, which lowers any critic's squared error; explained variance divides that "
+                "out. In 50 steps this critic learns about the batch's mean return, not which answers are right.")
     # Measured on the VAPO page's default run (caesar, tiny model, seed 0, 10 steps), every critic minibatch of it.
     return ("Why it stays near 0 here: every token's return is its response's final reward (γ = λ_critic = 1, no "
             "KL in the reward), and the critic predicts about the batch's mean reward at every token. On the "
