@@ -3,6 +3,7 @@ weights and gradients, whatever else is in the batch; the same batch twice gives
 fails ends alone; and a batch takes one place under the training cap."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -19,10 +20,14 @@ from toy_tasks import DEFAULT_TASK
 
 TIMING = {"step_time", "tokens_per_second", "elapsed"}
 STEPS = 3
+# RLHF_LAB_TEST_DEVICE=cuda checks the GPU path on a machine that has one (docs/ARCHITECTURE.md, On a GPU); by
+# default the tiny model trains where `auto` puts it, the CPU.
+DEVICE = os.environ.get("RLHF_LAB_TEST_DEVICE", "auto")
 
 
 def run(preset: str, seed: int, **knobs) -> RunConfig:
-    return RunConfig(algo=get_preset(preset, **knobs), task=DEFAULT_TASK, steps=STEPS, seed=seed, sft_steps=40)
+    return RunConfig(algo=get_preset(preset, **knobs), task=DEFAULT_TASK, steps=STEPS, seed=seed, sft_steps=40,
+                     device=DEVICE)
 
 
 # A clip preset, a critic preset, GSPO and a successor (CISPO), with two seeds, other learning rates and another
