@@ -19,6 +19,7 @@ from rl_core.runs.summary import format_table, run_outcome, summarise
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import plan_experiment
 from rl_core.runs.sweep import Sweep, batch_count, parse_grid, plan_sweep, warm_start_key
+from rl_core.runs.workers import trains_in_local_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two prompts × two responses, one update per step, a short warm start: a run takes seconds.
@@ -298,6 +299,24 @@ def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
     runs = RunStore(db).runs()
     assert {run.status for run in runs} == {"interrupted"}
     assert {run.error for run in runs} == {"the sweep's coordinator process ended"}
+
+
+@pytest.mark.parametrize("argv, environ, expected", [
+    (["experiment", "pg_baseline"], {}, True),
+    (["sweep", "--algos", "grpo", "--out", "o"], {}, True),
+    (["experiment", "--all", "--seeds", "0"], {}, True),
+    (["experiment", "--list"], {}, False),
+    (["sweep", "--help"], {}, False),
+    (["experiment", "pg_baseline", "-h"], {}, False),
+    (["experiment", "pg_baseline", "--ray-address", "head:6379"], {}, False),
+    (["experiment", "pg_baseline", "--ray-address=head:6379"], {}, False),
+    (["experiment", "pg_baseline"], {"RLHF_LAB_RAY_ADDRESS": "head:6379"}, False),
+    (["experiment", "pg_baseline"], {"RLHF_LAB_RAY_ADDRESS": ""}, True),
+    (["train", "--algo", "grpo"], {}, False),
+    ([], {}, False),
+])
+def test_the_command_line_starts_a_fork_server_only_when_it_will_train_here(argv, environ, expected):
+    assert trains_in_local_workers(argv, environ) is expected
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")

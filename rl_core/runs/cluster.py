@@ -41,8 +41,7 @@ from rl_core.engine.trainer import TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, one_run, store_batch
 from rl_core.runs.store import RunStore
-
-ADDRESS_VARIABLE = "RLHF_LAB_RAY_ADDRESS"
+from rl_core.runs.workers import RAY_ADDRESS_VARIABLE
 CONNECT_TIMEOUT = 5.0  # seconds to wait for the head's port to answer before saying it does not
 POLL = 0.5  # seconds between a coordinator thread's looks at its task and at the stop request
 NAMESPACE = "rlhf-lab"
@@ -56,11 +55,11 @@ class ClusterError(RuntimeError):
 
 def ray_address(given: str | None = None) -> str | None:
     """The cluster to train on: `given` (`--ray-address`), else RLHF_LAB_RAY_ADDRESS; None: this machine."""
-    return given or os.environ.get(ADDRESS_VARIABLE) or None
+    return given or os.environ.get(RAY_ADDRESS_VARIABLE) or None
 
 
 def _where(address: str) -> str:
-    return f"the Ray cluster at {address} (--ray-address or {ADDRESS_VARIABLE})"
+    return f"the Ray cluster at {address} (--ray-address or {RAY_ADDRESS_VARIABLE})"
 
 
 def _ray():
@@ -68,7 +67,7 @@ def _ray():
         import ray
     except ImportError as error:
         raise ClusterError(f"training on a Ray cluster needs Ray: pip install -r requirements-cluster.txt "
-                           f"(./lab.sh does it when {ADDRESS_VARIABLE} is set), or unset {ADDRESS_VARIABLE} "
+                           f"(./lab.sh does it when {RAY_ADDRESS_VARIABLE} is set), or unset {RAY_ADDRESS_VARIABLE} "
                            "to train on this machine") from error
     return ray
 

@@ -10,10 +10,21 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 WORKER_MODULE = "rl_core.runs.sweep"  # what the fork server imports: the workers' functions, and with them the engine
+RAY_ADDRESS_VARIABLE = "RLHF_LAB_RAY_ADDRESS"  # set: sweeps train on that Ray cluster, not in local workers
+# Options after which a command line trains nothing here: it lists, prints help, or hands its runs to a Ray cluster.
+TRAINS_ELSEWHERE = {"--list", "-h", "--help", "--ray-address"}
+
+
+def trains_in_local_workers(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether the command line `argv` (without the program) trains runs in this machine's worker processes:
+    `experiment` and `sweep` do, unless they only list or print help, or train on a Ray cluster."""
+    if list(argv[:1]) not in (["experiment"], ["sweep"]) or environ.get(RAY_ADDRESS_VARIABLE):
+        return False
+    return not {argument.split("=", 1)[0] for argument in argv[1:]} & TRAINS_ELSEWHERE
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
