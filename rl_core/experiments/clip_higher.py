@@ -41,8 +41,8 @@ from rl_core.experiments._measures import mean_difference
 # 100 SFT steps (first-step success 2–30 %), 30 steps, success averaged over them, 0.28 minus 0.2, the rest as
 # above. Seeds 0–7: 7 of 8 positive, shown; held-out 1100–1107: +0.001 / −0.012 / −0.010 / +0.022 / +0.016 /
 # −0.002 / +0.034 / −0.009, 4 of 8, weak. The high-side clip bound about 1 % of tokens there, and 0.28 cut that by
-# half a point: too few tokens for the bound to change what is learned. Where it bound more (learning rate 1e-3 and
-# 2e-3, seeds 0–7) runs collapsed or not by seed, 5 and 6 of 8 positive.
+# half a point: too few tokens for the bound to change what is learned. Where it bound more, at learning rate 1e-3
+# and 2e-3 (seeds 0–7), 4 and 5 of 8 were positive, and at 2e-3 whether a run collapsed depended on the seed.
 SHARED = dict(
     prompts_per_step=8, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
     kl_estimator="k3", kl_in="loss", policy_loss="clip", epsilon=0.2, loss_agg_mode="token-mean",
