@@ -11,11 +11,11 @@ from ui.story import formula
 st.title("Advantage lab: one group of rewards, four baselines")
 st.markdown(
     "Critic-free methods sample a group of responses to the same prompt and judge each one against the "
-    "others. The articles compare the variants: GRPO subtracts the group mean and divides by the group's "
-    "standard deviation; Dr. GRPO drops the division; RLOO compares each response with the mean of the "
-    "*other* G − 1; REINFORCE++-baseline subtracts the group mean and then whitens over the whole batch "
-    "instead of per group (here every response counts as one token, so it whitens over responses). The DAPO "
-    "discussion adds the catch they share: a group whose responses all get the same reward has nothing to "
+    "others. The variants differ in the baseline and the scale: GRPO subtracts the group mean and divides by "
+    "the group's standard deviation; Dr. GRPO drops the division; RLOO compares each response with the mean of "
+    "the *other* G − 1; REINFORCE++-baseline subtracts the group mean and then whitens over the whole batch "
+    "instead of per group (here every response counts as one token, so it whitens over responses). DAPO "
+    "(Yu et al. 2025) adds the catch they share: a group whose responses all get the same reward has nothing to "
     "compare, so every advantage in it is zero and it teaches nothing."
 )
 for title, latex, implementation in (

@@ -10,12 +10,12 @@ from ui.story import formula
 st.title("Aggregation lab: how much one token weighs")
 st.markdown(
     "A per-token loss becomes one number by averaging, and the choice of average decides how hard each "
-    "token is pushed. The articles on GRPO, DAPO and VAPO trace a length bias to the original per-response "
-    "average: a short response's few tokens share its weight, a long response's many tokens split the same "
-    "weight into crumbs, so a long wrong answer is barely punished per token and the policy drifts towards "
-    "long, rambling output. DAPO and VAPO average over all tokens instead; Dr. GRPO divides the sum by a "
-    "constant; RLOO, which treats a whole response as one action, sums its tokens. Each weight below is "
-    "∂loss/∂L_t, taken by autograd through the engine's aggregation."
+    "token is pushed. DAPO (Yu et al. 2025), Dr. GRPO (Liu et al. 2025) and VAPO trace a length bias to "
+    "GRPO's per-response average: a short response's few tokens share its weight, a long response's many "
+    "tokens split the same weight into crumbs, so a long wrong answer is barely punished per token and the "
+    "policy drifts towards long, rambling output. DAPO and VAPO average over all tokens instead; Dr. GRPO "
+    "divides the sum by a constant; RLOO, which treats a whole response as one action, sums its tokens. Each "
+    "weight below is ∂loss/∂L_t, taken by autograd through the engine's aggregation."
 )
 formula(
     "The four aggregations",

@@ -10,7 +10,7 @@ from ui.successor_sections import clip_lab_overlays
 
 st.title("Clip lab: where the clipped surrogate stops pushing")
 st.markdown(
-    "The source articles on PPO explain the clip through its *six cases*: the sign of the advantage times "
+    "PPO's clip is best read through its *six cases*: the sign of the advantage times "
     "whether the ratio ρ = π_θ/π_old sits below, inside or above the clip range. The `min` makes the clip "
     "one-sided: a token is held still only once it has already moved the way its advantage wants, while a "
     "token that moved the wrong way keeps its full gradient. The curves below are the loss that training "
@@ -52,7 +52,7 @@ clip_lab_overlays(epsilon_low, epsilon_high)
 
 st.header("GSPO: one ratio for the whole response")
 st.markdown(
-    "The GSPO sections of the articles point at a granularity mismatch: the reward judges the whole "
+    "GSPO (Zheng et al. 2025) points at a granularity mismatch: the reward judges the whole "
     "response, yet the token clip judges each token's ratio on its own, so a few tokens that drifted far "
     "lose their gradient while the rest of the same response keeps it. GSPO replaces the token ratios with "
     "one length-normalised sequence ratio s, the geometric mean of the token ratios, and clips that, so a "

@@ -10,11 +10,11 @@ from ui.story import formula
 st.title("GAE lab: how a reward at the end reaches the first token")
 st.markdown(
     "In RLHF the reward model scores a response once, on its last token, so every earlier token learns of "
-    "it only through GAE. The VC-PPO article calls this the reward-signal decay: the final reward reaches "
-    "token t with weight (γλ)^(T−t), which for λ < 1 and a long response is nearly nothing. The same article "
+    "it only through GAE. VC-PPO (Yuan et al. 2025) calls this the reward-signal decay: the final reward reaches "
+    "token t with weight (γλ)^(T−t), which for λ < 1 and a long response is nearly nothing. The same paper "
     "shows what a critic initialised from the reward model does: it scores unfinished text low and rises "
     "along the response, so every TD error is positive and the earliest tokens collect the largest "
-    "advantages, the bias the article blames for responses collapsing in length. Its remedy, used again by "
+    "advantages, the bias the paper blames for responses collapsing in length. Its remedy, used again by "
     "VAPO, is to decouple λ (a λ near 1 for the critic's targets, a smaller one for the actor's advantages) "
     "and, in VAPO, to make the actor's λ grow with the response length."
 )

@@ -11,7 +11,7 @@ from ui.successor_sections import kl_gradient_view
 st.title("KL lab: three estimators of one KL")
 st.markdown(
     "Training never computes KL(π_θ ‖ π_ref) over the whole vocabulary; it estimates it from the one token "
-    "that was sampled. The article deriving PPO and GRPO from the policy gradient compares three estimators "
+    "that was sampled. Schulman's note 'Approximating KL divergence' (2020) compares three estimators "
     "built from the log-ratio log r = log π_ref − log π_θ of that token: k1 = −log r is unbiased but swings "
     "both ways, k2 = ½(log r)² is never negative but biased, and k3 = r − 1 − log r adds a zero-mean term to "
     "k1 that makes every sample non-negative while keeping it unbiased (GRPO's choice). k3's spread is smaller "
