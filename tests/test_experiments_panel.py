@@ -73,8 +73,8 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     # A server whose trainings have measured nothing steps at the reference CPU's step times (speed 1).
     reference = planned_seconds_left([r.planned.run for r in plan_experiment(experiment)], 1, TrainingSlots(1))(0.0)
     shown = f"{reference:.0f} s" if reference < 90 else f"{reference / 60:.0f} min"
-    assert (f"Not run on this server yet: about {shown} for 16 runs, 1 at a time (their steps at "
-            "the step times measured on the reference CPU)") in first
+    assert (f"Not run on this server yet: at most about {shown} for 16 runs, 1 at a time (each run's steps at "
+            "the step times measured on the reference CPU, as if it trained alone:") in first
     assert first.index("about ") < first.index("Any warm start this server has not cached yet")
     # A live training that stepped twelve times slower than the reference (a busy machine) leaves it as it was.
     training_slots().observe_speed(12.0, 1.0)

@@ -214,10 +214,15 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
                 f"time (a batch as long as the median of its {len(past)} earlier runs on this server), if no one "
                 "else is training.")
     seconds = reference_seconds(planned, at_once)
-    # The step times leave out what a first run also pays: starting the workers and training the SFT warm starts.
+    # The step times are the server limits' estimate, meant not to fall short: on the reference CPU (2 cores,
+    # bench/experiments_speed.py) every experiment at its 8 seeds took 1.0 to 7.4 times less (critic_from_rm
+    # 14.3 s against 14.6, dynamic_sampling 23.2 s against 171), so the caption gives it as a bound.
+    # They leave out what a first run also pays: starting the workers and training the SFT warm starts.
     # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).
-    return (f"Not run on this server yet: about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a time "
-            "(their steps at the step times measured on the reference CPU), if no one else is training. Any warm "
+    return (f"Not run on this server yet: at most about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a "
+            "time (each run's steps at the step times measured on the reference CPU, as if it trained alone: "
+            "there the experiments took from about this long down to a seventh of it), if no one else is training. "
+            "Any warm "
             "start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is trained "
             "first, often taking several times the training itself.")
 
