@@ -35,7 +35,8 @@ def verdict(advantage: float) -> str:
 lengths, advantages = [], []
 for column, number, length, signs in zip(st.columns(2), (1, 2), (10, 1000), ([1.0, -1.0], [-1.0, 1.0])):
     with column:
-        lengths.append(st.slider(f"length of response {number}", 1, 2000, length, key=f"agg_length_{number}"))
+        lengths.append(st.slider(f"length of response {number}", 1, labs.MAX_NEW_TOKENS, length,
+                                 key=f"agg_length_{number}"))
         advantages.append(
             st.radio(f"response {number} is", signs, format_func=verdict, horizontal=True, key=f"agg_sign_{number}")
         )
@@ -44,7 +45,8 @@ table = labs.aggregation_table(lengths, advantages)
 st.plotly_chart(labs.aggregation_figure(table), key="agg_chart")
 st.dataframe(table, hide_index=True, key="agg_table")
 st.caption(
-    "T_max is the longest response in the batch. The push is −∂loss/∂log π summed over a response's tokens: "
+    f"T_max is the generation limit, {labs.MAX_NEW_TOKENS} tokens (the longest a response may be): "
+    "a constant, whatever the batch holds. The push is −∂loss/∂log π summed over a response's tokens: "
     "how far one gradient step, per unit of learning rate, moves the response's log-probability. "
     "What to notice: "
     + labs.aggregation_summary(table)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ui.labs import advantages, aggregation, clip, gae, kl
+from ui.labs.figures import log_ticks
 
 
 # --- Clip lab -----------------------------------------------------------------------------------------------
@@ -296,9 +297,11 @@ def test_token_weights_short_correct_and_long_wrong():
     assert weight["token-mean", 1000] == pytest.approx(1 / 1010)
     assert weight["seq-mean-token-mean", 10] == pytest.approx(1 / (2 * 10))
     assert weight["seq-mean-token-mean", 1000] == pytest.approx(1 / (2 * 1000))
-    assert weight["seq-mean-token-sum-norm", 10] == pytest.approx(1 / (2 * 1000))  # T_max = 1000
-    assert weight["seq-mean-token-sum-norm", 1000] == pytest.approx(1 / (2 * 1000))
+    # T_max is the generation limit, 2000, not the longest response (1000): B · T_max = 4000.
+    assert weight["seq-mean-token-sum-norm", 10] == pytest.approx(1 / 4000)
+    assert weight["seq-mean-token-sum-norm", 1000] == pytest.approx(1 / 4000)
     push = table["total push on log π"]
+    assert push["seq-mean-token-sum-norm", 1000] == pytest.approx(-1000 / 4000)
     assert push["token-mean", 1000] == pytest.approx(-1000 / 1010)
     assert push["seq-mean-token-mean", 1000] == pytest.approx(-0.5)
     assert push["seq-mean-token-mean", 10] == pytest.approx(0.5)
@@ -308,13 +311,24 @@ def test_token_weights_short_correct_and_long_wrong():
 
 
 def test_the_aggregation_bars_clear_the_top_and_bottom_of_their_log_axes():
-    """Lengths 10 and 1000 with A = ±1: a token weighs from 1/2000 (seq-mean-token-mean, the long response) to 1/2
-    (seq-mean-token-sum, 1/B), and the total push runs from 10 · 1/2000 = 0.005 (seq-mean-token-sum-norm, the short
+    """Lengths 10 and 1000 with A = ±1: a token weighs from 1/4000 (seq-mean-token-sum-norm, 1/(B · T_max)) to 1/2
+    (seq-mean-token-sum, 1/B), and the total push runs from 10 · 1/4000 = 0.0025 (seq-mean-token-sum-norm, the short
     one) to 1000 · 1/2 = 500 (seq-mean-token-sum, the long one). Each axis reaches a factor of 2 past both ends, so
     the tallest bar stays under the top of the plot and the shortest still rises above its bottom."""
     fig = aggregation.aggregation_figure(aggregation.aggregation_table([10, 1000], [1.0, -1.0]))
-    assert fig.layout.yaxis.range == pytest.approx((math.log10(1 / 4000), math.log10(1.0)))
-    assert fig.layout.yaxis2.range == pytest.approx((math.log10(0.0025), math.log10(1000)))
+    assert fig.layout.yaxis.range == pytest.approx((math.log10(1 / 8000), math.log10(1.0)))
+    assert fig.layout.yaxis2.range == pytest.approx((math.log10(0.00125), math.log10(1000)))
+
+
+def test_dr_grpo_divides_by_the_generation_limit_whatever_the_batch_holds():
+    # A longer first response leaves the second response's push as it was: T_max does not follow the batch.
+    before = aggregation.aggregation_table([10, 1000], [1.0, -1.0]).set_index(["mode", "length"])
+    after = aggregation.aggregation_table([2000, 1000], [1.0, -1.0]).set_index(["mode", "length"])
+    push = "total push on log π"
+    assert after.loc[("seq-mean-token-sum-norm", 1000), push] == before.loc[("seq-mean-token-sum-norm", 1000), push]
+    assert after.loc[("seq-mean-token-sum-norm", 2000), push] == pytest.approx(2000 / 4000)
+    # token-mean's normaliser is the batch's token count, so there the same change does move it: 1000/1010 → 1000/3000.
+    assert after.loc[("token-mean", 1000), push] == pytest.approx(-1000 / 3000)
 
 
 def test_token_weights_are_constant_within_a_response_and_zero_on_padding():
@@ -330,10 +344,11 @@ def test_aggregation_summary_and_figure():
     assert "seq-mean-token-mean: one token of the 10-token response weighs 100× one of the 1000-token" in summary
     fig = aggregation.aggregation_figure(table)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
-    # Weights 1/2000 to 1/20 and pushes 0.5 to 1000/1010: ticks labelled in full, never plotly's bare "5, 2".
+    # Weights 1/4000 to 1/2, over three decades: the powers of ten alone, labelled in full.
     assert list(fig.layout.yaxis.ticktext) == ["0.0001", "0.001", "0.01", "0.1", "1"]
+    # Within three decades 1, 2 and 5 times each power, never plotly's bare "5, 2".
+    assert log_ticks([0.125, 6])["ticktext"] == ["0.1", "0.2", "0.5", "1", "2", "5", "10", "20", "50"]
     short = aggregation.aggregation_figure(aggregation.aggregation_table([3, 12], [1.0, -1.0]))
-    assert list(short.layout.yaxis2.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5", "10", "20", "50"]
     for axis in (fig.layout.yaxis, fig.layout.yaxis2, short.layout.yaxis, short.layout.yaxis2):
         assert [float(text.replace(",", "")) for text in axis.ticktext] == pytest.approx(list(axis.tickvals))
     long_push = [trace for trace in fig.data if trace.name.startswith("y2") and trace.xaxis == "x2"][0]

@@ -13,12 +13,17 @@ from rl_core.formulas.aggregation import LOSS_AGG_MODES, aggregate_loss
 from rl_core.formulas.losses import vanilla_pg_loss
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, log_scale, subplot_axes
 
+# The generation limit (max_new_tokens): the longest a response may be, and Dr. GRPO's T_max. A constant, as in
+# the engine, where T_max is the task's limit: dividing by the longest response of the batch instead would let one
+# long response halve every other response's push.
+MAX_NEW_TOKENS = 2000
+
 
 def token_weights(
     lengths: Sequence[int], sequence_advantages: Sequence[float], mode: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`(weights, push, mask)`, each `[B, T]`: `∂loss/∂L_t` and `−∂loss/∂log π_θ(a_t)` by autograd through
-    `aggregate_loss` of the vanilla policy-gradient loss.
+    `aggregate_loss` of the vanilla policy-gradient loss, with T_max = `MAX_NEW_TOKENS`.
 
     The weight does not depend on the loss values (every mode is linear in L); the push is the direction a
     gradient step moves each token's log-probability: up for A > 0, down for A < 0, scaled by the weight.
@@ -28,7 +33,7 @@ def token_weights(
     logp = torch.zeros_like(mask, requires_grad=True)
     advantages = adv.broadcast_to_tokens(torch.tensor(list(sequence_advantages), dtype=torch.float64), mask)
     per_token = vanilla_pg_loss(logp, advantages)
-    weights, grad_logp = torch.autograd.grad(aggregate_loss(per_token, mask, mode), (per_token, logp))
+    weights, grad_logp = torch.autograd.grad(aggregate_loss(per_token, mask, mode, MAX_NEW_TOKENS), (per_token, logp))
     return weights * mask, -grad_logp, mask
 
 
