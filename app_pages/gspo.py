@@ -60,7 +60,8 @@ formula(
 ratio_is_one()
 st.markdown(
     "For GSPO this matters twice over: on the first update every s_i is 1 too, so with a single update per "
-    "batch GSPO *is* GRPO. The clip chart shows the per-sequence fractions next to the per-token ones."
+    "batch GSPO *is* GRPO. Its clip chart counts responses, which GSPO clips whole; with `policy_loss` set to "
+    "`clip` (GRPO) the same chart counts tokens."
 )
 st.subheader("What it leaves open")
 st.markdown(
