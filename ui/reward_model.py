@@ -31,7 +31,12 @@ CONTROLS = {  # key → (label, options, default, help); names as TRL's RewardTr
                     "Share of labels flipped, as human labellers disagree. Accuracy on held-out pairs cannot "
                     "exceed 1 minus this."),
     "max_steps": ("training steps (max_steps)", (20, 50, 100, 200, 300), 100, "Optimiser steps (AdamW)."),
-    "learning_rate": ("learning rate (learning_rate)", LEARNING_RATES, 3e-3, "AdamW's step size."),
+    # 1e-3: at 3e-3 the fit jumped about from one evaluation to the next, and seed 0's default run ended on a dip
+    # (held-out accuracy 0.79 at step 90, 0.59 at step 100, its margin near 0) that the ranking table then used;
+    # at 1e-3 seeds 0–3 ended at 0.81 / 0.79 / 0.75 / 0.81, against 0.59 / 0.85 / 0.69 / 0.79.
+    "learning_rate": ("learning rate (learning_rate)", LEARNING_RATES, 1e-3,
+                      "AdamW's step size. From 3e-3 up the held-out accuracy jumps by up to 0.2 from one evaluation "
+                      "to the next."),
     "per_device_train_batch_size": ("pairs per step (per_device_train_batch_size)", (8, 16, 32, 64), 32,
                                     "Pairs per minibatch, drawn with replacement from the training pairs."),
     "seed": ("seed", tuple(range(10)), 0, "Draws the pairs, the held-out split, the initial weights and the batches."),
