@@ -20,7 +20,8 @@ from rl_core.experiments._measures import mean_difference
 # [−0.22, +0.45], 6 of 8 positive), and the held-out seeds 100–107 gave +0.17 / +0.32 / −0.86 / +0.02 / −0.03 /
 # +0.80 / −0.70 / +0.01 (mean −0.04, [−0.48, +0.41], 5 of 8): the claim says what the lab measures, not DAPO's.
 # A third set, 300–307, unchanged: +0.13 / +0.69 / +0.44 / +0.08 / +0.58 / +0.27 / +0.06 / +0.93 (8 of 8, shown):
-# one set of three passing is what a tendency buried in the walk looks like, so the claim says "not reliably".
+# one set of three passing is what a tendency buried in the walk looks like, so the claim says "not reliably". A
+# fourth set, 1100–1107: +0.05 / −0.56 / −0.19 / −0.44 / +0.68 / +0.23 / +0.08 / −0.17 (4 of 8, not shown).
 # A second design measured DAPO's mechanism instead, over 20 steps: the share of tokens that are rare (π_old < 0.1),
 # rewarded and silenced by the clip, ε_high 0.2 minus 0.28. It was shown on seeds 0–7 (8 of 8, 95 % interval
 # [+0.0015, +0.0066]) and not on the held-out seeds 200–207 (4 of 8, [−0.0035, +0.0057]): within 20 steps the two
@@ -54,10 +55,10 @@ EXPERIMENT = Experiment(
     title="Does clip-higher keep entropy up? Not reliably at this scale",
     claim="DAPO reports that ε_high = 0.28 instead of a symmetric 0.2 keeps the token entropy higher over training, "
           "at the same β and the same reward. At this scale the policy's random walk under a reward without signal "
-          "is about as large as the clip's drift, and the lab does not show it reliably: higher on 19 of 24 seeds, "
-          "but only one set of eight passes the verdict rule. Seeds 0–7: 6 of 8, mean +0.12 nats, 95 % interval "
-          "[−0.22, +0.45]; held-out 100–107: 5 of 8, mean −0.04, [−0.48, +0.41]; held-out 300–307: 8 of 8, mean "
-          "+0.40, [+0.13, +0.66].",
+          "is about as large as the clip's drift, and the lab does not show it reliably: higher on 23 of 32 seeds, "
+          "but only one set of eight in four passes the verdict rule. Seeds 0–7: 6 of 8, mean +0.12 nats, 95 % "
+          "interval [−0.22, +0.45]; held-out 100–107: 5 of 8, mean −0.04, [−0.48, +0.41]; held-out 300–307: 8 of 8, "
+          "mean +0.40, [+0.13, +0.66]; held-out 1100–1107: 4 of 8, mean −0.04, [−0.37, +0.29].",
     source="DAPO (Yu et al. 2025), clip-higher; Park et al. 2025, the clip's entropy bias under random rewards",
     arms=(
         Arm("ε_high 0.2", "grpo", {**SHARED, "epsilon_high": 0.2}),
