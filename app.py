@@ -1,5 +1,5 @@
-"""The app's router: `streamlit run app.py`. Each section of the sidebar is one entry of NAVIGATION; a page is
-one file under app_pages/ (not pages/, which Streamlit reserves for its legacy page folder)."""
+"""The app's router: `streamlit run app.py`. Its pages and their sections are the table in ui/navigation.py; a page
+is one file under app_pages/ (not pages/, which Streamlit reserves for its legacy page folder)."""
 
 import streamlit as st
 
@@ -9,6 +9,7 @@ from toy_tasks import DEFAULT_TASK
 from ui.classroom import mark_seen, pinned_banner
 from ui.instructor import authorised, with_instructor_page
 from ui.jobs import warm_default_start
+from ui.navigation import navigation
 from ui.present import presenter_switch
 from ui.session import remember_learner
 
@@ -25,38 +26,11 @@ st.html(
 )
 presenter_switch()  # ?present=1: larger text and charts for a projector
 
-NAVIGATION = {
-    "Walk-through": [
-        st.Page("app_pages/overview.py", title="Overview", icon=":material/map:", default=True),
-        st.Page("app_pages/policy_gradient.py", title="Policy Gradient", icon=":material/looks_one:"),
-        st.Page("app_pages/ppo.py", title="PPO", icon=":material/looks_two:"),
-        st.Page("app_pages/grpo.py", title="GRPO · DAPO · Dr. GRPO", icon=":material/looks_3:"),
-        st.Page("app_pages/gspo.py", title="GSPO", icon=":material/looks_4:"),
-        st.Page("app_pages/rloo.py", title="RLOO", icon=":material/looks_5:"),
-        st.Page("app_pages/reinforce_pp.py", title="REINFORCE++", icon=":material/looks_6:"),
-        st.Page("app_pages/vapo.py", title="VAPO / VC-PPO", icon=":material/filter_7:"),
-        st.Page("app_pages/beyond_grpo.py", title="Beyond GRPO (2025–26)", icon=":material/filter_8:"),
-        st.Page("app_pages/distillation.py", title="On-policy distillation", icon=":material/school:"),
-        st.Page("app_pages/reward_model.py", title="Reward model", icon=":material/thumbs_up_down:"),
-        st.Page("app_pages/dpo.py", title="DPO · IPO", icon=":material/how_to_vote:"),
-    ],
-    "Labs": [
-        st.Page("app_pages/labs_clip.py", title="Clip lab", icon=":material/content_cut:"),
-        st.Page("app_pages/labs_gae.py", title="GAE lab", icon=":material/timeline:"),
-        st.Page("app_pages/labs_kl.py", title="KL lab", icon=":material/straighten:"),
-        st.Page("app_pages/labs_advantages.py", title="Advantage lab", icon=":material/balance:"),
-        st.Page("app_pages/labs_aggregation.py", title="Aggregation lab", icon=":material/functions:"),
-    ],
-    "Compare": [
-        st.Page("app_pages/compare.py", title="Compare and ablate", icon=":material/compare_arrows:"),
-    ],
-}
-
 # The default page's first Train should not wait for a supervised warm start: build it while the learner reads.
 warm_default_start(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
 # Navigation in the top bar, not a sidebar: the sidebar would take a quarter of a laptop screen's width.
 # The instructor's page exists only where the server has an instructor's token (ui/instructor.py).
-page = st.navigation(with_instructor_page(NAVIGATION), position="top")
+page = st.navigation(with_instructor_page(navigation()), position="top")
 if not authorised():  # a learner: counted as present, and shown the link the instructor pinned
     mark_seen()
     pinned_banner()

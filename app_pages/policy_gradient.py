@@ -9,7 +9,7 @@ from ui.story import formula
 
 st.title("Policy Gradient (REINFORCE)")
 live_lab(
-    "pg",
+    "policy_gradient",
     {"REINFORCE": "pg"},
     lesson=("use_baseline", "learning_rate", "prompts_per_step"),
     knobs=("use_baseline", "baseline", "prompts_per_step", "learning_rate", "temperature", "gamma", "beta", "kl_estimator",

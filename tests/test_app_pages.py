@@ -20,7 +20,7 @@ from ui.lab import live_loop
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 ALGORITHM_PAGES = {  # page file → the lab's key
-    "policy_gradient": "pg",
+    "policy_gradient": "policy_gradient",
     "ppo": "ppo",
     "grpo": "grpo",
     "gspo": "gspo",

@@ -6,6 +6,7 @@ import json
 import secrets
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 from app_driver import app_test_on
@@ -14,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.runs.store import MIGRATIONS, RunStore
-from ui.instructor import TOKEN_ENV, banner_link, banner_text, learner_names
+from ui.instructor import TOKEN_ENV, banner_link, banner_text, lab_pages, learner_names
 from ui.jobs import Job, LiveLoop, TrainingSlots
 from ui.session import _learners
 
@@ -95,11 +96,13 @@ def test_a_v3_store_is_migrated_and_its_runs_belong_to_no_page(store_path):
     assert store.runs(page="grpo") == []
 
 
-def stored_page_run(store: RunStore, session: str, number: int, steps: int = 3, samples: bool = False) -> int:
-    """A finished run of the GRPO page, as a live lab writes it (with a stand-in sample at each step if `samples`)."""
+def stored_page_run(store: RunStore, session: str, number: int, steps: int = 3, samples: bool = False,
+                    page: str = "grpo") -> int:
+    """A finished run of the GRPO page (or `page`), as a live lab writes it (with a stand-in sample at each step if
+    `samples`)."""
     run = RunConfig(algo=get_preset("grpo", beta=0.01 * number), task="caesar", steps=steps, seed=number)
     settings = {"variant": "GRPO", "beta": 0.01 * number, "seed": number}
-    run_id = store.add_run(run, f"GRPO · grpo page #{number}", settings, session=session, page="grpo",
+    run_id = store.add_run(run, f"GRPO · {page} page #{number}", settings, session=session, page=page,
                            page_run=number)
     store.start_run(run_id)
     for step in range(1, steps + 1):
@@ -171,6 +174,7 @@ def test_the_instructor_sees_three_learners_and_their_answers_aggregated(monkeyp
     assert not at.error
     assert at.metric[0].value == "3", "the three learners, not the instructor"
     (answers,) = [spec for spec in chart_specs(at) if QUESTION in spec["layout"]["title"]["text"]]
+    assert answers["layout"]["title"]["text"] == f"<b>GRPO · DAPO · Dr. GRPO</b><br>{QUESTION}", "the page's title"
     bars = {trace["name"].split(" ")[0]: dict(zip(trace["x"], trace["y"])) for trace in answers["data"]}
     assert bars == {"before": {"higher": 1, "lower": 2}, "after": {"higher": 0, "lower": 1}}
 
@@ -190,6 +194,26 @@ def test_the_class_runs_are_overlaid_anonymised_unless_ids_are_asked_for(monkeyp
     names = [trace["name"] for trace in chart_specs(at)[-1]["data"] if trace.get("name")]
     assert names == ["zetaxx · #1", "alphay · #1", "zetaxx · #2"]
     assert learner_names(["b", "a", "b"], False) == {"b": "learner 1", "a": "learner 2"}
+
+
+def test_the_class_runs_name_pages_by_their_titles_and_count_runs_and_learners(monkeypatch, store_path):
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    store = RunStore(store_path)
+    learner = "beta" + "z" * 16
+    stored_page_run(store, learner, 1)
+    stored_page_run(store, learner, 2)
+    stored_page_run(store, learner, 1, page="policy_gradient")  # the page's runs are stored under its file's name
+    at = open_app("instructor", instructor=TOKEN)
+    picker = at.selectbox(key="instructor:runs_page")
+    assert picker.options == ["Policy Gradient", "GRPO · DAPO · Dr. GRPO"], "titles, in the navigation's order"
+    assert chart_specs(at)[-1]["layout"]["title"]["text"].endswith(": 1 run of 1 learner")
+    picker.set_value("grpo").run()
+    assert chart_specs(at)[-1]["layout"]["title"]["text"].endswith(": 2 runs of 1 learner")
+
+
+def test_every_page_of_the_app_is_in_the_navigation_table():
+    files = {path.stem for path in (Path(__file__).resolve().parents[1] / "app_pages").glob("*.py")}
+    assert set(lab_pages()) == files - {"instructor"}
 
 
 def test_a_pinned_banner_shows_on_every_learner_page_until_unpinned(monkeypatch):
