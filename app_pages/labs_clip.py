@@ -48,7 +48,7 @@ st.caption(
     + labs.zero_gradient_summary(labs.zero_gradient_intervals(curves))
     + " Cases 1 and 6 are never clipped: there the unclipped term is the smaller one, so the `min` keeps it."
 )
-clip_lab_overlays(epsilon_low, epsilon_high)
+clip_lab_overlays(epsilon_low, epsilon_high, dual_clip)
 
 st.header("GSPO: one ratio for the whole response")
 st.markdown(

@@ -120,3 +120,25 @@ def test_the_beyond_grpo_page_trains_cispo_and_exports_it():
         for job in at.session_state["beyond_grpo:runs"]:
             job.stop()
             job.join(5)
+
+
+def test_the_sapo_caption_reads_ppo_at_its_ratios_and_names_a_clip_edge_there():
+    # ε_low = 0.5 puts PPO's lower edge at ρ = 0.5 for A < 0: no gradient below it, weight ρ = 0.5 above it.
+    summary = overlays.sapo_summary(overlays.sapo_curves(0.5, 0.28, tau_pos=1.0, tau_neg=1.05))
+    assert "ρ = 0.5 → SAPO 0.47 / PPO 0.00 below, 0.50 above (an edge of the clip)" in summary
+    assert "−0.00" not in summary and "-0.00" not in summary
+    # Away from an edge one number: PPO's weight ρ for A < 0 inside and above the range (no dual clip).
+    assert "ρ = 2.5 → SAPO 1.42 / PPO 2.50" in summary
+
+
+def test_the_successor_panels_clip_ppo_as_the_lab_does_dual_clip_included():
+    # Dual clip c = 2: for A < 0 the loss is capped at −c·A once ρ > 2, so PPO's weight there is 0, not ρ.
+    summary = overlays.sapo_summary(overlays.sapo_curves(0.2, 0.28, tau_pos=1.0, tau_neg=1.05, dual_clip=2.0))
+    assert "ρ = 2.5 → SAPO 1.42 / PPO 0.00" in summary and "ρ = 1.5 → SAPO 1.40 / PPO 1.50" in summary
+    # CISPO's panel: PPO silent for A < 0 below 1 − ε_low = 0.8 and again above c = 2, two separate spans.
+    table = overlays.cispo_weights(0.2, 0.28, cispo_cap=5.0, dual_clip=2.0)
+    (low, high), (low2, high2) = overlays.silenced_spans(table[table["sign"] == "A < 0"])
+    step = float(overlays._ratio_grid(ratio_max=5.5)[1] - overlays._ratio_grid(ratio_max=5.5)[0])
+    assert low == pytest.approx(0.05) and high == pytest.approx(0.8, abs=step)
+    assert low2 == pytest.approx(2.0, abs=step) and high2 == pytest.approx(5.5)
+    assert "[0.05, 0.80] and [2.0" in overlays.cispo_summary(table)

@@ -54,8 +54,10 @@ def _ratio_grid(points: int = 401, ratio_max: float = 3.0) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- CISPO
-def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two_sided: bool = False) -> pd.DataFrame:
-    """Per sign of A and ratio: the weight PPO's clipped surrogate and CISPO put on A·∇log π.
+def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two_sided: bool = False,
+                  dual_clip: float | None = None) -> pd.DataFrame:
+    """Per sign of A and ratio: the weight PPO's clipped surrogate (with the lab's dual clip, if on) and CISPO put
+    on A·∇log π.
 
     CISPO's cap is `cispo_cap` (ε_max, one-sided as TRL / MiniMax) or, `two_sided`, the clamp
     [1 − ε_low, 1 + ε_high] (verl)."""
@@ -68,7 +70,7 @@ def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two
             return cispo_loss(lp, old, adv, cispo_cap)
 
     def ppo(lp, old, adv):
-        return clipped_surrogate_loss(lp, old, adv, epsilon_low, epsilon_high)
+        return clipped_surrogate_loss(lp, old, adv, epsilon_low, epsilon_high, dual_clip)
 
     frames = [
         pd.DataFrame({"sign": sign, "ratio": ratios.numpy(), "PPO": _weight(ppo, ratios, a).numpy(),
@@ -78,15 +80,26 @@ def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two
     return pd.concat(frames, ignore_index=True)
 
 
+def silenced_spans(rows: pd.DataFrame) -> list[tuple[float, float]]:
+    """The ratio intervals (first and last grid point of each run) where PPO's weight is zero and CISPO's is not:
+    one past the clip on one side, or two where the dual clip also silences an exploded ratio."""
+    silenced = ((rows["PPO"].abs() <= ZERO) & (rows["CISPO"].abs() > ZERO)).to_numpy()
+    ratios = rows["ratio"].to_numpy()
+    starts = np.flatnonzero(silenced & ~np.r_[False, silenced[:-1]])
+    ends = np.flatnonzero(silenced & ~np.r_[silenced[1:], False])
+    return [(ratios[start], ratios[end]) for start, end in zip(starts, ends)]
+
+
 def cispo_summary(table: pd.DataFrame) -> str:
     """Where PPO's gradient is zero and what CISPO's weight is there, per sign of A, read off the table."""
     parts = []
     for sign, rows in table.groupby("sign", sort=False):
-        silenced = rows[(rows["PPO"].abs() <= ZERO) & (rows["CISPO"].abs() > ZERO)]
-        if silenced.empty:
+        spans = silenced_spans(rows)
+        if not spans:
             continue
-        parts.append(f"for {sign}, PPO gives no gradient on ρ ∈ [{silenced['ratio'].min():.2f}, "
-                     f"{silenced['ratio'].max():.2f}] where CISPO still weighs the token by "
+        silenced = rows[(rows["PPO"].abs() <= ZERO) & (rows["CISPO"].abs() > ZERO)]
+        where = " and ".join(f"[{low:.2f}, {high:.2f}]" for low, high in spans)
+        parts.append(f"for {sign}, PPO gives no gradient on ρ ∈ {where} where CISPO still weighs the token by "
                      f"{silenced['CISPO'].min():.2f} to {silenced['CISPO'].max():.2f}")
     smallest = table["CISPO"].min()
     return ("CISPO's weight is never zero (smallest on this grid: " f"{smallest:.3f}); "
@@ -98,9 +111,8 @@ def cispo_figure(table: pd.DataFrame) -> go.Figure:
     traces, shapes = [], []
     for col, (sign, rows) in enumerate(table.groupby("sign", sort=False), start=1):
         axis = "" if col == 1 else str(col)
-        silenced = rows[(rows["PPO"].abs() <= ZERO) & (rows["CISPO"].abs() > ZERO)]["ratio"]
-        if not silenced.empty:
-            shapes.append(dict(type="rect", x0=silenced.min(), x1=silenced.max(), y0=0, y1=1, xref=f"x{axis}",
+        for low, high in silenced_spans(rows):
+            shapes.append(dict(type="rect", x0=low, x1=high, y0=0, y1=1, xref=f"x{axis}",
                                yref="paper", fillcolor=MUTED, opacity=0.3, line_width=0, layer="below"))
         traces += [
             go.Scatter(x=rows["ratio"], y=rows["PPO"], name="PPO clip", line=dict(color=NEUTRAL, width=2),
@@ -115,10 +127,19 @@ def cispo_figure(table: pd.DataFrame) -> go.Figure:
 
 
 # ----------------------------------------------------------------------------------------------- SAPO
-def sapo_curves(epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg: float) -> pd.DataFrame:
+SUMMARY_RATIOS = (0.5, 1.0, 1.5, 2.5)  # where the SAPO caption reads both weights
+EDGE = 1e-9  # how far either side of a summary ratio PPO's weight is read, to find a clip edge there
+
+
+def sapo_curves(epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg: float,
+                dual_clip: float | None = None) -> pd.DataFrame:
     """Per sign of A and ratio: SAPO's gate g_τ (τ_pos for A > 0, τ_neg for A < 0), its objective −L = A·g_τ,
-    and the weights SAPO and PPO put on A·∇log π (autograd through `sapo_loss` and the clipped surrogate)."""
-    ratios = _ratio_grid()
+    and the weights SAPO and PPO (with the lab's dual clip, if on) put on A·∇log π (autograd through `sapo_loss`
+    and the clipped surrogate). Besides the grid, each of SUMMARY_RATIOS and the points EDGE either side of it,
+    so that the caption reads the weights there rather than between grid points."""
+    grid = _ratio_grid()
+    exact = torch.tensor([r * f for r in SUMMARY_RATIOS for f in (1 - EDGE, 1.0, 1 + EDGE)], dtype=grid.dtype)
+    ratios = torch.cat([grid, exact]).unique()  # sorted
     frames = []
     for sign, a in ADVANTAGE_SIGNS.items():
         tau = tau_pos if a > 0 else tau_neg
@@ -127,7 +148,7 @@ def sapo_curves(epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg
             return sapo_loss(lp, old, adv, tau_pos, tau_neg)
 
         def ppo(lp, old, adv):
-            return clipped_surrogate_loss(lp, old, adv, epsilon_low, epsilon_high)
+            return clipped_surrogate_loss(lp, old, adv, epsilon_low, epsilon_high, dual_clip)
 
         frames.append(pd.DataFrame({
             "sign": sign, "tau": tau, "ratio": ratios.numpy(), "gate": sapo_gate(ratios, tau).numpy(),
@@ -137,13 +158,19 @@ def sapo_curves(epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg
 
 
 def sapo_summary(table: pd.DataFrame) -> str:
-    """SAPO's and PPO's weights at a few ratios, read off the curves."""
+    """SAPO's and PPO's weights at SUMMARY_RATIOS, as computed there. Where one of them is an edge of PPO's clip
+    (its weight jumps), PPO's weight just below and just above it."""
     parts = []
     for sign, rows in table.groupby("sign", sort=False):
-        at = {r: (np.interp(r, rows["ratio"], rows["SAPO"]), np.interp(r, rows["ratio"], rows["PPO"]))
-              for r in (0.5, 1.0, 1.5, 2.5)}
-        parts.append(f"{sign} (τ = {rows['tau'].iloc[0]:g}): " + ", ".join(
-            f"ρ = {r:g} → SAPO {s:.2f} / PPO {p:.2f}" for r, (s, p) in at.items()))
+        weights = rows.set_index("ratio")
+        readings = []
+        for r in SUMMARY_RATIOS:
+            below, above = weights["PPO"][r * (1 - EDGE)], weights["PPO"][r * (1 + EDGE)]
+            below, above = (0.0 if abs(w) <= ZERO else w for w in (below, above))  # no "−0.00"
+            ppo = (f"{below:.2f}" if abs(above - below) < 1e-6
+                   else f"{below:.2f} below, {above:.2f} above (an edge of the clip)")
+            readings.append(f"ρ = {r:g} → SAPO {weights['SAPO'][r]:.2f} / PPO {ppo}")
+        parts.append(f"{sign} (τ = {rows['tau'].iloc[0]:g}): " + ", ".join(readings))
     return ("SAPO's weight is exactly 1 on-policy and changes smoothly, never cut to 0; " + "; ".join(parts)
             + ". A larger τ makes it fall off sooner.")
 

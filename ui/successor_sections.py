@@ -12,8 +12,8 @@ from ui import successor_overlays as overlays
 from ui.story import formula
 
 
-def clip_lab_overlays(epsilon_low: float, epsilon_high: float) -> None:
-    """CISPO, SAPO and DPPO next to the clip set by the page's ε sliders."""
+def clip_lab_overlays(epsilon_low: float, epsilon_high: float, dual_clip: float | None) -> None:
+    """CISPO, SAPO and DPPO next to the clip set by the page's ε sliders and dual-clip switch."""
     st.header("2025–26: keep the gradient, bound the step differently")
     st.markdown(
         "PPO's clip bounds the step by switching the gradient off. Three successors keep it on and bound the step "
@@ -25,7 +25,7 @@ def clip_lab_overlays(epsilon_low: float, epsilon_high: float) -> None:
     cap_column, sided_column = st.columns(2)
     cap = cap_column.select_slider("CISPO ε_max", [1.5, 2.0, 3.0, 5.0, 8.0], 5.0, key="clip_cispo_cap")
     two_sided = sided_column.toggle("two-sided clamp [1 − ε_low, 1 + ε_high] (verl)", key="clip_cispo_two_sided")
-    table = overlays.cispo_weights(epsilon_low, epsilon_high, cap, two_sided)
+    table = overlays.cispo_weights(epsilon_low, epsilon_high, cap, two_sided, dual_clip)
     st.plotly_chart(overlays.cispo_figure(table), key="clip_cispo_chart")
     st.caption("What to notice: " + overlays.cispo_summary(table) + " Shaded: PPO silent, CISPO not.")
 
@@ -35,7 +35,7 @@ def clip_lab_overlays(epsilon_low: float, epsilon_high: float) -> None:
     pos_column, neg_column = st.columns(2)
     tau_pos = pos_column.select_slider("τ_pos (A > 0)", [0.5, 1.0, 2.0, 4.0, 8.0], 1.0, key="clip_sapo_tau_pos")
     tau_neg = neg_column.select_slider("τ_neg (A < 0)", [0.5, 1.05, 2.0, 4.0, 8.0], 1.05, key="clip_sapo_tau_neg")
-    table = overlays.sapo_curves(epsilon_low, epsilon_high, tau_pos, tau_neg)
+    table = overlays.sapo_curves(epsilon_low, epsilon_high, tau_pos, tau_neg, dual_clip)
     st.plotly_chart(overlays.sapo_figure(table), key="clip_sapo_chart")
     st.caption("What to notice: " + overlays.sapo_summary(table))
 
