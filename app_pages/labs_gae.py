@@ -49,8 +49,10 @@ st.plotly_chart(labs.decay_figure(table), key="gae_decay_chart")
 st.caption(
     "What to notice: "
     + labs.decay_summary(table, lam_actor, lam_critic)
-    + " A critic trained on decayed targets never hears about the reward at the start of a long response; "
-    "λ_critic = 1 with γ = 1 passes it on whole."
+    + " The chart is the reward's direct weight: with λ_critic < 1 a target early in a long response takes the "
+    "rest from the critic's own estimate V(s_{t+1}), which learns of the reward only as updates carry it back, a "
+    "step at a time, so the start of the response hears of it late and faintly. λ_critic = 1 with γ = 1 passes "
+    "it on whole, in one update."
 )
 with st.expander("all numbers"):
     st.dataframe(table, hide_index=True, key="gae_table")
