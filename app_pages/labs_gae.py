@@ -50,8 +50,8 @@ st.caption(
     "What to notice: "
     + labs.decay_summary(table, lam_actor, lam_critic)
     + " The chart is the reward's direct weight: with λ_critic < 1 a target early in a long response takes the "
-    "rest from the critic's own estimate V(s_{t+1}), which learns of the reward only as updates carry it back, a "
-    "step at a time, so the start of the response hears of it late and faintly. λ_critic = 1 with γ = 1 passes "
+    "rest from the critic's own estimate V(s_{t+1}), which learns of the reward only gradually, as updates carry it "
+    "back, so the start of the response hears of it late and faintly. λ_critic = 1 with γ = 1 passes "
     "it on whole, in one update."
 )
 with st.expander("all numbers"):
