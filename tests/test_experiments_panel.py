@@ -17,7 +17,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from rl_core.experiments import EXPERIMENTS, get_experiment
-from rl_core.experiments.runner import SUMMARY_FILE, past_run_seconds, plan_experiment, records_file
+from rl_core.experiments.runner import (
+    SUMMARY_FILE,
+    past_run_seconds,
+    plan_experiment,
+    records_file,
+    shared_departures,
+)
 from rl_core.runs.records import read_jsonl
 from rl_core.runs.reuse import recorded_when, run_key
 from rl_core.runs.store import RunStore
@@ -64,6 +70,21 @@ def test_each_arm_states_its_values_of_the_knobs_the_arms_differ_in():
     # GSPO's preset clips sequence ratios at 1 ± 3e-4 / 4e-4 (the spec's GSPO preset), GRPO's token ratios at 0.2.
     assert ("**GRPO** (`policy_loss` clip, `epsilon` 0.2, `epsilon_high` 0.2) · **GSPO** (`policy_loss` gspo, "
             "`epsilon` 0.0003, `epsilon_high` 0.0004), differing only in") in captions
+
+
+def test_the_panel_names_what_every_arm_sets_away_from_its_presets_defaults():
+    experiment = get_experiment("rloo_leave_one_out")
+    # RLOO's preset samples 16 prompts × 4 with β 0.05 as k1 in the reward; the experiment, 32 × 2 with β 0.1 as k3 in
+    # the loss. The rest of what it spells out (vanilla loss, one update, lr 1e-3, …) is the preset's own.
+    assert shared_departures(experiment) == {"prompts_per_step": 32, "num_generations": 2, "beta": 0.1,
+                                             "kl_estimator": "k3", "kl_in": "loss"}
+    captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
+    assert ("Set alike in every arm, where the arms' presets default otherwise: `prompts_per_step` 32, "
+            "`num_generations` 2, `beta` 0.1, `kl_estimator` k3, `kl_in` loss.") in captions
+    # Run fields count too where they leave a run's defaults: dynamic_sampling's warm start.
+    assert shared_departures(get_experiment("dynamic_sampling")) == {"prompts_per_step": 4, "sft_steps": 500,
+                                                                    "demo_noise": 0.8}
+    assert shared_departures(get_experiment("gspo_clipping")) == {}, "GRPO's and GSPO's presets as they are"
 
 
 def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(monkeypatch):

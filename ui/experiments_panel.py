@@ -26,6 +26,7 @@ from rl_core.experiments.runner import (
     past_run_seconds,
     plan_experiment,
     seed_effects,
+    shared_departures,
     summarise_effects,
     unused_seeds,
 )
@@ -154,6 +155,10 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
                f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
                f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
                f"(expected {experiment.expected}).")
+    settings = shared_departures(experiment)
+    if settings:
+        st.caption("Set alike in every arm, where the arms' presets default otherwise: "
+                   + ", ".join(f"`{k}` {knob_text(k, v)}" for k, v in settings.items()) + ".")
     if job is not None and tuple(job.seeds) != tuple(experiment.seeds):  # New seeds, or a request with others
         st.caption(f"The runs below: seeds {', '.join(map(str, job.seeds))}.")
     active = job is not None and job.active

@@ -19,7 +19,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rl_core.algorithms import get_run_algo
@@ -104,6 +104,23 @@ def arm_variant(experiment: Experiment, arm: Arm) -> dict:
     kinds, RL against DPO) by the name of what the arm trains."""
     config = arm_config(arm)
     return {knob: config.name if knob == "algo" else getattr(config, knob) for knob in experiment.knobs}
+
+
+def shared_departures(experiment: Experiment) -> dict:
+    """The knob values every arm sets alike where they depart from the arm's own preset, then the run's fields
+    (`run_fields`) that depart from a run's defaults: what a learner must set, besides the knobs the arms differ
+    in, to train an arm on the page (e.g. `num_generations` 2, `beta` 0.1, `sft_steps` 500)."""
+    run_defaults = {field.name: field.default for field in fields(RunConfig)}
+    run_fields = {k: v for k, v in experiment.run_fields.items() if v != run_defaults.get(k)}
+    shared: dict | None = None
+    for arm in experiment.arms:
+        config, preset = arm_config(arm), get_run_algo(arm.preset)
+        departures = {field.name: getattr(config, field.name) for field in fields(config)
+                      if field.name not in experiment.knobs
+                      and getattr(config, field.name) != getattr(preset, field.name)}
+        shared = departures if shared is None else {k: v for k, v in shared.items()
+                                                    if k in departures and departures[k] == v}
+    return (shared or {}) | run_fields
 
 
 def arm_run_label(experiment: Experiment, arm: Arm) -> str:
