@@ -227,9 +227,8 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     return (f"Not run on this server yet: at most about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a "
             "time (each run's steps at the step times measured on the reference CPU, as if it trained alone: "
             "there the experiments took from about this long down to a seventh of it), if no one else is training. "
-            "Any warm "
-            "start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is trained "
-            "first, often taking several times the training itself.")
+            "Any warm start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is "
+            "trained first, often taking several times the training itself.")
 
 
 def _seconds(seconds: float) -> str:
