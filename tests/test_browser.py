@@ -286,3 +286,13 @@ def test_fast_arrow_keys_under_load_leave_the_share_link_agreeing_with_the_slide
             disagreements.append((attempt, shown, link, page.url))
     other.context.close()
     assert not disagreements, disagreements
+
+
+def test_a_page_whose_path_ends_another_pages_shares_its_own_address(app_url, page):
+    # `grpo` ends `beyond_grpo`: Streamlit's st.context.url gave a session opened on /beyond_grpo the address
+    # …/beyond_/beyond_grpo, a blank page.
+    open_page(page, f"{app_url}/beyond_grpo", PAGES["beyond_grpo"])
+    page.get_by_role("button", name="Share", exact=True).click()
+    code = page.get_by_test_id("stCode").filter(has_text="?")
+    code.wait_for(timeout=30_000)
+    assert code.inner_text().strip().startswith(f"{app_url}/beyond_grpo?algo=")

@@ -6,7 +6,6 @@ import json
 import secrets
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 from app_driver import app_test_on
@@ -15,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.runs.store import MIGRATIONS, RunStore
-from ui.instructor import TOKEN_ENV, banner_link, banner_text, lab_pages, learner_names
+from ui.instructor import TOKEN_ENV, banner_link, banner_text, learner_names
 from ui.jobs import Job, LiveLoop, TrainingSlots
 from ui.session import _learners
 
@@ -209,11 +208,6 @@ def test_the_class_runs_name_pages_by_their_titles_and_count_runs_and_learners(m
     assert chart_specs(at)[-1]["layout"]["title"]["text"].endswith(": 1 run of 1 learner")
     picker.set_value("grpo").run()
     assert chart_specs(at)[-1]["layout"]["title"]["text"].endswith(": 2 runs of 1 learner")
-
-
-def test_every_page_of_the_app_is_in_the_navigation_table():
-    files = {path.stem for path in (Path(__file__).resolve().parents[1] / "app_pages").glob("*.py")}
-    assert set(lab_pages()) == files - {"instructor"}
 
 
 def test_a_pinned_banner_shows_on_every_learner_page_until_unpinned(monkeypatch):

@@ -48,3 +48,27 @@ def navigation() -> dict[str, list[st.Page]]:
                   for stem, title, icon in pages]
         for section, pages in SECTIONS.items()
     }
+
+
+def mended_address(url: str) -> str:
+    """`st.context.url` without its query, mended: Streamlit trims the address a session opened with by the first
+    page path that ends it, so where one page's path ends another's (`grpo`, `beyond_grpo`) a session opened on
+    /beyond_grpo gets `…/beyond_/<page>` (or `…/beyond_` on the default page); the leftover `/beyond_` is cut."""
+    url = url.split("?")[0]
+    head, slash, page = url.rpartition("/")
+    for longer in PAGE_TITLES:
+        for shorter in PAGE_TITLES:
+            if longer == shorter or not longer.endswith(shorter):
+                continue
+            leftover = "/" + longer.removesuffix(shorter)
+            if url.endswith(leftover):
+                return url.removesuffix(leftover)
+            if head.endswith(leftover):
+                return head.removesuffix(leftover) + slash + page
+    return url
+
+
+def page_address() -> str:
+    """This page's address in the browser, without its query ("" without a browser, as under AppTest)."""
+    return mended_address(st.context.url or "")
+

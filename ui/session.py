@@ -18,6 +18,8 @@ from collections import OrderedDict
 
 import streamlit as st
 
+from ui.navigation import page_address
+
 KEY = "lab:session"
 COOKIE = "rlhf_lab_learner"
 PARAM = "me"  # ?me=<token>: the bookmarkable form of the cookie
@@ -49,8 +51,7 @@ def remember_learner() -> None:
 
 def bookmark_link() -> str:
     """A link that opens this learner's runs in any browser: the server's address with ?me=<token>."""
-    base = (st.context.url or "").split("?")[0]
-    return f"{base}?{PARAM}={session_token()}"
+    return f"{page_address()}?{PARAM}={session_token()}"
 
 
 @st.cache_resource(show_spinner=False)

@@ -14,6 +14,7 @@ import streamlit as st
 from rl_core.algorithms import get_preset
 from ui import classroom, present, session
 from ui.knobs import KNOBS
+from ui.navigation import page_address
 
 RUN_PARAMS = ("task", "model", "steps", "seed", "sft_steps", "demo_noise")
 # Parameters that say who is asking and how to draw, not what to train: never read as settings, and the
@@ -105,4 +106,4 @@ def link(params: dict[str, str]) -> str:
     """The page's address with these settings (`write`'s, the values the widgets hold in this run: not the
     browser's query string, which lags behind fast changes), for the learner to copy."""
     query = "&".join(f"{k}={v}" for k, v in params.items())
-    return f"{(st.context.url or '').split('?')[0]}?{query}"  # no URL without a browser (AppTest)
+    return f"{page_address()}?{query}"
