@@ -151,6 +151,24 @@ def test_an_experiments_runs_are_named_as_that_experiment(store):
     assert any(f"the experiment **{get_experiment('gspo_clipping').title}** (`gspo_clipping`)" in c for c in captions)
 
 
+def test_a_group_keeps_its_colour_on_a_chart_that_leaves_others_out(store):
+    # RLOO's vanilla loss has no clip: the clip chart draws GRPO alone, in GRPO's colour on every other chart.
+    sweep_id = store.create_sweep({"algos": ["rloo", "grpo"]}, session="me")
+    for algo in ("rloo", "grpo"):
+        stored_run(store, algo, 0, sweep_id)
+    at = open_page()
+    specs = {spec["layout"]["title"]["text"]: spec
+             for spec in (json.loads(chart.proto.spec) for chart in at.get("plotly_chart"))}
+
+    def colour(title: str, name: str) -> str:
+        return next(trace["line"]["color"] for trace in specs[title]["data"] if trace.get("name") == name)
+
+    assert [t.get("name") for t in specs["Clip fraction (tokens)"]["data"] if t.get("name")] == ["grpo"]
+    assert colour("Clip fraction (tokens)", "grpo") == colour(CURVES["entropy"], "grpo") != colour(CURVES["entropy"],
+                                                                                                    "rloo")
+    assert any("Not on a clip chart: rloo, whose loss has no ratio clip." in c.value for c in at.caption)
+
+
 def test_the_band_figures_pass_plotly_validation():
     groups = {"grpo": [[{"step": 1, "entropy": 1.0}, {"step": 2, "entropy": 0.8}], [{"step": 1, "entropy": 0.9}]],
               "rloo": [[{"step": 1, "entropy": 1.1}]]}

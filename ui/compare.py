@@ -309,13 +309,18 @@ def _dashboard(shown: list[int], live: bool) -> None:
         if any(_finite(record.get(key)) for seeds in shown.values() for run in seeds for record in run)
     ]
     curves = [key for key, _, _, _ in charts]
+    # One colour per group on every chart, also on a chart that leaves some groups out (the clip fractions).
+    colours = {label: RUN_COLOURS[index % len(RUN_COLOURS)] for index, label in enumerate(groups)}
     for row in range(0, len(charts), 2):
         for column, (key, title, unit, shown) in zip(st.columns(2), charts[row : row + 2]):
-            column.plotly_chart(band_figure(key, shown, title, unit), key=f"compare:chart:{title}",
+            column.plotly_chart(band_figure(key, shown, title, unit, colours=colours), key=f"compare:chart:{title}",
                                 config=PLOT_CONFIG)
     if curves:
+        unclipped = [label for label in groups if CLIP_UNITS.get(losses[label]) is None]
         st.caption("Lines: the mean over seeds at each step; bands: from the lowest to the highest seed. To save a "
-                   "chart as a PNG, hover it and press the camera button in its toolbar.")
+                   "chart as a PNG, hover it and press the camera button in its toolbar."
+                   + (f" Not on a clip chart: {', '.join(unclipped)}, whose loss has no ratio clip."
+                      if unclipped and "clip_frac" in curves else ""))
     _summary(runs, records, live)
     _samples(store, runs)
     if live and not any(run.active for run in runs):
@@ -363,14 +368,16 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
 
 
 def band_figure(key: str | Sequence[str], groups: dict[str, list[list[dict]]], title: str | None = None,
-                unit: str | None = None, log: bool = False, names: Mapping[str, str] | None = None) -> go.Figure:
+                unit: str | None = None, log: bool = False, names: Mapping[str, str] | None = None,
+                colours: Mapping[str, str] | None = None) -> go.Figure:
     """One curve per group: the mean over its seeds of `key` at every step, in a min–max band; the y axis
     titled `unit`, by default the curve's own (`CURVE_UNITS`), and logarithmic with `log`. Several keys share the
-    chart: a colour per group, a dash per key, each curve named by its group and `names[key]`."""
+    chart: a colour per group (`colours[label]`, else by the group's place), a dash per key, each curve named by
+    its group and `names[key]`."""
     keys = [key] if isinstance(key, str) else list(key)
     traces = []
     for index, (label, seeds) in enumerate(groups.items()):
-        colour = RUN_COLOURS[index % len(RUN_COLOURS)]
+        colour = (colours or {}).get(label, RUN_COLOURS[index % len(RUN_COLOURS)])
         for dash, shown in zip(DASHES, keys):
             traces += _band_traces(shown, seeds, colour, dash,
                                    label if len(keys) == 1 else f"{label} · {(names or {}).get(shown, shown)}")
