@@ -79,7 +79,7 @@ def test_the_panel_names_what_every_arm_sets_away_from_its_presets_defaults():
     assert shared_departures(experiment) == {"prompts_per_step": 32, "num_generations": 2, "beta": 0.1,
                                              "kl_estimator": "k3", "kl_in": "loss"}
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert ("Set alike in every arm, where the arms' presets default otherwise: `prompts_per_step` 32, "
+    assert ("Every arm also sets, unlike its preset: `prompts_per_step` 32, "
             "`num_generations` 2, `beta` 0.1, `kl_estimator` k3, `kl_in` loss.") in captions
     # Run fields count too where they leave a run's defaults: dynamic_sampling's warm start.
     assert shared_departures(get_experiment("dynamic_sampling")) == {"prompts_per_step": 4, "sft_steps": 500,

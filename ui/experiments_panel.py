@@ -157,7 +157,7 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
                f"(expected {experiment.expected}).")
     settings = shared_departures(experiment)
     if settings:
-        st.caption("Set alike in every arm, where the arms' presets default otherwise: "
+        st.caption("Every arm also sets, unlike its preset: "
                    + ", ".join(f"`{k}` {knob_text(k, v)}" for k, v in settings.items()) + ".")
     if job is not None and tuple(job.seeds) != tuple(experiment.seeds):  # New seeds, or a request with others
         st.caption(f"The runs below: seeds {', '.join(map(str, job.seeds))}.")

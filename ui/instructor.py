@@ -110,9 +110,13 @@ def answer_figure(count: AnswerCount) -> go.Figure:
                    marker=dict(color=RUN_COLOURS[index]), text=[count.counts[phase].get(o, 0) for o in options])
               for index, phase in enumerate(PHASES)]
     lines = [f"<b>{page_title(count.page)}</b>", *textwrap.wrap(count.question, QUESTION_WIDTH)]
-    top = 20 + 18 * len(lines)  # room for every line of the title, at 14 px
-    layout = dict(title=dict(text="<br>".join(lines), font=dict(size=14)), barmode="group",
-                  height=260 + top, margin=dict(l=10, r=10, t=top, b=10), yaxis=dict(title=dict(text="learners"),
+    # A 14-px line is about 20 px tall: the top margin holds every line of the title, hung from 10 px below the
+    # figure's top (plotly anchors a title of several lines by its first).
+    top = 20 + 20 * len(lines)
+    height = 260 + top
+    title = dict(text="<br>".join(lines), font=dict(size=14), yref="container", y=1 - 10 / height, yanchor="top")
+    layout = dict(title=title, barmode="group",
+                  height=height, margin=dict(l=50, r=10, t=top, b=10), yaxis=dict(title=dict(text="learners"),
                                                                                       dtick=1),
                   legend=dict(orientation="h", yanchor="top", y=-0.15))
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)

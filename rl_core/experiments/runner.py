@@ -108,8 +108,8 @@ def arm_variant(experiment: Experiment, arm: Arm) -> dict:
 
 def shared_departures(experiment: Experiment) -> dict:
     """The knob values every arm sets alike where they depart from the arm's own preset, then the run's fields
-    (`run_fields`) that depart from a run's defaults: what a learner must set, besides the knobs the arms differ
-    in, to train an arm on the page (e.g. `num_generations` 2, `beta` 0.1, `sft_steps` 500)."""
+    (`run_fields`) that depart from a run's defaults (e.g. `num_generations` 2, `beta` 0.1, `sft_steps` 500): with
+    the knobs the arms differ in, what makes an arm's run other than its preset's."""
     run_defaults = {field.name: field.default for field in fields(RunConfig)}
     run_fields = {k: v for k, v in experiment.run_fields.items() if v != run_defaults.get(k)}
     shared: dict | None = None
