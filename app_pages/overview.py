@@ -14,8 +14,8 @@ st.markdown(
     "A pretrained language model continues text; nothing in next-token prediction tells it which of many "
     "plausible continuations people actually want. RLHF turns *what we want* into a number and then changes the "
     "model so that it earns more of it. This walk-through follows the family of algorithms that do the changing, "
-    "from the plain policy gradient to today's critic-free and critic-repaired methods. Every page tells the "
-    "same four-part story: the problem the previous method left open, the idea that addresses it, the formula "
+    "from the plain policy gradient to today's critic-free and critic-repaired methods. Every algorithm page "
+    "tells the same four-part story: the problem the previous method left open, the idea that addresses it, the formula "
     "next to the exact code that computes it, and a lab in which a real (tiny) GPT-2 learns a toy task live."
 )
 # The first screen's call to action: where to press Train, before the background below.

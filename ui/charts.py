@@ -197,10 +197,16 @@ def _loss_note(algo: AlgoConfig) -> str:
                 "of a whole batch is exactly 0 before the first update; a minibatch holds only part of the batch, "
                 "and the ratios move off 1 after that update, so the term drawn sits near, not at, 0. A falling "
                 "total says nothing about learning: watch the reward.")
+    if algo.loss_agg_mode == "seq-mean-token-mean":
+        reason = "its advantages are not centred response by response"
+    elif _centred_per_response(algo):
+        reason = (f"{algo.loss_agg_mode} weighs a response by its length, so advantages centred per response do "
+                  "not cancel over unequal lengths")
+    else:
+        reason = "its advantages are not centred"
     return (f"The policy term is minus the advantages' mean as {algo.loss_agg_mode} weighs them (at ρ = 1"
-            f"{', times 2/τ by the sign of A' if algo.policy_loss == 'sapo' else ''}), not 0 here even where they "
-            "are centred: e.g. token-mean weighs each response by its length. Its size is not progress: watch the "
-            "reward.")
+            f"{', times 2/τ by the sign of A' if algo.policy_loss == 'sapo' else ''}), not 0 here: {reason}. Its size "
+            "is not progress: watch the reward.")
 
 
 CHARTS: tuple[Chart, ...] = (
