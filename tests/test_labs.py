@@ -341,7 +341,12 @@ def test_token_weights_are_constant_within_a_response_and_zero_on_padding():
 def test_aggregation_summary_and_figure():
     table = aggregation.aggregation_table([10, 1000], [1.0, -1.0])
     summary = aggregation.aggregation_summary(table)
-    assert "seq-mean-token-mean: one token of the 10-token response weighs 100× one of the 1000-token" in summary
+    assert "seq-mean-token-mean: one token of y1 (10 tokens) weighs 100× one of y2 (1000 tokens)" in summary
+    # Named as the sliders number them, also once the first response is the longer one.
+    swapped = aggregation.aggregation_summary(aggregation.aggregation_table([2000, 1000], [1.0, -1.0]))
+    # seq-mean-token-mean: a token weighs 1/(B·|y|), so y2's 1/2000 is 2× y1's 1/4000, and y1's push is 2000/4000.
+    assert ("seq-mean-token-mean: one token of y2 (1000 tokens) weighs 2× one of y1 (2000 tokens), whose tokens get "
+            "a total push of +0.500") in swapped
     fig = aggregation.aggregation_figure(table)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
     # Weights 1/4000 to 1/2, over three decades: the powers of ten alone, labelled in full.

@@ -33,7 +33,7 @@ def shown_text(at: AppTest) -> list[str]:
         ("labs_gae", "gae_lam_actor", 0.5, "Token 1 gets the largest advantage (A = 0.167)"),
         ("labs_kl", "kl_boost", 0.0, "0.0230"),
         ("labs_advantages", "adv_groups", 3, "67% of this batch's groups"),
-        ("labs_aggregation", "agg_length_2", 100, "weighs 10× one of the 100-token response"),
+        ("labs_aggregation", "agg_length_2", 100, "weighs 10× one of y2 (100 tokens)"),
     ],
 )
 def test_page_renders_and_a_slider_changes_a_displayed_number(page, slider, value, expected):

@@ -58,14 +58,16 @@ def aggregation_table(lengths: Sequence[int], sequence_advantages: Sequence[floa
 
 
 def aggregation_summary(table: pd.DataFrame) -> str:
-    """How the longest response fares under each mode, compared with the shortest."""
+    """How the longest response fares under each mode, compared with the shortest, each named (y1, y2) as the
+    sliders number them."""
     parts = []
     for mode, rows in table.groupby("mode", sort=False):
         longest, shortest = rows.loc[rows["length"].idxmax()], rows.loc[rows["length"].idxmin()]
         ratio = shortest["weight per token"] / longest["weight per token"]
+        long_name, short_name = (row["response"].split(":")[0] for row in (longest, shortest))
         parts.append(
-            f"{mode}: one token of the {int(shortest['length'])}-token response weighs {ratio:.3g}× one of the "
-            f"{int(longest['length'])}-token response, whose tokens get a total push of "
+            f"{mode}: one token of {short_name} ({int(shortest['length'])} tokens) weighs {ratio:.3g}× one of "
+            f"{long_name} ({int(longest['length'])} tokens), whose tokens get a total push of "
             f"{longest['total push on log π']:+.3f}"
         )
     return ". ".join(parts) + "."
