@@ -34,6 +34,10 @@ SECTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {  # section → (file s
 }
 DEFAULT_PAGE = "overview"
 PAGE_TITLES = {stem: title for pages in SECTIONS.values() for stem, title, _ in pages}
+# What Streamlit's trimming leaves of a page's path where another page's path ends it ("/beyond_" of beyond_grpo,
+# trimmed by grpo): see `mended_address`.
+TRIM_LEFTOVERS = tuple("/" + longer.removesuffix(shorter) for longer in PAGE_TITLES for shorter in PAGE_TITLES
+                       if longer != shorter and longer.endswith(shorter))
 
 
 def page_title(stem: str) -> str:
@@ -56,15 +60,11 @@ def mended_address(url: str) -> str:
     /beyond_grpo gets `…/beyond_/<page>` (or `…/beyond_` on the default page); the leftover `/beyond_` is cut."""
     url = url.split("?")[0]
     head, slash, page = url.rpartition("/")
-    for longer in PAGE_TITLES:
-        for shorter in PAGE_TITLES:
-            if longer == shorter or not longer.endswith(shorter):
-                continue
-            leftover = "/" + longer.removesuffix(shorter)
-            if url.endswith(leftover):
-                return url.removesuffix(leftover)
-            if head.endswith(leftover):
-                return head.removesuffix(leftover) + slash + page
+    for leftover in TRIM_LEFTOVERS:
+        if url.endswith(leftover):
+            return url.removesuffix(leftover)
+        if head.endswith(leftover):
+            return head.removesuffix(leftover) + slash + page
     return url
 
 

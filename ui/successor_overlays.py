@@ -80,10 +80,15 @@ def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two
     return pd.concat(frames, ignore_index=True)
 
 
+def _silenced(rows: pd.DataFrame) -> pd.Series:
+    """Where PPO's weight is zero and CISPO's is not."""
+    return (rows["PPO"].abs() <= ZERO) & (rows["CISPO"].abs() > ZERO)
+
+
 def silenced_spans(rows: pd.DataFrame) -> list[tuple[float, float]]:
     """The ratio intervals (first and last grid point of each run) where PPO's weight is zero and CISPO's is not:
     one past the clip on one side, or two where the dual clip also silences an exploded ratio."""
-    silenced = ((rows["PPO"].abs() <= ZERO) & (rows["CISPO"].abs() > ZERO)).to_numpy()
+    silenced = _silenced(rows).to_numpy()
     ratios = rows["ratio"].to_numpy()
     starts = np.flatnonzero(silenced & ~np.r_[False, silenced[:-1]])
     ends = np.flatnonzero(silenced & ~np.r_[silenced[1:], False])
@@ -97,7 +102,7 @@ def cispo_summary(table: pd.DataFrame) -> str:
         spans = silenced_spans(rows)
         if not spans:
             continue
-        silenced = rows[(rows["PPO"].abs() <= ZERO) & (rows["CISPO"].abs() > ZERO)]
+        silenced = rows[_silenced(rows)]
         where = " and ".join(f"[{low:.2f}, {high:.2f}]" for low, high in spans)
         parts.append(f"for {sign}, PPO gives no gradient on ρ ∈ {where} where CISPO still weighs the token by "
                      f"{silenced['CISPO'].min():.2f} to {silenced['CISPO'].max():.2f}")
