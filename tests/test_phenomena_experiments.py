@@ -50,9 +50,12 @@ def ramp(key, start, stop, steps=10, **constant):
     return [{key: start + (stop - start) * i / (steps - 1), **constant} for i in range(steps)]
 
 
-def test_clip_higher_effect_reads_entropy():
+def test_clip_higher_effect_reads_the_high_side_clip_share():
     effect = get_experiment("clip_higher").effect
-    assert effect({"ε_high 0.2": ramp("entropy", 1.0, 0.2), "ε_high 0.28": ramp("entropy", 1.0, 0.6)}) == pytest.approx(0.2)
+    # means 0.05 and 0.035; the entropy, which the arms also record, must not enter
+    runs = {"ε_high 0.2": ramp("clip_frac_high", 0.06, 0.04, entropy=0.5),
+            "ε_high 0.28": ramp("clip_frac_high", 0.04, 0.03, entropy=1.5)}
+    assert effect(runs) == pytest.approx(-0.015)
 
 
 def test_length_bias_effect_against_the_longer_of_the_other_two():

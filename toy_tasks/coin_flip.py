@@ -6,8 +6,9 @@ expectation and the policy only wanders; whatever drifts one way is the loss's o
 high side caps how far a rewarded token may rise, the low side how far a punished one may fall, and with
 ε_low = ε_high = 0.2 the high cap binds first on the unlikely tokens that would spread the distribution, and the
 entropy drains (Park et al. 2025, "Clip-low increases entropy and clip-high decreases entropy"; at this lab's scale
-the drift is about as large as the policy's wandering: the `clip_higher` experiment). Both arms of an experiment
-see the same reward statistics, so the reward they optimise is matched by construction.
+the drift is about as large as the policy's wandering, and the `clip_higher` experiment measures the clip's share
+of silenced tokens instead). Both arms of an experiment see the same reward statistics, so the reward they
+optimise is matched by construction.
 
 The coins are a pseudo-random function of the run's seed and the whole batch: the same batch always gets the same
 coins (a run is reproducible whether or not its warm start came from the cache), and a response cannot earn a
