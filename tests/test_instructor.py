@@ -95,6 +95,36 @@ def test_a_v3_store_is_migrated_and_its_runs_belong_to_no_page(store_path):
     assert store.runs(page="grpo") == []
 
 
+def test_a_v5_store_moves_the_policy_gradient_labs_runs_and_answers_to_its_page(store_path):
+    """Before v6 the Policy Gradient lab kept its runs and answers under `pg`: after the migration they are the
+    `policy_gradient` page's, the old runs keep their numbers and runs already made under the new name move past
+    them (learner a: pg #1, #2 and policy_gradient #1 → #1, #2, #3), and a learner who answered under both names
+    keeps the answer under the new one."""
+    with sqlite3.connect(store_path) as db:
+        for migration in MIGRATIONS[:5]:
+            for statement in migration:
+                db.execute(statement)
+        for label, session, page, number in (("a-old-1", "a", "pg", 1), ("a-old-2", "a", "pg", 2),
+                                             ("a-new-1", "a", "policy_gradient", 1), ("b-old-1", "b", "pg", 1),
+                                             ("a-grpo-1", "a", "grpo", 1)):
+            db.execute("INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
+                       "heartbeat_at, owner_pid, owner_host, session, page, page_run) VALUES (?, 'caesar', 'pg', 0, "
+                       "'{}', '{}', 'finished', 3, 0, 0, 1, 'elsewhere', ?, ?, ?)", (label, session, page, number))
+        for session, page, phase, answer in (("a", "pg", "before", "about 0"), ("a", "policy_gradient", "before",
+                                              "clearly positive"), ("b", "pg", "after", "about 0")):
+            db.execute("INSERT INTO predictions VALUES (?, ?, ?, 'Will it average 0?', '[\"about 0\", \"clearly "
+                       "positive\"]', ?, 0)", (session, page, phase, answer))
+        db.execute("PRAGMA user_version = 5")
+    store = RunStore(store_path)
+    assert [(r.label, r.page_run) for r in store.runs(page="policy_gradient")] == [
+        ("a-old-1", 1), ("a-old-2", 2), ("a-new-1", 3), ("b-old-1", 1)]
+    assert store.runs(page="pg") == []
+    assert [(r.label, r.page_run) for r in store.runs(page="grpo")] == [("a-grpo-1", 1)]
+    (count,) = store.answer_counts()
+    assert count.page == "policy_gradient"
+    assert count.counts == {"before": {"clearly positive": 1}, "after": {"about 0": 1}}
+
+
 def stored_page_run(store: RunStore, session: str, number: int, steps: int = 3, samples: bool = False,
                     page: str = "grpo") -> int:
     """A finished run of the GRPO page (or `page`), as a live lab writes it (with a stand-in sample at each step if

@@ -161,6 +161,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # v4 → v5: runs trained as one batch (`rl_core.engine.run_batch`) name the batch's first run; a batch is one process's
     # loop, so it takes one place under the training cap (NULL: the run trains alone).
     ("ALTER TABLE runs ADD COLUMN batch_id INTEGER",),
+    # v5 → v6: the Policy Gradient lab keeps its runs and answers under its page's name, `policy_gradient` (it used
+    # `pg`, so an upgraded server showed none of them). The older `pg` runs keep their numbers; runs already made
+    # under the new name move up past them, so no two runs of a learner share a number. Where a learner answered
+    # under both names, the answer under the new name is the later one and wins.
+    (
+        """UPDATE runs SET page_run = page_run + (
+               SELECT COALESCE(MAX(old.page_run), 0) FROM runs AS old WHERE old.page = 'pg' AND old.session IS runs.session)
+           WHERE page = 'policy_gradient'""",
+        "UPDATE runs SET page = 'policy_gradient' WHERE page = 'pg'",
+        "UPDATE OR IGNORE predictions SET page = 'policy_gradient' WHERE page = 'pg'",
+        "DELETE FROM predictions WHERE page = 'pg'",
+    ),
 )
 PHASES = ("before", "after")
 SCHEMA_VERSION = len(MIGRATIONS)
