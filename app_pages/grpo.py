@@ -82,7 +82,7 @@ st.markdown(
     "- **Groups with no signal → dynamic sampling.** As the policy improves, more groups are all correct "
     "(or, on hard prompts, all wrong); their advantages are 0 and the useful batch shrinks. DAPO drops them and "
     "samples more prompts until the batch is full. *See it happen*, on a sparse task where about half the groups "
-    "a step samples are all wrong: the policy succeeds more often per training step on four of seven sets of "
+    "a step samples are all wrong: the policy succeeds more often per training step on four of eight sets of "
     "eight seeds, drawing more than twice the samples a step; per sample drawn the lab's runs show no reliable "
     "gain.\n"
     "- **Length bias → token-level loss.** Averaging within each response first gives a long response the "

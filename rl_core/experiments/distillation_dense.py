@@ -39,7 +39,8 @@ EXPERIMENT = Experiment(
           "Success per sample drawn, OPD minus GRPO: seeds 0–7, 8 of 8, +0.072 [+0.043, +0.101]; held-out "
           "400–407, 7 of 8, +0.057 [+0.020, +0.095]; held-out 500–507, 7 of 8, +0.096 [+0.015, +0.176]; held-out "
           "900–907, 7 of 8, +0.071 [+0.006, +0.137]; held-out 1000–1007, 7 of 8 with an interval that reaches 0 "
-          "(+0.054 [−0.013, +0.121]); held-out 1100–1107, 6 of 8 (+0.031 [−0.019, +0.081]); on "
+          "(+0.054 [−0.013, +0.121]); held-out 1100–1107, 6 of 8 (+0.031 [−0.019, +0.081]); held-out 1200–1207, 7 of 8 with an interval "
+          "that reaches 0 (+0.031 [−0.015, +0.077]); on "
           "300–307, where four prompts a step had been weak, 7 of 8 with an interval that reaches 0 (+0.028 "
           "[−0.005, +0.060]): on most seeds, not all.",
     source="Agarwal et al. 2024 (GKD, on-policy distillation); Thinking Machines 2025, \"On-Policy Distillation\"",

@@ -50,13 +50,16 @@ def _effect(runs) -> float:
 
 EXPERIMENT = Experiment(
     name="length_bias",
-    title="Per-response normalisation lets long wrong answers linger",
+    title="Per-response normalisation can let long wrong answers linger",
     claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) can linger and even "
           "multiply where token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out, "
           "because each response's penalty is divided by its length — not on every seed: 7 of seeds 0–7, 7 of the "
           "held-out seeds 300–307 with a 95 % interval of the mean that reaches 0 (mean effect +0.62, [−0.001, "
           "+1.23]), 6 of the held-out seeds 900–907 (+1.05, [+0.043, +2.05]), 6 of the held-out seeds 1000–1007 "
-          "(+0.26, [−0.26, +0.77]) and all 8 of the held-out seeds 1100–1107 (+0.74, [+0.077, +1.40]).",
+          "(+0.26, [−0.26, +0.77]), all 8 of the held-out seeds 1100–1107 (+0.74, [+0.077, +1.40]) and 6 of the "
+          "held-out seeds 1200–1207 (+0.62, [−0.089, +1.33]). Seeds 0–7 again, on a machine whose floating point "
+          "differs in the last bits: 7 of 8, with an interval that reaches 0 (+0.73, [−0.21, +1.68]). A tendency "
+          "the lab shows on most seeds; its verdict passes on few sets.",
     source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025)",
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),
