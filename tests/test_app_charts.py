@@ -443,6 +443,10 @@ def test_prediction_answers_come_from_the_records():
     assert end_versus_start("entropy", "entropy")(records[:3]) is None, "too short to tell"
     assert ever_above("clip_frac", "clip fraction", 0.0)(records)[0] == "no"
     assert mean_near_zero("advantage_mean", "advantage", 0.05)(records)[0] == "clearly positive"
+    # A mean that rounds to zero reads without a sign: (−0.0003 + 0.0001) / 2 = −0.0001
+    tiny = [{"step": 1, "advantage_mean": -0.0003}, {"step": 2, "advantage_mean": 0.0001}]
+    assert mean_near_zero("advantage_mean", "advantage", 0.05)(tiny) == (
+        "about 0", "the advantage averaged 0.000 over 2 steps")
 
 
 def test_a_series_lying_on_another_stays_visible():

@@ -59,7 +59,10 @@ def mean_near_zero(key: str, name: str, tolerance: float) -> Answer:
     def decide(records: list[dict], values: list[float]) -> tuple[str, str]:
         mean = sum(values) / len(values)
         verdict = "about 0" if abs(mean) <= tolerance else "clearly positive" if mean > 0 else "clearly negative"
-        return verdict, f"the {name} averaged {mean:+.3f} over {len(values)} steps"
+        shown = f"{mean:+.3f}"
+        if float(shown) == 0:  # a mean of −0.0002 reads 0.000, not "-0.000"
+            shown = "0.000"
+        return verdict, f"the {name} averaged {shown} over {len(values)} steps"
 
     return _reading(key, decide)
 

@@ -42,8 +42,8 @@ EXPERIMENT = Experiment(
           "+0.083]; held-out 500–507, 8 of 8, +0.049 [+0.027, +0.071]; held-out 700–707, 5 of 8, +0.031 [−0.003, "
           "+0.065], weak; held-out 900–907, 6 of 8, +0.021 [−0.016, +0.059], weak; held-out 1000–1007, 7 of 8, "
           "+0.042 [+0.017, +0.067]; held-out 1100–1107, 4 of 8, +0.014 [−0.028, +0.056], weak; held-out 1200–1207, "
-          "6 of 8, +0.046 [+0.007, +0.085], weak: shown on four of eight seed sets, a gain that is small against "
-          "the spread between seeds. Per sample drawn the lab does not show a gain reliably at this scale.",
+          "6 of 8, +0.046 [+0.007, +0.085], weak: shown on four of eight seed sets (the verdict needs 7 of 8 seeds "
+          "and an interval above 0), a gain that is small against the spread between seeds. Per sample drawn the lab does not show a gain reliably at this scale.",
     source="DAPO (Yu et al. 2025), dynamic sampling",
     arms=(
         Arm(OFF, "dapo", {**SHARED, "dynamic_sampling": False}),
