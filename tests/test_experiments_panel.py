@@ -81,8 +81,9 @@ def test_the_panel_names_what_every_arm_sets_away_from_its_presets_defaults():
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
     assert ("Every arm also sets, unlike its preset: `prompts_per_step` 32, "
             "`num_generations` 2, `beta` 0.1, `kl_estimator` k3, `kl_in` loss.") in captions
-    # Run fields count too where they leave a run's defaults: dynamic_sampling's warm start.
-    assert shared_departures(get_experiment("dynamic_sampling")) == {"prompts_per_step": 4, "sft_steps": 500,
+    # Run fields count too where they leave a run's defaults: dynamic_sampling's warm start. Its 8 prompts a step are
+    # DAPO's preset's own; its groups of 4 are not (the preset samples 8).
+    assert shared_departures(get_experiment("dynamic_sampling")) == {"num_generations": 4, "sft_steps": 500,
                                                                     "demo_noise": 0.8}
     assert shared_departures(get_experiment("gspo_clipping")) == {}, "GRPO's and GSPO's presets as they are"
 
