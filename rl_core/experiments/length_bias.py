@@ -5,6 +5,21 @@ On `digit_sum_long` the SFT policy rambles past the length limit on about one re
 those ramblers out within a few dozen steps, and the aggregation decides how fast. Sixteen prompts per step keep
 a batch's share of ramblers from being mostly noise.
 
+The third design, this one, halves the learning rate to 5e-4, the rest unchanged. At 1e-3 the rambler share could
+jump within two or three steps (0.17 → 0.72, 0.16 → 0.96) under any aggregation, and whichever arm jumped decided
+the seed's sign; at 5e-4 every arm moves more slowly and the aggregation's push decides. It was designed on the sets
+the second design had already used: seeds 0–7, +0.85, +0.43, +1.02, +0.45, +0.60, +0.45, +0.36, +0.78 (8 of 8,
++0.62 [+0.42, +0.82]); 1100–1107 7 of 8, +0.62 [+0.11, +1.13]; 1200–1207 8 of 8, +0.90 [+0.59, +1.22]. Checked
+unchanged on three sets it had not seen: 1300–1307, +1.04, +0.79, +0.32, +0.65, +1.03, +0.80, +0.51, −0.29 (7 of
+8, +0.60 [+0.24, +0.97], shown); 1400–1407, +0.70, −0.70, +0.31, −0.04, +1.31, +1.61, +0.78, +1.03 (6 of 8, +0.63
+[+0.001, +1.25], weak); 1500–1507, −0.12, +0.88, +1.60, +0.66, +1.28, +0.49, +0.56, +0.50 (7 of 8, +0.73 [+0.29,
++1.17], shown). Better than the second design, not on every set.
+
+The second design, learning rate 1e-3 over 10 steps, was shown on seeds 0–7 at design time (7 of 8, [+0.09, +1.90])
+and on 1100–1107 (8 of 8, +0.74 [+0.077, +1.40]), and weak on 100–107, 300–307, 900–907 (6 of 8, +1.05 [+0.043,
++2.05]), 1000–1007 (6 of 8, +0.26 [−0.26, +0.77]), 1200–1207 (6 of 8, +0.62 [−0.089, +1.33]) and on seeds 0–7 run
+again on a machine whose floating point differs in the last bits (7 of 8, +0.73 [−0.21, +1.68]). Its history:
+
 Designed on seeds 0–7 over 20 steps. As a difference of shares it was weak there (7 of 8 positive, interval [−0.03,
 +0.30]: two seeds where the ramblers multiplied outweighed the rest), so the effect became their ratio: 7 of 8 and
 [+0.11, +1.98]. Checked unchanged on seeds 100–107: +1.40, −0.07, −0.14, +0.74, +0.02, +0.54, −0.03, +1.62, 5 of 8,
@@ -27,7 +42,7 @@ from rl_core.experiments._measures import mean_over_steps
 
 SHARED = dict(
     prompts_per_step=16, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
-    policy_loss="clip", epsilon=0.2, epsilon_high=0.2, learning_rate=1e-3, ppo_epochs=2, num_minibatches=2,
+    policy_loss="clip", epsilon=0.2, epsilon_high=0.2, learning_rate=5e-4, ppo_epochs=2, num_minibatches=2,
     dynamic_sampling=False, overlong_filter=False, overlong_buffer=None, entropy_coef=0.0,
 )
 SEQ_MEAN, TOKEN_MEAN, SUM_NORM = "seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"
@@ -50,17 +65,16 @@ def _effect(runs) -> float:
 
 EXPERIMENT = Experiment(
     name="length_bias",
-    title="Per-response normalisation can let long wrong answers linger",
-    claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) can linger and even "
-          "multiply where token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out, "
-          "because each response's penalty is divided by its length. The lab shows a tendency, not a reliable "
-          "effect: more ramblers under seq-mean-token-mean on 45 of 56 seeds in seven sets, but the verdict (7 of 8 "
-          "seeds and a 95 % interval above 0) passed on two of them. Seeds 0–7, 7 of 8, [+0.09, +1.90], shown; "
-          "held-out 100–107, 5 of 8, +0.51 [−0.07, +1.09]; 300–307, 7 of 8, +0.62 [−0.001, +1.23]; 900–907, 6 of "
-          "8, +1.05 [+0.043, +2.05]; 1000–1007, 6 of 8, +0.26 [−0.26, +0.77]; 1100–1107, 8 of 8, +0.74 [+0.077, "
-          "+1.40], shown; 1200–1207, 6 of 8, +0.62 [−0.089, +1.33]. Seeds 0–7 again on another machine, whose "
-          "floating point differs in the last bits and so draws other samples: 7 of 8, +0.73 [−0.21, +1.68], weak; "
-          "a server's own run of seeds 0–7 may read either way.",
+    title="Per-response normalisation lets long wrong answers linger",
+    claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) linger where "
+          "token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out faster, because "
+          "each response's penalty is divided by its length. The effect is ln of how many times more responses are "
+          "cut off under seq-mean-token-mean than under whichever of the other two keeps more. Seeds 0–7, 8 of 8, "
+          "+0.62 [+0.42, +0.82]; 1100–1107, 7 of 8, +0.62 [+0.11, +1.13]; 1200–1207, 8 of 8, +0.90 [+0.59, +1.22]; "
+          "held-out 1300–1307, 7 of 8, +0.60 [+0.24, +0.97]; held-out 1400–1407, 6 of 8, +0.63 [+0.001, +1.25], "
+          "weak (the verdict needs 7 of 8 seeds and an interval above 0); held-out 1500–1507, 7 of 8, +0.73 "
+          "[+0.29, +1.17]: shown on five of six sets. At twice the learning rate the rambler share could jump "
+          "within a few steps under any aggregation, and the verdict passed on two of eight sets.",
     source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025)",
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),

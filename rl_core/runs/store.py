@@ -167,7 +167,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # under both names, the answer under the new name is the later one and wins.
     (
         """UPDATE runs SET page_run = page_run + (
-               SELECT COALESCE(MAX(old.page_run), 0) FROM runs AS old WHERE old.page = 'pg' AND old.session IS runs.session)
+               SELECT COALESCE(MAX(old.page_run), 0) FROM runs AS old
+               WHERE old.page = 'pg' AND old.session IS runs.session)
            WHERE page = 'policy_gradient'""",
         "UPDATE runs SET page = 'policy_gradient' WHERE page = 'pg'",
         "UPDATE OR IGNORE predictions SET page = 'policy_gradient' WHERE page = 'pg'",
