@@ -113,12 +113,12 @@ def test_effects_mean_spread_and_verdict_worked_by_hand():
     assert summary["effect_std"] == pytest.approx(math.sqrt(7 / 48))
     assert summary["seeds_with_expected_sign"] == 2 and summary["verdict"] == "weak"
     sentence = effect_sentence(TOY, summary)
-    assert sentence.startswith("x, b minus a: +0.167 (standard deviation 0.38) over 3 seeds (+0.5, +0.25, -0.25)")
+    assert sentence.startswith("x, b minus a: +0.167 (standard deviation 0.38) over 3 seeds (+0.5, +0.25, −0.25)")
     # t(2, 0.975) = 4.30265 from a t table: half-width 4.30265 · √(7/48) / √3 = 0.94865 around 1/6
     low, high = summary["effect_interval"]
     assert (low, high) == (pytest.approx(1 / 6 - 0.94865, abs=1e-4), pytest.approx(1 / 6 + 0.94865, abs=1e-4))
     assert summary["seeds_needed"] == 3
-    assert sentence.endswith("2 of 3 positive as the claim expects (3 needed) and its 95 % interval [-0.782, +1.12] "
+    assert sentence.endswith("2 of 3 positive as the claim expects (3 needed) and its 95 % interval [−0.782, +1.12] "
                              "does not exclude 0, so the claim is weak.")
 
 

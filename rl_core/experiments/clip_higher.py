@@ -13,7 +13,7 @@ from rl_core.experiments._measures import mean_difference
 # batch (4 epochs × 4 minibatches) give the ratio room to leave [0.8, 1.2], where the two arms differ. β = 0 is
 # DAPO's own setting and leaves nothing pulling the policy back.
 #
-# The sixth design, this one: the share of tokens the high-side clip silences (ρ > 1 + ε_high with A > 0), over
+# The sixth design, this one: the share of tokens the high-side clip silences (ρ > 1 + ε_high with Â > 0), over
 # 15 steps, ε_high 0.28 minus 0.2. Seeds 0–7: lower on 8 of 8, −0.0125, 95 % interval [−0.0185, −0.0066] (4.6 %
 # of the tokens against 3.4 %); held out, unchanged, 1200–1207: 8 of 8, −0.0151 [−0.0199, −0.0102] (5.2 % against
 # 3.7 %); 1300–1307: 8 of 8, −0.0133 [−0.0215, −0.0050] (4.9 % against 3.5 %). The share falls by about a
@@ -82,7 +82,7 @@ EXPERIMENT = Experiment(
     # The clip binds from the first step's updates on, so 15 steps (about 16 s for 16 runs on 2 CPU cores) measure
     # it; the entropy designs needed 150 (216 s) and still did not hold.
     steps=15,
-    metric="share of tokens silenced by the high-side clip (ρ > 1 + ε_high, A > 0) averaged over training, "
+    metric="share of tokens silenced by the high-side clip (ρ > 1 + ε_high, Â > 0) averaged over training, "
            "ε_high 0.28 minus 0.2",
     effect=mean_difference("clip_frac_high", "ε_high 0.28", "ε_high 0.2"),
     expected="negative",
