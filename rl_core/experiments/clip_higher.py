@@ -68,10 +68,9 @@ EXPERIMENT = Experiment(
           "against 3.4 %); held-out 1200–1207, 8 of 8, −0.0151 [−0.0199, −0.0102]; held-out 1300–1307, 8 of 8, "
           "−0.0133 [−0.0215, −0.0050]. DAPO's consequence, a higher entropy over hundreds of steps, the lab did not "
           "show reliably: over 150 steps it was higher on 23 of 32 seeds and one set of eight in four passed the "
-          "verdict rule. Over these 15 steps the entropy is, if "
-          "anything, lower with 0.28 (−0.05 nats on average on each of the three sets, higher on only 5, 2 and 3 "
-          "of their 8 seeds, no interval away from 0): early on the wider bound lets the common rewarded tokens "
-          "rise further too, and that sharpens the distribution.",
+          "verdict rule. Over these 15 steps the entropy is, if anything, lower with 0.28 (−0.05 nats on average "
+          "on each of the three sets, higher on only 5, 2 and 3 of their 8 seeds, no interval away from 0): early "
+          "on the wider bound lets the common rewarded tokens rise further too, and that sharpens the distribution.",
     source="DAPO (Yu et al. 2025), clip-higher; Park et al. 2025, the clip's entropy bias under random rewards",
     arms=(
         Arm("ε_high 0.2", "grpo", {**SHARED, "epsilon_high": 0.2}),

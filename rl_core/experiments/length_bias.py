@@ -84,9 +84,9 @@ EXPERIMENT = Experiment(
           "weak (the verdict needs 7 of 8 seeds and an interval above 0); held-out 1500–1507, 7 of 8, +0.73 "
           "[+0.29, +1.17]; held-out 1600–1607, 6 of 8, +0.46 [−0.03, +0.95], weak: shown on five of seven sets. On "
           "about one seed in eight every arm's ramblers vanish within two steps, or seq-mean-token-mean's fall "
-          "faster from the first update on, or one of the other arms' ramblers multiply for a few steps. At "
-          "twice the learning rate the rambler share could jump "
-          "within a few steps under any aggregation, and the verdict passed on two of eight sets.",
+          "faster from the first update on, or one of the other arms' ramblers multiply for a few steps. At twice "
+          "the learning rate the rambler share could jump within a few steps under any aggregation, and the "
+          "verdict passed on two of eight sets.",
     source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025)",
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),

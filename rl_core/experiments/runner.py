@@ -175,9 +175,10 @@ def summarise_effects(experiment: Experiment, effects: Mapping[int, float]) -> d
     }
 
 
-def _signed(value: float, spec: str) -> str:
-    """`value` with its sign, the minus written "−" as in the claims beside the sentence: −0.0125, not -0.0125."""
-    text = format(value, spec)
+def _signed(value: float) -> str:
+    """`value` to 3 significant digits with its sign, the minus written "−" as in the claims beside the sentence:
+    −0.0125, not -0.0125."""
+    text = f"{value:+.3g}"
     return "−" + text[1:] if text.startswith("-") else text  # an exponent's minus (1e-05) stays
 
 
@@ -188,16 +189,16 @@ def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
     if math.isnan(mean):
         return f"No seed finished every arm, so {experiment.metric} was not measured."
     sign = "positive" if experiment.expected == "positive" else "negative"
-    per_seed = ", ".join("—" if math.isnan(e) else _signed(e, "+.3g") for e in effects.values())
+    per_seed = ", ".join("—" if math.isnan(e) else _signed(e) for e in effects.values())
     low, high = summary["effect_interval"]
     if math.isinf(low):
         interval = "one seed gives no interval of the mean"
     else:
         away = low > 0 if experiment.expected == "positive" else high < 0
-        interval = (f"its 95 % interval [{_signed(low, '+.3g')}, {_signed(high, '+.3g')}] "
+        interval = (f"its 95 % interval [{_signed(low)}, {_signed(high)}] "
                     + ("lies on the expected side of 0" if away else "does not exclude 0"))
     right, needed = summary["seeds_with_expected_sign"], summary["seeds_needed"]
-    return (f"{experiment.metric}: {_signed(mean, '+.3g')} (standard deviation {std:.2g}) over {len(effects)} seeds "
+    return (f"{experiment.metric}: {_signed(mean)} (standard deviation {std:.2g}) over {len(effects)} seeds "
             f"({per_seed}); "
             f"{right} of {len(effects)} {sign} as the claim expects ({needed} needed) and {interval}, "
             f"so the claim is {summary['verdict']}.")
