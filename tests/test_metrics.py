@@ -26,7 +26,23 @@ def test_clip_fractions_by_hand():
     assert fractions == pytest.approx(
         {"clip_frac": 3 / 8, "clip_frac_low": 2 / 8, "clip_frac_high": 1 / 8, "dual_clip_frac": 1 / 8}
     )
-    assert all(isinstance(v, float) for v in fractions.values())
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in fractions.values())
+
+
+def test_metrics_of_several_runs_at_once_equal_each_run_alone():
+    """A group of runs computes its metrics under vmap (rl_core.engine.run_group): no branch reads a value."""
+    ratios, advs = torch.stack([RATIO, RATIO.flip(-1)]), torch.stack([ADV, -ADV])
+    masks = torch.stack([MASK, torch.zeros_like(MASK)])  # the second run has no valid token
+    together = torch.func.vmap(lambda r, a, m: clip_fractions(r, a, m, 0.2, 0.28))(ratios, advs, masks)
+    stats = torch.func.vmap(advantage_stats)(advs, masks)
+    explained = torch.func.vmap(explained_variance)(ratios, advs, masks)
+    for run in range(2):
+        alone = {k: float(v) for k, v in clip_fractions(ratios[run], advs[run], masks[run], 0.2, 0.28).items()}
+        assert {k: v[run] for k, v in together.items()} == pytest.approx(alone)
+        alone = {k: float(v) for k, v in advantage_stats(advs[run], masks[run]).items()}
+        assert {k: v[run] for k, v in stats.items()} == pytest.approx(alone)
+        assert explained[run] == pytest.approx(explained_variance(ratios[run], advs[run], masks[run]))
+    assert stats["min"][1] == 0.0 and explained[1] == 0.0
 
 
 def test_clip_fractions_without_dual_clip_report_zero_for_it():
@@ -89,7 +105,7 @@ def test_advantage_stats_by_hand():
     stats = advantage_stats(advantages, torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
     # values 1, 3, −2: mean 2/3, population variance (1/9 + 49/9 + 64/9)/3 = 114/27
     assert stats == pytest.approx({"mean": 2 / 3, "std": math.sqrt(114 / 27), "min": -2.0, "max": 3.0})
-    assert all(isinstance(v, float) for v in stats.values())
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in stats.values())
     assert advantage_stats(torch.ones(1, 2), torch.zeros(1, 2)) == {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
 
 

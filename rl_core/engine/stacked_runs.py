@@ -1,15 +1,19 @@
-"""R policies of one model shape run as one: every weight stacked along a leading run axis `[R, …]`.
+"""The models of R runs as one: every run's weights in one flat buffer `[R, N]`, for the runs' whole life together.
 
-R runs whose tensors sit side by side pay each op's fixed cost (Python, dispatch, a kernel launch) once: a linear
-layer becomes one batched matmul (`baddbmm`) over the runs. Each run keeps its own weights, inputs and random
-draws, so its numbers are the ones it gets alone, up to float rounding where a stacked op sums in another order.
-What that buys depends on the op's size: on one CPU core a decoding step (64 rows × 1 token) is mostly fixed cost
-and sampling R = 8 runs together costs each about 0.6 of its time alone; a teacher-forced pass of a few hundred
-tokens already runs near the matmul throughput, and padding each run to the largest one costs more than stacking
-saves (`bench/stacked_runs.py`, `docs/ARCHITECTURE.md`).
+A group of runs (`rl_core.engine.run_group`) keeps each of its models — policy, reference, critic, teacher — as a
+`Stack`: one `[R, N]` tensor whose row r holds run r's parameters end to end. Each run's own `torch.nn.Module` sees
+its row (its parameters are views of it), so chat, evaluation and checkpoints read the run's current weights, and
+nothing is ever copied back. A pass reads the named weights `[R, …]` as views of the buffer, so gradients land in
+one `[R, N]` tensor, which one optimiser step (`rl_core.engine.stacked_adamw`) updates for every run at once.
 
-* `StackedPolicies.response_logits` — the teacher-forced pass of `rollout.response_logits` for R batches at once,
-  with gradients into the stacked weights;
+What R runs side by side save is each op's fixed cost (Python, dispatch, a kernel launch), paid once for all of
+them: a linear layer is one batched matmul (`baddbmm`) over the runs, attention one call over every run's
+sequences. Each run keeps its own weights, inputs and random draws, so its numbers are the ones it gets alone, up
+to float rounding where a stacked op sums in another order.
+
+* `Stack` — the buffer, its named views, and binding each run's module to its row;
+* `StackedGPT2` — GPT-2's forward over stacked weights (the language-model head, or a critic's value head);
+* `teacher_forced` — the teacher-forced pass of R batches at once, each packed as its prefix tree;
 * `sample_runs` — `rollout.sample` for R runs in one token-by-token loop over one key/value cache, each run drawing
   from its own generator exactly the numbers it draws alone.
 """
@@ -20,50 +24,82 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from rl_core.engine.models import position_ids_from_mask
-from rl_core.engine.rollout import Rollout, TokenBatch, categorical_from_uniform, encode_prompts, rollout_from_decoded
+from rl_core.engine.packing import PrefixTree
+from rl_core.engine.rollout import Rollout, categorical_from_uniform, encode_prompts, rollout_from_decoded
 
 # The sampler drops finished rows from its batch once the busiest run's rows fill at most this share of its slots.
 COMPACT_AT = 0.75
 SHAPE_FIELDS = ("vocab_size", "n_layer", "n_embd", "n_head", "n_positions", "activation_function")
 
 
-class StackedPolicies:
-    """The weights of R `GPT2LMHeadModel`s of one shape, each stacked along a leading run axis.
+def shape_of(module: torch.nn.Module) -> tuple:
+    """What two modules must share to stack: their class, config shape and parameter shapes."""
+    config = getattr(module, "config", None)
+    fields = tuple(getattr(config, f, None) for f in SHAPE_FIELDS)
+    return type(module).__name__, fields, tuple((n, tuple(p.shape)) for n, p in module.named_parameters())
 
-    The stacked tensors are copies: leaves that collect every run's gradient (`weights[name].grad[r]` is run r's),
-    written back to the models with `write_back`."""
 
-    def __init__(self, policies: Sequence[GPT2LMHeadModel], requires_grad: bool = False):
-        if not policies:
-            raise ValueError("policies is empty; a stack holds at least one run")
-        config = policies[0].config
-        for r, policy in enumerate(policies[1:], start=1):
-            differs = [f for f in SHAPE_FIELDS if getattr(policy.config, f) != getattr(config, f)]
-            if differs:
-                raise ValueError(
-                    f"policy {r} differs from policy 0 in {', '.join(differs)}; a stack holds runs of one model shape"
-                )
-        self.config = config
-        self.runs = len(policies)
-        self.heads, self.head_dim = config.n_head, config.n_embd // config.n_head
-        self.scaling = policies[0].transformer.h[0].attn.scaling
-        self.activation = policies[0].transformer.h[0].mlp.act
-        named = [dict(p.named_parameters()) for p in policies]  # a tied LM head is listed once, as the embedding
-        self.weights = {
-            name: torch.stack([n[name].detach() for n in named]).requires_grad_(requires_grad) for name in named[0]
-        }
+class Stack:
+    """The parameters of R modules of one shape in one buffer `[R, N]`; `views()` gives them by name, `[R, …]`.
 
-    def write_back(self, policies: Sequence[GPT2LMHeadModel]) -> None:
-        """Copy each run's stacked weights into its model."""
+    With `trainable` the buffer is a leaf that collects every run's gradient (`buffer.grad[r]` is run r's). Each
+    module is bound to its row: its parameters become views of the buffer, so an update of the buffer is the
+    module's update (a tied weight, listed once by `named_parameters`, stays tied)."""
+
+    def __init__(self, modules: Sequence[torch.nn.Module], trainable: bool = False):
+        if not modules:
+            raise ValueError("modules is empty; a stack holds at least one run")
+        first = shape_of(modules[0])
+        for r, module in enumerate(modules[1:], start=1):
+            if shape_of(module) != first:
+                raise ValueError(f"module {r} differs from module 0 in its shape; a stack holds runs of one model shape")
+        self.runs = len(modules)
+        self.shapes = {name: p.shape for name, p in modules[0].named_parameters()}
         with torch.no_grad():
-            for r, policy in enumerate(policies):
-                for name, parameter in policy.named_parameters():
-                    parameter.copy_(self.weights[name][r])
+            self.buffer = torch.stack([
+                torch.cat([p.detach().reshape(-1) for p in module.parameters()]) for module in modules
+            ])
+        self.buffer.requires_grad_(trainable)
+        for r, module in enumerate(modules):
+            self.bind(module, r)
 
-    # ------------------------------------------------------------------ the transformer over the run axis
+    def bind(self, module: torch.nn.Module, r: int) -> None:
+        """Make `module`'s parameters views of row r."""
+        for (name, parameter), view in zip(module.named_parameters(), self._split(self.buffer.data[r]).values()):
+            parameter.data = view
+
+    def _split(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`rows` `[…, N]` cut into the named parameters `[…, *shape]`: one `split`, whose backward writes every
+        parameter's gradient into one `[…, N]` tensor (a slice per parameter would allocate and add a zero-filled
+        `[…, N]` gradient for each of them)."""
+        lead = rows.shape[:-1]
+        pieces = rows.split([shape.numel() for shape in self.shapes.values()], dim=-1)
+        return {name: piece.view(*lead, *shape) for (name, shape), piece in zip(self.shapes.items(), pieces)}
+
+    def views(self, runs: torch.Tensor | None = None, grad: bool = True) -> dict[str, torch.Tensor]:
+        """The named weights `[R', …]` of the given runs (every run when None): in autograd's view of the buffer
+        (`grad`), so that a loss's gradient reaches it, or detached for a pass without one."""
+        buffer = self.buffer if grad else self.buffer.detach()
+        return self._split(buffer if runs is None else buffer[runs])
+
+
+class StackedGPT2:
+    """GPT-2 over named weights stacked along a run axis `[R, …]` (`Stack.views`), from a `GPT2LMHeadModel` (the
+    language-model head) or a `ValueModel` (a scalar value head) whose shape they have."""
+
+    def __init__(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]):
+        self.weights = weights
+        self.config = module.config
+        self.runs = next(iter(weights.values())).shape[0]
+        self.prefix = "transformer" if hasattr(module, "transformer") else "backbone"
+        block = getattr(module, self.prefix).h[0]
+        self.heads, self.head_dim = self.config.n_head, self.config.n_embd // self.config.n_head
+        self.scaling = block.attn.scaling
+        self.activation = block.mlp.act
+
     def _layer_norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """Layer norm of x `[R, M, d]`, each run with its own scale and shift."""
         w = self.weights
@@ -77,7 +113,7 @@ class StackedPolicies:
     def _block(self, i: int, hidden: torch.Tensor, attend) -> torch.Tensor:
         """Transformer block i on hidden `[R, M, d]`; `attend(layer, qkv)` turns the projections `[R, M, 3·d]`
         into the attention context `[R, M, d]`."""
-        p = f"transformer.h.{i}"
+        p = f"{self.prefix}.h.{i}"
         qkv = self._linear(self._layer_norm(hidden, f"{p}.ln_1"), f"{p}.attn.c_attn")
         hidden = hidden + self._linear(attend(i, qkv), f"{p}.attn.c_proj")
         mlp = self._linear(self.activation(self._linear(self._layer_norm(hidden, f"{p}.ln_2"), f"{p}.mlp.c_fc")),
@@ -92,7 +128,7 @@ class StackedPolicies:
     def _embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Token plus position embeddings `[R, M, d]` of ids `[R, M]`, each run through its own tables."""
         run = torch.arange(self.runs, device=input_ids.device)[:, None]
-        wte, wpe = self.weights["transformer.wte.weight"], self.weights["transformer.wpe.weight"]
+        wte, wpe = self.weights[f"{self.prefix}.wte.weight"], self.weights[f"{self.prefix}.wpe.weight"]
         # One lookup in the runs' tables laid end to end: `embedding`'s backward is a dense scatter, where indexing
         # a stacked table backs up through a sort.
         return (F.embedding(input_ids + run * wte.shape[1], wte.flatten(0, 1))
@@ -100,8 +136,14 @@ class StackedPolicies:
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits `[R, M, V]` of final hidden states `[R, M, d]`."""
-        head = self.weights.get("lm_head.weight", self.weights["transformer.wte.weight"])
-        return torch.bmm(self._layer_norm(hidden, "transformer.ln_f"), head.transpose(1, 2)).float()
+        head = self.weights.get("lm_head.weight", self.weights[f"{self.prefix}.wte.weight"])
+        return torch.bmm(self._layer_norm(hidden, f"{self.prefix}.ln_f"), head.transpose(1, 2)).float()
+
+    def values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A value model's V `[R, M]` of final hidden states `[R, M, d]`."""
+        normed = self._layer_norm(hidden, f"{self.prefix}.ln_f")
+        w, b = self.weights["value_head.weight"], self.weights["value_head.bias"]  # nn.Linear: [1, d], [1]
+        return torch.baddbmm(b[:, None], normed, w.transpose(1, 2)).squeeze(-1)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attend) -> torch.Tensor:
         """Last hidden states `[R, M, d]` of ids `[R, M]` at their positions; `attend` (see `_block`) lays the
@@ -111,32 +153,44 @@ class StackedPolicies:
             hidden = self._block(i, hidden, attend)
         return hidden
 
-    # ------------------------------------------------------------------ teacher forcing
-    def response_logits(self, batches: Sequence[TokenBatch], temperature: float = 1.0) -> list[torch.Tensor]:
-        """`rollout.response_logits(policy_r, batches[r], temperature)` for every run r, from one pass.
 
-        The linear layers see each run's prefix tree (or padded batch) flattened, padded to the largest run's token
-        count; attention runs per run, on the run's own sequences (padding them to the longest run's would cost
-        attention, quadratic in length, more than the calls it saves)."""
-        if len(batches) != self.runs:
-            raise ValueError(f"{len(batches)} batches for a stack of {self.runs} runs; give one batch per run")
-        trees = [b.prefix_tree for b in batches]
-        M = max(t.input_ids.numel() for t in trees)
-        input_ids = torch.stack([F.pad(t.input_ids.flatten(), (0, M - t.input_ids.numel())) for t in trees])
-        position_ids = torch.stack([F.pad(t.position_ids.flatten(), (0, M - t.position_ids.numel())) for t in trees])
-        masks = [_four_d(t.attention_mask)[:, None] for t in trees]
+# ------------------------------------------------------------------------------------------------ teacher forcing
+def stacked_trees(trees: Sequence[PrefixTree], response_columns: int) -> tuple[torch.Tensor, ...]:
+    """R prefix trees as one layout: `(input_ids [R, U·L], position_ids [R, U·L], mask [R·U, 1, L, L], index
+    [R, B, T])`, each tree padded to the largest one's `U` sequences of `L` positions (a padding query sees itself
+    alone, so no softmax row is empty; nothing reads it), and its `logit_index` mapped into the padded layout and
+    padded to `response_columns` columns (the padding points at position 0; the response mask hides it)."""
+    U = max(t.input_ids.shape[0] for t in trees)
+    L = max(t.input_ids.shape[1] for t in trees)
+    device = trees[0].input_ids.device
+    ids, positions, masks, indices = [], [], [], []
+    eye = torch.eye(L, dtype=torch.bool, device=device)
+    for tree in trees:
+        u, length = tree.input_ids.shape
+        ids.append(F.pad(tree.input_ids, (0, L - length, 0, U - u)).flatten())
+        positions.append(F.pad(tree.position_ids, (0, L - length, 0, U - u)).flatten())
+        masks.append(F.pad(_four_d(tree.attention_mask), (0, L - length, 0, L - length, 0, U - u)) | eye)
+        index = tree.logit_index
+        index = (index // length) * L + index % length
+        indices.append(F.pad(index, (0, response_columns - index.shape[1])))
+    return torch.stack(ids), torch.stack(positions), torch.cat(masks)[:, None], torch.stack(indices)
 
-        def attend(layer, qkv):
-            parts = []
-            for r, (tree, mask) in enumerate(zip(trees, masks)):
-                n, length = tree.input_ids.shape
-                query, key, value = self._heads(qkv[r, : n * length], n)
-                context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling)
-                parts.append(F.pad(context.transpose(1, 2).reshape(n * length, -1), (0, 0, 0, M - n * length)))
-            return torch.stack(parts)
 
-        logits = self._head(self.forward(input_ids, position_ids, attend)) / temperature  # [R, M, V]
-        return [logits[r][t.logit_index] for r, t in enumerate(trees)]
+def teacher_forced(model: StackedGPT2, layout: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Final hidden states `[R, B, T, d]` at the positions that predict each response token, from one pass of the
+    stacked model over `stacked_trees`' layout."""
+    input_ids, position_ids, mask, index = layout
+    R = input_ids.shape[0]
+    sequences, length = mask.shape[0], mask.shape[-1]
+
+    def attend(layer, qkv):
+        query, key, value = model._heads(qkv, sequences)
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=model.scaling)
+        return context.transpose(1, 2).reshape(R, sequences // R * length, -1)
+
+    hidden = model.forward(input_ids, position_ids, attend)
+    B, T = index.shape[1:]
+    return hidden.gather(1, index.reshape(R, B * T, 1).expand(-1, -1, hidden.shape[-1])).view(R, B, T, -1)
 
 
 def _four_d(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -149,9 +203,10 @@ def _four_d(attention_mask: torch.Tensor) -> torch.Tensor:
     return (causal & attention_mask.bool()[:, None, :]) | torch.eye(L, dtype=torch.bool, device=attention_mask.device)
 
 
+# ------------------------------------------------------------------------------------------------------- sampling
 @torch.no_grad()
 def sample_runs(
-    stack: StackedPolicies,
+    model: StackedGPT2,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[list[str]],
     max_new_tokens: int,
@@ -160,17 +215,17 @@ def sample_runs(
     num_generations: int = 1,
 ) -> list[Rollout]:
     """`rollout.sample(policy_r, tokenizer, prompts[r], max_new_tokens, temperatures[r], generators[r],
-    num_generations)` for every run r of the stack, in one token-by-token loop.
+    num_generations)` for every run r of the stacked model, in one token-by-token loop.
 
     Each run draws from its own generator as many numbers, in the same order, as it draws alone; so its tokens are
     its own run's, unless a logit that differs in the last bits moves a cumulative probability across a draw."""
-    R = stack.runs
+    R = model.runs
     if not (len(prompts) == len(temperatures) == len(generators) == R):
         raise ValueError(f"a stack of {R} runs needs {R} prompt lists, temperatures and generators; got "
                          f"{len(prompts)}, {len(temperatures)} and {len(generators)}")
     if len({len(p) for p in prompts}) != 1:
         raise ValueError(f"every run samples the same number of prompts; got {[len(p) for p in prompts]}")
-    device = stack.weights["transformer.wte.weight"].device
+    device = next(iter(model.weights.values())).device
     encoded = [encode_prompts(tokenizer, p, device) for p in prompts]
     width = max(ids.shape[1] for ids, _ in encoded)
     # Every run's prompts left-padded to the widest run's: positions count from the first real token, and the
@@ -180,14 +235,14 @@ def sample_runs(
     prompt_mask = torch.stack([F.pad(mask, (width - mask.shape[1], 0)) for _, mask in encoded])
     temperature = torch.tensor(temperatures, dtype=torch.float32, device=device)[:, None, None]
     with torch.inference_mode():
-        decoded = _decode_runs(stack, tokenizer.eos_token_id, pad, prompt_ids, prompt_mask,
+        decoded = _decode_runs(model, tokenizer.eos_token_id, pad, prompt_ids, prompt_mask,
                                max_new_tokens, temperature, generators, num_generations)
     return [
         rollout_from_decoded(tokenizer, prompts[r], *encoded[r], decoded[r], num_generations) for r in range(R)
     ]
 
 
-def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, temperature, generators, num_generations):
+def _decode_runs(model, eos, pad, prompt_ids, prompt_mask, max_new_tokens, temperature, generators, num_generations):
     """`rollout._decode` for every run: a list of R `(response ids, response mask, logits / temperature, finished)`.
 
     The loop keeps `n` slots per run, in batch order; a slot whose row has finished goes on computing, unread, until
@@ -197,15 +252,14 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
     device = prompt_ids.device
     real = prompt_mask.bool().reshape(R * P, width)
     key_mask = torch.cat([real, real.new_ones((R * P, T))], dim=1)[:, None, None, :]
-    shape = (R * P, stack.heads, width + T, stack.head_dim)
-    keys = [key_mask.new_empty(shape, dtype=stack.weights["transformer.wte.weight"].dtype)
-            for _ in range(stack.config.n_layer)]
+    shape = (R * P, model.heads, width + T, model.head_dim)
+    keys = [key_mask.new_empty(shape, dtype=torch.float32) for _ in range(model.config.n_layer)]
     values = [torch.empty_like(k) for k in keys]
     length = 0  # positions in the cache
 
     def attend(layer, qkv):
         rows_now, n = qkv.shape[1] // tokens_per_row, tokens_per_row
-        query, key, value = stack._heads(qkv, R * rows_now)  # [R·rows, H, n, hd]
+        query, key, value = model._heads(qkv, R * rows_now)  # [R·rows, H, n, hd]
         keys[layer][:, :, length : length + n] = key
         values[layer][:, :, length : length + n] = value
         if n > 1:  # the prompts: causal over their real tokens (a padding query sees itself: no empty softmax row)
@@ -215,16 +269,16 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
             mask = key_mask[..., : length + n]
         context = F.scaled_dot_product_attention(
             query, keys[layer][:, :, : length + n], values[layer][:, :, : length + n], attn_mask=mask,
-            scale=stack.scaling,
+            scale=model.scaling,
         )
         return context.transpose(1, 2).reshape(R, rows_now * n, -1)
 
     def head(hidden):
-        return stack._head(hidden) / temperature
+        return model._head(hidden) / temperature
 
     positions = position_ids_from_mask(prompt_mask)
     tokens_per_row = width
-    hidden = stack.forward(prompt_ids.view(R, P * width), positions.view(R, P * width), attend)
+    hidden = model.forward(prompt_ids.view(R, P * width), positions.view(R, P * width), attend)
     logits = head(hidden.view(R, P, width, -1)[:, :, -1])  # [R, P, V]
     length, tokens_per_row = width, 1
     group = torch.arange(P, device=device).repeat_interleave(num_generations)
@@ -270,7 +324,7 @@ def _decode_runs(stack, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
             flat = (run * n + order).flatten()
             keys, values, key_mask = [k[flat] for k in keys], [v[flat] for v in values], key_mask[flat]
             next_position = next_position.gather(1, order[..., None])
-        logits = head(stack.forward(token, next_position[..., 0], attend))
+        logits = head(model.forward(token, next_position[..., 0], attend))
         length += 1
         next_position = next_position + 1
     return [

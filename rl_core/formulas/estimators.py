@@ -95,18 +95,20 @@ def effective_reward_clip(algo: AlgoConfig) -> float | None:
     return None if algo.advantage_estimator in GROUP_ESTIMATORS else algo.reward_clip
 
 
-def whitens_noise_only(algo: AlgoConfig, sequence_rewards: torch.Tensor, beta: float) -> bool:
+def whitens_noise_only(algo: AlgoConfig, sequence_rewards: torch.Tensor, beta: float) -> torch.Tensor:
     """Whether this batch's advantages would be noise blown up to unit scale, so that no policy step should follow.
 
     Whitening (PPO's option, REINFORCE++'s global normalisation) divides the advantages by their batch std. When
     no reward differs from another (within each group; the whole batch when G = 1), what is left to divide is the
     critic's error and the small in-reward KL penalty, and whitening turns it into a full-size push: on the
     default task PPO's solved batches moved the policy by 0.1–18 nats of approx KL and the next batch failed.
-    Only when the policy loss is the sole term (no KL in the loss, no entropy bonus, no KL-Cov)."""
+    Only when the policy loss is the sole term (no KL in the loss, no entropy bonus, no KL-Cov). `beta` is the run's
+    current β (a group of runs passes one of theirs: they share a loss only when their β are all 0 or all not)."""
     whitens = algo.whiten_advantages or algo.advantage_estimator == "reinforce_pp"
     group_size = algo.num_generations if algo.num_generations > 1 else len(sequence_rewards)
     other_terms = (algo.kl_in == "loss" and beta > 0) or algo.entropy_coef > 0 or algo.cov_mode == "kl_cov"
-    return whitens and not other_terms and not bool(dynamic_sampling_keep(sequence_rewards, group_size).any())
+    # A 0-dim bool tensor, read by no branch, so that a group of runs decides it for every run under vmap.
+    return ~dynamic_sampling_keep(sequence_rewards, group_size).any() & (whitens and not other_terms)
 
 
 def estimate_advantages(algo: AlgoConfig, x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -22,7 +22,7 @@ ROUNDING = 1e-5
 
 def kl_estimator_stats(
     logp: torch.Tensor, ref_logp: torch.Tensor, exact_kl: torch.Tensor, mask: torch.Tensor
-) -> dict[str, float]:
+) -> dict[str, torch.Tensor]:
     """For each estimator `k ∈ {k1, k2, k3}`, over the valid tokens of `[B, T]` tensors:
 
     * `kl_{k}_bias = mean_t (k_t − KL_t)` — the mean error against the exact per-state KL;
@@ -34,7 +34,7 @@ def kl_estimator_stats(
     for name, estimator in KL_ESTIMATORS.items():
         values = estimator(logp, ref_logp)
         error = values - exact_kl
-        stats[f"kl_{name}_bias"] = masked_mean(error, mask).item()
-        stats[f"kl_{name}_std"] = masked_var(error, mask).sqrt().item()
-        stats[f"kl_{name}_neg_frac"] = masked_mean((values < -ROUNDING).float(), mask).item()
+        stats[f"kl_{name}_bias"] = masked_mean(error, mask)
+        stats[f"kl_{name}_std"] = masked_var(error, mask).sqrt()
+        stats[f"kl_{name}_neg_frac"] = masked_mean((values < -ROUNDING).float(), mask)
     return stats

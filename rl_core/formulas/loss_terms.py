@@ -33,7 +33,7 @@ class LossInputs:
     ref_logp: torch.Tensor  # log π_ref
     advantages: torch.Tensor
     mask: torch.Tensor
-    beta: float  # the current KL coefficient (adaptive with target_kl)
+    beta: float | torch.Tensor  # the current KL coefficient (adaptive with target_kl)
     max_length: int  # T_max of seq-mean-token-sum-norm
     positive: torch.Tensor | None = None  # [B] bool, VAPO's responses to imitate
     policy_weights: torch.Tensor | None = None  # [B, T] or [B, 1] rollout-correction weights sg[w] (TIS / MIS)
@@ -67,10 +67,10 @@ def kl_term(x: LossInputs) -> torch.Tensor:
     return x.aggregate(kl.clamped_kl(KL_IN_LOSS[x.algo.kl_gradient](x), x.logp, x.ref_logp))
 
 
-def kl_capped_fraction(x: LossInputs) -> float:
+def kl_capped_fraction(x: LossInputs) -> torch.Tensor:
     """The share of valid tokens whose KL term `clamped_kl` caps at 10 (π_θ < π_ref and k > 10)."""
     capped = kl.kl_guard_capped(KL_IN_LOSS[x.algo.kl_gradient](x).detach(), x.logp.detach(), x.ref_logp)
-    return masked_mean(capped.float(), x.mask).item()
+    return masked_mean(capped.float(), x.mask)
 
 
 def kl_cov_term(x: LossInputs) -> torch.Tensor:
@@ -135,6 +135,8 @@ def loss_parts(x: LossInputs) -> dict[str, torch.Tensor]:
     parts = {}
     for term in LOSS_TERMS:
         coefficient = term.coefficient(x.algo, x.beta)
-        if coefficient != 0 or term.name == "policy_loss":
+        # A tensor coefficient is β of a group of runs (`rl_core.engine.run_group`), whose runs share one loss only
+        # when their β are all nonzero.
+        if term.name == "policy_loss" or isinstance(coefficient, torch.Tensor) or coefficient != 0:
             parts[term.name] = coefficient * term.value(x)
     return parts

@@ -1,6 +1,9 @@
-"""Diagnostics reported every step, as python floats: clip fractions, explained variance, approximate KL
-between the old and the updated policy, advantage statistics, and the share of zero-advantage groups; and the
-tokens a policy loss silences."""
+"""Diagnostics reported every step: clip fractions, explained variance, approximate KL between the old and the
+updated policy, advantage statistics, and the share of zero-advantage groups; and the tokens a policy loss silences.
+
+Each statistic is a 0-dim tensor computed without reading a value back to Python (no branch on data, no boolean
+indexing), so that a group of runs computes it for every run at once under `torch.func.vmap` and moves all of a
+step's records to the host in one transfer (`rl_core.engine.run_group`)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ def clip_fractions(
     epsilon_low: float,
     epsilon_high: float,
     dual_clip: float | None = None,
-) -> dict[str, float]:
+) -> dict[str, torch.Tensor]:
     """Fractions of the valid tokens on which a clip is active, given the sign of A:
 
     * `clip_frac_low`: `ρ < 1 − ε_low` and `A < 0`;
@@ -33,8 +36,8 @@ def clip_fractions(
     high = (ratio > 1 + epsilon_high) & (advantages > 0)
     dual = (advantages < 0) & (ratio > dual_clip) if dual_clip is not None else torch.zeros_like(low)
 
-    def fraction(selected: torch.Tensor) -> float:
-        return masked_mean(selected.to(ratio.dtype), mask).item()
+    def fraction(selected: torch.Tensor) -> torch.Tensor:
+        return masked_mean(selected.to(ratio.dtype), mask)
 
     return {
         "clip_frac": fraction(low | high),
@@ -47,7 +50,7 @@ def clip_fractions(
 def dppo_clip_fractions(
     logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
     delta_low: float, delta_high: float,
-) -> dict[str, float]:
+) -> dict[str, torch.Tensor]:
     """DPPO's clip metric, the masked fraction `mean(1 − m_t)` over all valid tokens (verl's `pg_clipfrac` for
     `dppo_tv`), with `m_t` of `dppo_tv_mask`: `clip_frac`; split into `clip_frac_high` (m = 0 with A > 0, the
     probability rose more than δ_high) and `clip_frac_low` (m = 0 with A ≤ 0, it fell more than δ_low — counted
@@ -55,18 +58,18 @@ def dppo_clip_fractions(
     `dual_clip_frac` is 0: DPPO caps the detached weight at c instead."""
     masked = ~dppo_tv_mask(logp.exp(), old_logp.exp(), advantages, delta_low, delta_high)
 
-    def fraction(selected: torch.Tensor) -> float:
-        return masked_mean(selected.float(), mask).item()
+    def fraction(selected: torch.Tensor) -> torch.Tensor:
+        return masked_mean(selected.float(), mask)
 
     return {
         "clip_frac": fraction(masked),
         "clip_frac_low": fraction(masked & (advantages <= 0)),
         "clip_frac_high": fraction(masked & (advantages > 0)),
-        "dual_clip_frac": 0.0,
+        "dual_clip_frac": torch.zeros_like(fraction(masked)),
     }
 
 
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`1 − Var(R − V)/Var(R)` over the valid tokens (population variances): 1 perfect, 0 no better than
     predicting the mean return, < 0 harmful.
 
@@ -74,39 +77,42 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     result is 0.0 rather than NaN or −inf.
     """
     return_var = masked_var(returns, mask)
-    if return_var == 0:
-        return 0.0
-    return (1 - masked_var(returns - values, mask) / return_var).item()
+    nothing_to_explain = return_var == 0
+    explained = 1 - masked_var(returns - values, mask) / torch.where(nothing_to_explain, 1.0, return_var)
+    return torch.where(nothing_to_explain, 0.0, explained)
 
 
-def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> float:
+def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """KL(π_old ‖ π_θ) estimated with k2 on the sampled tokens: masked mean of `½ (log π_θ − log π_old)²`.
 
     k2 is chosen because it is never negative and has low variance for small steps, where its bias is of
     third order in `ℓ_t`.
     """
-    return masked_mean(kl_k2(logp, old_logp), mask).item()
+    return masked_mean(kl_k2(logp, old_logp), mask)
 
 
-def advantage_stats(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Mean, population std, min and max of the advantages over the valid tokens (all 0.0 with no valid token)."""
-    valid = advantages[mask > 0]
-    if valid.numel() == 0:
-        return {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
+def advantage_stats(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Mean, population std, min and max of the advantages over the valid tokens (all 0 with no valid token)."""
+    valid = mask > 0
+    mean = masked_mean(advantages, mask)
+    std = masked_mean((advantages - mean).square(), mask).sqrt()
+    any_valid = valid.any()
+    lowest = torch.where(valid, advantages, torch.inf).amin()
+    highest = torch.where(valid, advantages, -torch.inf).amax()
     return {
-        "mean": valid.mean().item(),
-        "std": valid.std(correction=0).item(),
-        "min": valid.min().item(),
-        "max": valid.max().item(),
+        "mean": mean,
+        "std": std,
+        "min": torch.where(any_valid, lowest, 0.0),
+        "max": torch.where(any_valid, highest, 0.0),
     }
 
 
-def zero_advantage_group_fraction(R: torch.Tensor, group_size: int) -> float:
+def zero_advantage_group_fraction(R: torch.Tensor, group_size: int) -> torch.Tensor:
     """Fraction of groups whose rewards are all equal (so every group advantage in them is 0)."""
-    return 1.0 - dynamic_sampling_keep(R, group_size).float().mean().item()
+    return 1.0 - dynamic_sampling_keep(R, group_size).float().mean()
 
 
-def skewed_group_weight_ratio(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> float:
+def skewed_group_weight_ratio(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> torch.Tensor:
     """How much a response in a *skewed* group weighs against one in a *balanced* group: the mean `|Â_i|` over the
     responses of skewed groups divided by the mean `|Â_i|` over those of balanced groups. A group is skewed when at
     most a quarter, or at least three quarters, of its members score above the group mean (with 0/1 rewards: nearly
@@ -122,13 +128,16 @@ def skewed_group_weight_ratio(seq_advantages: torch.Tensor, R: torch.Tensor, gro
     signal = dynamic_sampling_keep(R, group_size)
     skewed = signal & ((above <= 0.25) | (above >= 0.75))
     balanced = signal & ~skewed
-    if not skewed.any() or not balanced.any():
-        return float("nan")
     weight = seq_advantages.abs().reshape(-1, group_size)
-    return (weight[skewed].mean() / weight[balanced].mean()).item()
+
+    def mean_weight(groups: torch.Tensor) -> torch.Tensor:
+        return (weight * groups[:, None]).sum() / (groups.sum() * group_size).clamp(min=1)
+
+    ratio = mean_weight(skewed) / torch.where(balanced.any(), mean_weight(balanced), 1.0)
+    return torch.where(skewed.any() & balanced.any(), ratio, torch.nan)
 
 
-def equal_group_weight_share(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> float:
+def equal_group_weight_share(seq_advantages: torch.Tensor, R: torch.Tensor, group_size: int) -> torch.Tensor:
     """The share of the batch's advantage weight that falls on responses whose group's rewards are all equal:
     `Σ_{i in equal groups} |Â_i| / Σ_i |Â_i|` (groups of G contiguous responses; NaN when every `Â_i` is 0).
 
@@ -136,21 +145,19 @@ def equal_group_weight_share(seq_advantages: torch.Tensor, R: torch.Tensor, grou
     0; a baseline taken over the whole batch gives them `R − mean_batch R`, the prompt's difficulty."""
     weight = seq_advantages.abs().reshape(-1, group_size)
     total = weight.sum()
-    if total == 0:
-        return float("nan")
-    return (weight[~dynamic_sampling_keep(R, group_size)].sum() / total).item()
+    equal = (weight * ~dynamic_sampling_keep(R, group_size)[:, None]).sum()
+    return torch.where(total == 0, torch.nan, equal / torch.where(total == 0, 1.0, total))
 
 
-def first_last_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+def first_last_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """The mean advantage of every response's first token and of its last valid token (VC-PPO: a critic that
-    values early states too low gives the first tokens the larger advantages). 0.0 for an empty batch."""
+    values early states too low gives the first tokens the larger advantages), over the non-empty responses; 0 for
+    an empty batch."""
     lengths = mask.sum(-1).long()
-    rows = lengths > 0
-    if not rows.any():
-        return {"advantage_first_token": 0.0, "advantage_last_token": 0.0}
-    first = advantages[rows, 0]
-    last = advantages[rows].gather(1, (lengths[rows] - 1)[:, None]).squeeze(1)
-    return {"advantage_first_token": first.mean().item(), "advantage_last_token": last.mean().item()}
+    rows = (lengths > 0).to(advantages.dtype)
+    first = advantages[:, 0]
+    last = advantages.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+    return {"advantage_first_token": masked_mean(first, rows), "advantage_last_token": masked_mean(last, rows)}
 
 
 def silenced_tokens(per_token_loss: torch.Tensor, logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
