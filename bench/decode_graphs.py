@@ -8,7 +8,7 @@ way does the same work) is timed as:
   (transformers' `DynamicCache`), once per run;
 * `kv_decoder` — the engine's `decoding.KVDecoder` (keys and values written into buffers sized once per rollout),
   once per run;
-* `stacked_eager` — the R runs' stacked weights (`StackedPolicies`) in one token loop over one preallocated cache;
+* `stacked_eager` — the R runs' stacked weights (`stacked_runs.StackedGPT2`) in one token loop over one preallocated cache;
 * `stacked_cuda_graph` — that same loop, all T steps, captured once as a CUDA graph and replayed (CUDA only): every
   shape is fixed for the whole rollout, so nothing in it needs the host.
 
@@ -46,7 +46,7 @@ from rl_core.config import RunConfig  # noqa: E402
 from rl_core.engine.decoding import KVDecoder  # noqa: E402
 from rl_core.engine.models import position_ids_from_mask, select_device  # noqa: E402
 from rl_core.engine.rollout import categorical_from_uniform, encode_prompts  # noqa: E402
-from rl_core.engine.stacked_runs import StackedPolicies  # noqa: E402
+from rl_core.engine.stacked_runs import Stack, StackedGPT2  # noqa: E402
 from rl_core.engine.trainer import Trainer  # noqa: E402
 
 
@@ -99,7 +99,7 @@ class StackedDecode:
     fills the cache and the first logits (`prefill`), then `decode` runs the T token steps, all reading and
     writing the same tensors, so that the T steps can be captured as one CUDA graph."""
 
-    def __init__(self, stack: StackedPolicies, prompt_ids, prompt_mask, uniforms, G):
+    def __init__(self, stack: StackedGPT2, prompt_ids, prompt_mask, uniforms, G):
         R, P, width = prompt_ids.shape
         self.stack, self.R, self.rows, self.width, self.G = stack, R, P * G, width, G
         self.prompt_ids, self.prompt_mask, self.uniforms = prompt_ids, prompt_mask, uniforms  # uniforms [T, R, rows]
@@ -190,7 +190,7 @@ def measure(trainer: Trainer, device: torch.device, runs: int, tokens: int, repe
     prompt_mask = torch.stack([F.pad(mask, (width - mask.shape[1], 0)) for _, mask in encoded])
     rows = prompt_ids.shape[1] * G
     uniforms = torch.rand((tokens, runs, rows), generator=torch.Generator().manual_seed(0)).to(device)
-    stack = StackedPolicies(policies)
+    stack = StackedGPT2(policies[0], Stack(policies).views(grad=False))
     row = {"runs": runs, "rows_per_run": rows, "tokens": tokens}
 
     with torch.inference_mode():

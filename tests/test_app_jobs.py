@@ -2,6 +2,7 @@
 bounded metrics history."""
 
 import contextlib
+import math
 import sqlite3
 import subprocess
 import sys
@@ -375,18 +376,17 @@ def test_a_sweeps_hold_tells_the_queue_its_estimated_seconds_left():
 
 # ------------------------------------------------------------------------------------------ the shared live loop
 class DivergesAtStep3(Job):
-    """A job whose run's third step raises, as a diverged critic's does."""
+    """A job whose run's third step fails, as a diverged run's does: its rewards are NaN from then on."""
 
     def _local_trainer(self):
         trainer = super()._local_trainer()
-        step_phases = trainer.step_phases
+        rewards = trainer.rewards
 
-        def diverging():
-            if trainer.step_index == 2:
-                raise FloatingPointError("the critic's loss is NaN")
-            return (yield from step_phases())
+        def diverging(rollout):
+            scores, successes = rewards(rollout)
+            return (scores * math.nan if trainer.step_index == 2 else scores), successes
 
-        trainer.step_phases = diverging
+        trainer.rewards = diverging
         return trainer
 
 
@@ -411,7 +411,7 @@ def test_a_failing_run_ends_alone_and_the_other_goes_on(jobs, tmp_path, monkeypa
     assert failing.join(120)
     snap = failing.snapshot()
     assert snap.status == "failed" and snap.steps_done == 2
-    assert snap.error == "FloatingPointError: the critic's loss is NaN"
+    assert snap.error.startswith("TrainingError: step 3: the loss became nan")
     at_failure = steady.snapshot().steps_done
     wait_for(lambda: steady.snapshot().steps_done >= at_failure + 3)
     assert steady.snapshot().status == "training" and slots.running == 1

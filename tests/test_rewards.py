@@ -76,9 +76,5 @@ def test_the_trainer_counts_the_eos_in_the_overlong_length():
     )
     trainer = trainer_module.Trainer(RunConfig(algo=get_preset("dapo"), task="reverse"))
     assert (trainer.max_new_tokens, trainer.overlong_buffer) == (8, 2)
-    phases = trainer._sample_batch(1)
-    next(phases)  # the sampling request; the rollout above answers it
-    with pytest.raises(StopIteration) as done:
-        phases.send(rollout)
-    _, rewards, _ = done.value.value
+    rewards, _ = trainer.rewards(rollout)
     assert rewards.tolist() == [-0.5, 0.0, -1.0, 0.0]

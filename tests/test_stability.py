@@ -11,9 +11,10 @@ import torch
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import GROUP_ESTIMATORS, RunConfig
 from rl_core.engine import sft
-from rl_core.engine.run_batch import run_alone
+from rl_core.engine.rollout import sample
 from rl_core.engine.tokenizer import build_char_tokenizer
-from rl_core.engine.trainer import VALUE_PRETRAIN_TARGET, Trainer
+from rl_core.engine.run_group import VALUE_PRETRAIN_TARGET
+from rl_core.engine.trainer import Trainer
 from rl_core.formulas.estimators import effective_reward_clip
 from rl_core.formulas.kl import clamped_kl, kl_k3
 from rl_core.formulas.rewards import overlong_buffer_length
@@ -93,7 +94,9 @@ def test_dapo_never_punishes_an_answer_that_ends_within_the_limit(tmp_path):
     counted in |y| as verl's `valid_response_length` does, pay."""
     trainer = Trainer(RunConfig(algo=get_preset("dapo"), task="shift", steps=1, seed=0, sft_steps=30), cache_dir=tmp_path)
     trainer.prepare()
-    rollout, rewards, _ = run_alone(trainer._sample_batch(64))
+    prompts = trainer.task.sample_prompts(64, trainer.prompt_rng)
+    rollout = sample(trainer.policy, trainer.tokenizer, prompts, trainer.max_new_tokens, 1.0, trainer.generator)
+    rewards, _ = trainer.rewards(rollout)
     task_rewards = torch.tensor(trainer.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist()).rewards)
     penalty = rewards - task_rewards
     free = rollout.lengths <= 8 - 2

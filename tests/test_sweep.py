@@ -18,7 +18,7 @@ from rl_core.runs.store import RunStore, process_alive
 from rl_core.runs.summary import format_table, run_outcome, summarise
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import plan_experiment
-from rl_core.runs.sweep import Sweep, batch_count, parse_grid, plan_sweep, warm_start_key
+from rl_core.runs.sweep import Sweep, batch_count, batches, parse_grid, plan_sweep, warm_start_key
 from rl_core.runs.workers import trains_in_local_workers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,15 +132,17 @@ def test_an_out_path_that_is_a_file_is_refused(tmp_path, capsys):
     assert "is a file" in capsys.readouterr().err
 
 
-def test_batch_count_counts_each_warm_starts_runs_cut_to_a_workers_share():
+def test_batches_group_the_runs_of_one_shape_over_seeds_whatever_the_workers():
     runs = lambda name, seeds=None: [a.planned.run for a in plan_experiment(get_experiment(name), seeds)]  # noqa: E731
-    # 2 arms × 8 seeds on 2 workers: batches of up to 8 runs, never across seeds, so one batch per seed.
-    assert batch_count(runs("critic_from_rm"), 2) == 8
-    assert batch_count(runs("critic_from_rm"), 1) == 8
-    # One seed on 2 workers: batches of one run, so that both workers train.
-    assert batch_count(runs("critic_from_rm", [0]), 2) == 2
-    # 3 arms × 2 seeds on 4 workers: batches of up to ⌈6 / 4⌉ = 2, each seed's 3 runs cut into 2 and 1.
-    assert batch_count(runs("length_bias", [0, 1]), 4) == 4
+    # 2 arms × 8 seeds whose critics differ (the reward model's shape, the policy's): one batch per arm.
+    assert batches(dict(enumerate(runs("critic_from_rm")))) == [list(range(8)), list(range(8, 16))]
+    assert batch_count(runs("critic_from_rm", [0])) == 2
+    # A grid of two clip ranges × 5 seeds, one shape: 10 runs cut into 5 and 5, in plan order; PPO (G = 1, a
+    # critic) apart.
+    planned = plan_sweep(["grpo", "ppo"], [0, 1, 2, 3, 4], "caesar", 5, grid={"epsilon": [0.1, 0.2]})
+    assert batches(dict(enumerate(p.run for p in planned))) == [
+        [0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]
+    assert batch_count([p.run for p in planned]) == 4
 
 
 @pytest.mark.slow

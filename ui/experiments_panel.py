@@ -212,7 +212,7 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     at_once = min(experiment_workers(), len(planned))
     if past:
         # The runs of a batch train together, each as long as the batch: time the batches, not the runs.
-        batches = batch_count(planned, at_once)
+        batches = batch_count(planned)
         at_once = min(at_once, batches)
         seconds = batches * statistics.median(past) / at_once
         return (f"About {_seconds(seconds)} for {len(planned)} runs, trained as {batches} batches, {at_once} at a "

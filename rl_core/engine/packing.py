@@ -39,8 +39,9 @@ class PrefixTree:
 
 
 def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int,
-                response_mask: torch.Tensor) -> PrefixTree:
-    """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.engine.rollout`) into a prefix tree.
+                response_mask: torch.Tensor, pack: bool | None = None) -> PrefixTree:
+    """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.engine.rollout`) into a prefix tree
+    (`pack` None: only where that runs at most `PACKING_GAIN` of the padded batch's tokens; True: always).
 
     Response token t of a row is predicted at its prompt's last position (t = 0) or at its own token t − 1; a
     response's last token predicts nothing sampled and is left out. Columns past a response's end point at its
@@ -67,7 +68,7 @@ def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_le
     steps = torch.arange(response_columns, device=device)[None, :]
     response_lengths = response_mask.sum(-1, keepdim=True)
     width = prompt_length + max(fed)
-    if len(first_rows) * length > PACKING_GAIN * len(fed) * width:
+    if not pack and len(first_rows) * length > PACKING_GAIN * len(fed) * width:
         # Few prompts are shared (G = 1, say): the padded batch, cut after its last input, with a 2-D mask, runs
         # hardly more tokens and lets attention take its faster path (causal, when no prompt is padded).
         mask = torch.cat([prompt_mask, prompt_mask.new_ones((len(fed), width - prompt_length))], dim=1)

@@ -64,7 +64,7 @@ from rl_core.formulas.metrics import (
     skewed_group_weight_ratio,
     zero_advantage_group_fraction,
 )
-from rl_core.formulas.rewards import kl_penalized_token_rewards, soft_overlong_punishment
+from rl_core.formulas.rewards import kl_penalized_token_rewards
 from rl_core.formulas.rollout_correction import correction_weights, rollout_mismatch_metrics
 from rl_core.formulas.sampling import dynamic_sampling_keep, overlong_filter_mask
 
@@ -143,7 +143,7 @@ class Part:
         self.mask = mask
         self.ids = self.stacked("response_ids")
         self.truncated = torch.stack([b.truncated for b in self.rollouts])
-        self.layout = stacked_trees([b.prefix_tree for b in self.rollouts], self.T)
+        self.layout = stacked_trees(self.rollouts, self.T)
         self.skip_no_signal = torch.tensor([t.algo.skip_no_signal_updates for t in self.trainers], device=group.device)
         self.formulas = []
         keys: dict[tuple, list[int]] = {}
@@ -328,8 +328,7 @@ class RunGroup:
                 order = torch.stack([torch.randperm(B, generator=t.generator, device=self.device)
                                      for t in part.trainers])
                 for rows in order.chunk(self.algo.num_minibatches, dim=1):
-                    layout = stacked_trees([b.select(rows[p]).prefix_tree for p, b in enumerate(part.rollouts)],
-                                           part.T)
+                    layout = stacked_trees([b.select(rows[p]) for p, b in enumerate(part.rollouts)], part.T)
                     mask = part.mask[runs, rows]
                     critic = part.over_formulas(_critic_terms, self._values(part, layout, grad=True) * mask,
                                                 values[runs, rows], returns[runs, rows], mask)
@@ -344,7 +343,7 @@ class RunGroup:
     # ------------------------------------------------------------------------------- 1–2: sample and reward
     def _sample(self, runs: list[int]) -> list[tuple[Rollout, torch.Tensor, torch.Tensor]]:
         """`(rollout, rewards, successes)` of the given runs: `prompts_per_step` prompts × G responses each, in one
-        loop, rewarded by each run's task (plus DAPO's soft overlong punishment)."""
+        loop, rewarded by each run's task (`Trainer.rewards`)."""
         trainers = [self.trainers[r] for r in runs]
         algo = self.algo
         prompts = [t.task.sample_prompts(algo.prompts_per_step, t.prompt_rng) for t in trainers]
@@ -360,17 +359,7 @@ class RunGroup:
             rollouts = sample_runs(model, self.tokenizer, prompts, trainers[0].max_new_tokens,
                                    [t.behaviour_temperature for t in trainers], [t.generator for t in trainers],
                                    algo.num_generations)
-        out = []
-        for trainer, rollout in zip(trainers, rollouts):
-            scores = trainer.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
-            rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
-            if trainer.algo.overlong_punishment:
-                # |y| counts the closing EOS, as verl's `valid_response_length` does: an answer is safe when it ends
-                # within L_max − L_cache tokens, EOS included (L_cache is what to choose, not what |y| counts).
-                rewards = rewards + soft_overlong_punishment(rollout.lengths, trainer.max_new_tokens,
-                                                             trainer.overlong_buffer)
-            out.append((rollout, rewards, torch.tensor(scores.successes, dtype=torch.bool, device=self.device)))
-        return out
+        return [(rollout, *trainer.rewards(rollout)) for trainer, rollout in zip(trainers, rollouts)]
 
     def _collect(self) -> tuple[list[tuple], list[dict]]:
         """Every run's training batch `(rollout, rewards, successes)` and its dynamic-sampling statistics. With dynamic
@@ -591,7 +580,7 @@ class RunGroup:
                 def take(x):
                     return None if x is None else x[runs, rows]
 
-                layout = stacked_trees([b.select(rows[p]).prefix_tree for p, b in enumerate(part.rollouts)], part.T)
+                layout = stacked_trees([b.select(rows[p]) for p, b in enumerate(part.rollouts)], part.T)
                 logits = self._logits(part, self.policy, layout)
                 logp = token_logprobs(logits, take(part.ids))
                 mask, advantages, old_logp = take(loss_mask), take(scored["advantages"]), take(part.old_logp)
@@ -724,7 +713,7 @@ class RunGroup:
             return [[] for _ in part.runs]
         rows = torch.arange(n, device=self.device)
         heads = [b.select(rows) for b in part.rollouts]
-        layout = stacked_trees([b.prefix_tree for b in heads], part.T)
+        layout = stacked_trees(heads, part.T)
         with torch.no_grad():
             logits = self._logits(part, self.policy, layout, grad=False)
         logp = token_logprobs(logits, part.ids[:, :n]).requires_grad_()

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
 from rl_core.engine.models import position_ids_from_mask
-from rl_core.engine.packing import PrefixTree
-from rl_core.engine.rollout import Rollout, categorical_from_uniform, encode_prompts, rollout_from_decoded
+from rl_core.engine.packing import prefix_tree
+from rl_core.engine.rollout import Rollout, TokenBatch, categorical_from_uniform, encode_prompts, rollout_from_decoded
 
 # The sampler drops finished rows from its batch once the busiest run's rows fill at most this share of its slots.
 COMPACT_AT = 0.75
@@ -155,11 +155,19 @@ class StackedGPT2:
 
 
 # ------------------------------------------------------------------------------------------------ teacher forcing
-def stacked_trees(trees: Sequence[PrefixTree], response_columns: int) -> tuple[torch.Tensor, ...]:
-    """R prefix trees as one layout: `(input_ids [R, U·L], position_ids [R, U·L], mask [R·U, 1, L, L], index
-    [R, B, T])`, each tree padded to the largest one's `U` sequences of `L` positions (a padding query sees itself
-    alone, so no softmax row is empty; nothing reads it), and its `logit_index` mapped into the padded layout and
-    padded to `response_columns` columns (the padding points at position 0; the response mask hides it)."""
+def stacked_trees(batches: Sequence[TokenBatch], response_columns: int) -> tuple[torch.Tensor, ...]:
+    """R batches' prefix trees as one layout: `(input_ids [R, U·L], position_ids [R, U·L], mask [R·U, 1, L, L],
+    index [R, B, T])`, each tree padded to the largest one's `U` sequences of `L` positions (a padding query sees
+    itself alone, so no softmax row is empty; nothing reads it), and its `logit_index` mapped into the padded layout
+    and padded to `response_columns` columns (the padding points at position 0; the response mask hides it).
+
+    Where some batches are packed and others are not (a random minibatch that shares few prompts), the others are
+    packed too: one padded batch's B rows among trees of U ≪ B sequences would pad every run to B sequences."""
+    trees = [b.prefix_tree for b in batches]
+    if len({t.attention_mask.dim() for t in trees}) > 1:
+        trees = [t if t.attention_mask.dim() == 4 else
+                 prefix_tree(b.sequences, b.attention_mask, b.prompt_length, b.response_mask, pack=True)
+                 for t, b in zip(trees, batches)]
     U = max(t.input_ids.shape[0] for t in trees)
     L = max(t.input_ids.shape[1] for t in trees)
     device = trees[0].input_ids.device

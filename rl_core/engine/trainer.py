@@ -34,7 +34,7 @@ from rl_core.engine.stacked_runs import shape_of
 from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
 from rl_core.formulas.estimators import effective_reward_clip
-from rl_core.formulas.rewards import overlong_buffer_length
+from rl_core.formulas.rewards import overlong_buffer_length, soft_overlong_punishment
 from rl_core.runs.staging import staging_folder
 from toy_tasks import get_task
 
@@ -107,6 +107,22 @@ def evaluate_policy(policy, tokenizer, task, max_new_tokens: int, temperature: f
         "reward_mean": sum(scores.rewards) / n_prompts,
         "response_length": rollout.lengths.mean().item(),
     }
+
+
+def group_plan(run: RunConfig) -> tuple:
+    """What RL runs must share to train as one group, as their configs say: model, device, task, batch, length
+    limit and update schedule, and the same passes (sampler, critic, teacher, value pretraining's). Seeds, learning
+    rates, clip ranges, β, losses and advantage estimators may differ."""
+    algo = run.algo
+    behaviour_differs = (algo.rollout_staleness > 0 or algo.rollout_dtype != "float32"
+                         or algo.rollout_temperature not in (None, algo.temperature))
+    return (
+        run.model, run.device, run.task, algo.max_new_tokens or get_task(run.task).max_new_tokens,
+        run.samples_per_record, algo.prompts_per_step, algo.num_generations, algo.ppo_epochs, algo.num_minibatches,
+        algo.dynamic_sampling, algo.dynamic_sampling and algo.max_resample_rounds, algo.overlong_filter,
+        algo.rollout_staleness > 0, algo.rollout_dtype, behaviour_differs, algo.use_critic,
+        algo.use_critic and algo.critic_init, algo.teacher_model,
+    )
 
 
 class Trainer:
@@ -192,17 +208,11 @@ class Trainer:
         return critic
 
     def group_key(self) -> tuple:
-        """Runs with equal keys train as one group: the same model shapes, device, task, batch, length limit and
-        update schedule, and the same passes (sampler, critic, teacher). Everything else may differ per run."""
-        algo = self.algo
-        return (
-            self.device, shape_of(self.policy), self.run.task, self.max_new_tokens, self.run.samples_per_record,
-            algo.prompts_per_step, algo.num_generations, algo.ppo_epochs, algo.num_minibatches,
-            algo.dynamic_sampling, algo.dynamic_sampling and algo.max_resample_rounds, algo.overlong_filter,
-            algo.rollout_staleness > 0, algo.rollout_dtype, self.behaviour_differs,
-            None if self.critic is None else shape_of(self.critic),
-            None if self.teacher is None else shape_of(self.teacher),
-        )
+        """Runs with equal keys train as one group (`group_plan` of their configs, and the shapes of the models they
+        built). Everything else may differ per run."""
+        return (group_plan(self.run), self.device, shape_of(self.policy),
+                None if self.critic is None else shape_of(self.critic),
+                None if self.teacher is None else shape_of(self.teacher))
 
     # -------------------------------------------------------------- sampling
     def behaviour_policy(self):
@@ -219,6 +229,16 @@ class Trainer:
             self._sampler.load_state_dict(self._snapshots[0])
             self._snapshot_step = self.step_index
         return self._sampler
+
+    def rewards(self, rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(rewards, successes)` `[B]` of a rollout: the task's rewards, plus DAPO's soft overlong punishment."""
+        scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+        rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=self.device)
+        if self.algo.overlong_punishment:
+            # |y| counts the closing EOS, as verl's `valid_response_length` does: an answer is safe when it ends
+            # within L_max − L_cache tokens, EOS included (L_cache is what to choose, not what |y| counts).
+            rewards = rewards + soft_overlong_punishment(rollout.lengths, self.max_new_tokens, self.overlong_buffer)
+        return rewards, torch.tensor(scores.successes, dtype=torch.bool, device=self.device)
 
     @property
     def behaviour_temperature(self) -> float:

@@ -14,12 +14,13 @@ Warm starts first. Runs that differ only in the preset or a knob share an SFT ch
 worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint; distinct
 ones (one per seed) are trained in parallel.
 
-Batches. The runs of one warm start (the arms of an experiment for one seed, the grid values of a knob) train as
-one batch, split so that every worker gets a batch: their sampling goes through one stacked loop, and the batch
-takes one place under the training cap, as it holds one core. Not batches across warm starts: what a run samples can
-differ in the last bits with its batch mates (docs/ARCHITECTURE.md), so a batch that depended on which warm starts
-were ready together, or on the number of workers, would make an experiment's records depend on them too (batching
-the arms of four seeds together changed `dynamic_sampling`'s effects on every seed, and was slower).
+Batches. The runs that can train as one group (`rl_core.engine.trainer.group_plan`: the arms of an experiment that
+share their shapes, over all its seeds) train as one vectorised program in one worker, and take one place under the
+training cap, as they hold one core; a batch starts once all its warm starts are ready. A group's runs differ from
+the same runs alone or in other company by float rounding (docs/ARCHITECTURE.md, "A group of runs"), so the batches
+are cut from the plan alone — its runs in plan order, `GROUP_RUNS` at most, as even as can be — never by the
+number of workers or by which warm starts happened to be ready together: an experiment's records do not depend on
+the machine that trains it.
 
 Reuse. A planned run identical to one in the store (`rl_core.runs.reuse.run_key`) is not trained: it answers from the
 finished run's records, or watches the run in flight and trains only if that one does not finish. `fresh=True`
@@ -39,7 +40,6 @@ import threading
 import time
 import types
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -52,10 +52,10 @@ from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import get_preset
-from rl_core.config import RunConfig, shown, parse_overrides
+from rl_core.config import AlgoConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS, select_device
 from rl_core.engine.sft import sft_policy
-from rl_core.engine.trainer import TrainingStopped
+from rl_core.engine.trainer import TrainingStopped, group_plan
 from rl_core.runs import cluster
 from rl_core.runs.reuse import run_key
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
@@ -71,7 +71,10 @@ class PlannedRun:
     variant: dict  # the grid values of this run, knob → value
 
 
-MAX_SWEEP_RUNS = 1000  # every run is a row in the store and a job for the pool: a typo must not queue a million
+MAX_SWEEP_RUNS = 1000
+# Runs of one shape trained as one program at most: 8 seeds of an arm, or 4 seeds of two arms. A larger group
+# costs a run little less (bench/run_batch.py) and leaves a second core without a batch.
+GROUP_RUNS = 8  # every run is a row in the store and a job for the pool: a typo must not queue a million
 
 # The sweeps running in this process, stopped when the interpreter exits (`_stop_live_sweeps`).
 _live_sweeps: weakref.WeakSet = weakref.WeakSet()
@@ -269,10 +272,11 @@ class Sweep:
     def _dispatch(self, pool: Callable[[], LocalPool | cluster.RayPool], to_train: list[int], watching: set[int],
                   report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
         runs = dict(zip(self.run_ids, self.planned))
-        runs_per_batch = batch_size(len(to_train) + len(watching), self.workers)
         # A future maps to the runs it stands for: a warm start to every run sharing it, a training to its batch.
         pending: dict[Future, list[int]] = {}
         warm_starts: set[Future] = set()
+        ready: set[int] = set()  # runs whose warm start is trained
+        waiting: list[list[int]] = []  # batches some of whose warm starts are not
 
         def prepare_runs(ids: list[int]) -> None:
             by_key: dict[tuple, list[int]] = {}
@@ -282,6 +286,18 @@ class Sweep:
                 future = pool().warm_start(runs[shared[0]].run, self.cache_dir)
                 pending[future] = shared
                 warm_starts.add(future)
+            waiting.extend(batches({run_id: runs[run_id].run for run_id in ids}))
+
+        def start_ready_batches() -> None:
+            for batch in [b for b in waiting if set(b) <= ready]:
+                waiting.remove(batch)
+                pending[pool().train(batch, [runs[run_id].run for run_id in batch], self.cache_dir)] = batch
+
+        def drop(ids: list[int]) -> None:
+            """Runs that will not train (their warm start failed) leave their batches; the rest still train."""
+            for batch in waiting:
+                batch[:] = [run_id for run_id in batch if run_id not in ids]
+            waiting[:] = [batch for batch in waiting if batch]
 
         prepare_runs(to_train)
         while pending or watching:
@@ -306,14 +322,18 @@ class Sweep:
                 try:
                     future.result()
                     if future in warm_starts:
-                        for batch in _batches(ids, runs_per_batch):
-                            pending[pool().train(batch, [runs[run_id].run for run_id in batch], self.cache_dir)] = batch
+                        ready.update(ids)
                 except BrokenProcessPool as error:  # a worker was killed: the pool and every run in it are gone
                     self.store.settle(ids, "interrupted", f"a worker process died: {error}")
+                    drop(ids)
                 except RunInterrupted as error:  # a Ray worker or node went away during a warm start
                     self.store.settle(ids, "interrupted", str(error))
+                    drop(ids)
                 except Exception as error:  # noqa: BLE001 - a warm start failed: so do the runs that need it
                     self.store.settle(ids, "failed", f"{type(error).__name__}: {error}")
+                    drop(ids)
+            if not self.stopping:
+                start_ready_batches()
             if self.stopping:
                 # Runs not yet handed to a worker never start; the workers end theirs between steps.
                 for future in [f for f in pending if f.cancel()]:
@@ -322,22 +342,23 @@ class Sweep:
                 report(self.store.runs(self.run_ids))
 
 
-def batch_size(runs: int, workers: int) -> int:
-    """Runs per batch: no more than a worker's share of the `runs`, so that every worker has a batch to train."""
-    return max(1, math.ceil(runs / workers))
+def batches(runs: dict[int, RunConfig]) -> list[list[int]]:
+    """The runs (by id, in plan order) cut into batches: those of one `group_plan` together, `GROUP_RUNS` at most
+    and as even as can be (16 runs: 8 and 8; 10: 5 and 5), each batch in plan order; an offline DPO run alone."""
+    by_plan: dict[object, list[int]] = {}
+    for run_id, run in runs.items():
+        by_plan.setdefault(group_plan(run) if isinstance(run.algo, AlgoConfig) else ("alone", run_id), []).append(run_id)
+    out = []
+    for ids in by_plan.values():
+        count = math.ceil(len(ids) / GROUP_RUNS)
+        size = math.ceil(len(ids) / count)
+        out.extend(ids[i : i + size] for i in range(0, len(ids), size))
+    return out
 
 
-def batch_count(runs: Sequence[RunConfig], workers: int) -> int:
-    """How many batches a sweep of `runs` on `workers` trains: each warm start's runs cut into batches of
-    `batch_size`, as `_batches` cuts them."""
-    size = batch_size(len(runs), workers)
-    return sum(math.ceil(count / size) for count in Counter(warm_start_key(run) for run in runs).values())
-
-
-def _batches(run_ids: list[int], size: int) -> list[list[int]]:
-    """`run_ids` cut into batches of at most `size`, as even as can be (7 runs by 4: 4 and 3, not 4, 2 and 1)."""
-    count = math.ceil(len(run_ids) / size)
-    return [run_ids[i::count] for i in range(count)]
+def batch_count(runs: Sequence[RunConfig]) -> int:
+    """How many batches a sweep of `runs` trains (`batches`)."""
+    return len(batches(dict(enumerate(runs))))
 
 
 class SweepProgress:
