@@ -251,9 +251,13 @@ def kl_cov_penalty_mask(
     `cov_t` (N valid tokens, `k = top_fraction`); those tokens get the extra penalty `β_KL·|log π_θ − log π_old|`.
     Paper defaults: k = 2·10⁻³ (Qwen2.5-7B) or 2·10⁻⁴ (32B), β_KL = 1.
     """
+    if not 0 <= top_fraction <= 1:
+        raise ValueError(f"the token fraction must lie in [0, 1]; got {top_fraction}")
     valid = mask > 0
-    cov = torch.where(valid, _token_covariance(logp, advantages, mask), -torch.inf)
-    n = _selection_size(top_fraction, int(valid.sum()))
-    selected = torch.zeros(valid.numel(), dtype=torch.bool, device=valid.device)
-    selected[cov.flatten().topk(n).indices] = True
-    return selected.reshape(valid.shape)
+    cov = torch.where(valid, _token_covariance(logp, advantages, mask), -torch.inf).flatten()
+    count = valid.sum()
+    # n as a tensor and the selection as ranks (equal covariances: the earlier token first), so that a group of runs
+    # selects each run's tokens under vmap, where no count may be read back.
+    n = torch.where((count == 0) | (top_fraction == 0), 0, (top_fraction * count).floor().clamp(min=1))
+    rank = torch.argsort(torch.argsort(cov, descending=True, stable=True))
+    return ((rank < n) & valid.flatten()).reshape(valid.shape)
