@@ -21,13 +21,13 @@ import torch
 
 from rl_core.config import RunConfig
 from rl_core.engine.models import (
-    MODEL_PRESETS,
     ValueModel,
     frozen_reference,
     load_policy,
     select_device,
     use_preset_threads,
 )
+from rl_core.engine.pretrained import model_tokenizer
 from rl_core.engine.rollout import (
     Rollout,
     SampleRequest,
@@ -38,7 +38,6 @@ from rl_core.engine.rollout import (
 )
 from rl_core.engine.run_batch import run_alone, step_together
 from rl_core.engine.sft import default_cache_dir, sft_policy
-from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.formulas import kl as kl_estimators
 from rl_core.formulas.advantages import reward_to_go, running_mean_update
 from rl_core.formulas.aggregation import aggregate_loss
@@ -177,8 +176,6 @@ class Trainer:
         self.algo = run.algo
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.stop_event = stop_event or threading.Event()
-        if run.model not in MODEL_PRESETS:
-            raise ValueError(f"model={run.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
         self.device = select_device(run.device, run.model)
         use_preset_threads(run.model, self.device)
         self.task = get_task(run.task)
@@ -193,7 +190,7 @@ class Trainer:
             )
         self.reward_clip = effective_reward_clip(self.algo)
         self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
-        self.tokenizer = build_char_tokenizer()
+        self.tokenizer = model_tokenizer(run.model)
         self.beta = self.algo.beta
         self.running_baseline: float | None = None  # PG's running-mean baseline b, set by the first batch
         self.step_index = 0
