@@ -32,10 +32,11 @@ class TrainedRun:
 
 def train(algo: str = "grpo", task: str = DEFAULT_TASK, model: str = "tiny", steps: int = 100, seed: int = 0,
           device: str = "auto", sft_steps: int = RunConfig.sft_steps, cache_dir: str | Path | None = None,
-          on_record: Callable[[dict], None] | None = None, **knobs) -> TrainedRun:
+          on_record: Callable[[dict], None] | None = None, final_prompts: int = 256, **knobs) -> TrainedRun:
     """Train `algo` (a preset of `python -m rl_core algos`, or `dpo`) with `knobs` overridden (`beta=0.1`, …) on
     `task` from `model` (a preset, a folder saved with `save_pretrained`, or a Hugging Face Hub id); `on_record`
-    sees each step's record as it comes."""
+    sees each step's record as it comes; the final evaluation samples one response to each of `final_prompts`
+    fresh prompts."""
     run = RunConfig(algo=get_run_algo(algo, **knobs), task=task, model=model, steps=steps, seed=seed, device=device,
                     sft_steps=sft_steps)
     trainer = trainer_for(run, cache_dir=Path(cache_dir) if cache_dir else None)
@@ -45,7 +46,7 @@ def train(algo: str = "grpo", task: str = DEFAULT_TASK, model: str = "tiny", ste
         records.append(record)
         if on_record is not None:
             on_record(record)
-    return TrainedRun(run, setup, records, trainer.evaluate(), trainer)
+    return TrainedRun(run, setup, records, trainer.evaluate(n_prompts=final_prompts), trainer)
 
 
 def run_experiment(name: str, seeds: Sequence[int] | None = None, steps: int | None = None, model: str | None = None,

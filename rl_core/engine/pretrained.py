@@ -178,7 +178,7 @@ def check_fits(model: str, device: torch.device, critic: bool, free: int | None 
     if needed > free:
         what = "policy, π_ref and critic" if critic else "policy and π_ref"
         raise ValueError(
-            f"model={model!r} ({parameters / 1e6:.0f} M parameters) does not fit on {device}: full fine-tuning of "
+            f"model={model!r} ({parameters / 1e6:.1f} M parameters) does not fit on {device}: full fine-tuning of "
             f"its {what} needs about {needed / 2**30:.1f} GiB and {free / 2**30:.1f} GiB are free; allowed: a "
             "smaller model, or a device with more memory"
         )
@@ -200,6 +200,6 @@ def model_choices(environ: os._Environ | dict | None = None) -> list[str]:
     choices = list(MODEL_PRESETS)
     folder = environ.get(MODELS_DIR_VARIABLE)
     if folder and Path(folder).is_dir():
-        choices += sorted(str(p.resolve()) for p in Path(folder).iterdir() if (p / "config.json").is_file())
+        choices += sorted(str(p) for p in Path(folder).iterdir() if (p / "config.json").is_file())
     choices += [name.strip() for name in environ.get(ALLOWED_HUB_IDS_VARIABLE, "").split(",") if name.strip()]
     return choices
