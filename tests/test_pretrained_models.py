@@ -64,6 +64,7 @@ def test_a_task_reads_and_scores_text_the_same_under_a_bpe_tokenizer(folder, nam
         assert task.score(prompts, decoded, cut) == task.score(prompts, responses, cut)
 
 
+@pytest.mark.slow  # 8–35 s a task on 2 busy cores
 @pytest.mark.parametrize("name", list(TASKS))
 def test_five_grpo_steps_from_the_folder_on_every_task(folder, name, quick, tmp_path):
     trained = train("grpo", task=name, model=str(folder), steps=5, sft_steps=2, cache_dir=tmp_path, final_prompts=8,
@@ -76,6 +77,7 @@ def test_five_grpo_steps_from_the_folder_on_every_task(folder, name, quick, tmp_
     assert any("gpt2-bpe" in p.name for p in (tmp_path / "sft").iterdir())
 
 
+@pytest.mark.slow  # the preference task's reward model first
 def test_five_dpo_steps_from_the_folder_on_the_preference_task(folder, quick, tmp_path):
     trained = train("dpo", task="preference", model=str(folder), steps=5, sft_steps=2, cache_dir=tmp_path,
                     final_prompts=8, n_eval_prompts=4)
