@@ -107,8 +107,9 @@ def test_a_hub_id_neither_cached_nor_reachable_is_refused_with_its_name(tmp_path
         capture_output=True, text=True, timeout=120, cwd=ROOT, env=env,
     )
     assert result.returncode == 2
-    assert result.stderr.startswith("error: model='nobody-here/no-such-model' could not be loaded: it is not in the "
-                                    "local Hugging Face cache and HF_HUB_OFFLINE is set")
+    assert result.stderr.startswith("error: model='nobody-here/no-such-model' is unknown: not a preset, not a folder "
+                                    "here, and as a Hugging Face Hub id not in the local cache, and HF_HUB_OFFLINE is "
+                                    "set")
     assert "Traceback" not in result.stderr
 
 
@@ -126,6 +127,10 @@ def test_a_model_that_is_no_causal_lm_or_not_gpt2_is_refused_with_what_it_is(tmp
         check_model(str(empty))
     with pytest.raises(ValueError, match=r"model='/no/such/folder' is not a folder here"):
         check_model("/no/such/folder")
+    with pytest.raises(ValueError, match=r"model='huge' is unknown: not a preset, not a folder here, and not a Hugging "
+                                         r"Face Hub id \(owner/name\) in the local cache; allowed: a preset \(tiny, "
+                                         r"small, gpt2\), a folder"):
+        check_model("huge")
 
 
 def test_a_model_too_big_for_the_free_memory_is_refused_with_its_size(folder):

@@ -67,15 +67,13 @@ def pretrained_config(model: str) -> PretrainedConfig:
     looks_like_folder = path.is_absolute() or model.startswith((".", "~")) or model.count("/") > 1
     if looks_like_folder and not path.is_dir():
         raise ValueError(f"model={model!r} is not a folder here; allowed: {allowed}")
-    try:
-        config = AutoConfig.from_pretrained(_source(model))
+    try:  # the local cache first: a name that is no Hub id, or an offline machine, costs no network retries
+        config = AutoConfig.from_pretrained(_source(model), local_files_only=True)
     except (OSError, ValueError) as error:
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-        reason = ("HF_HUB_OFFLINE is set" if offline else "the Hugging Face Hub could not be reached or has no such id")
-        raise ValueError(
-            f"model={model!r} could not be loaded: it is not in the local Hugging Face cache and {reason} "
-            f"({type(error).__name__}); allowed: {allowed} (a Hub id needs the network once, then its cache serves)"
-        ) from error
+        if "/" not in model:
+            raise ValueError(f"model={model!r} is unknown: not a preset, not a folder here, and not a Hugging Face "
+                             f"Hub id (owner/name) in the local cache; allowed: {allowed}") from error
+        config = _config_from_the_hub(model, allowed)
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ValueError(f"model={model!r} is a {config.model_type!r} model, not a causal LM (AutoModelForCausalLM "
                          f"cannot load it); allowed: {allowed} of a causal LM")
@@ -84,6 +82,18 @@ def pretrained_config(model: str) -> PretrainedConfig:
                          f"architecture only: allowed model types {', '.join(SUPPORTED_MODEL_TYPES)} (e.g. "
                          "openai-community/gpt2, distilbert/distilgpt2, or a GPT2LMHeadModel folder)")
     return config
+
+
+def _config_from_the_hub(model: str, allowed: str) -> PretrainedConfig:
+    try:
+        return AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as error:
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        reason = "HF_HUB_OFFLINE is set" if offline else "the Hub could not be reached or has no such model"
+        raise ValueError(
+            f"model={model!r} is unknown: not a preset, not a folder here, and as a Hugging Face Hub id not in the "
+            f"local cache, and {reason}; allowed: {allowed} (a Hub id needs the network once, then its cache serves)"
+        ) from error
 
 
 def check_model(model: str) -> None:
