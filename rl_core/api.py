@@ -30,15 +30,32 @@ class TrainedRun:
     trainer: object
 
 
-def train(algo: str = "grpo", task: str = DEFAULT_TASK, model: str = "tiny", steps: int = 100, seed: int = 0,
-          device: str = "auto", sft_steps: int = RunConfig.sft_steps, cache_dir: str | Path | None = None,
-          on_record: Callable[[dict], None] | None = None, final_prompts: int = 256, **knobs) -> TrainedRun:
+def train(
+    algo: str = "grpo",
+    task: str = DEFAULT_TASK,
+    model: str = "tiny",
+    steps: int = 100,
+    seed: int = 0,
+    device: str = "auto",
+    sft_steps: int = RunConfig.sft_steps,
+    cache_dir: str | Path | None = None,
+    on_record: Callable[[dict], None] | None = None,
+    final_prompts: int = 256,
+    **knobs,
+) -> TrainedRun:
     """Train `algo` (a preset of `python -m rl_core algos`, or `dpo`) with `knobs` overridden (`beta=0.1`, …) on
     `task` from `model` (a preset, a folder saved with `save_pretrained`, or a Hugging Face Hub id); `on_record`
     sees each step's record as it comes; the final evaluation samples one response to each of `final_prompts`
     fresh prompts."""
-    run = RunConfig(algo=get_run_algo(algo, **knobs), task=task, model=model, steps=steps, seed=seed, device=device,
-                    sft_steps=sft_steps)
+    run = RunConfig(
+        algo=get_run_algo(algo, **knobs),
+        task=task,
+        model=model,
+        steps=steps,
+        seed=seed,
+        device=device,
+        sft_steps=sft_steps,
+    )
     trainer = trainer_for(run, cache_dir=Path(cache_dir) if cache_dir else None)
     setup = trainer.prepare()
     records = []
@@ -49,14 +66,31 @@ def train(algo: str = "grpo", task: str = DEFAULT_TASK, model: str = "tiny", ste
     return TrainedRun(run, setup, records, trainer.evaluate(n_prompts=final_prompts), trainer)
 
 
-def run_experiment(name: str, seeds: Sequence[int] | None = None, steps: int | None = None, model: str | None = None,
-                   device: str = "auto", workers: int | None = None, out: str | Path | None = None,
-                   db: str | Path | None = None, cache_dir: str | Path | None = None) -> dict:
+def run_experiment(
+    name: str,
+    seeds: Sequence[int] | None = None,
+    steps: int | None = None,
+    model: str | None = None,
+    device: str = "auto",
+    workers: int | None = None,
+    out: str | Path | None = None,
+    db: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+) -> dict:
     """Run the experiment `name` (`python -m rl_core experiment --list`) over `seeds` (default its own, 0–7) and
     return its summary (`effects` per seed, `verdict`, `sentence`, …), also written to `out`/summary.json (default
     the cache's experiments folder). Runs already in the run store (`db`, default `$RLHF_LAB_DB`) are reused."""
     experiment = get_experiment(name)
     folder = Path(out) if out else default_cache_dir() / "experiments" / experiment.name
-    planned = ExperimentRun(experiment, folder, RunStore(db), seeds=seeds, workers=workers,
-                            cache_dir=Path(cache_dir) if cache_dir else None, steps=steps, model=model, device=device)
+    planned = ExperimentRun(
+        experiment,
+        folder,
+        RunStore(db),
+        seeds=seeds,
+        workers=workers,
+        cache_dir=Path(cache_dir) if cache_dir else None,
+        steps=steps,
+        model=model,
+        device=device,
+    )
     return planned.run()

@@ -22,8 +22,8 @@ from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_un
 from rl_core.bridge.trl_env import trl_python
 from rl_core.config import DPOConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS
-from rl_core.engine.sft import default_cache_dir
 from rl_core.engine.preference_optimisation import DPOTrainer
+from rl_core.engine.sft import default_cache_dir
 from rl_core.engine.trainer import Trainer, TrainingError, check_checkpoint_folder
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun

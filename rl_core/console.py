@@ -13,7 +13,9 @@ from pathlib import Path
 # The app's sources (app.py, app_pages/, ui/, .streamlit/) sit beside the package in a clone; an editable install
 # (`pip install -e .`) runs them from there.
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
-USAGE = "usage: rlhf-lab run [streamlit args] | rlhf-lab {train,sweep,experiment,export,parity,export-unipo,algos,tasks} …"
+USAGE = (
+    "usage: rlhf-lab run [streamlit args] | rlhf-lab {train,sweep,experiment,export,parity,export-unipo,algos,tasks} …"
+)
 
 
 def engine(argv: Sequence[str], prog: str) -> int:
@@ -34,8 +36,11 @@ def run_app(streamlit_args: Sequence[str]) -> int:
     address unless the caller passes --server.address (later flags win), as `./lab.sh run` does."""
     app = SOURCE_ROOT / "app.py"
     if not app.is_file():
-        print(f"error: rlhf-lab run needs the app's sources beside rl_core, and {SOURCE_ROOT} has no app.py; install "
-              "the lab from a clone with `pip install -e .`", file=sys.stderr)
+        print(
+            f"error: rlhf-lab run needs the app's sources beside rl_core, and {SOURCE_ROOT} has no app.py; install "
+            "the lab from a clone with `pip install -e .`",
+            file=sys.stderr,
+        )
         return 2
     os.chdir(SOURCE_ROOT)
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1", *streamlit_args]

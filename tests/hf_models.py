@@ -31,8 +31,9 @@ def bpe_tokenizer(vocabulary: int = BPE_VOCABULARY) -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocabulary, special_tokens=[END],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocabulary, special_tokens=[END], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     backend.train_from_iterator(task_text(), trainer)
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=END, eos_token=END)
 
@@ -40,9 +41,16 @@ def bpe_tokenizer(vocabulary: int = BPE_VOCABULARY) -> PreTrainedTokenizerFast:
 def save_gpt2_folder(folder: Path, n_layer: int = 2, n_embd: int = 64, n_positions: int = 128, seed: int = 0) -> Path:
     """A GPT-2 of random weights and the BPE tokenizer, saved together in `folder` as `from_pretrained` reads them."""
     tokenizer = bpe_tokenizer()
-    config = GPT2Config(vocab_size=len(tokenizer), n_layer=n_layer, n_embd=n_embd, n_head=2, n_positions=n_positions,
-                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                        activation_function="gelu")  # as the presets: on a CPU about 4× faster than GPT-2's tanh form
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=2,
+        n_positions=n_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        activation_function="gelu",
+    )  # as the presets: on a CPU about 4× faster than GPT-2's tanh form
     import torch
 
     torch.manual_seed(seed)

@@ -52,8 +52,10 @@ def test_a_task_reads_and_scores_text_the_same_under_a_bpe_tokenizer(folder, nam
     prompts = task.sample_prompts(32, rng)
     responses = [task.demonstration(p, rng, task.default_demo_noise) for p in prompts]
     batch = encode_pairs(tokenizer, prompts, responses, "cpu")
-    decoded = [tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
-               for row, mask in zip(batch.response_ids, batch.response_mask)]
+    decoded = [
+        tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
+        for row, mask in zip(batch.response_ids, batch.response_mask)
+    ]
     assert decoded == responses
     assert len(tokenizer) == BPE_VOCABULARY > 256 + 1, "merges beyond the 256 bytes and <|endoftext|>"
     for prompt in prompts:
@@ -67,8 +69,9 @@ def test_a_task_reads_and_scores_text_the_same_under_a_bpe_tokenizer(folder, nam
 @pytest.mark.slow  # 8–35 s a task on 2 busy cores
 @pytest.mark.parametrize("name", list(TASKS))
 def test_five_grpo_steps_from_the_folder_on_every_task(folder, name, quick, tmp_path):
-    trained = train("grpo", task=name, model=str(folder), steps=5, sft_steps=2, cache_dir=tmp_path, final_prompts=8,
-                    **QUICK)
+    trained = train(
+        "grpo", task=name, model=str(folder), steps=5, sft_steps=2, cache_dir=tmp_path, final_prompts=8, **QUICK
+    )
     assert [r["step"] for r in trained.records] == [1, 2, 3, 4, 5]
     assert len(trained.trainer.tokenizer) == BPE_VOCABULARY and trained.trainer.tokenizer.eos_token == "<|endoftext|>"
     assert trained.trainer.policy.config.vocab_size == BPE_VOCABULARY
@@ -79,8 +82,16 @@ def test_five_grpo_steps_from_the_folder_on_every_task(folder, name, quick, tmp_
 
 @pytest.mark.slow  # the preference task's reward model first
 def test_five_dpo_steps_from_the_folder_on_the_preference_task(folder, quick, tmp_path):
-    trained = train("dpo", task="preference", model=str(folder), steps=5, sft_steps=2, cache_dir=tmp_path,
-                    final_prompts=8, n_eval_prompts=4)
+    trained = train(
+        "dpo",
+        task="preference",
+        model=str(folder),
+        steps=5,
+        sft_steps=2,
+        cache_dir=tmp_path,
+        final_prompts=8,
+        n_eval_prompts=4,
+    )
     assert [r["step"] for r in trained.records] == [1, 2, 3, 4, 5]
     assert trained.records[1]["kl_exact"] > 0, "the updates moved π_θ away from π_ref"
     assert len(trained.trainer.tokenizer) == BPE_VOCABULARY
@@ -89,10 +100,29 @@ def test_five_dpo_steps_from_the_folder_on_the_preference_task(folder, quick, tm
 def test_the_command_line_trains_the_folder_through_model(folder, tmp_path):
     out = tmp_path / "metrics.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "rl_core", "train", "--algo", "grpo", "--model", str(folder), "--steps", "5",
-         "--sft-steps", "2", "--cache-dir", str(tmp_path), "--metrics-out", str(out),
-         *[f"--set={k}={v}" for k, v in QUICK.items()]],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "rl_core",
+            "train",
+            "--algo",
+            "grpo",
+            "--model",
+            str(folder),
+            "--steps",
+            "5",
+            "--sft-steps",
+            "2",
+            "--cache-dir",
+            str(tmp_path),
+            "--metrics-out",
+            str(out),
+            *[f"--set={k}={v}" for k, v in QUICK.items()],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
@@ -104,32 +134,46 @@ def test_a_hub_id_neither_cached_nor_reachable_is_refused_with_its_name(tmp_path
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     result = subprocess.run(
         [sys.executable, "-m", "rl_core", "train", "--algo", "grpo", "--model", "nobody-here/no-such-model"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
     )
     assert result.returncode == 2
-    assert result.stderr.startswith("error: model='nobody-here/no-such-model' is unknown: not a preset, not a folder "
-                                    "here, and as a Hugging Face Hub id not in the local cache, and HF_HUB_OFFLINE is "
-                                    "set")
+    assert result.stderr.startswith(
+        "error: model='nobody-here/no-such-model' is unknown: not a preset, not a folder "
+        "here, and as a Hugging Face Hub id not in the local cache, and HF_HUB_OFFLINE is "
+        "set"
+    )
     assert "Traceback" not in result.stderr
 
 
 def test_a_model_that_is_no_causal_lm_or_not_gpt2_is_refused_with_what_it_is(tmp_path):
     vit, llama, empty = tmp_path / "vit", tmp_path / "llama", tmp_path / "empty"
     ViTConfig().save_pretrained(vit)
-    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2).save_pretrained(llama)
+    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
+        llama
+    )
     empty.mkdir()
     with pytest.raises(ValueError, match=r"model='.*vit' is a 'vit' model, not a causal LM"):
         check_model(str(vit))
-    with pytest.raises(ValueError, match=r"model='.*llama' is a 'llama' causal LM; the lab's sampler runs the GPT-2 "
-                                         r"architecture only: allowed model types gpt2"):
+    with pytest.raises(
+        ValueError,
+        match=r"model='.*llama' is a 'llama' causal LM; the lab's sampler runs the GPT-2 "
+        r"architecture only: allowed model types gpt2",
+    ):
         RunConfig(algo=get_preset("grpo"), task="caesar", model=str(llama)).validate()
     with pytest.raises(ValueError, match=r"model='.*empty' is a folder without config.json"):
         check_model(str(empty))
     with pytest.raises(ValueError, match=r"model='/no/such/folder' is not a folder here"):
         check_model("/no/such/folder")
-    with pytest.raises(ValueError, match=r"model='huge' is unknown: not a preset, not a folder here, and not a Hugging "
-                                         r"Face Hub id \(owner/name\) in the local cache; allowed: a preset \(tiny, "
-                                         r"small, gpt2\), a folder"):
+    with pytest.raises(
+        ValueError,
+        match=r"model='huge' is unknown: not a preset, not a folder here, and not a Hugging "
+        r"Face Hub id \(owner/name\) in the local cache; allowed: a preset \(tiny, "
+        r"small, gpt2\), a folder",
+    ):
         check_model("huge")
 
 
@@ -138,11 +182,15 @@ def test_a_model_too_big_for_the_free_memory_is_refused_with_its_size(folder):
     parameters = 400 * 64 + 128 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64
     assert training_bytes(parameters, critic=False) == int(parameters * 20 * 1.25)
     check_fits(str(folder), __import__("torch").device("cpu"), critic=False, free=training_bytes(parameters, False))
-    with pytest.raises(ValueError, match=rf"model='.*gpt2-bpe' \(0.1 M parameters\) does not fit on cpu: full "
-                                         rf"fine-tuning of its policy and π_ref needs about 0.0 GiB and 0.0 GiB are "
-                                         rf"free"):
-        check_fits(str(folder), __import__("torch").device("cpu"), critic=False,
-                   free=training_bytes(parameters, False) - 1)
+    with pytest.raises(
+        ValueError,
+        match=r"model='.*gpt2-bpe' \(0.1 M parameters\) does not fit on cpu: full "
+        r"fine-tuning of its policy and π_ref needs about 0.0 GiB and 0.0 GiB are "
+        r"free",
+    ):
+        check_fits(
+            str(folder), __import__("torch").device("cpu"), critic=False, free=training_bytes(parameters, False) - 1
+        )
 
 
 def test_the_tokenizer_of_a_gpt2_folder_pads_and_starts_with_its_end_token(folder):
@@ -158,6 +206,13 @@ def test_the_app_lists_the_presets_the_models_folder_and_the_allowed_hub_ids(fol
     GPT2Config(n_layer=1, n_embd=8, n_head=1).save_pretrained(models / "b-gpt2")
     (models / "a-link").symlink_to(folder)
     environ = {"RLHF_LAB_MODELS_DIR": str(models), "RLHF_LAB_HUB_MODELS": "openai-community/gpt2, distilgpt2,"}
-    assert model_choices(environ) == ["tiny", "small", "gpt2", str(models / "a-link"), str(models / "b-gpt2"),
-                                      "openai-community/gpt2", "distilgpt2"]
+    assert model_choices(environ) == [
+        "tiny",
+        "small",
+        "gpt2",
+        str(models / "a-link"),
+        str(models / "b-gpt2"),
+        "openai-community/gpt2",
+        "distilgpt2",
+    ]
     assert model_choices({}) == ["tiny", "small", "gpt2"]

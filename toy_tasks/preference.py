@@ -229,7 +229,8 @@ class PreferenceTask(ToyTask):
             )
         # A truncated response is scored as it stands: the reward model knows nothing of the length limit.
         with torch.no_grad():
-            raw = reward_scores(self.reward_model, self.tokenizer, prompts, [legible(r, self.max_new_tokens) for r in responses])
+            readable = [legible(r, self.max_new_tokens) for r in responses]
+            raw = reward_scores(self.reward_model, self.tokenizer, prompts, readable)
         rewards = ((raw - self.reward_mean) / self.reward_std).tolist()
         successes = [not cut and gold_success(p, r) for p, r, cut in zip(prompts, responses, truncated)]
         return Scores(rewards=rewards, successes=successes)

@@ -71,16 +71,22 @@ def pretrained_config(model: str) -> PretrainedConfig:
         config = AutoConfig.from_pretrained(_source(model), local_files_only=True)
     except (OSError, ValueError) as error:
         if "/" not in model:
-            raise ValueError(f"model={model!r} is unknown: not a preset, not a folder here, and not a Hugging Face "
-                             f"Hub id (owner/name) in the local cache; allowed: {allowed}") from error
+            raise ValueError(
+                f"model={model!r} is unknown: not a preset, not a folder here, and not a Hugging Face "
+                f"Hub id (owner/name) in the local cache; allowed: {allowed}"
+            ) from error
         config = _config_from_the_hub(model, allowed)
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ValueError(f"model={model!r} is a {config.model_type!r} model, not a causal LM (AutoModelForCausalLM "
-                         f"cannot load it); allowed: {allowed} of a causal LM")
+        raise ValueError(
+            f"model={model!r} is a {config.model_type!r} model, not a causal LM (AutoModelForCausalLM "
+            f"cannot load it); allowed: {allowed} of a causal LM"
+        )
     if config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"model={model!r} is a {config.model_type!r} causal LM; the lab's sampler runs the GPT-2 "
-                         f"architecture only: allowed model types {', '.join(SUPPORTED_MODEL_TYPES)} (e.g. "
-                         "openai-community/gpt2, distilbert/distilgpt2, or a GPT2LMHeadModel folder)")
+        raise ValueError(
+            f"model={model!r} is a {config.model_type!r} causal LM; the lab's sampler runs the GPT-2 "
+            f"architecture only: allowed model types {', '.join(SUPPORTED_MODEL_TYPES)} (e.g. "
+            "openai-community/gpt2, distilbert/distilgpt2, or a GPT2LMHeadModel folder)"
+        )
     return config
 
 
@@ -99,8 +105,10 @@ def _config_from_the_hub(model: str, allowed: str) -> PretrainedConfig:
 def check_model(model: str) -> None:
     """ValueError naming `model` and what is allowed when it is neither a preset nor a loadable causal LM."""
     if not isinstance(model, str) or not model:
-        raise ValueError(f"model={model!r} is not a model name; allowed: {', '.join(MODEL_PRESETS)}, a folder or a "
-                         "Hugging Face Hub id")
+        raise ValueError(
+            f"model={model!r} is not a model name; allowed: {', '.join(MODEL_PRESETS)}, a folder or a "
+            "Hugging Face Hub id"
+        )
     if not is_preset(model):
         pretrained_config(model)
 
@@ -120,16 +128,20 @@ def model_tokenizer(model: str) -> PreTrainedTokenizerBase:
         return build_char_tokenizer()
     tokenizer = AutoTokenizer.from_pretrained(_source(model), padding_side="left")
     if tokenizer.eos_token is None:
-        raise ValueError(f"model={model!r}: its tokenizer has no EOS token, which ends every response; allowed: a "
-                         "tokenizer with an eos_token")
+        raise ValueError(
+            f"model={model!r}: its tokenizer has no EOS token, which ends every response; allowed: a "
+            "tokenizer with an eos_token"
+        )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.bos_token is None:
         tokenizer.bos_token = tokenizer.eos_token
     vocabulary = pretrained_config(model).vocab_size
     if len(tokenizer) > vocabulary:
-        raise ValueError(f"model={model!r}: its tokenizer has {len(tokenizer)} tokens but the model only "
-                         f"{vocabulary} embeddings; allowed: a tokenizer saved with the model")
+        raise ValueError(
+            f"model={model!r}: its tokenizer has {len(tokenizer)} tokens but the model only "
+            f"{vocabulary} embeddings; allowed: a tokenizer saved with the model"
+        )
     return tokenizer
 
 
@@ -153,10 +165,7 @@ def model_identity(model: str, tokenizer: PreTrainedTokenizerBase) -> str:
 
 def parameter_count(model: str) -> int:
     """Parameters of the model, counted from its config on the meta device (nothing allocated)."""
-    if is_preset(model):
-        config = model_config(model, build_char_tokenizer())
-    else:
-        config = pretrained_config(model)
+    config = model_config(model, build_char_tokenizer()) if is_preset(model) else pretrained_config(model)
     with MODEL_CONSTRUCTION, torch.device("meta"):
         policy = GPT2LMHeadModel(config)
     return sum(p.numel() for p in policy.parameters())
