@@ -21,6 +21,7 @@ from rl_core.config import RunConfig
 from rl_core.engine import sft
 from rl_core.engine.pretrained import check_fits, check_model, model_choices, model_tokenizer, training_bytes
 from rl_core.engine.rollout import encode_pairs
+from rl_core.runs.reuse import run_key
 from toy_tasks import TASKS, get_task
 from toy_tasks.preference import PreferenceTask
 
@@ -216,3 +217,13 @@ def test_the_app_lists_the_presets_the_models_folder_and_the_allowed_hub_ids(fol
         "distilgpt2",
     ]
     assert model_choices({}) == ["tiny", "small", "gpt2"]
+
+
+def test_a_folder_saved_again_is_another_run_for_reuse(tmp_path):
+    folder = save_gpt2_folder(tmp_path / "gpt2-bpe")
+    run = RunConfig(algo=get_preset("grpo"), task="caesar", model=str(folder))
+    first = run_key(run)
+    assert run_key(run) == first
+    save_gpt2_folder(folder, seed=1)  # other weights, same config
+    os.utime(folder / "model.safetensors", ns=(1, 1))  # a different date even where the clock is coarse
+    assert run_key(run) != first
