@@ -21,7 +21,10 @@ from rl_core.config import RunConfig
 from rl_core.engine import sft
 from rl_core.engine.pretrained import check_fits, check_model, model_choices, model_tokenizer, training_bytes
 from rl_core.engine.rollout import encode_pairs
+from rl_core.experiments import get_experiment
+from rl_core.experiments.runner import plan_experiment
 from rl_core.runs.reuse import run_key
+from rl_core.runs.sweep import plan_sweep
 from toy_tasks import TASKS, get_task
 from toy_tasks.preference import PreferenceTask
 
@@ -227,3 +230,12 @@ def test_a_folder_saved_again_is_another_run_for_reuse(tmp_path):
     save_gpt2_folder(folder, seed=1)  # other weights, same config
     os.utime(folder / "model.safetensors", ns=(1, 1))  # a different date even where the clock is coarse
     assert run_key(run) != first
+
+
+def test_sweeps_and_experiments_plan_their_runs_on_the_folder(folder):
+    planned = plan_sweep(["grpo", "rloo"], range(2), "caesar", 5, model=str(folder))
+    assert [p.run.model for p in planned] == [str(folder)] * 4
+    arm_runs = plan_experiment(get_experiment("rloo_leave_one_out"), seeds=[0], steps=3, model=str(folder))
+    assert {a.planned.run.model for a in arm_runs} == {str(folder)} and len(arm_runs) == 2
+    with pytest.raises(ValueError, match="model='nobody' is unknown"):
+        plan_sweep(["grpo"], range(1), "caesar", 5, model="nobody")
