@@ -15,13 +15,14 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core.algorithms import PRESETS, get_preset
+from rl_core.algorithms import PRESETS, get_preset, get_run_algo
 from rl_core.bridge import parity
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
 from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.bridge.trl_env import trl_python
-from rl_core.config import RunConfig, shown, parse_overrides
+from rl_core.config import DPOConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS
+from rl_core.engine.preference_optimisation import DPOTrainer
 from rl_core.engine.sft import default_cache_dir
 from rl_core.engine.trainer import Trainer, TrainingError, check_checkpoint_folder
 from rl_core.experiments import EXPERIMENTS, get_experiment
@@ -30,6 +31,7 @@ from rl_core.messages import brief
 from rl_core.runs.cluster import ClusterError
 from rl_core.runs.records import json_safe
 from rl_core.runs.reuse import reuse_line
+from rl_core.runs.run_stream import trainer_for
 from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.summary import format_table, run_row, summarise, write_csv
 from rl_core.runs.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
@@ -44,17 +46,21 @@ class Parser(argparse.ArgumentParser):
 
 
 DEVICE_HELP = "auto (gpt2: cuda, then mps, then cpu; tiny and small: cpu), cpu, cuda, cuda:N, mps"
+MODEL_HELP = (f"a preset ({', '.join(MODEL_PRESETS)}; default tiny), or a Hugging Face causal LM of the GPT-2 "
+              "architecture with its own tokenizer: a folder saved with save_pretrained, or a Hub id such as "
+              "openai-community/gpt2 (downloaded once, then read from the cache)")
 RAY_ADDRESS_HELP = ("train every run as a task on the Ray cluster whose head is at this host:port, its CPUs as the "
                     "workers (default: $RLHF_LAB_RAY_ADDRESS, else this machine)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m rl_core", description=__doc__)
+def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
+    parser = Parser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("algos", help="list the algorithm presets")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
-    train.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
+    train.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}, dpo (offline, on the task's "
+                       "preference pairs)")
     train.add_argument("--seed", type=int, default=0)
     _add_run_arguments(train)
     train.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
@@ -91,8 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--device", default="auto", help=DEVICE_HELP)
     experiment.add_argument("--workers", type=int, default=None, help="runs trained at once, one process each "
                             f"(default: the cores here, {default_workers()})")
-    experiment.add_argument("--model", help="replace the experiment's model preset, one of: "
-                            f"{', '.join(MODEL_PRESETS)}")
+    experiment.add_argument("--model", help=f"replace the experiment's model: {MODEL_HELP}")
     experiment.add_argument("--steps", type=int, help="replace the experiment's number of RL steps (a quick try)")
     experiment.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
@@ -127,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_arguments(command: argparse.ArgumentParser) -> None:
     """What train and sweep share: the task, model, run length, knob overrides, warm start and caches."""
     command.add_argument("--task", default=DEFAULT_TASK, help=f"one of: {', '.join(TASKS)} (default {DEFAULT_TASK})")
-    command.add_argument("--model", default="tiny", help=f"model preset, one of: {', '.join(MODEL_PRESETS)}")
+    command.add_argument("--model", default="tiny", help=MODEL_HELP)
     command.add_argument("--steps", type=int, default=100)
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                          help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
@@ -137,8 +142,8 @@ def _add_run_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m rl_core") -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         return _run(args, argv if argv is not None else sys.argv[1:])
     except (ValueError, StoreError) as error:  # refused input found late (e.g. a checkpoint folder)
@@ -180,7 +185,7 @@ def _run(args, argv: list[str]) -> int:
         return _export(args, argv)
     try:
         run = RunConfig(
-            algo=get_preset(args.algo, **parse_overrides(args.overrides)),
+            algo=get_run_algo(args.algo, **parse_overrides(args.overrides)),
             task=args.task,
             model=args.model,
             steps=args.steps,
@@ -189,16 +194,18 @@ def _run(args, argv: list[str]) -> int:
             demo_noise=args.demo_noise,
             sft_steps=args.sft_steps,
         )
+        if isinstance(run.algo, DPOConfig) and (args.checkpoint or args.unipo_out):
+            raise ValueError("--checkpoint and --unipo-out keep an RL run; allowed with an RL preset, not algo=dpo")
         if args.checkpoint:
             check_checkpoint_folder(args.checkpoint)  # before the training, not after it
-        trainer = Trainer(run, cache_dir=args.cache_dir)
+        trainer = trainer_for(run, cache_dir=args.cache_dir)
     except ValueError as error:
         _error(str(error))
         return 2
     return _train(trainer, args)
 
 
-def _train(trainer: Trainer, args) -> int:
+def _train(trainer: Trainer | DPOTrainer, args) -> int:
     start = time.perf_counter()
     try:  # the output files before the progress bar, so that a refusal stands on a line of its own
         metrics_file = args.metrics_out.open("w") if args.metrics_out else None

@@ -560,13 +560,12 @@ class RunConfig:
         self.algo.validate()
         _check_fields(self, RunConfig, RUN_RANGES, skip=("algo",))
         # Imported here: the run store reads RunConfig without loading torch, which the tasks and models need.
-        from rl_core.engine.models import MODEL_PRESETS
+        from rl_core.engine.pretrained import check_model, model_positions
         from toy_tasks import TASKS
 
         if self.task not in TASKS:
             raise ValueError(f"task {self.task!r} is unknown; allowed: {', '.join(TASKS)}")
-        if self.model not in MODEL_PRESETS:
-            raise ValueError(f"model={self.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+        check_model(self.model)  # a preset, or a loadable causal LM (folder or Hub id)
         task = TASKS[self.task]
         dpo = isinstance(self.algo, DPOConfig)
         if dpo:
@@ -574,7 +573,7 @@ class RunConfig:
                      "a task with preference pairs for algo=dpo, such as 'preference'")
         # DPO samples (for its gold success and KL) within the task's own limit.
         limit = task.max_new_tokens if dpo else self.algo.max_new_tokens or task.max_new_tokens
-        positions = min(MODEL_PRESETS[self.model].n_positions, task.max_positions)
+        positions = min(model_positions(self.model), task.max_positions)
         # BOS + prompt + response, and one more position for the EOS a reward model reads after a cut response.
         room = positions - 2 - task.max_prompt_length
         _require(

@@ -36,7 +36,7 @@ import torch
 
 from rl_core.engine.models import MODEL_PRESETS, ValueModel
 from rl_core.engine.reward_model import PreferencePair, reward_scores, train_reward_model
-from rl_core.engine.tokenizer import build_char_tokenizer
+from rl_core.engine.tokenizer import CHARACTERS, build_char_tokenizer
 from rl_core.runs.staging import publish, staging_folder
 from toy_tasks.base import Scores, ToyTask
 
@@ -45,6 +45,16 @@ log = logging.getLogger(__name__)
 NAMES = ("al", "bo", "ivy", "max", "zoe", "anna", "ravi", "oscar", "sofia", "amelie")
 MAX_MARKS = 3  # the gold judge's limit, and the most marks a demonstration ever has
 MARK = "!"
+# What the reward model reads in place of a character outside its alphabet (printable ASCII): a policy with a BPE
+# tokenizer can write any byte, and the reward model must score it rather than fail.
+UNREADABLE = "?"
+
+
+def legible(text: str, limit: int) -> str:
+    """`text` as the reward model's character tokenizer reads it: each character outside `CHARACTERS` as `?`, and
+    at most `limit` characters (a BPE token holds several, so a response of the task's length limit in tokens can
+    be longer than the reward model's context; a character policy's never is)."""
+    return "".join(c if c in CHARACTERS else UNREADABLE for c in text[:limit])
 
 
 def typo(name: str, rng: random.Random) -> str:
@@ -219,7 +229,8 @@ class PreferenceTask(ToyTask):
             )
         # A truncated response is scored as it stands: the reward model knows nothing of the length limit.
         with torch.no_grad():
-            raw = reward_scores(self.reward_model, self.tokenizer, prompts, responses)
+            readable = [legible(r, self.max_new_tokens) for r in responses]
+            raw = reward_scores(self.reward_model, self.tokenizer, prompts, readable)
         rewards = ((raw - self.reward_mean) / self.reward_std).tolist()
         successes = [not cut and gold_success(p, r) for p, r, cut in zip(prompts, responses, truncated)]
         return Scores(rewards=rewards, successes=successes)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -27,6 +28,7 @@ import torch
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.engine.models import MODEL_PRESETS
+from rl_core.engine.pretrained import model_choices
 from rl_core.messages import brief
 from rl_core.runs.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
@@ -229,8 +231,18 @@ def _check_link(preset: str, values: dict) -> None:
 
 
 def _models() -> list[str]:
-    """The model shapes this server can train: the 124M shape only where a GPU can (`rl_core.runs.limits`)."""
-    return [m for m in MODEL_PRESETS if m != "gpt2" or torch.cuda.is_available()]
+    """The models this server can train: the preset shapes (the 124M one only where a GPU can,
+    `rl_core.runs.limits`), then the model folders under RLHF_LAB_MODELS_DIR and the Hub ids the instructor allows
+    (`rl_core.engine.pretrained.model_choices`)."""
+    return [m for m in model_choices() if m != "gpt2" or torch.cuda.is_available()]
+
+
+def _model_label(name: str) -> str:
+    if name in MODEL_PRESETS:
+        return f"{name}: {MODEL_PRESETS[name].description}"
+    if Path(name).is_dir():
+        return f"{Path(name).name}: a Hugging Face model folder, with its own tokenizer"
+    return f"{name}: from the Hugging Face Hub, with its own tokenizer"
 
 
 # ---------------------------------------------------------------------------------------------- controls
@@ -307,9 +319,10 @@ def _task_and_model(page: str, values: dict, disabled: bool) -> None:
     values["task"] = st.session_state[f"{page}:task"]
     st.caption(TASKS[values["task"]].lesson)
     st.selectbox(
-        "model size", _models(), key=f"{page}:model", disabled=disabled,
-        format_func=lambda name: f"{name}: {MODEL_PRESETS[name].description}",
-        help="The GPT-2 shape of the policy (the reference and critic copy it).",
+        "model", _models(), key=f"{page}:model", disabled=disabled, format_func=_model_label,
+        help="The policy (the reference and critic copy it): a GPT-2 shape from random weights with the character "
+             "tokenizer, or a pretrained GPT-2 with its own tokenizer (a folder under RLHF_LAB_MODELS_DIR or a Hub id "
+             "the instructor allows in RLHF_LAB_HUB_MODELS).",
     )
     values["model"] = st.session_state[f"{page}:model"]
 

@@ -161,12 +161,14 @@ DEFAULT_CPU_THREADS = torch.get_num_threads()
 def use_preset_threads(preset: str, device: torch.device) -> None:
     """On a CPU, set torch's intra-op threads to the preset's count (torch's default where it names none)."""
     if device.type == "cpu":
-        torch.set_num_threads(MODEL_PRESETS[preset].cpu_threads or DEFAULT_CPU_THREADS)
+        preset_threads = MODEL_PRESETS[preset].cpu_threads if preset in MODEL_PRESETS else None  # a loaded model: None
+        torch.set_num_threads(preset_threads or DEFAULT_CPU_THREADS)
 
 
 def select_device(requested: str = "auto", model: str | None = None) -> torch.device:
     """`auto` picks cuda, then mps, then cpu, except for a model preset that is not `accelerated` (tiny, small),
-    which stays on the cpu; any torch device string forces that device."""
+    which stays on the cpu (a loaded model, `rl_core.engine.pretrained`, takes the accelerator); any torch device
+    string forces that device."""
     if requested != "auto":
         try:
             device = torch.device(requested)
@@ -177,7 +179,7 @@ def select_device(requested: str = "auto", model: str | None = None) -> torch.de
         if device.type == "mps" and not torch.backends.mps.is_available():
             raise ValueError(f"device {requested!r} was asked for but MPS is not available here; use auto or cpu")
         return device
-    if model is not None and not MODEL_PRESETS[model].accelerated:
+    if model in MODEL_PRESETS and not MODEL_PRESETS[model].accelerated:
         return torch.device("cpu")
     if torch.cuda.is_available():
         return torch.device("cuda")

@@ -24,6 +24,7 @@ from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
 from rl_core.engine.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
+from rl_core.engine.pretrained import model_tokenizer
 from rl_core.engine.reward_model import (
     PreferencePair,
     bradley_terry_loss,
@@ -174,13 +175,15 @@ class DPOTraining:
         holdout_fraction: float = 0.2,
         eval_every: int = 10,
         n_eval_prompts: int = 128,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ):
         check_preference_loss(loss_type, beta)
         check_pair_training(pairs, holdout_fraction, steps, batch_size, learning_rate)
         for knob, value in (("eval_every", eval_every), ("n_eval_prompts", n_eval_prompts)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{knob}={value!r} is out of range; allowed: an integer ≥ 1")
-        self.policy, self.task, self.tokenizer = policy, task, build_char_tokenizer()
+        # The policy's own tokenizer; the character tokenizer of the model presets by default.
+        self.policy, self.task, self.tokenizer = policy, task, tokenizer or build_char_tokenizer()
         self.loss_fn, self.beta = PREFERENCE_LOSSES[loss_type], float(beta)
         self.total_steps, self.batch_size, self.eval_every = steps, batch_size, eval_every
         self.rng = random.Random(seed)
@@ -288,7 +291,7 @@ class DPOTrainer:
         use_preset_threads(run.model, self.device)
         self.task = get_task(run.task)
         self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
-        self.tokenizer = build_char_tokenizer()
+        self.tokenizer = model_tokenizer(run.model)
         self.step_index = 0
         self.policy = self.reference = self.training = None
 
@@ -302,7 +305,7 @@ class DPOTrainer:
                                     steps=self.run.steps, batch_size=algo.per_device_train_batch_size,
                                     learning_rate=algo.learning_rate, seed=self.run.seed,
                                     holdout_fraction=algo.holdout_fraction, eval_every=1,
-                                    n_eval_prompts=algo.n_eval_prompts)
+                                    n_eval_prompts=algo.n_eval_prompts, tokenizer=self.tokenizer)
         self.reference = self.training.reference
         return setup | {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
 

@@ -1,6 +1,6 @@
 """Supervised warm start: fit the policy to a task's (imperfect) demonstrations; the result is π_ref.
 
-Checkpoints are cached on disk per (task, model preset, seed, noise, steps), written to a temporary folder
+Checkpoints are cached on disk per (task, model, seed, noise, steps), written to a temporary folder
 and renamed into place, so an interrupted run never leaves a half-written checkpoint behind.
 
 With the task's default demonstrations and step count, the SFT policy should succeed at the rate the task is
@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
 import threading
 from collections.abc import Callable
@@ -28,7 +29,8 @@ import torch
 from safetensors import safe_open
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
-from rl_core.engine.models import MODEL_PRESETS, build_policy, load_policy, model_config
+from rl_core.engine.models import load_policy
+from rl_core.engine.pretrained import check_fits, initial_policy, is_preset, model_identity, sft_learning_rate
 from rl_core.engine.rollout import encode_pairs, response_logits, sample, token_logprobs
 from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
@@ -107,21 +109,28 @@ def sft_policy(
     cache_dir: Path | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> tuple[GPT2LMHeadModel, dict]:
-    """The SFT policy for this (task, preset, seed, noise, steps), trained once and then loaded from the cache,
+    """The SFT policy for this (task, model, seed, noise, steps), trained once and then loaded from the cache,
     and its report: `success_rate`, `attempts`, `band` (None when the band does not apply) and a `note` when the
-    warm start had to be retrained or stayed outside its band. The task must be prepared (its reward ready)."""
+    warm start had to be retrained or stayed outside its band. The task must be prepared (its reward ready).
+
+    `model_preset` is a preset's name, or a loaded model's (`rl_core.engine.pretrained`): its SFT starts from its
+    pretrained weights, once (the band's restarts from other weights do not apply), and is refused with a message
+    when full fine-tuning would not fit the device."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    # The architecture, its SFT learning rate and the task's code are part of the key, so a changed preset or a
-    # task whose demonstrations changed never loads a stale checkpoint.
-    learning_rate = MODEL_PRESETS[model_preset].sft_learning_rate
+    if not is_preset(model_preset):
+        check_fits(model_preset, device, critic=False)
+    # The architecture (a loaded model's files), its SFT learning rate and the task's code are part of the key, so
+    # a changed preset, a folder saved again or a task whose demonstrations changed never loads a stale checkpoint.
+    learning_rate = sft_learning_rate(model_preset)
     sources = (
-        model_config(model_preset, tokenizer).to_json_string()
+        model_identity(model_preset, tokenizer)
         + f"lr={learning_rate}"
         + inspect.getsource(inspect.getmodule(type(task)))
         + f"band={task.sft_success_band}"
     )
     version = fingerprint(sources, 10)
-    name = f"{task.name}-{model_preset}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
+    model_name = model_preset if is_preset(model_preset) else re.sub(r"[^\w.-]+", "_", model_preset)[-40:].strip("_")
+    name = f"{task.name}-{model_name}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
     folder = cache_dir / "sft" / name
     lock = _checkpoint_lock(folder.resolve())
     while not lock.acquire(timeout=0.25):
@@ -152,14 +161,15 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
     if folder.exists():
         try:
             with safe_open(folder / "model.safetensors", "pt") as weights:
-                if "lm_head.weight" in weights.keys():  # noqa: SIM118 - safe_open is no mapping: `in` needs the list
+                if is_preset(model_preset) and "lm_head.weight" in weights.keys():  # noqa: SIM118 - safe_open is no mapping: `in` needs the list
                     raise ValueError("its LM head was trained untied from the embeddings")
             return load_policy(folder).to(device), json.loads((folder / "sft.json").read_text())
         except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"
             log.warning("the cached SFT checkpoint %s is unreadable (%s: %s); training it again",
                         folder.name, type(error).__name__, error)
             shutil.rmtree(folder, ignore_errors=True)
-    band = task.sft_success_band if (demo_noise == task.default_demo_noise and steps == DEFAULT_SFT_STEPS) else None
+    designed = is_preset(model_preset) and demo_noise == task.default_demo_noise and steps == DEFAULT_SFT_STEPS
+    band = task.sft_success_band if designed else None
     tried = []
     policy = None
     for attempt in range(SFT_ATTEMPTS if band else 1):
@@ -167,7 +177,7 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
             # The initial weights come from the seed (and the attempt) alone; the global RNG is left as it was found.
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed + 1000 * attempt)
-                policy = build_policy(model_preset, tokenizer).to(device)
+                policy = initial_policy(model_preset, tokenizer).to(device)
         # Below the band the same weights train on (another `steps`, on fresh demonstrations): they are short of the
         # skill. Above it, learning more cannot help, so the next attempt starts from other weights.
         train_sft(policy, tokenizer, task, steps, demo_noise, seed + 1000 * attempt, learning_rate=learning_rate,

@@ -19,19 +19,18 @@ import torch
 
 from rl_core.config import RunConfig
 from rl_core.engine.models import (
-    MODEL_PRESETS,
     ValueModel,
     frozen_reference,
     load_policy,
     select_device,
     use_preset_threads,
 )
+from rl_core.engine.pretrained import model_tokenizer
 from rl_core.engine.rollout import sample
 from rl_core.engine.run_batch import step_together
 from rl_core.engine.run_group import RunGroup, TrainingError  # noqa: F401 - TrainingError: the trainer's error
 from rl_core.engine.sft import default_cache_dir, sft_policy
 from rl_core.engine.stacked_runs import shape_of
-from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
 from rl_core.formulas.estimators import effective_reward_clip
 from rl_core.formulas.rewards import overlong_buffer_length, soft_overlong_punishment
@@ -136,8 +135,6 @@ class Trainer:
         self.algo = run.algo
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.stop_event = stop_event or threading.Event()
-        if run.model not in MODEL_PRESETS:
-            raise ValueError(f"model={run.model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
         self.device = select_device(run.device, run.model)
         use_preset_threads(run.model, self.device)
         self.task = get_task(run.task)
@@ -152,7 +149,7 @@ class Trainer:
             )
         self.reward_clip = effective_reward_clip(self.algo)
         self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
-        self.tokenizer = build_char_tokenizer()
+        self.tokenizer = model_tokenizer(run.model)
         self.beta = self.algo.beta
         self.running_baseline: float | None = None  # PG's running-mean baseline b, set by the first batch
         self.step_index = 0

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from rl_core.algorithms import get_run_algo
 from rl_core.config import AlgoConfig, DPOConfig, RunConfig
-from rl_core.engine.models import MODEL_PRESETS, select_device
+from rl_core.engine.models import select_device
+from rl_core.engine.pretrained import check_model
 from rl_core.experiments import Arm, Experiment, Records, mean_interval, seeds_needed, verdict
 from rl_core.runs.records import json_safe, write_jsonl
 from rl_core.runs.reuse import run_key
@@ -76,8 +77,7 @@ def plan_experiment(
         raise ValueError(f"experiment {experiment.name!r} needs arms with distinct labels (as file names): {labels}")
     get_task(experiment.task)  # ValueError naming the allowed tasks
     model = model or experiment.model
-    if model not in MODEL_PRESETS:
-        raise ValueError(f"model={model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+    check_model(model)  # a preset, a folder or a Hub id; ValueError naming what is allowed
     select_device(device, model)  # ValueError naming the allowed devices
     run_fields = {**experiment.run_fields, "model": model, "device": device,
                   "steps": experiment.steps if steps is None else steps}

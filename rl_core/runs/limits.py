@@ -27,6 +27,7 @@ SAMPLE_SECONDS = 7.1e-4
 UPDATE_SECONDS = 1.84e-4
 REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time grows about linearly with it
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
+GPT2_PARAMETERS = 124e6  # a loaded model (rl_core.engine.pretrained) scales gpt2's factor by its parameters
 CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
 EVALUATION_PROMPTS = 256  # the final evaluation samples one response to each (Trainer.evaluate)
 # An offline DPO step (rl_core.engine.preference_optimisation.DPOTrainer) samples `n_eval_prompts` responses and passes
@@ -44,7 +45,16 @@ def _scale(run: RunConfig) -> float:
     # An unknown task is refused later, by the trainer, with its own message.
     own = None if isinstance(run.algo, DPOConfig) else run.algo.max_new_tokens  # DPO samples at the task's limit
     tokens = own or getattr(TASKS.get(run.task), "max_new_tokens", REFERENCE_TOKENS)
-    return max(tokens / REFERENCE_TOKENS, 1.0) * MODEL_FACTOR[run.model]
+    return max(tokens / REFERENCE_TOKENS, 1.0) * model_factor(run.model)
+
+
+def model_factor(model: str) -> float:
+    """A preset's measured factor; for a loaded model gpt2's × its parameters / 124 M (at least tiny's 1)."""
+    if model in MODEL_FACTOR:
+        return MODEL_FACTOR[model]
+    from rl_core.engine.pretrained import parameter_count
+
+    return max(MODEL_FACTOR["gpt2"] * parameter_count(model) / GPT2_PARAMETERS, MODEL_FACTOR["tiny"])
 
 
 def estimated_step_seconds(run: RunConfig) -> float:

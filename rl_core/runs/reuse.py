@@ -40,13 +40,18 @@ def engine_version() -> str:
 
 def run_key(run: RunConfig) -> str:
     """The run's identity: its whole config with the device resolved to its kind, the torch version and the engine
-    version. Equal keys train to equal records; any other knob, seed or source gives another key."""
+    version, and for a loaded model its files (a folder saved again is another model). Equal keys train to equal
+    records; any other knob, seed, source or weights gives another key."""
     import torch  # here, not at the top: the run store reads keys without loading torch
 
     from rl_core.engine.models import select_device
+    from rl_core.engine.pretrained import is_preset, model_identity
 
     config = {**dataclasses.asdict(run), "device": select_device(run.device, run.model).type}
-    text = json.dumps({"run": config, "torch": torch.__version__, "engine": engine_version()}, sort_keys=True)
+    identity = {"run": config, "torch": torch.__version__, "engine": engine_version()}
+    if not is_preset(run.model):  # a preset's key stays what it was, so stored runs are still reused
+        identity["weights"] = model_identity(run.model, None)
+    text = json.dumps(identity, sort_keys=True)
     return fingerprint(text, 32)
 
 

@@ -53,7 +53,8 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import get_preset
 from rl_core.config import AlgoConfig, RunConfig, parse_overrides, shown
-from rl_core.engine.models import MODEL_PRESETS, select_device
+from rl_core.engine.models import select_device
+from rl_core.engine.pretrained import check_model
 from rl_core.engine.sft import sft_policy
 from rl_core.engine.trainer import TrainingStopped, group_plan
 from rl_core.runs import cluster
@@ -145,8 +146,7 @@ def plan_sweep(
                          f"{MAX_SWEEP_RUNS}")
     get_task(task)  # ValueError naming the allowed tasks
     model = run_fields.get("model", RunConfig.model)
-    if model not in MODEL_PRESETS:
-        raise ValueError(f"model={model!r} is unknown; allowed: {', '.join(MODEL_PRESETS)}")
+    check_model(model)  # a preset, a folder or a Hub id; ValueError naming what is allowed
     select_device(run_fields.get("device", RunConfig.device), model)
     planned = []
     for algo in algos:
