@@ -15,21 +15,22 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core.algorithms import PRESETS, get_preset
+from rl_core.algorithms import PRESETS, RUN_ALGOS, get_preset, get_run_algo
 from rl_core.bridge import parity
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
 from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.bridge.trl_env import trl_python
-from rl_core.config import RunConfig, shown, parse_overrides
+from rl_core.config import DPOConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.sft import default_cache_dir
-from rl_core.engine.trainer import Trainer, TrainingError, check_checkpoint_folder
+from rl_core.engine.trainer import TrainingError, check_checkpoint_folder
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun
 from rl_core.messages import brief
 from rl_core.runs.cluster import ClusterError
 from rl_core.runs.records import json_safe
 from rl_core.runs.reuse import reuse_line
+from rl_core.runs.run_stream import SETUP_PHASES, trainer_for
 from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.summary import format_table, run_row, summarise, write_csv
 from rl_core.runs.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
@@ -54,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("algos", help="list the algorithm presets")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
-    train.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
+    train.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)} (dpo and ipo: on a task "
+                       "with preference pairs, such as preference)")
     train.add_argument("--seed", type=int, default=0)
     _add_run_arguments(train)
     train.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser(
         "sweep", help="train presets (or values of a knob) × seeds in parallel worker processes and compare them"
     )
-    sweep.add_argument("--algos", required=True, help=f"comma-separated presets, from: {', '.join(PRESETS)}")
+    sweep.add_argument("--algos", required=True, help=f"comma-separated presets, from: {', '.join(RUN_ALGOS)}")
     sweep.add_argument("--seeds", type=int, default=3, help="seeds 0 … N−1 of every preset and grid value")
     sweep.add_argument("--grid", action="append", default=[], metavar="KNOB=V1,V2,…",
                        help="run every preset with each of these values of a knob (repeatable: all combinations)")
@@ -180,7 +182,7 @@ def _run(args, argv: list[str]) -> int:
         return _export(args, argv)
     try:
         run = RunConfig(
-            algo=get_preset(args.algo, **parse_overrides(args.overrides)),
+            algo=get_run_algo(args.algo, **parse_overrides(args.overrides)),
             task=args.task,
             model=args.model,
             steps=args.steps,
@@ -189,16 +191,19 @@ def _run(args, argv: list[str]) -> int:
             demo_noise=args.demo_noise,
             sft_steps=args.sft_steps,
         )
+        if args.checkpoint and isinstance(run.algo, DPOConfig):
+            raise ValueError(f"--checkpoint saves an RL run's policy, critic and optimiser; algo={args.algo} has no "
+                             "such state to resume: drop --checkpoint")
         if args.checkpoint:
             check_checkpoint_folder(args.checkpoint)  # before the training, not after it
-        trainer = Trainer(run, cache_dir=args.cache_dir)
+        trainer = trainer_for(run, cache_dir=args.cache_dir)
     except ValueError as error:
         _error(str(error))
         return 2
     return _train(trainer, args)
 
 
-def _train(trainer: Trainer, args) -> int:
+def _train(trainer, args) -> int:
     start = time.perf_counter()
     try:  # the output files before the progress bar, so that a refusal stands on a line of its own
         metrics_file = args.metrics_out.open("w") if args.metrics_out else None
@@ -207,10 +212,9 @@ def _train(trainer: Trainer, args) -> int:
         _error(str(error))
         return 2
     bar = tqdm(total=args.steps, desc=f"{args.algo} on {args.task}", unit="step", file=sys.stderr)
-    phases = {"reward": "reward model", "sft": "SFT warm start", "value_pretrain": "value pretraining"}
 
     def setup_progress(phase: str, done: int, total: int) -> None:
-        bar.set_description(f"{phases[phase]} {done}/{total}", refresh=False)
+        bar.set_description(f"{SETUP_PHASES[phase]} {done}/{total}", refresh=False)
 
     record = {}
     try:

@@ -519,13 +519,25 @@ class DPOConfig:
         known = [f.name for f in dataclasses.fields(self) if f.name not in IDENTITY_FIELDS]
         unknown = sorted(set(overrides) - set(known))
         if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))} of dpo; allowed: {', '.join(known)}")
+            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))} of {self.name}; allowed: "
+                             f"{', '.join(known)}")
         config = dataclasses.replace(self, **overrides)
         config.validate()
         return config
 
     def validate(self) -> None:
         _check_fields(self, DPOConfig, DPO_RANGES, skip=IDENTITY_FIELDS)
+
+
+DPO_KNOB_NAMES = tuple(f.name for f in dataclasses.fields(DPOConfig) if f.name not in IDENTITY_FIELDS)
+
+# The preference-optimisation run kinds by name: DPO, and IPO as DPO with TRL's `loss_type="ipo"` (the same knobs,
+# so `--algo ipo` and `--algo dpo --set loss_type=ipo` are one run).
+PREFERENCE_PRESETS = {
+    "dpo": DPOConfig(),
+    "ipo": DPOConfig(name="ipo", title="IPO", loss_type="ipo",
+                     summary="Identity preference optimisation: DPO's log-ratio difference regressed onto 1/(2β)"),
+}
 
 
 @dataclass(frozen=True)
@@ -549,7 +561,7 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
         """The run that `dataclasses.asdict` wrote as `data` (the run store's `config`)."""
-        algo = DPOConfig if data["algo"]["name"] == DPOConfig.name else AlgoConfig
+        algo = DPOConfig if data["algo"]["name"] in PREFERENCE_PRESETS else AlgoConfig
         return cls(**{**data, "algo": algo(**data["algo"])})
 
     def validate(self) -> None:
@@ -625,8 +637,10 @@ def knob_differences(a: AlgoConfig | RunConfig, b: AlgoConfig | RunConfig) -> di
 def parse_overrides(assignments: list[str]) -> dict:
     """`["beta=0.1", "dual_clip=none", "loss_agg_mode=token-mean"]` → typed knob values for `get_preset`.
 
-    Only the text is parsed here; `AlgoConfig.validate` then checks every value against `KNOB_RANGES`."""
-    hints = get_type_hints(AlgoConfig)
+    Only the text is parsed here; `AlgoConfig.validate` then checks every value against `KNOB_RANGES` (and
+    `DPOConfig.validate` a preference run's against `DPO_RANGES`: its knobs are parsed here too, and a knob of the
+    other kind is refused by the preset's `with_knobs`, which names the preset)."""
+    hints = get_type_hints(DPOConfig) | get_type_hints(AlgoConfig)
     overrides = {}
     for assignment in assignments:
         name, sep, text = assignment.partition("=")
@@ -635,8 +649,9 @@ def parse_overrides(assignments: list[str]) -> dict:
             raise ValueError(f"--set {shown(assignment)} is not of the form knob=value")
         if name in IDENTITY_FIELDS:
             raise ValueError(f"{name} names the preset and is not a knob; pick another preset instead")
-        if name not in KNOB_NAMES:
-            raise ValueError(f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)}")
+        if name not in hints or name in IDENTITY_FIELDS:
+            raise ValueError(f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)} (dpo and ipo: "
+                             f"{', '.join(DPO_KNOB_NAMES)})")
         if name in overrides:
             raise ValueError(f"{name} is set twice; give it one value")
         overrides[name] = _parse_value(name, text, hints[name])
@@ -659,7 +674,7 @@ def _parse_value(name: str, text: str, hint):
     try:
         return kind(text)
     except ValueError:  # int("2.5"), float("abc"), an integer of more digits than Python converts
-        allowed = KNOB_RANGES.get(name)
+        allowed = KNOB_RANGES.get(name) or DPO_RANGES.get(name)
         noun = "an integer" if kind is int else "a number"
         raise ValueError(
             f"{name}={shown(text)} is not {noun}; allowed: {allowed.describe(kind is int) if allowed else noun}"

@@ -33,6 +33,8 @@ from rl_core.messages import brief
 from rl_core.runs.store import RunStore
 
 PHASE, SETUP, END, FAILED = "phase", "setup", "end", "failed"
+# What a person reads for each phase `Trainer.prepare()` reports (a progress bar's label, a page's status line).
+SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
 
 
 class RunInterrupted(Exception):

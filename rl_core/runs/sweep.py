@@ -51,7 +51,7 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core.algorithms import get_preset
+from rl_core.algorithms import get_run_algo
 from rl_core.config import RunConfig, shown, parse_overrides
 from rl_core.engine.models import MODEL_PRESETS, select_device
 from rl_core.engine.sft import sft_policy
@@ -149,7 +149,7 @@ def plan_sweep(
     for algo in algos:
         for values in itertools.product(*grid.values()):
             variant = dict(zip(grid, values))
-            config = get_preset(algo, **overrides, **variant)
+            config = get_run_algo(algo, **overrides, **variant)
             label = " · ".join([algo, *(f"{k}={v}" for k, v in variant.items())])
             for seed in seeds:
                 run = RunConfig(algo=config, task=task, steps=steps, seed=seed, **run_fields)
