@@ -1,4 +1,4 @@
-"""Command line: `python -m rl_core algos | tasks | train … | sweep … | experiment … | export … | parity … | export-unipo …`
+"""Command line: `python -m rl_core algos | tasks | train … | reward-model … | sweep … | experiment … | export … | parity … | export-unipo …`
 (see `--help`)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rl_core.bridge import parity
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
 from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.bridge.trl_env import trl_python
-from rl_core.config import DPOConfig, RunConfig, parse_overrides, shown
+from rl_core.config import PairRunConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.sft import default_cache_dir
 from rl_core.engine.trainer import TrainingError, check_checkpoint_folder
@@ -35,6 +35,13 @@ from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.summary import format_table, run_row, summarise, write_csv
 from rl_core.runs.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
+
+
+# What the progress bar shows of a step's record, where the record has it: a policy's batch success and reward,
+# a reward model's minibatch accuracy and margin.
+PROGRESS_METRICS = (("success", "success_rate"), ("reward", "reward_mean"), ("accuracy", "accuracy"),
+                    ("margin", "margin"))
+FINAL_NAMES = {"success_rate": "success", "reward_mean": "reward"}  # the final line's short names
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,14 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("algos", help="list the algorithm presets")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
-    train.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)} (dpo and ipo: on a task "
-                       "with preference pairs, such as preference)")
-    train.add_argument("--seed", type=int, default=0)
-    _add_run_arguments(train)
-    train.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
-    train.add_argument("--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here")
-    train.add_argument("--unipo-out", type=Path,
-                       help="write the run in UNIPO's canonical log schema: .jsonl (a line per step) or .json")
+    train.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)} (dpo, ipo and reward_model: "
+                       "on a task with preference pairs, such as preference)")
+    _add_train_arguments(train, DEFAULT_TASK)
+    reward = commands.add_parser(
+        "reward-model", help="fit the Bradley-Terry reward model to a task's preference pairs (train --algo "
+        "reward_model): loss, accuracy and margin per step, held out every eval_steps"
+    )
+    _add_train_arguments(reward, "preference")
     sweep = commands.add_parser(
         "sweep", help="train presets (or values of a knob) × seeds in parallel worker processes and compare them"
     )
@@ -126,9 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_run_arguments(command: argparse.ArgumentParser) -> None:
+def _add_train_arguments(command: argparse.ArgumentParser, task: str) -> None:
+    """What train and reward-model share: a seed, the run's arguments, and where its results go."""
+    command.add_argument("--seed", type=int, default=0)
+    _add_run_arguments(command, task)
+    command.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
+    command.add_argument("--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here "
+                         "(RL presets)")
+    command.add_argument("--unipo-out", type=Path, help="write the run in UNIPO's canonical log schema: .jsonl (a "
+                         "line per step) or .json (RL presets)")
+
+
+def _add_run_arguments(command: argparse.ArgumentParser, task: str = DEFAULT_TASK) -> None:
     """What train and sweep share: the task, model, run length, knob overrides, warm start and caches."""
-    command.add_argument("--task", default=DEFAULT_TASK, help=f"one of: {', '.join(TASKS)} (default {DEFAULT_TASK})")
+    command.add_argument("--task", default=task, help=f"one of: {', '.join(TASKS)} (default {task})")
     command.add_argument("--model", default="tiny", help=f"model preset, one of: {', '.join(MODEL_PRESETS)}")
     command.add_argument("--steps", type=int, default=100)
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
@@ -180,6 +198,8 @@ def _run(args, argv: list[str]) -> int:
         return _parity(args)
     if args.command == "export":
         return _export(args, argv)
+    if args.command == "reward-model":
+        args.algo = RewardConfig.name
     try:
         run = RunConfig(
             algo=get_run_algo(args.algo, **parse_overrides(args.overrides)),
@@ -191,9 +211,12 @@ def _run(args, argv: list[str]) -> int:
             demo_noise=args.demo_noise,
             sft_steps=args.sft_steps,
         )
-        if args.checkpoint and isinstance(run.algo, DPOConfig):
+        if args.checkpoint and isinstance(run.algo, PairRunConfig):
             raise ValueError(f"--checkpoint saves an RL run's policy, critic and optimiser; algo={args.algo} has no "
                              "such state to resume: drop --checkpoint")
+        if args.unipo_out and isinstance(run.algo, PairRunConfig):
+            raise ValueError(f"--unipo-out writes an RL run's rollouts; algo={args.algo} samples none to train on: "
+                             "drop --unipo-out (--metrics-out has every step)")
         if args.checkpoint:
             check_checkpoint_folder(args.checkpoint)  # before the training, not after it
         trainer = trainer_for(run, cache_dir=args.cache_dir)
@@ -222,7 +245,7 @@ def _train(trainer, args) -> int:
         bar.set_description(f"{args.algo} on {args.task}")
         for record in trainer.steps():
             bar.update(1)
-            bar.set_postfix(success=f"{record['success_rate']:.2f}", reward=f"{record['reward_mean']:.2f}")
+            bar.set_postfix({name: f"{record[key]:.2f}" for name, key in PROGRESS_METRICS if key in record})
             if metrics_file:
                 metrics_file.write(json.dumps(json_safe(record)) + "\n")
                 metrics_file.flush()
@@ -244,10 +267,9 @@ def _train(trainer, args) -> int:
     if args.checkpoint:
         trainer.save_checkpoint(args.checkpoint)
     final = trainer.evaluate()
-    print(
-        f"final success={final['success_rate']:.3f} reward={final['reward_mean']:.3f} "
-        f"steps={trainer.step_index} seconds={time.perf_counter() - start:.1f}"
-    )
+    # A policy's success and reward on fresh prompts; a reward model's held-out loss, accuracy and margin.
+    outcome = " ".join(f"{FINAL_NAMES.get(key, key)}={value:.3f}" for key, value in final.items())
+    print(f"final {outcome} steps={trainer.step_index} seconds={time.perf_counter() - start:.1f}")
     return 0
 
 

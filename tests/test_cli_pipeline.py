@@ -87,3 +87,32 @@ def test_a_sweep_over_ipo_beta_stores_one_run_per_value_and_answers_a_repeat_fro
     capsys.readouterr()
     assert main(sweep) == 0
     assert "reused 2 of 2 runs" in capsys.readouterr().err
+
+
+def test_reward_model_fits_from_the_command_line_and_reports_held_out_accuracy(tmp_path, capsys):
+    out = tmp_path / "metrics.jsonl"
+    assert main(["reward-model", "--steps", "3", "--seed", "1", "--set", "per_device_train_batch_size=8",
+                 "--set", "eval_steps=2", "--metrics-out", str(out)]) == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    # Held out every eval_steps = 2 steps and at the last; a minibatch of 8 pairs has accuracy in eighths.
+    assert [("heldout_accuracy" in r) for r in records] == [False, True, True]
+    assert all((8 * r["accuracy"]).is_integer() and 0 <= r["heldout_accuracy"] <= 1 for r in records[1:])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("final heldout_loss=") and " heldout_accuracy=" in last and " steps=3 " in last
+    # `train --algo reward_model` is the same run; an RL knob is refused by name.
+    assert main(["train", "--algo", "reward_model", "--task", "preference", "--set", "beta=0.1"]) == 2
+    assert "unknown knob(s) 'beta' of reward_model; allowed: learning_rate" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two worker processes
+def test_a_sweep_over_the_reward_models_learning_rate_stores_a_run_per_value(tmp_path, capsys):
+    db = tmp_path / "runs.sqlite"
+    assert main(["sweep", "--algos", "reward_model", "--seeds", "1", "--task", "preference", "--steps", "2",
+                 "--set", "per_device_train_batch_size=8", "--grid", "learning_rate=0.001,0.003", "--db", str(db),
+                 "--workers", "2", "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    runs = RunStore(db).runs()
+    assert sorted(run.label for run in runs) == ["reward_model · learning_rate=0.001",
+                                                  "reward_model · learning_rate=0.003"]
+    assert all(run.status == "finished" and 0 <= run.final["heldout_accuracy"] <= 1 for run in runs)
+    assert "held-out accuracy" in capsys.readouterr().err

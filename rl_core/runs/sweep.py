@@ -52,7 +52,7 @@ from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import get_run_algo
-from rl_core.config import RunConfig, shown, parse_overrides
+from rl_core.config import RewardConfig, RunConfig, shown, parse_overrides
 from rl_core.engine.models import MODEL_PRESETS, select_device
 from rl_core.engine.sft import sft_policy
 from rl_core.engine.trainer import TrainingStopped
@@ -166,6 +166,8 @@ def warm_start_key(run: RunConfig) -> tuple:
 def warm_start(run: RunConfig, cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
     """Train (or find cached) the reward model and the SFT checkpoint `run` starts from; TrainingStopped once
     `stopped()` turns true."""
+    if isinstance(run.algo, RewardConfig):
+        return  # a reward model is fitted from scratch: no task reward model, no SFT policy to start from
     trainer = trainer_for(run, cache_dir)  # for its task, tokenizer, device and demo noise
 
     def progress(done: int, loss: float) -> None:
@@ -358,7 +360,9 @@ class SweepProgress:
             if not run.active and run.id not in self.reported:
                 self.reported.add(run.id)
                 seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
-                success = f", final success {run.final['success_rate']:.3f}" if run.final else ""
+                final = run.final or {}
+                success = (f", final success {final['success_rate']:.3f}" if "success_rate" in final else
+                           f", held-out accuracy {final['heldout_accuracy']:.3f}" if "heldout_accuracy" in final else "")
                 error = f": {run.error}" if run.error else ""
                 status = f"{run.status} (reused)" if run.reused else run.status
                 self.bar.write(f"{run.label} seed {run.seed}: {status} after {run.steps_done} steps{seconds}"
