@@ -20,7 +20,7 @@ from rl_core.bridge import parity
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
 from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.bridge.trl_env import trl_python
-from rl_core.config import PairRunConfig, RewardConfig, RunConfig, parse_overrides, shown
+from rl_core.config import PREFERENCE_PRESETS, PairRunConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.sft import default_cache_dir
 from rl_core.engine.trainer import TrainingError, check_checkpoint_folder
@@ -59,7 +59,7 @@ RAY_ADDRESS_HELP = ("train every run as a task on the Ray cluster whose head is 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m rl_core", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    commands.add_parser("algos", help="list the algorithm presets")
+    commands.add_parser("algos", help="list the algorithm presets, then DPO, IPO and the reward model")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
     train.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)} (dpo, ipo and reward_model: "
@@ -180,7 +180,7 @@ def _error(message: str) -> None:
 def _run(args, argv: list[str]) -> int:
     transformers_logging.disable_progress_bar()  # our own bar is the only one
     if args.command == "algos":
-        for preset in PRESETS.values():
+        for preset in [*PRESETS.values(), *PREFERENCE_PRESETS.values()]:
             print(f"{preset.name:<22} {preset.title:<28} {preset.summary}")
         return 0
     if args.command == "tasks":

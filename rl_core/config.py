@@ -566,8 +566,8 @@ class RewardConfig(PairRunConfig):
 
 DPO_KNOB_NAMES = tuple(f.name for f in dataclasses.fields(DPOConfig) if f.name not in IDENTITY_FIELDS)
 
-# The preference-optimisation run kinds by name: DPO, and IPO as DPO with TRL's `loss_type="ipo"` (the same knobs,
-# so `--algo ipo` and `--algo dpo --set loss_type=ipo` are one run).
+# The run kinds fitted to the preference pairs, by name: DPO; IPO as DPO with TRL's `loss_type="ipo"` (the same
+# knobs, so `--algo ipo` and `--algo dpo --set loss_type=ipo` train alike); the Bradley–Terry reward model.
 PREFERENCE_PRESETS = {
     "dpo": DPOConfig(),
     "ipo": DPOConfig(name="ipo", title="IPO", loss_type="ipo",
