@@ -18,6 +18,7 @@ from transformers.utils import logging as transformers_logging
 from rl_core.algorithms import PRESETS, RUN_ALGOS, get_preset, get_run_algo
 from rl_core.bridge import parity
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
+from rl_core.bridge.export_pairs import export_pair_config
 from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.bridge.trl_env import trl_python
 from rl_core.config import PREFERENCE_PRESETS, PairRunConfig, RewardConfig, RunConfig, parse_overrides, shown
@@ -108,9 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json (with "
                             "--all: a folder per experiment in it; default the cache's experiments folder)")
     export = commands.add_parser(
-        "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags (bash)"
+        "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags "
+        "(bash); dpo and ipo as TRL's DPOConfig or OpenRLHF's train_dpo, reward_model as RewardConfig or train_rm"
     )
-    export.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
+    export.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)}")
     export.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                         help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
     export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source), verl or openrlhf (bash)")
@@ -331,8 +333,10 @@ def _export(args, argv: list[str]) -> int:
     try:
         if args.task not in TASKS:
             raise ValueError(f"task {args.task!r} is unknown; allowed: {', '.join(TASKS)}")
-        algo = get_preset(args.algo, **parse_overrides(args.overrides))
-        text = export_config(algo, args.format, args.task, command="python -m rl_core " + shlex.join(argv))
+        algo = get_run_algo(args.algo, **parse_overrides(args.overrides))
+        command = "python -m rl_core " + shlex.join(argv)
+        text = (export_pair_config(algo, args.format, command) if isinstance(algo, PairRunConfig)
+                else export_config(algo, args.format, args.task, command=command))
         if args.out:
             args.out.write_text(text)
         else:
