@@ -16,7 +16,7 @@ from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import PRESETS, RUN_ALGOS, get_preset, get_run_algo
-from rl_core.bridge import parity
+from rl_core.bridge import parity, parity_dpo
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
 from rl_core.bridge.export_pairs import export_pair_config
 from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
@@ -121,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     parity = commands.add_parser(
         "parity", help="the same toy run in TRL's GRPOTrainer beside ours: both stored, a table of how close they are"
     )
-    parity.add_argument("--algo", default="grpo", help="a group preset TRL's GRPOConfig takes (default grpo)")
-    parity.add_argument("--task", default=DEFAULT_TASK, help=f"an exact-answer task (default {DEFAULT_TASK})")
+    parity.add_argument("--algo", default="grpo", help="a group preset TRL's GRPOConfig takes (default grpo), or dpo "
+                        "(beside TRL's DPOTrainer, on the preference task's pairs)")
+    parity.add_argument("--task", default=None, help=f"an exact-answer task (default {DEFAULT_TASK}; dpo: preference)")
     parity.add_argument("--steps", type=int, default=60, help="RL steps (generated batches) per run (default 60)")
     parity.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
     parity.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
@@ -321,12 +322,19 @@ def _refuse(error: Exception, out: Path | None) -> int:
 
 
 def _parity(args) -> int:
-    if args.algo not in PRESETS:
-        raise ValueError(f"algo={args.algo!r} is unknown; allowed: {', '.join(PRESETS)}")
+    if args.algo not in (*PRESETS, "dpo"):
+        raise ValueError(f"algo={args.algo!r} is unknown; allowed: {', '.join(PRESETS)}, dpo")
     if not 1 <= args.steps <= 1000:
         raise ValueError(f"steps={args.steps} is out of range; allowed: 1 to 1000")
-    parity.check_parity_run(args.algo, args.task)  # before the TRL virtualenv is made
-    return parity.main(args.algo, args.task, args.steps, args.seeds, trl_python(), RunStore(args.db))
+    if args.algo == "dpo":
+        if args.task not in (None, parity_dpo.PARITY_TASK):
+            raise ValueError(f"task={args.task!r}: parity --algo dpo trains on the {parity_dpo.PARITY_TASK} task's "
+                             "pairs; drop --task")
+        return parity_dpo.main(args.steps, args.seeds, trl_python(), RunStore(args.db),
+                               lambda line: print(line, file=sys.stderr))
+    task = args.task or DEFAULT_TASK
+    parity.check_parity_run(args.algo, task)  # before the TRL virtualenv is made
+    return parity.main(args.algo, task, args.steps, args.seeds, trl_python(), RunStore(args.db))
 
 
 def _export(args, argv: list[str]) -> int:
