@@ -15,7 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core.algorithms import PRESETS, RUN_ALGOS, get_preset, get_run_algo
+from rl_core.algorithms import PRESETS, RUN_ALGOS, get_run_algo
 from rl_core.bridge import parity, parity_dpo
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
 from rl_core.bridge.export_pairs import export_pair_config

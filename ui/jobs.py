@@ -33,7 +33,7 @@ from rl_core.messages import brief
 from rl_core.runs import cluster
 from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.runs.run_loop import RunLoop
-from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, SETUP_PHASES, RunInterrupted, end_item, prepared_items
+from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import RunStore, StoredRun, max_trainings
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")

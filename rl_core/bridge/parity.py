@@ -11,10 +11,7 @@ keys become the lab's record keys by `TRL_RECORD_KEYS`.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -25,7 +22,7 @@ import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.bridge.export_frameworks import export_config, settings
-from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE
+from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE, run_trl_script
 from rl_core.config import RunConfig
 from rl_core.engine.trainer import Trainer
 from rl_core.runs.store import RunStore
@@ -103,16 +100,7 @@ def _train_trl(python: Path, trainer: Trainer, workdir: Path) -> list[dict]:
         # prompt ids are the very ids the lab's rollout builds.
         "rows": [{"prompt": trainer.tokenizer.bos_token + p, "answer": trainer.task.answer(p)} for p in prompts],
     }
-    (workdir / "spec.json").write_text(json.dumps(spec))
-    (workdir / "trl_grpo.py").write_text(TRL_SCRIPT)
-    # Offline: the model and tokenizer are local folders, and nothing else may be fetched.
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-                        "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([str(python), str(workdir / "trl_grpo.py"), str(workdir / "spec.json")],
-                          capture_output=True, text=True, env=env, cwd=workdir)
-    if done.returncode:
-        raise RuntimeError(f"the TRL run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return trl_records(json.loads(done.stdout.strip().splitlines()[-1])["logs"])
+    return trl_records(run_trl_script(python, TRL_SCRIPT, spec, workdir)["logs"])
 
 
 def check_parity_run(algo: str, task: str) -> None:

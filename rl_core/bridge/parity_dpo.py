@@ -13,10 +13,7 @@ TRL logs the metrics of each optimiser step's minibatch under the names the lab'
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -27,7 +24,7 @@ import torch
 from rl_core.algorithms import get_run_algo
 from rl_core.bridge.export_pairs import export_pair_config
 from rl_core.bridge.parity import _mean_std, parity_table, print_table
-from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE
+from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE, run_trl_script
 from rl_core.config import RunConfig
 from rl_core.engine.models import load_policy
 from rl_core.engine.preference_optimisation import DPOTrainer
@@ -107,15 +104,7 @@ def _train_trl(python: Path, trainer: DPOTrainer, workdir: Path) -> tuple[list[d
         # The export evaluates every eval_steps on held-out pairs: the lab's own.
         "held_out": [_row(tokenizer, pair) for pair in trainer.training.held_out],
     }
-    (workdir / "spec.json").write_text(json.dumps(spec))
-    (workdir / "trl_dpo.py").write_text(TRL_SCRIPT)
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-                        "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([str(python), str(workdir / "trl_dpo.py"), str(workdir / "spec.json")],
-                          capture_output=True, text=True, env=env, cwd=workdir)
-    if done.returncode:
-        raise RuntimeError(f"the TRL run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    logs = json.loads(done.stdout.strip().splitlines()[-1])["logs"]
+    logs = run_trl_script(python, TRL_SCRIPT, spec, workdir)["logs"]
     records = [{"step": step, **{key: row[key] for key in DPO_KEYS if key in row}} for step, row in enumerate(logs, 1)]
     policy = load_policy(trained_dir).to(trainer.device).eval()
     task = trainer.task

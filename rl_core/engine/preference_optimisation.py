@@ -23,7 +23,8 @@ import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
-from rl_core.engine.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
+from rl_core.engine.models import MODEL_PRESETS, frozen_reference, use_preset_threads
+from rl_core.engine.pair_run import PairRunTrainer
 from rl_core.engine.reward_model import (
     PreferencePair,
     bradley_terry_loss,
@@ -44,7 +45,6 @@ from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
 from rl_core.formulas.kl import kl_exact, kl_k3
 from rl_core.formulas.masking import masked_mean, masked_sum
-from toy_tasks import get_task
 from toy_tasks.base import ToyTask
 
 MAX_BETA = DPO_RANGES["beta"].high  # the lab's upper bound on β, as a DPO run's knob has it
@@ -297,7 +297,7 @@ class DPOTraining:
         return views
 
 
-class DPOTrainer:
+class DPOTrainer(PairRunTrainer):
     """A run whose `algo` is a `DPOConfig`, trained as `rl_core.engine.trainer.Trainer` trains an RL run (the same
     `prepare()`, `steps()`, `step_index`, `evaluate()`), so a sweep, the run store and reuse take it like any run.
 
@@ -308,47 +308,24 @@ class DPOTrainer:
     `kl_exact`, `kl_k3`, and at the first step, every `eval_steps` and the last the held-out `eval_*`), all
     measured before the k-th update: like an RL run's record, step k describes the policy after k − 1 updates."""
 
+    kind = DPOConfig
+
     def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
-        run.validate()
-        if not isinstance(run.algo, DPOConfig):
-            raise ValueError(f"algo={run.algo.name!r} is an RL preset; DPOTrainer trains algo=dpo (a DPOConfig)")
-        self.run, self.algo = run, run.algo
-        self.cache_dir = Path(cache_dir or default_cache_dir())
-        self.stop_event = stop_event or threading.Event()
-        self.device = select_device(run.device, run.model)
-        use_preset_threads(run.model, self.device)
-        self.task = get_task(run.task)
-        self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
-        self.tokenizer = build_char_tokenizer()
-        self.step_index = 0
-        self.policy = self.reference = self.training = None
+        super().__init__(run, cache_dir, stop_event)
+        self.policy = self.reference = None
 
     def prepare(self, progress: Progress | None = None) -> dict:
         """Reward model (the task's, for its `reward_mean`), SFT policy, its frozen copy as π_ref, the pairs;
         returns the setup metrics."""
         self.policy, setup = prepare_warm_start(self, stoppable(progress, self.stop_event))
         task, algo = self.task, self.algo
-        pairs = task.preference_pairs(task.n_pairs, random.Random(self.run.seed), task.label_noise)
-        self.training = DPOTraining(self.policy, pairs, task, loss_type=algo.loss_type, beta=algo.beta,
+        self.training = DPOTraining(self.policy, self.task_pairs(), task, loss_type=algo.loss_type, beta=algo.beta,
                                     steps=self.run.steps, batch_size=algo.per_device_train_batch_size,
                                     learning_rate=algo.learning_rate, seed=self.run.seed,
                                     holdout_fraction=algo.holdout_fraction, eval_every=1,
                                     n_eval_prompts=algo.n_eval_prompts)
         self.reference = self.training.reference
         return setup | {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
-
-    def steps(self) -> Iterator[dict]:
-        """Train for `run.steps` steps (or until stopped), yielding one record per step."""
-        if self.training is None:
-            self.prepare()
-        while self.step_index < self.run.steps and not self.stop_event.is_set():
-            yield self.step()
-
-    def step_phases(self):
-        """One step as `Trainer.step_phases` runs it (`rl_core.engine.run_batch`), asking for no sample: DPO trains on
-        its pairs. Returns the record and no token count (no sampled tokens are trained on)."""
-        return self.step(), None
-        yield  # a coroutine with no requests
 
     def step(self) -> dict:
         step = self.step_index + 1
