@@ -116,3 +116,10 @@ def test_a_sweep_over_the_reward_models_learning_rate_stores_a_run_per_value(tmp
                                                   "reward_model · learning_rate=0.003"]
     assert all(run.status == "finished" and 0 <= run.final["heldout_accuracy"] <= 1 for run in runs)
     assert "held-out accuracy" in capsys.readouterr().err
+
+
+def test_parity_refuses_what_it_cannot_compare_by_name(capsys):
+    assert main(["parity", "--algo", "dpo", "--task", "caesar"]) == 2
+    assert "parity --algo dpo trains on the preference task's pairs; drop --task" in capsys.readouterr().err
+    assert main(["parity", "--algo", "ipo"]) == 2
+    assert "algo='ipo' is unknown; allowed: pg, " in capsys.readouterr().err
