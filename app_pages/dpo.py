@@ -46,12 +46,16 @@ formula(
 )
 formula(
     "The IPO loss (Azar et al. 2023; TRL `loss_type=\"ipo\"`)",
-    r"\mathcal{L}_{\text{IPO}} = \frac{1}{N}\sum_i \Big(h_i - \frac{1}{2\beta}\Big)^2",
+    [r"\bar h = \frac{1}{|y_w|}\log\frac{\pi_\theta(y_w|x)}{\pi_{\text{ref}}(y_w|x)} - "
+     r"\frac{1}{|y_l|}\log\frac{\pi_\theta(y_l|x)}{\pi_{\text{ref}}(y_l|x)}",
+     r"\mathcal{L}_{\text{IPO}} = \frac{1}{N}\sum_i \Big(\bar h_i - \frac{1}{2\beta}\Big)^2"],
     ipo_loss,
     "DPO's sigmoid keeps pushing an ordered pair apart, ever more weakly, for ever; with labels that are "
-    "deterministic the optimum is infinitely far from the reference. IPO regresses h onto a target, 1/(2β), and "
-    "pulls back a pair pushed past it. The lab sums log-probabilities over a response's tokens, as the paper does; "
-    "TRL's `ipo` averages them per token, which puts the same target on a much smaller scale.",
+    "deterministic the optimum is infinitely far from the reference. IPO regresses the log-ratio difference onto a "
+    "target, 1/(2β), and pulls back a pair pushed past it. Each response's log-ratio is divided by its token count "
+    "|y| first, as TRL's `ipo` does (the IPO authors confirmed this per-token form is the one behind their "
+    "results): summed over tokens, h grows with length, and one target would be loose for long responses and tight "
+    "for short ones. So β here means what `beta` means in TRL's `DPOConfig(loss_type=\"ipo\")`.",
 )
 st.subheader("The surprise: both log-probabilities fall")
 st.markdown(

@@ -1,4 +1,4 @@
-"""Command line: `python -m rl_core algos | tasks | train … | sweep … | experiment … | export … | parity … | export-unipo …`
+"""Command line: `python -m rl_core algos | tasks | train … | reward-model … | sweep … | experiment … | export … | parity … | export-unipo …`
 (see `--help`)."""
 
 from __future__ import annotations
@@ -15,27 +15,35 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core.algorithms import PRESETS, get_preset, get_run_algo
-from rl_core.bridge import parity
+from rl_core.algorithms import PRESETS, RUN_ALGOS, get_run_algo
+from rl_core.bridge import parity, parity_dpo
 from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config
+from rl_core.bridge.export_pairs import export_pair_config
 from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_unipo
 from rl_core.bridge.trl_env import trl_python
-from rl_core.config import DPOConfig, RunConfig, parse_overrides, shown
+from rl_core.config import PREFERENCE_PRESETS, PairRunConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.preference_optimisation import DPOTrainer
 from rl_core.engine.sft import default_cache_dir
-from rl_core.engine.trainer import Trainer, TrainingError, check_checkpoint_folder
+from rl_core.engine.trainer import TrainingError, check_checkpoint_folder
 from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import ExperimentRun
 from rl_core.messages import brief
 from rl_core.runs.cluster import ClusterError
 from rl_core.runs.records import json_safe
 from rl_core.runs.reuse import reuse_line
-from rl_core.runs.run_stream import trainer_for
+from rl_core.runs.run_stream import SETUP_PHASES, trainer_for
 from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.summary import format_table, run_row, summarise, write_csv
 from rl_core.runs.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
+
+
+# What the progress bar shows of a step's record, where the record has it: a policy's batch success and reward,
+# a reward model's minibatch accuracy and margin.
+PROGRESS_METRICS = (("success", "success_rate"), ("reward", "reward_mean"), ("accuracy", "accuracy"),
+                    ("margin", "margin"))
+FINAL_NAMES = {"success_rate": "success", "reward_mean": "reward"}  # the final line's short names
 
 
 class Parser(argparse.ArgumentParser):
@@ -56,21 +64,21 @@ RAY_ADDRESS_HELP = ("train every run as a task on the Ray cluster whose head is 
 def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    commands.add_parser("algos", help="list the algorithm presets")
+    commands.add_parser("algos", help="list the algorithm presets, then DPO, IPO and the reward model")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
-    train.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}, dpo (offline, on the task's "
-                       "preference pairs)")
-    train.add_argument("--seed", type=int, default=0)
-    _add_run_arguments(train)
-    train.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
-    train.add_argument("--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here")
-    train.add_argument("--unipo-out", type=Path,
-                       help="write the run in UNIPO's canonical log schema: .jsonl (a line per step) or .json")
+    train.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)} (dpo, ipo and reward_model: "
+                       "on a task with preference pairs, such as preference)")
+    _add_train_arguments(train, DEFAULT_TASK)
+    reward = commands.add_parser(
+        "reward-model", help="fit the Bradley-Terry reward model to a task's preference pairs (train --algo "
+        "reward_model): loss, accuracy and margin per step, held out every eval_steps"
+    )
+    _add_train_arguments(reward, "preference")
     sweep = commands.add_parser(
         "sweep", help="train presets (or values of a knob) × seeds in parallel worker processes and compare them"
     )
-    sweep.add_argument("--algos", required=True, help=f"comma-separated presets, from: {', '.join(PRESETS)}")
+    sweep.add_argument("--algos", required=True, help=f"comma-separated presets, from: {', '.join(RUN_ALGOS)}")
     sweep.add_argument("--seeds", type=int, default=3, help="seeds 0 … N−1 of every preset and grid value")
     sweep.add_argument("--grid", action="append", default=[], metavar="KNOB=V1,V2,…",
                        help="run every preset with each of these values of a knob (repeatable: all combinations)")
@@ -104,9 +112,10 @@ def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
     experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json (with "
                             "--all: a folder per experiment in it; default the cache's experiments folder)")
     export = commands.add_parser(
-        "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags (bash)"
+        "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags "
+        "(bash); dpo and ipo as TRL's DPOConfig or OpenRLHF's train_dpo, reward_model as RewardConfig or train_rm"
     )
-    export.add_argument("--algo", required=True, help=f"one of: {', '.join(PRESETS)}")
+    export.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)}")
     export.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                         help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
     export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source), verl or openrlhf (bash)")
@@ -115,8 +124,9 @@ def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
     parity = commands.add_parser(
         "parity", help="the same toy run in TRL's GRPOTrainer beside ours: both stored, a table of how close they are"
     )
-    parity.add_argument("--algo", default="grpo", help="a group preset TRL's GRPOConfig takes (default grpo)")
-    parity.add_argument("--task", default=DEFAULT_TASK, help=f"an exact-answer task (default {DEFAULT_TASK})")
+    parity.add_argument("--algo", default="grpo", help="a group preset TRL's GRPOConfig takes (default grpo), or dpo "
+                        "(beside TRL's DPOTrainer, on the preference task's pairs)")
+    parity.add_argument("--task", default=None, help=f"an exact-answer task (default {DEFAULT_TASK}; dpo: preference)")
     parity.add_argument("--steps", type=int, default=60, help="RL steps (generated batches) per run (default 60)")
     parity.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
     parity.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
@@ -129,9 +139,20 @@ def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
     return parser
 
 
-def _add_run_arguments(command: argparse.ArgumentParser) -> None:
+def _add_train_arguments(command: argparse.ArgumentParser, task: str) -> None:
+    """What train and reward-model share: a seed, the run's arguments, and where its results go."""
+    command.add_argument("--seed", type=int, default=0)
+    _add_run_arguments(command, task)
+    command.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
+    command.add_argument("--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here "
+                         "(RL presets)")
+    command.add_argument("--unipo-out", type=Path, help="write the run in UNIPO's canonical log schema: .jsonl (a "
+                         "line per step) or .json (RL presets)")
+
+
+def _add_run_arguments(command: argparse.ArgumentParser, task: str = DEFAULT_TASK) -> None:
     """What train and sweep share: the task, model, run length, knob overrides, warm start and caches."""
-    command.add_argument("--task", default=DEFAULT_TASK, help=f"one of: {', '.join(TASKS)} (default {DEFAULT_TASK})")
+    command.add_argument("--task", default=task, help=f"one of: {', '.join(TASKS)} (default {task})")
     command.add_argument("--model", default="tiny", help=MODEL_HELP)
     command.add_argument("--steps", type=int, default=100)
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
@@ -165,7 +186,7 @@ def _error(message: str) -> None:
 def _run(args, argv: list[str]) -> int:
     transformers_logging.disable_progress_bar()  # our own bar is the only one
     if args.command == "algos":
-        for preset in PRESETS.values():
+        for preset in [*PRESETS.values(), *PREFERENCE_PRESETS.values()]:
             print(f"{preset.name:<22} {preset.title:<28} {preset.summary}")
         return 0
     if args.command == "tasks":
@@ -183,6 +204,8 @@ def _run(args, argv: list[str]) -> int:
         return _parity(args)
     if args.command == "export":
         return _export(args, argv)
+    if args.command == "reward-model":
+        args.algo = RewardConfig.name
     try:
         run = RunConfig(
             algo=get_run_algo(args.algo, **parse_overrides(args.overrides)),
@@ -194,8 +217,12 @@ def _run(args, argv: list[str]) -> int:
             demo_noise=args.demo_noise,
             sft_steps=args.sft_steps,
         )
-        if isinstance(run.algo, DPOConfig) and (args.checkpoint or args.unipo_out):
-            raise ValueError("--checkpoint and --unipo-out keep an RL run; allowed with an RL preset, not algo=dpo")
+        if args.checkpoint and isinstance(run.algo, PairRunConfig):
+            raise ValueError(f"--checkpoint saves an RL run's policy, critic and optimiser; algo={args.algo} has no "
+                             "such state to resume: drop --checkpoint")
+        if args.unipo_out and isinstance(run.algo, PairRunConfig):
+            raise ValueError(f"--unipo-out writes an RL run's rollouts; algo={args.algo} samples none to train on: "
+                             "drop --unipo-out (--metrics-out has every step)")
         if args.checkpoint:
             check_checkpoint_folder(args.checkpoint)  # before the training, not after it
         trainer = trainer_for(run, cache_dir=args.cache_dir)
@@ -205,7 +232,7 @@ def _run(args, argv: list[str]) -> int:
     return _train(trainer, args)
 
 
-def _train(trainer: Trainer | DPOTrainer, args) -> int:
+def _train(trainer, args) -> int:
     start = time.perf_counter()
     try:  # the output files before the progress bar, so that a refusal stands on a line of its own
         metrics_file = args.metrics_out.open("w") if args.metrics_out else None
@@ -214,10 +241,9 @@ def _train(trainer: Trainer | DPOTrainer, args) -> int:
         _error(str(error))
         return 2
     bar = tqdm(total=args.steps, desc=f"{args.algo} on {args.task}", unit="step", file=sys.stderr)
-    phases = {"reward": "reward model", "sft": "SFT warm start", "value_pretrain": "value pretraining"}
 
     def setup_progress(phase: str, done: int, total: int) -> None:
-        bar.set_description(f"{phases[phase]} {done}/{total}", refresh=False)
+        bar.set_description(f"{SETUP_PHASES[phase]} {done}/{total}", refresh=False)
 
     record = {}
     try:
@@ -225,7 +251,7 @@ def _train(trainer: Trainer | DPOTrainer, args) -> int:
         bar.set_description(f"{args.algo} on {args.task}")
         for record in trainer.steps():
             bar.update(1)
-            bar.set_postfix(success=f"{record['success_rate']:.2f}", reward=f"{record['reward_mean']:.2f}")
+            bar.set_postfix({name: f"{record[key]:.2f}" for name, key in PROGRESS_METRICS if key in record})
             if metrics_file:
                 metrics_file.write(json.dumps(json_safe(record)) + "\n")
                 metrics_file.flush()
@@ -247,10 +273,9 @@ def _train(trainer: Trainer | DPOTrainer, args) -> int:
     if args.checkpoint:
         trainer.save_checkpoint(args.checkpoint)
     final = trainer.evaluate()
-    print(
-        f"final success={final['success_rate']:.3f} reward={final['reward_mean']:.3f} "
-        f"steps={trainer.step_index} seconds={time.perf_counter() - start:.1f}"
-    )
+    # A policy's success and reward on fresh prompts; a reward model's held-out loss, accuracy and margin.
+    outcome = " ".join(f"{FINAL_NAMES.get(key, key)}={value:.3f}" for key, value in final.items())
+    print(f"final {outcome} steps={trainer.step_index} seconds={time.perf_counter() - start:.1f}")
     return 0
 
 
@@ -300,20 +325,29 @@ def _refuse(error: Exception, out: Path | None) -> int:
 
 
 def _parity(args) -> int:
-    if args.algo not in PRESETS:
-        raise ValueError(f"algo={args.algo!r} is unknown; allowed: {', '.join(PRESETS)}")
+    if args.algo not in (*PRESETS, "dpo"):
+        raise ValueError(f"algo={args.algo!r} is unknown; allowed: {', '.join(PRESETS)}, dpo")
     if not 1 <= args.steps <= 1000:
         raise ValueError(f"steps={args.steps} is out of range; allowed: 1 to 1000")
-    parity.check_parity_run(args.algo, args.task)  # before the TRL virtualenv is made
-    return parity.main(args.algo, args.task, args.steps, args.seeds, trl_python(), RunStore(args.db))
+    if args.algo == "dpo":
+        if args.task not in (None, parity_dpo.PARITY_TASK):
+            raise ValueError(f"task={args.task!r}: parity --algo dpo trains on the {parity_dpo.PARITY_TASK} task's "
+                             "pairs; drop --task")
+        return parity_dpo.main(args.steps, args.seeds, trl_python(), RunStore(args.db),
+                               lambda line: print(line, file=sys.stderr))
+    task = args.task or DEFAULT_TASK
+    parity.check_parity_run(args.algo, task)  # before the TRL virtualenv is made
+    return parity.main(args.algo, task, args.steps, args.seeds, trl_python(), RunStore(args.db))
 
 
 def _export(args, argv: list[str]) -> int:
     try:
         if args.task not in TASKS:
             raise ValueError(f"task {args.task!r} is unknown; allowed: {', '.join(TASKS)}")
-        algo = get_preset(args.algo, **parse_overrides(args.overrides))
-        text = export_config(algo, args.format, args.task, command="python -m rl_core " + shlex.join(argv))
+        algo = get_run_algo(args.algo, **parse_overrides(args.overrides))
+        command = "python -m rl_core " + shlex.join(argv)
+        text = (export_pair_config(algo, args.format, command) if isinstance(algo, PairRunConfig)
+                else export_config(algo, args.format, args.task, command=command))
         if args.out:
             args.out.write_text(text)
         else:

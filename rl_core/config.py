@@ -490,8 +490,32 @@ DPO_RANGES: dict[str, Range] = {
 }
 
 
+class PairRunConfig:
+    """What the run kinds fitted to the task's preference pairs share (`DPOConfig`, `RewardConfig`): knobs overridden
+    by name and checked against the kind's `RANGES`."""
+
+    RANGES = {}  # knob → Range (unannotated: a class constant, not a field)
+
+    def __post_init__(self):
+        _to_builtins(self)
+
+    def with_knobs(self, **overrides):
+        """This configuration with knobs overridden, validated; ValueError names an unknown or refused knob."""
+        known = [f.name for f in dataclasses.fields(self) if f.name not in IDENTITY_FIELDS]
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))} of {self.name}; allowed: "
+                             f"{', '.join(known)}")
+        config = dataclasses.replace(self, **overrides)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        _check_fields(self, type(self), self.RANGES, skip=IDENTITY_FIELDS)
+
+
 @dataclass(frozen=True)
-class DPOConfig:
+class DPOConfig(PairRunConfig):
     """Offline preference optimisation as a run kind (`rl_core.engine.preference_optimisation.DPOTrainer`): DPO or
     IPO on the task's own preference pairs (the pairs its reward model learns from), from the run's SFT warm start, one
     minibatch of pairs per step and no sampling for the update. Knob names as TRL's `DPOConfig`.
@@ -511,21 +535,45 @@ class DPOConfig:
     eval_steps: int = 10  # steps between two evaluations on the held-out pairs (the samples are every step's)
     n_eval_prompts: int = 64
 
-    def __post_init__(self):
-        _to_builtins(self)
+    RANGES = DPO_RANGES
 
-    def with_knobs(self, **overrides) -> "DPOConfig":
-        """This configuration with knobs overridden, validated; ValueError names an unknown or refused knob."""
-        known = [f.name for f in dataclasses.fields(self) if f.name not in IDENTITY_FIELDS]
-        unknown = sorted(set(overrides) - set(known))
-        if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))} of dpo; allowed: {', '.join(known)}")
-        config = dataclasses.replace(self, **overrides)
-        config.validate()
-        return config
 
-    def validate(self) -> None:
-        _check_fields(self, DPOConfig, DPO_RANGES, skip=IDENTITY_FIELDS)
+REWARD_RANGES: dict[str, Range] = {
+    "learning_rate": KNOB_RANGES["learning_rate"],
+    "per_device_train_batch_size": Range(1, MAX_BATCH),
+    "holdout_fraction": DPO_RANGES["holdout_fraction"],
+    "eval_steps": DPO_RANGES["eval_steps"],
+}
+
+
+@dataclass(frozen=True)
+class RewardConfig(PairRunConfig):
+    """The Bradley–Terry reward model as a run kind (`rl_core.engine.reward_model_run.RewardModelTrainer`): a fresh
+    reward model of the run's model preset fitted to the task's preference pairs for the run's seed (the pairs the
+    task's own reward model and DPO learn from), one minibatch per step. Knob names as TRL's `RewardConfig`; the
+    defaults are the `preference` task's own reward model's."""
+
+    name: str = "reward_model"
+    title: str = "Reward model"
+    summary: str = "The Bradley–Terry reward model fitted to the preference pairs"
+    learning_rate: float = 3e-3
+    per_device_train_batch_size: int = 64
+    holdout_fraction: float = 0.2  # pairs kept out of training, for the held-out `heldout_*` metrics
+    eval_steps: int = 10  # steps between two evaluations on the held-out pairs (and the last step)
+
+    RANGES = REWARD_RANGES
+
+
+DPO_KNOB_NAMES = tuple(f.name for f in dataclasses.fields(DPOConfig) if f.name not in IDENTITY_FIELDS)
+
+# The run kinds fitted to the preference pairs, by name: DPO; IPO as DPO with TRL's `loss_type="ipo"` (the same
+# knobs, so `--algo ipo` and `--algo dpo --set loss_type=ipo` train alike); the Bradley–Terry reward model.
+PREFERENCE_PRESETS = {
+    "dpo": DPOConfig(),
+    "ipo": DPOConfig(name="ipo", title="IPO", loss_type="ipo",
+                     summary="Identity preference optimisation: DPO's log-ratio difference regressed onto 1/(2β)"),
+    "reward_model": RewardConfig(),
+}
 
 
 @dataclass(frozen=True)
@@ -533,7 +581,7 @@ class RunConfig:
     """What to train on, for how long, where: everything a run needs besides the algorithm (an RL preset, or
     `DPOConfig` for an offline DPO run on the task's preference pairs)."""
 
-    algo: AlgoConfig | DPOConfig
+    algo: AlgoConfig | DPOConfig | RewardConfig
     task: str
     model: str = "tiny"
     steps: int = 100
@@ -549,13 +597,14 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
         """The run that `dataclasses.asdict` wrote as `data` (the run store's `config`)."""
-        algo = DPOConfig if data["algo"]["name"] == DPOConfig.name else AlgoConfig
+        preset = PREFERENCE_PRESETS.get(data["algo"]["name"])
+        algo = type(preset) if preset else AlgoConfig
         return cls(**{**data, "algo": algo(**data["algo"])})
 
     def validate(self) -> None:
         """The algorithm's knobs, this run's fields, and what depends on the task and model: the response
         must fit in the model's context after the task's longest prompt, and the overlong buffer below the limit."""
-        if not isinstance(self.algo, (AlgoConfig, DPOConfig)):
+        if not isinstance(self.algo, (AlgoConfig, PairRunConfig)):
             raise ValueError(f"algo={self.algo!r} is not an algorithm preset; use get_preset(name, **knobs)")
         self.algo.validate()
         _check_fields(self, RunConfig, RUN_RANGES, skip=("algo",))
@@ -567,11 +616,11 @@ class RunConfig:
             raise ValueError(f"task {self.task!r} is unknown; allowed: {', '.join(TASKS)}")
         check_model(self.model)  # a preset, or a loadable causal LM (folder or Hub id)
         task = TASKS[self.task]
-        dpo = isinstance(self.algo, DPOConfig)
+        dpo = isinstance(self.algo, PairRunConfig)
         if dpo:
             _require(hasattr(task, "preference_pairs"), "task", self.task,
-                     "a task with preference pairs for algo=dpo, such as 'preference'")
-        # DPO samples (for its gold success and KL) within the task's own limit.
+                     f"a task with preference pairs for algo={self.algo.name}, such as 'preference'")
+        # DPO samples (for its gold success and KL) within the task's own limit; a reward model reads such responses.
         limit = task.max_new_tokens if dpo else self.algo.max_new_tokens or task.max_new_tokens
         positions = min(model_positions(self.model), task.max_positions)
         # BOS + prompt + response, and one more position for the EOS a reward model reads after a cut response.
@@ -624,8 +673,10 @@ def knob_differences(a: AlgoConfig | RunConfig, b: AlgoConfig | RunConfig) -> di
 def parse_overrides(assignments: list[str]) -> dict:
     """`["beta=0.1", "dual_clip=none", "loss_agg_mode=token-mean"]` → typed knob values for `get_preset`.
 
-    Only the text is parsed here; `AlgoConfig.validate` then checks every value against `KNOB_RANGES`."""
-    hints = get_type_hints(AlgoConfig)
+    Only the text is parsed here; `AlgoConfig.validate` then checks every value against `KNOB_RANGES` (and
+    `DPOConfig.validate` a preference run's against `DPO_RANGES`: its knobs are parsed here too, and a knob of the
+    other kind is refused by the preset's `with_knobs`, which names the preset)."""
+    hints = get_type_hints(RewardConfig) | get_type_hints(DPOConfig) | get_type_hints(AlgoConfig)
     overrides = {}
     for assignment in assignments:
         name, sep, text = assignment.partition("=")
@@ -634,8 +685,9 @@ def parse_overrides(assignments: list[str]) -> dict:
             raise ValueError(f"--set {shown(assignment)} is not of the form knob=value")
         if name in IDENTITY_FIELDS:
             raise ValueError(f"{name} names the preset and is not a knob; pick another preset instead")
-        if name not in KNOB_NAMES:
-            raise ValueError(f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)}")
+        if name not in hints or name in IDENTITY_FIELDS:
+            raise ValueError(f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)} (dpo and ipo: "
+                             f"{', '.join(DPO_KNOB_NAMES)}; reward_model: {', '.join(REWARD_RANGES)})")
         if name in overrides:
             raise ValueError(f"{name} is set twice; give it one value")
         overrides[name] = _parse_value(name, text, hints[name])
@@ -658,7 +710,7 @@ def _parse_value(name: str, text: str, hint):
     try:
         return kind(text)
     except ValueError:  # int("2.5"), float("abc"), an integer of more digits than Python converts
-        allowed = KNOB_RANGES.get(name)
+        allowed = KNOB_RANGES.get(name) or DPO_RANGES.get(name) or REWARD_RANGES.get(name)
         noun = "an integer" if kind is int else "a number"
         raise ValueError(
             f"{name}={shown(text)} is not {noun}; allowed: {allowed.describe(kind is int) if allowed else noun}"

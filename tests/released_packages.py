@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -60,9 +61,10 @@ def verl_config_keys() -> frozenset[str]:
     return frozenset(keys(yaml.safe_load(member(VERL, "verl/trainer/config/_generated_ppo_trainer.yaml"))))
 
 
-def openrlhf_parser() -> argparse.ArgumentParser:
-    """OpenRLHF's own argument parser: `train_ppo_ray.py`'s main block up to `parse_args`, run as written."""
-    source = member(OPENRLHF, "openrlhf/cli/train_ppo_ray.py")
+def openrlhf_parser(script: str = "train_ppo_ray") -> argparse.ArgumentParser:
+    """OpenRLHF's own argument parser: the `script`'s (`train_ppo_ray`, `train_dpo`, `train_rm`) main block up to
+    `parse_args`, run as written."""
+    source = member(OPENRLHF, f"openrlhf/cli/{script}.py")
     start = source.index("    parser = argparse.ArgumentParser()")
     end = source.index("    args = parser.parse_args()")
     scope = {"argparse": argparse, "datetime": datetime.datetime}
@@ -91,3 +93,39 @@ def verl_registered() -> dict[str, frozenset[str]]:
         "actor_rollout_ref.actor.policy_loss.loss_mode": frozenset(re.findall(r'register_policy_loss\("(\w+)"\)', source)),
         "algorithm.adv_estimator": frozenset(re.findall(r'= "(\w+)"', estimators)),
     }
+
+
+# Run in TRL's virtualenv: each exported source builds its `config` (the export targets a GPU machine; here the same
+# config is built on the CPU), and the listed fields' values come back as JSON.
+TRL_BUILD = textwrap.dedent(
+    """
+    import functools, json, sys, warnings
+    warnings.simplefilter("ignore")
+    import trl
+    for name in ("GRPOConfig", "DPOConfig", "RewardConfig"):
+        setattr(trl, name, functools.partial(getattr(trl, name), use_cpu=True, bf16=False))
+    built = {}
+    for name, path, fields in json.load(open(sys.argv[1])):
+        scope = {}
+        exec(open(path).read(), scope)
+        built[name] = {field: getattr(scope["config"], field) for field in fields}
+    print(json.dumps(built))
+    """
+)
+
+
+def trl_built(python: Path, sources: dict[str, str], fields: dict[str, list[str]], folder: Path) -> dict:
+    """Each of `sources` (name → TRL Python source defining `config`) run by TRL in its virtualenv (`python`): per
+    name, the values its `config` ends up with for `fields[name]`."""
+    jobs = []
+    for index, (name, source) in enumerate(sources.items()):
+        path = folder / f"config_{index}.py"
+        path.write_text(source)
+        jobs.append((name, str(path), fields[name]))
+    (folder / "jobs.json").write_text(json.dumps(jobs))
+    (folder / "build.py").write_text(TRL_BUILD)
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([str(python), str(folder / "build.py"), str(folder / "jobs.json")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

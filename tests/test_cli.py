@@ -18,7 +18,7 @@ from toy_tasks import DEFAULT_TASK, TASKS
 def test_algos_and_tasks_list_everything(capsys):
     assert main(["algos"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == list(PRESETS)
+    assert listed == [*PRESETS, "dpo", "ipo", "reward_model"]
     assert main(["tasks"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(TASKS)

@@ -3,20 +3,18 @@ scripts parsed by bash, every verl key found in verl 0.9.1's released config, ev
 OpenRLHF 0.11.2's own argument parser, and TRL's own `GRPOConfig` built from the export in a throwaway virtualenv."""
 
 import dataclasses
-import json
-import os
 import re
 import subprocess
-import textwrap
 
 import pytest
 
-from rl_core.algorithms import PRESETS, get_preset
-from rl_core.bridge.export_frameworks import FRAMEWORKS, export_config, knob_lines, knob_values, settings
+from rl_core.algorithms import PRESETS, get_preset, get_run_algo
+from rl_core.bridge.export_frameworks import FRAMEWORKS, Set, export_config, knob_lines, knob_values, settings
+from rl_core.bridge.export_pairs import export_pair_config, pair_knob_lines, pair_settings
 from rl_core.bridge.trl_env import trl_python
 from rl_core.cli import main
 from rl_core.config import AlgoConfig
-from released_packages import openrlhf_parser, trl_class_names, verl_config_keys, verl_registered
+from released_packages import openrlhf_parser, trl_built, trl_class_names, verl_config_keys, verl_registered
 
 TASK = "caesar"
 
@@ -159,23 +157,6 @@ def test_export_refuses_bad_input_naming_the_knob(capsys):
     assert "task 'nope' is unknown" in capsys.readouterr().err
 
 
-BUILD = textwrap.dedent(
-    """
-    import functools, json, sys, warnings
-    warnings.simplefilter("ignore")
-    import trl
-    # The export targets a GPU machine; here the same config is built on the CPU.
-    trl.GRPOConfig = functools.partial(trl.GRPOConfig, use_cpu=True, bf16=False)
-    built = {}
-    for name, path, fields in json.load(open(sys.argv[1])):
-        scope = {}
-        exec(open(path).read(), scope)
-        built[name] = {field: getattr(scope["config"], field) for field in fields}
-    print(json.dumps(built))
-    """
-)
-
-
 @pytest.mark.slow
 def test_trl_builds_a_grpo_config_from_every_export(tmp_path):
     """TRL's own GRPOConfig, in its own virtualenv (created on first use; CI caches it), accepts every preset's
@@ -183,27 +164,16 @@ def test_trl_builds_a_grpo_config_from_every_export(tmp_path):
     python = trl_python()
     cases = {name: preset for name, preset in PRESETS.items() if preset.num_generations > 1}
     cases["dapo, beta=0.1, 4 minibatches"] = get_preset("dapo", beta=0.1, num_minibatches=4)
-    jobs, expected = [], {}
-    for index, (name, algo) in enumerate(cases.items()):
-        path = tmp_path / f"config_{index}.py"
-        path.write_text(export_config(algo, "trl", TASK))
-        expected[name] = settings(algo, "trl", TASK)
-        jobs.append((name, str(path), list(expected[name])))
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    (tmp_path / "build.py").write_text(BUILD)
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([str(python), str(tmp_path / "build.py"), str(tmp_path / "jobs.json")],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    built = json.loads(done.stdout.strip().splitlines()[-1])
-    assert built == expected
+    expected = {name: settings(algo, "trl", TASK) for name, algo in cases.items()}
+    sources = {name: export_config(algo, "trl", TASK) for name, algo in cases.items()}
+    assert trl_built(python, sources, {name: list(fields) for name, fields in expected.items()}, tmp_path) == expected
 
 
-def _script_arguments(text: str, tmp_path) -> list[str]:
-    """The arguments a bash export passes to `python3` (a stand-in that prints them)."""
+def _script_arguments(text: str, tmp_path, launcher: str = "python3") -> list[str]:
+    """The arguments a bash export passes to its `launcher` (a stand-in that prints them)."""
     script = tmp_path / "export.sh"
     script.write_text(text)
-    done = subprocess.run(["bash", "-c", f'python3() {{ printf "%s\\n" "$@"; }}; source {script}'],
+    done = subprocess.run(["bash", "-c", f'{launcher}() {{ printf "%s\\n" "$@"; }}; source {script}'],
                           capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
 
@@ -293,3 +263,72 @@ def test_no_export_names_a_class_the_releases_lack():
     # TRL 1.16's importance_sampling_level is "token" or "sequence", no GSPO-token level: GSPO-token exports as GSPO.
     gspo_token = settings(get_preset("gspo", policy_loss="gspo_token"), "trl", TASK)
     assert gspo_token["importance_sampling_level"] == "sequence"
+
+
+# ------------------------------------------------------------------ the runs fitted to preference pairs
+PAIR_CASES = {"dpo": get_run_algo("dpo"), "ipo, beta=0.5": get_run_algo("ipo", beta=0.5),
+              "reward_model": get_run_algo("reward_model", learning_rate=1e-3)}
+OPENRLHF_SCRIPTS = {"dpo": "train_dpo", "ipo, beta=0.5": "train_dpo", "reward_model": "train_rm"}
+
+
+@pytest.mark.parametrize("framework", ["trl", "openrlhf"])
+@pytest.mark.parametrize("case", list(PAIR_CASES))
+def test_every_pair_knob_gets_a_setting_or_a_comment(case, framework):
+    algo = PAIR_CASES[case]
+    lines = pair_knob_lines(algo, framework)
+    assert [knob for knob, _, _ in lines] == [k for k in dataclasses.asdict(algo) if k not in ("name", "title",
+                                                                                                 "summary")]
+    assert all(xs for _, _, xs in lines)
+    text = export_pair_config(algo, framework)
+    for knob, value, _ in lines:
+        assert f"{knob}={value}" in text
+
+
+def test_pair_values_by_hand():
+    ipo = pair_settings(PAIR_CASES["ipo, beta=0.5"], "trl")
+    assert ipo["loss_type"] == ["ipo"] and ipo["beta"] == 0.5 and ipo["learning_rate"] == 5e-4
+    assert ipo["per_device_train_batch_size"] == 32 and (ipo["eval_strategy"], ipo["eval_steps"]) == ("steps", 10)
+    assert ipo["max_grad_norm"] == 1.0 and ipo["lr_scheduler_type"] == "constant" and ipo["disable_dropout"]
+    assert pair_settings(PAIR_CASES["dpo"], "trl")["loss_type"] == ["sigmoid"]
+    openrlhf = pair_settings(PAIR_CASES["ipo, beta=0.5"], "openrlhf")
+    assert openrlhf["--model.ipo_enable"] is True and openrlhf["--model.beta"] == 0.5
+    assert openrlhf["--train.batch_size"] == openrlhf["--train.micro_batch_size"] == 32
+    assert "--model.ipo_enable" not in pair_settings(PAIR_CASES["dpo"], "openrlhf")
+    # OpenRLHF's IPO sums the log-probabilities: the export says so beside the flag.
+    notes = dict((knob, xs) for knob, _, xs in pair_knob_lines(PAIR_CASES["ipo, beta=0.5"], "openrlhf"))
+    assert any("summed log-probabilities" in x for x in notes["loss_type"] if not isinstance(x, Set))
+    rm = pair_settings(PAIR_CASES["reward_model"], "trl")
+    assert rm["learning_rate"] == 1e-3 and rm["per_device_train_batch_size"] == 64 and rm["eval_steps"] == 10
+    assert rm["center_rewards_coefficient"] is None
+
+
+def test_a_pair_export_to_verl_is_refused_with_the_reason(capsys):
+    assert main(["export", "--algo", "dpo", "--format", "verl"]) == 2
+    assert "format='verl' cannot take algo=dpo" in capsys.readouterr().err
+    assert main(["export", "--algo", "reward_model", "--format", "trl", "--set", "beta=0.1"]) == 2
+    assert "unknown knob(s) 'beta' of reward_model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", list(PAIR_CASES))
+def test_openrlhfs_own_parsers_read_every_pair_flag_as_set(case, tmp_path):
+    """OpenRLHF 0.11.2's `train_dpo` / `train_rm` argument parser takes the script's flags and ends up with exactly
+    the values the export set."""
+    script = OPENRLHF_SCRIPTS[case]
+    arguments = _script_arguments(export_pair_config(PAIR_CASES[case], "openrlhf"), tmp_path, "deepspeed")
+    assert arguments[:2] == ["--module", f"openrlhf.cli.{script}"]
+    try:
+        parsed = vars(openrlhf_parser(script).parse_args(arguments[2:]))
+    except SystemExit:
+        pytest.fail(f"OpenRLHF's {script} refused the flags of {case}")
+    for flag, value in pair_settings(PAIR_CASES[case], "openrlhf").items():
+        assert parsed[flag[2:]] == (list(value) if isinstance(value, tuple) else value), flag
+
+
+@pytest.mark.slow
+def test_trl_builds_dpo_and_reward_configs_from_the_pair_exports(tmp_path):
+    """TRL 1.16's own DPOConfig and RewardConfig, in its virtualenv, take each export and end up with exactly the
+    values it set."""
+    expected = {name: pair_settings(algo, "trl") for name, algo in PAIR_CASES.items()}
+    sources = {name: export_pair_config(algo, "trl") for name, algo in PAIR_CASES.items()}
+    assert trl_built(trl_python(), sources, {name: list(fields) for name, fields in expected.items()},
+                     tmp_path) == expected

@@ -17,7 +17,9 @@ from rl_core.engine.preference_optimisation import (
     implicit_reward,
     ipo_loss,
     log_ratio_difference,
+    pair_lengths,
     pair_logprobs,
+    preference_loss,
     preference_metrics,
     preference_warm_start,
     sequence_logprobs,
@@ -47,18 +49,51 @@ def test_dpo_loss_by_hand():
     assert dpo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5).item() == pytest.approx(0.643670, abs=1e-6)
 
 
-def test_ipo_loss_by_hand():
-    # β = 0.5: the target 1/(2β) = 1; (2 − 1)² = 1 and (−1 − 1)² = 4, mean 2.5.
-    assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5).item() == pytest.approx(2.5)
-    # β = 0.1: the target is 5; (2 − 5)² = 9 and (−1 − 5)² = 36, mean 22.5.
-    assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.1).item() == pytest.approx(22.5)
+# Token counts (EOS included) of the two pairs' chosen and rejected responses, for IPO's per-token form.
+CHOSEN_LENGTHS, REJECTED_LENGTHS = torch.tensor([2.0, 4.0]), torch.tensor([1.0, 2.0])
+ONE_TOKEN = torch.tensor([1.0])
+
+
+def test_ipo_loss_by_hand_on_per_token_log_ratios_as_trl():
+    # TRL 1.16's `loss_type="ipo"`: each response's log-ratio over its token count. Chosen log-ratios [1, 0] over
+    # [2, 4] tokens: [0.5, 0]; rejected [−1, 1] over [1, 2]: [−1, 0.5]; h̄ = [1.5, −0.5].
+    # β = 0.5, target 1/(2β) = 1: (0.5² + 1.5²) / 2 = (0.25 + 2.25) / 2 = 1.25.
+    assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, CHOSEN_LENGTHS,
+                    REJECTED_LENGTHS).item() == pytest.approx(1.25, abs=1e-6)
+    # β = 0.1, target 5: ((1.5 − 5)² + (−0.5 − 5)²) / 2 = (12.25 + 30.25) / 2 = 21.25.
+    assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.1, CHOSEN_LENGTHS,
+                    REJECTED_LENGTHS).item() == pytest.approx(21.25, abs=1e-6)
+    # One-token responses: h̄ = h = [2, −1], as the summed form: ((2 − 1)² + (−1 − 1)²) / 2 = 2.5 at β = 0.5.
+    ones = torch.ones(2)
+    assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, ones, ones).item() == pytest.approx(2.5)
+
+
+def test_ipo_gradient_by_hand_divides_each_pair_by_its_token_counts():
+    # ∂L/∂log π_θ(y_w,i) = 2 (h̄_i − 1/(2β)) / (N |y_w,i|), ∂L/∂log π_θ(y_l,i) = −2 (h̄_i − 1/(2β)) / (N |y_l,i|).
+    # β = 0.5, N = 2, h̄ − 1 = [0.5, −1.5]: chosen [0.5/2, −1.5/4] = [0.25, −0.375]; rejected [−0.5/1, 1.5/2] =
+    # [−0.5, 0.75].
+    chosen, rejected = CHOSEN.clone().requires_grad_(), REJECTED.clone().requires_grad_()
+    ipo_loss(chosen, rejected, REF_CHOSEN, REF_REJECTED, 0.5, CHOSEN_LENGTHS, REJECTED_LENGTHS).backward()
+    assert chosen.grad.tolist() == pytest.approx([0.25, -0.375], abs=1e-6)
+    assert rejected.grad.tolist() == pytest.approx([-0.5, 0.75], abs=1e-6)
+    # `preference_loss` picks the form by TRL's name: the same IPO value, and DPO on the sums (0.643670, below).
+    args = (CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, CHOSEN_LENGTHS, REJECTED_LENGTHS)
+    assert preference_loss("ipo", *args).item() == pytest.approx(1.25, abs=1e-6)
+    assert preference_loss("sigmoid", *args).item() == pytest.approx(0.643670, abs=1e-6)
+
+
+def test_pair_lengths_count_each_response_and_its_eos():
+    chosen, rejected = pair_lengths(TOKENIZER, [PreferencePair("max>", "Max!!", "mx"), PreferencePair("a>", "", "b")])
+    assert chosen.tolist() == [6.0, 1.0] and rejected.tolist() == [3.0, 2.0]
 
 
 def test_at_the_reference_dpo_costs_log_2_and_ipo_its_squared_target():
     logps = torch.tensor([-4.0, -7.5, -0.3])
     for beta in (0.05, 0.1, 1.0):
         assert dpo_loss(logps, logps - 1, logps, logps - 1, beta).item() == pytest.approx(math.log(2))
-        assert ipo_loss(logps, logps - 1, logps, logps - 1, beta).item() == pytest.approx(1 / (4 * beta**2))
+        lengths = torch.tensor([3.0, 5.0, 1.0])
+        assert ipo_loss(logps, logps - 1, logps, logps - 1, beta, lengths, lengths).item() == pytest.approx(
+            1 / (4 * beta**2))
 
 
 def _gradients(loss_fn, h_chosen: float, beta: float) -> tuple[float, float]:
@@ -90,13 +125,17 @@ def test_beta_makes_dpo_push_misordered_pairs_harder_and_ordered_ones_less():
 
 
 def test_ipo_gradient_pulls_h_to_its_target_from_either_side():
-    # dL/d log π(y_w) = 2 (h − 1/(2β)). β = 0.1 (target 5), h = 2: 2 · (−3) = −6: raise the chosen response.
-    assert _gradients(ipo_loss, 2.0, 0.1) == pytest.approx((-6.0, 6.0))
+    # One-token responses (h̄ = h): dL/d log π(y_w) = 2 (h − 1/(2β)). β = 0.1 (target 5), h = 2: 2 · (−3) = −6: raise
+    # the chosen response.
+    def one_token_ipo(*args):
+        return ipo_loss(*args, ONE_TOKEN, ONE_TOKEN)
+
+    assert _gradients(one_token_ipo, 2.0, 0.1) == pytest.approx((-6.0, 6.0))
     # β = 0.5 (target 1), h = 2: 2 · 1 = +2: the pair is already further apart than the target; IPO pulls it back,
     # lowering the chosen response, where DPO would still push it up (above).
-    assert _gradients(ipo_loss, 2.0, 0.5) == pytest.approx((2.0, -2.0))
+    assert _gradients(one_token_ipo, 2.0, 0.5) == pytest.approx((2.0, -2.0))
     # At the target, no gradient at all.
-    assert _gradients(ipo_loss, 1.0, 0.5) == pytest.approx((0.0, 0.0))
+    assert _gradients(one_token_ipo, 1.0, 0.5) == pytest.approx((0.0, 0.0))
 
 
 def test_preference_metrics_by_hand():
@@ -179,6 +218,28 @@ def test_records_follow_the_schedule_and_train_the_policy_but_not_the_reference(
     assert records[-1]["eval_loss"] == pytest.approx(dpo_loss(chosen, rejected, ref_chosen, ref_rejected, 0.1).item(),
                                                      abs=1e-5)
     assert records[-1]["kl_k3"] > 0 and len(training.held_out) == 8
+
+
+def test_the_trainers_ipo_step_is_on_per_token_log_ratios():
+    """The held-out IPO loss after a few updates, recomputed in plain Python from sequence log-probabilities and
+    the responses' lengths in characters (+1 for EOS; the tokenizer has a token per character)."""
+    task = get_task("reverse")
+    pairs = [PreferencePair(p, task.answer(p), p[:-1]) for p in task.sample_prompts(40, random.Random(0))]
+    torch.manual_seed(0)
+    training = DPOTraining(build_policy("tiny", TOKENIZER), pairs, task, loss_type="ipo", beta=0.5, steps=3,
+                           batch_size=8, n_eval_prompts=4, seed=0)
+    records = list(training.steps())
+    assert records[0]["eval_loss"] == pytest.approx(1.0)  # π_θ = π_ref: (0 − 1/(2β))² = 1
+    with torch.no_grad():
+        logps = [t.tolist() for t in (*pair_logprobs(training.policy, TOKENIZER, training.held_out),
+                                      *pair_logprobs(training.reference, TOKENIZER, training.held_out))]
+    squares = []
+    for pair, c, r, ref_c, ref_r in zip(training.held_out, *logps):
+        h = (c - ref_c) / (len(pair.chosen) + 1) - (r - ref_r) / (len(pair.rejected) + 1)
+        squares.append((h - 1.0) ** 2)
+    summed = [((c - ref_c) - (r - ref_r) - 1.0) ** 2 for c, r, ref_c, ref_r in zip(*logps)]
+    assert records[-1]["eval_loss"] == pytest.approx(sum(squares) / len(squares), abs=1e-5)
+    assert abs(sum(summed) / len(summed) - sum(squares) / len(squares)) > 1e-3, "the two forms differ here"
 
 
 LEARNING_SEEDS = (0, 1, 2)

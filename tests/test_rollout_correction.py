@@ -90,8 +90,51 @@ def test_metrics_k3_and_ess_by_hand():
     mask = torch.ones_like(old_logp)
     # Σ(w − 1 − ln w) = (1 − ln 2) + (−½ + ln 2) + 0 + (3 − ln 4) = 3.5 − ln 4, over 4 tokens
     assert mismatch_k3_kl(old_logp, torch.zeros_like(old_logp), mask) == pytest.approx((3.5 - math.log(4)) / 4)
-    assert effective_sample_size(torch.tensor([1.0, 1.0, 1.0])) == pytest.approx(1.0)
-    assert effective_sample_size(torch.tensor([1.0, 0.0, 0.0, 0.0])) == pytest.approx(0.25)  # one weight: 1/N
+    ones = torch.ones(1, 4)
+    assert effective_sample_size(torch.tensor([[1.0, 1.0, 1.0, 1.0]]), ones) == pytest.approx(1.0)
+    assert effective_sample_size(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), ones) == pytest.approx(0.25)  # one weight: 1/N
+    assert effective_sample_size(torch.zeros(1, 4), ones) == 0.0  # nothing carries weight
+    # Padding is no sample: [3, 1 | pad] has ESS (2)² / 5 = 0.8 over its two valid tokens, whatever the pad holds.
+    assert effective_sample_size(torch.tensor([[3.0, 1.0, 9.0]]), torch.tensor([[1.0, 1.0, 0.0]])) == pytest.approx(0.8)
+
+
+# verl 0.9.1's ESS (`compute_is_metrics`): on the weights the loss applies, clamped into [0, C], over valid tokens.
+def test_the_ess_under_masked_is_counts_the_dropped_tokens_as_carrying_nothing():
+    # One response, token weights w = 1, 3, 3 (μ's log-probs 0), C = 2: MIS keeps [1, 0, 0]. ESS/N = (1/3)² / (1/3)
+    # = 1/3. (The raw weights capped at C, [1, 2, 2], would claim (5/3)² / 3 = 25/27 = 0.926.)
+    old_logp = torch.tensor([[0.0, math.log(3), math.log(3)]], dtype=torch.float64)
+    behaviour_logp, mask = torch.zeros_like(old_logp), torch.ones_like(old_logp)
+    weights = correction_weights(old_logp, behaviour_logp, mask, "mask", "token", 2.0)
+    metrics = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "token", 2.0, weights)
+    assert metrics["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(1 / 3, abs=1e-6)
+
+
+def test_the_ess_under_a_sequence_gate_is_of_the_kept_tokens_own_weights():
+    # Two responses of two tokens; μ(a_t) = p, π_old(a_t) = q. Response 1: p = 0.5, 0.5, q = 0.5, 0.25: TV 0, 0.25,
+    # mean 0.125 ≤ δ = 0.2: kept, its tokens weighted q/p = 1, ½. Response 2: p = 0.8, 0.8, q = 0.4, 0.4: TV mean
+    # 0.4 > δ: dropped (0, 0). ESS/N = (1.5/4)² / (1.25/4) = 0.140625 / 0.3125 = 0.45. (The product weights the
+    # gate never applies, ½ and ¼, would give (0.375)² / 0.15625 = 0.9.)
+    p = torch.tensor([[0.5, 0.5], [0.8, 0.8]], dtype=torch.float64)
+    q = torch.tensor([[0.5, 0.25], [0.4, 0.4]], dtype=torch.float64)
+    mask = torch.ones_like(p)
+    weights = correction_weights(q.log(), p.log(), mask, "mask", "sequence", 2.0, gating="tv", delta=0.2)
+    assert weights.flatten().tolist() == pytest.approx([1.0, 0.5, 0.0, 0.0])
+    metrics = rollout_mismatch_metrics(q.log(), p.log(), mask, "sequence", 2.0, weights)
+    assert metrics["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(0.45, abs=1e-6)
+
+
+def test_the_ess_under_sequence_tis_counts_each_response_once_per_token():
+    # Response 1: one token, w = 4, capped at C = 2 (then two padding tokens); response 2: three tokens whose product
+    # is ½. Per token: 2 | ½, ½, ½: ESS/N = (3.5/4)² / (4.75/4) = (49/64) / (19/16) = 49/76 = 0.644737. (Once per
+    # response, 2 and ½: (1.25)² / 2.125 = 25/34 = 0.735.) The same with no correction applied (mode none): the
+    # weights TIS would apply.
+    old_logp = torch.tensor([[math.log(4), 5.0, 5.0], [math.log(0.5), 0.0, 0.0]], dtype=torch.float64)
+    behaviour_logp = torch.zeros_like(old_logp)
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    weights = correction_weights(old_logp, behaviour_logp, mask, "truncate", "sequence", 2.0)
+    for applied in (weights, None):
+        metrics = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "sequence", 2.0, applied)
+        assert metrics["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(49 / 76, abs=1e-6)
 
 
 # μ(a_t) = p, π_old(a_t) = q at three tokens: equal; 0.5 against 0.25; 0.9 against 0.6.

@@ -367,8 +367,9 @@ CHARTS: tuple[Chart, ...] = (
             Series("rollout_is_capped_frac", "weights above C"),
             Series("rollout_corr/rollout_rs_masked_fraction", "tokens the correction drops"),
         ),
-        "The weights π_old/μ: their effective sample size (verl's rollout_is_eff_sample_size, (mean w)²/mean(w²) "
-        "of the weights capped at C: 1 when all are equal), the share above C, and the share of tokens the "
+        "The weights π_old/μ: the effective sample size of those the loss applies (verl's rollout_is_eff_sample_size, "
+        "(mean w)²/mean(w²) over the valid tokens, a dropped token's weight 0: 1 when all are equal), the share "
+        "above C, and the share of tokens the "
         "correction drops (MIS, or a binary-KL / TV gate; verl's rollout_rs_masked_fraction). Look for: the ESS "
         "falling as the sampler lags.",
         unit="share",

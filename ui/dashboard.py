@@ -8,11 +8,12 @@ from collections.abc import Sequence
 
 import streamlit as st
 
+from rl_core.runs.run_stream import SETUP_PHASES
 from toy_tasks import TASKS
 from ui.bridge import unipo_download
 from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
 from ui.classroom import record_answer
-from ui.jobs import SETUP_PHASES, Job, JobSnapshot
+from ui.jobs import Job, JobSnapshot
 from ui.predict import Prediction
 from ui.runs import differences, download, full_labels, labels, picker, short_label
 from ui.tokens import COLOURINGS, EOS_TOKEN, group_summary, groups, legend_html, token_html, token_term

@@ -51,7 +51,8 @@ def dpo_lab(page: str) -> dict | None:
 def _knobs(page: str) -> dict:
     loss_type = st.radio("loss (loss_type)", list(LOSS_TYPES), format_func=LOSS_TYPES.get, horizontal=True,
                          key=f"{page}:loss_type",
-                         help="sigmoid: DPO's −log σ(β h). ipo: IPO's (h − 1/(2β))², which stops at a margin.")
+                         help="sigmoid: DPO's −log σ(β h). ipo: IPO's (h̄ − 1/(2β))², h̄ per token as in TRL, which "
+                         "stops at a margin.")
     beta = st.number_input("β (beta)", min_value=0.0, value=0.1, step=0.05, format="%.3f", key=f"{page}:beta",
                            help=f"The KL coefficient the implicit reward assumes: 0 < β ≤ {MAX_BETA:g}. "
                                 "TRL's default is 0.1.")

@@ -37,7 +37,6 @@ from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, e
 from rl_core.runs.store import RunStore, StoredRun, max_trainings
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
-SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
 
 
 class TrainingSlots:

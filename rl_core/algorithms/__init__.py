@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from rl_core.config import AlgoConfig, DPOConfig
+from rl_core.config import PREFERENCE_PRESETS, AlgoConfig, DPOConfig, RewardConfig
 
 PRESETS: dict[str, AlgoConfig] = {}
 
@@ -21,6 +21,8 @@ WALKTHROUGH_ORDER = (
     "cispo", "sapo", "dppo", "lite_ppo", "maxrl", "opd",
 )
 PRESETS = {name: PRESETS[name] for name in WALKTHROUGH_ORDER if name in PRESETS} | PRESETS
+# Everything a run can train: the RL presets, then the kinds fitted to preference pairs (DPO, IPO, reward model).
+RUN_ALGOS = (*PRESETS, *PREFERENCE_PRESETS)
 
 
 def get_preset(name: str, /, **overrides) -> AlgoConfig:
@@ -30,11 +32,12 @@ def get_preset(name: str, /, **overrides) -> AlgoConfig:
     return PRESETS[name].with_knobs(**overrides)
 
 
-def get_run_algo(name: str, /, **overrides) -> AlgoConfig | DPOConfig:
-    """What a run trains: an RL preset (`get_preset`), or `"dpo"`, offline DPO on the task's preference pairs
-    (a `DPOConfig`, its own run kind, not an RL preset); ValueError names the allowed names or the bad knob."""
-    if name == DPOConfig.name:
-        return DPOConfig().with_knobs(**overrides)
+def get_run_algo(name: str, /, **overrides) -> AlgoConfig | DPOConfig | RewardConfig:
+    """What a run trains: an RL preset (`get_preset`); `"dpo"` / `"ipo"`, offline preference optimisation on the
+    task's preference pairs (a `DPOConfig`); or `"reward_model"`, the Bradley–Terry reward model fitted to them (a
+    `RewardConfig`): run kinds of their own, not RL presets. ValueError names the allowed names or the bad knob."""
+    if isinstance(name, str) and name in PREFERENCE_PRESETS:
+        return PREFERENCE_PRESETS[name].with_knobs(**overrides)
     if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(f"algorithm {name!r} is unknown; allowed: {', '.join(PRESETS)}, {DPOConfig.name}")
+        raise ValueError(f"algorithm {name!r} is unknown; allowed: {', '.join(RUN_ALGOS)}")
     return get_preset(name, **overrides)

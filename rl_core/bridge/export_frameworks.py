@@ -343,7 +343,10 @@ TRL_RULES: dict[str, Rule] = {
     "skip_no_signal_updates": off_or_no("TRL steps the optimiser on every batch too",
                                         "TRL steps the optimiser on every batch"),
     "baseline": _reward_to_go_only(no("GRPOConfig has no reward-to-go estimator")),
-    **_distillation("GRPOConfig has no teacher; TRL distils with its DistillationTrainer (GKD)"),
+    **_distillation("GRPOConfig has no teacher; TRL 1.16's DistillationConfig (DistillationTrainer) is no "
+                    "counterpart either: it fits the student to the teacher's whole next-token distributions with a "
+                    "generalized JSD (its beta = 1: reverse KL), where the lab's signal is the sampled token's "
+                    "log π_T − log π_θ as an advantage; verl 0.9.1's distillation.* keys carry it"),
 }
 # The lab's optimiser and model, which no knob names but a faithful copy needs.
 TRL_ENGINE = (
@@ -547,6 +550,32 @@ def _critic(rule: Rule) -> Rule:
     return unused_unless(lambda k: k["use_critic"], rule, "no critic")
 
 
+def _verl_distillation() -> dict[str, Rule]:
+    """On-policy distillation's knobs as verl 0.9.1's `distillation.*` keys (its trainer scores the student's
+    samples with a teacher it loads); comments while no teacher is set."""
+    teacher = lambda k: k["teacher_model"] is not None  # noqa: E731 - a predicate read by every rule below
+    loss = "distillation.distillation_loss"
+
+    def teacher_rule(k: dict, knob: str) -> Line | list[Line]:
+        if k[knob] is None:
+            return "off here; no teacher"
+        return [Set("distillation.enabled", True),
+                f"set distillation.teacher_models.teacher_model.model_path to the teacher's checkpoint (the lab's "
+                f"teacher is an SFT policy of its {k[knob]} preset)"]
+
+    return {
+        "teacher_model": teacher_rule,
+        "teacher_sft_steps": unused_unless(teacher, lambda k, knob: f"how the lab makes its teacher ({k[knob]} SFT "
+                                           "steps on noise-free demonstrations); verl loads a trained one",
+                                           "no teacher"),
+        "distillation_loss_mode": unused_unless(teacher, to(f"{loss}.loss_mode", note="the estimator of "
+                                                            "KL(π_θ‖π_T) at each sampled token"), "no teacher"),
+        "use_policy_gradient": unused_unless(teacher, to(f"{loss}.use_policy_gradient"), "no teacher"),
+        "use_task_rewards": unused_unless(teacher, to(f"{loss}.use_task_rewards"), "no teacher"),
+        "distillation_loss_coef": unused_unless(teacher, to(f"{loss}.distillation_loss_coef"), "no teacher"),
+    }
+
+
 VERL_RULES: dict[str, Rule] = {
     "prompts_per_step": to("data.train_batch_size", note="prompts per step"),
     "num_generations": to("actor_rollout_ref.rollout.n"),
@@ -624,7 +653,7 @@ VERL_RULES: dict[str, Rule] = {
     "skip_no_signal_updates": off_or_no("verl steps the optimiser on every batch too",
                                         "verl steps the optimiser on every batch"),
     "baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
-    **_distillation("this PPO trainer export has no teacher; verl distils with distillation.distillation_loss.*"),
+    **_verl_distillation(),
 }
 VERL_ENGINE = (Set(f"{ACTOR}.optim.weight_decay", 0.0, "the lab's AdamW has no weight decay"),)
 VERL_ENTRY = "verl.trainer.main_ppo"  # verl 0.9's trainer runs DAPO's group filter and reward manager itself
@@ -960,8 +989,8 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
             "",
             "config = GRPOConfig(",
             "    # the lab's optimiser and model (no knob names them)",
-            *(_trl_line(line, None) for line in TRL_ENGINE),
-            *(_trl_line(line, f"{knob}={algo_value}") for knob, xs, algo_value in _with_values(lines, algo, task)
+            *(trl_line(line, None) for line in TRL_ENGINE),
+            *(trl_line(line, f"{knob}={algo_value}") for knob, xs, algo_value in _with_values(lines, algo, task)
               for line in xs),
             ")",
             "",
@@ -988,8 +1017,8 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
         *made,
         "flags=(",
         "    # the lab's optimiser (no knob names it)",
-        *(_openrlhf_line(line, None) for line in OPENRLHF_ENGINE),
-        *(_openrlhf_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
+        *(openrlhf_line(line, None) for line in OPENRLHF_ENGINE),
+        *(openrlhf_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
         ")",
         f'python3 -m {OPENRLHF_ENTRY} "${{flags[@]}}" "$@"',
         "",
@@ -1005,7 +1034,7 @@ def _comment(source: str | None, note: str) -> str:
     return "  # " + ": ".join(x for x in (source, note) if x) if source or note else ""
 
 
-def _trl_line(line: Line, source: str | None) -> str:
+def trl_line(line: Line, source: str | None) -> str:
     if isinstance(line, Set):
         return f"    {line.field}={line.value!r},{_comment(source, line.note)}"
     return f"    # {source}: {line}"
@@ -1033,7 +1062,7 @@ def openrlhf_value(value) -> str:
     return str(value)
 
 
-def _openrlhf_line(line: Line, source: str | None) -> str:
+def openrlhf_line(line: Line, source: str | None) -> str:
     if isinstance(line, Set):
         flag = line.field if line.value is True else f"{line.field} {openrlhf_value(line.value)}"
         return f"    {flag}{_comment(source, line.note)}"

@@ -11,10 +11,7 @@ keys become the lab's record keys by `TRL_RECORD_KEYS`.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -25,7 +22,7 @@ import torch
 
 from rl_core.algorithms import get_preset
 from rl_core.bridge.export_frameworks import export_config, settings
-from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE
+from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE, run_trl_script
 from rl_core.config import RunConfig
 from rl_core.engine.trainer import Trainer
 from rl_core.runs.store import RunStore
@@ -103,16 +100,7 @@ def _train_trl(python: Path, trainer: Trainer, workdir: Path) -> list[dict]:
         # prompt ids are the very ids the lab's rollout builds.
         "rows": [{"prompt": trainer.tokenizer.bos_token + p, "answer": trainer.task.answer(p)} for p in prompts],
     }
-    (workdir / "spec.json").write_text(json.dumps(spec))
-    (workdir / "trl_grpo.py").write_text(TRL_SCRIPT)
-    # Offline: the model and tokenizer are local folders, and nothing else may be fetched.
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-                        "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([str(python), str(workdir / "trl_grpo.py"), str(workdir / "spec.json")],
-                          capture_output=True, text=True, env=env, cwd=workdir)
-    if done.returncode:
-        raise RuntimeError(f"the TRL run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return trl_records(json.loads(done.stdout.strip().splitlines()[-1])["logs"])
+    return trl_records(run_trl_script(python, TRL_SCRIPT, spec, workdir)["logs"])
 
 
 def check_parity_run(algo: str, task: str) -> None:
@@ -167,7 +155,7 @@ def parity_table(store: RunStore, ids: dict[str, list[int]], keys=tuple(TRL_RECO
         for side, side_curves in curves.items():
             row[f"{side}: all steps"] = _mean_std([sum(c) / len(c) for c in side_curves])
             row[f"{side}: last 10"] = _mean_std([sum(c[-10:]) / len(c[-10:]) for c in side_curves])
-        lab, trl = (_seed_means(curves[side]) for side in (LAB, TRL))
+        lab, trl = (_seed_means(side_curves) for side_curves in curves.values())  # the lab's side first
         row["largest step gap"] = max(abs(x - y) for x, y in zip(lab, trl))
         rows.append(row)
     return rows
@@ -186,12 +174,19 @@ def _seed_means(curves: list[list[float]]) -> list[float]:
 
 def main(algo: str, task: str, steps: int, seeds: list[int], python: Path, store: RunStore) -> int:
     ids = run_parity(algo, task, steps, seeds, python, store, lambda line: print(line, file=sys.stderr))
-    rows = parity_table(store, ids)
-    print(f"{algo} on {task}, {steps} steps, seeds {' '.join(map(str, seeds))}: mean ± std over seeds")
+    print_table(f"{algo} on {task}, {steps} steps, seeds {' '.join(map(str, seeds))}", parity_table(store, ids), ids)
+    return 0
+
+
+def print_table(title: str, rows: list[dict], ids: dict[str, list[int]]) -> None:
+    """The parity table on stdout, one row per metric: each side's mean ± std over seeds, then (where a row has it)
+    the largest step gap."""
+    print(f"{title}: mean ± std over seeds")
     print(" | ".join(rows[0]))
     for row in rows:
-        print(" | ".join([row["metric"], *(f"{m:.3f} ± {sd:.3f}" for m, sd in list(row.values())[1:-1]),
-                          f"{row['largest step gap']:.3f}"]))
-    print(f"runs: lab {ids[LAB]}, TRL {ids[TRL]} (the Compare page overlays them: Stored runs → Show on the charts)")
-    return 0
+        cells = [f"{value[0]:.3f} ± {value[1]:.3f}" if isinstance(value, tuple) else f"{value:.3f}"
+                 for value in list(row.values())[1:]]
+        print(" | ".join([row["metric"], *cells]))
+    sides = ", ".join(f"{side} {run_ids}" for side, run_ids in ids.items())
+    print(f"runs: {sides} (the Compare page overlays them: Stored runs → Show on the charts)")
 

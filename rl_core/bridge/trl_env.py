@@ -77,6 +77,21 @@ def trl_python(venv_root: Path = DEFAULT_ROOT) -> Path:
     return python
 
 
+def run_trl_script(python: Path, script: str, spec: dict, workdir: Path) -> dict:
+    """`script` (a `TRL_SCRIPT_PRELUDE` script) run by TRL's interpreter `python` on `spec` in `workdir`, offline (the
+    model and tokenizer are local folders, and nothing else may be fetched) and on the CPU; the JSON object it
+    prints last. RuntimeError with the end of its stderr if it fails."""
+    (workdir / "spec.json").write_text(json.dumps(spec))
+    (workdir / "trl_run.py").write_text(script)
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
+                        "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([str(python), str(workdir / "trl_run.py"), str(workdir / "spec.json")],
+                          capture_output=True, text=True, env=env, cwd=workdir)
+    if done.returncode:
+        raise RuntimeError(f"the TRL run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rl_core.bridge.trl_env", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder of the virtualenvs (default: %(default)s)")

@@ -8,7 +8,7 @@ of the labels gives a loss on the policy directly. IPO keeps the same log-ratio 
 a fixed target instead of pushing it through a sigmoid, so it stops growing once the pair is ordered by 1/(2β).
 
 Every log-probability here is a sequence's: the sum over the response's tokens, the closing EOS included, as in
-both papers (`sequence_logprobs`). Pairs are `reward_model.PreferencePair`s; the accuracy and the margin of the
+both papers (`sequence_logprobs`); IPO divides each by its response's token count first, as TRL does (`ipo_loss`). Pairs are `reward_model.PreferencePair`s; the accuracy and the margin of the
 implicit rewards are the reward model's `pairwise_accuracy` and `reward_margin`, applied to them.
 """
 
@@ -23,8 +23,8 @@ import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
-from rl_core.engine.models import MODEL_PRESETS, frozen_reference, select_device, use_preset_threads
-from rl_core.engine.pretrained import model_tokenizer
+from rl_core.engine.models import MODEL_PRESETS, frozen_reference, use_preset_threads
+from rl_core.engine.pair_run import PairRunTrainer
 from rl_core.engine.reward_model import (
     PreferencePair,
     bradley_terry_loss,
@@ -45,7 +45,6 @@ from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
 from rl_core.formulas.kl import kl_exact, kl_k3
 from rl_core.formulas.masking import masked_mean, masked_sum
-from toy_tasks import get_task
 from toy_tasks.base import ToyTask
 
 MAX_BETA = DPO_RANGES["beta"].high  # the lab's upper bound on β, as a DPO run's knob has it
@@ -78,20 +77,36 @@ def dpo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chose
 
 
 def ipo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
-             ref_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
-    """L_IPO = mean_i (h_i − 1/(2β))², h the `log_ratio_difference` of *sequence* log-probabilities (Azar et al.
-    2023, their empirical IPO loss, with τ written β as in TRL's `loss_type="ipo"`).
+             ref_rejected_logps: torch.Tensor, beta: float, chosen_lengths: torch.Tensor,
+             rejected_lengths: torch.Tensor) -> torch.Tensor:
+    """L_IPO = mean_i (h̄_i − 1/(2β))², h̄ the `log_ratio_difference` of *per-token mean* log-probabilities: each
+    response's sequence log-probability (policy and reference) divided by its token count, EOS included (Azar et al.
+    2023's empirical IPO loss, their τ written β; TRL's `loss_type="ipo"`).
 
-    TRL's `ipo` averages each response's log-probabilities over its tokens before taking h; this follows the
-    paper and sums them, as `dpo_loss` does, so that the two losses see the same h. The loss is 1/(4β²) while
-    π_θ = π_ref and vanishes at h = 1/(2β): the pair is pushed apart by a fixed amount and then held there, where
-    DPO's sigmoid keeps pushing (ever more weakly) however far apart they already are. A larger β means a smaller
-    target. Its gradient with respect to log π_θ(y_w) is 2 (h_i − 1/(2β)) / N."""
-    h = log_ratio_difference(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    Why per token: with summed log-probabilities h grows with the responses' length, so one β would set a target
+    1/(2β) that is loose for long responses and tight for short ones. TRL divides by the completion's token count
+    (since its PR #1265, confirmed with the IPO authors as the form behind the paper's results), and the lab uses
+    TRL's knob names, so β means here what it means there. The loss is 1/(4β²) while π_θ = π_ref and vanishes at
+    h̄ = 1/(2β): the pair is pushed apart by a fixed amount per token and then held there, where DPO's sigmoid keeps
+    pushing (ever more weakly) however far apart they already are. Its gradient with respect to log π_θ(y_w) is
+    2 (h̄_i − 1/(2β)) / (N |y_w|), and minus that with |y_l| for log π_θ(y_l)."""
+    h = log_ratio_difference(chosen_logps / chosen_lengths, rejected_logps / rejected_lengths,
+                             ref_chosen_logps / chosen_lengths, ref_rejected_logps / rejected_lengths)
     return ((h - 1 / (2 * beta)) ** 2).mean()
 
 
-PREFERENCE_LOSSES = {"sigmoid": dpo_loss, "ipo": ipo_loss}  # TRL's `loss_type` name → the loss
+def preference_loss(loss_type: str, chosen_logps: torch.Tensor, rejected_logps: torch.Tensor,
+                    ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor, beta: float,
+                    chosen_lengths: torch.Tensor, rejected_lengths: torch.Tensor) -> torch.Tensor:
+    """TRL's DPOTrainer loss of `loss_type` from sequence log-probabilities and the responses' token counts:
+    `"sigmoid"` (`dpo_loss`, on the sums) or `"ipo"` (`ipo_loss`, on the per-token means)."""
+    if loss_type == "ipo":
+        return ipo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, chosen_lengths,
+                        rejected_lengths)
+    return dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+
+
+PREFERENCE_LOSS_TYPES = ("sigmoid", "ipo")  # TRL's `loss_type` names of `preference_loss`
 
 
 def sequence_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
@@ -112,6 +127,17 @@ def pair_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, pa
     return logps[: len(pairs)], logps[len(pairs) :]
 
 
+def pair_lengths(tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair],
+                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Token counts `[N]` of the chosen and of the rejected responses, each with its closing EOS (the tokens whose
+    log-probabilities `pair_logprobs` sums), as floats for dividing by."""
+    def count(responses: list[str]) -> torch.Tensor:
+        ids = tokenizer(responses, add_special_tokens=False)["input_ids"]
+        return torch.tensor([len(row) + 1 for row in ids], dtype=torch.float32, device=device)
+
+    return count([p.chosen for p in pairs]), count([p.rejected for p in pairs])
+
+
 def preference_metrics(loss: torch.Tensor, chosen_logps: torch.Tensor, rejected_logps: torch.Tensor,
                        ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
                        beta: float) -> dict[str, float]:
@@ -127,10 +153,10 @@ def preference_metrics(loss: torch.Tensor, chosen_logps: torch.Tensor, rejected_
 
 
 def check_preference_loss(loss_type: str, beta: float) -> None:
-    """`loss_type` one of PREFERENCE_LOSSES and 0 < `beta` ≤ MAX_BETA, or a ValueError naming the knob (a page
+    """`loss_type` one of PREFERENCE_LOSS_TYPES and 0 < `beta` ≤ MAX_BETA, or a ValueError naming the knob (a page
     asks before it spends seconds on the warm start)."""
-    if loss_type not in PREFERENCE_LOSSES:
-        raise ValueError(f"loss_type={loss_type!r} is unknown; allowed: {', '.join(PREFERENCE_LOSSES)}")
+    if loss_type not in PREFERENCE_LOSS_TYPES:
+        raise ValueError(f"loss_type={loss_type!r} is unknown; allowed: {', '.join(PREFERENCE_LOSS_TYPES)}")
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta <= MAX_BETA:
         raise ValueError(f"beta={beta!r} is out of range; allowed: 0 < beta ≤ {MAX_BETA:g}")
 
@@ -184,13 +210,15 @@ class DPOTraining:
                 raise ValueError(f"{knob}={value!r} is out of range; allowed: an integer ≥ 1")
         # The policy's own tokenizer; the character tokenizer of the model presets by default.
         self.policy, self.task, self.tokenizer = policy, task, tokenizer or build_char_tokenizer()
-        self.loss_fn, self.beta = PREFERENCE_LOSSES[loss_type], float(beta)
+        self.loss_type, self.beta = loss_type, float(beta)
         self.total_steps, self.batch_size, self.eval_every = steps, batch_size, eval_every
         self.rng = random.Random(seed)
         self.held_out, self.train = split_pairs(pairs, holdout_fraction, self.rng)
         self.reference = frozen_reference(policy)
         # The reference never changes: its log-probabilities of the held-out pairs are computed once.
         self.held_out_ref_logps = pair_logprobs(self.reference, self.tokenizer, self.held_out, frozen=True)
+        self.device = next(policy.parameters()).device
+        self.held_out_lengths = pair_lengths(self.tokenizer, self.held_out, self.device)
         # Fixed prompts and generator: the gold success of two steps differs by the policy, not by the draw.
         self.eval_prompts = task.sample_prompts(n_eval_prompts, random.Random(seed + 1))
         self.eval_seed = seed + 1
@@ -215,7 +243,8 @@ class DPOTraining:
         batch = self.rng.choices(self.train, k=self.batch_size)
         chosen, rejected = pair_logprobs(self.policy, self.tokenizer, batch)
         ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, batch, frozen=True)
-        loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
+        loss = preference_loss(self.loss_type, chosen, rejected, ref_chosen, ref_rejected, self.beta,
+                               *pair_lengths(self.tokenizer, batch, self.device))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
@@ -234,7 +263,8 @@ class DPOTraining:
         if pairs:
             chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
             ref_chosen, ref_rejected = self.held_out_ref_logps
-            loss = self.loss_fn(chosen, rejected, ref_chosen, ref_rejected, self.beta)
+            loss = preference_loss(self.loss_type, chosen, rejected, ref_chosen, ref_rejected, self.beta,
+                                   *self.held_out_lengths)
             metrics = {f"eval_{key}": value
                        for key, value in preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected,
                                                             self.beta).items()}
@@ -269,7 +299,7 @@ class DPOTraining:
         return views
 
 
-class DPOTrainer:
+class DPOTrainer(PairRunTrainer):
     """A run whose `algo` is a `DPOConfig`, trained as `rl_core.engine.trainer.Trainer` trains an RL run (the same
     `prepare()`, `steps()`, `step_index`, `evaluate()`), so a sweep, the run store and reuse take it like any run.
 
@@ -280,47 +310,24 @@ class DPOTrainer:
     `kl_exact`, `kl_k3`, and at the first step, every `eval_steps` and the last the held-out `eval_*`), all
     measured before the k-th update: like an RL run's record, step k describes the policy after k − 1 updates."""
 
+    kind = DPOConfig
+
     def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
-        run.validate()
-        if not isinstance(run.algo, DPOConfig):
-            raise ValueError(f"algo={run.algo.name!r} is an RL preset; DPOTrainer trains algo=dpo (a DPOConfig)")
-        self.run, self.algo = run, run.algo
-        self.cache_dir = Path(cache_dir or default_cache_dir())
-        self.stop_event = stop_event or threading.Event()
-        self.device = select_device(run.device, run.model)
-        use_preset_threads(run.model, self.device)
-        self.task = get_task(run.task)
-        self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
-        self.tokenizer = model_tokenizer(run.model)
-        self.step_index = 0
-        self.policy = self.reference = self.training = None
+        super().__init__(run, cache_dir, stop_event)
+        self.policy = self.reference = None
 
     def prepare(self, progress: Progress | None = None) -> dict:
         """Reward model (the task's, for its `reward_mean`), SFT policy, its frozen copy as π_ref, the pairs;
         returns the setup metrics."""
         self.policy, setup = prepare_warm_start(self, stoppable(progress, self.stop_event))
         task, algo = self.task, self.algo
-        pairs = task.preference_pairs(task.n_pairs, random.Random(self.run.seed), task.label_noise)
-        self.training = DPOTraining(self.policy, pairs, task, loss_type=algo.loss_type, beta=algo.beta,
+        self.training = DPOTraining(self.policy, self.task_pairs(), task, loss_type=algo.loss_type, beta=algo.beta,
                                     steps=self.run.steps, batch_size=algo.per_device_train_batch_size,
                                     learning_rate=algo.learning_rate, seed=self.run.seed,
                                     holdout_fraction=algo.holdout_fraction, eval_every=1,
                                     n_eval_prompts=algo.n_eval_prompts, tokenizer=self.tokenizer)
         self.reference = self.training.reference
         return setup | {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
-
-    def steps(self) -> Iterator[dict]:
-        """Train for `run.steps` steps (or until stopped), yielding one record per step."""
-        if self.training is None:
-            self.prepare()
-        while self.step_index < self.run.steps and not self.stop_event.is_set():
-            yield self.step()
-
-    def step_phases(self):
-        """One step as `Trainer.step_phases` runs it (`rl_core.engine.run_batch`), asking for no sample: DPO trains on
-        its pairs. Returns the record and no token count (no sampled tokens are trained on)."""
-        return self.step(), None
-        yield  # a coroutine with no requests
 
     def step(self) -> dict:
         step = self.step_index + 1

@@ -112,12 +112,17 @@ def mismatch_k3_kl(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: t
     return masked_mean(torch.expm1(log_w) - log_w, mask).item()
 
 
-def effective_sample_size(weights: torch.Tensor) -> float:
-    """The importance weights' effective sample size as a share of the sample, verl's
-    `rollout_corr/rollout_is_eff_sample_size`: `ESS/N = (mean w)² / mean(w²)` — 1 when all weights are equal, 1/N
-    when one weight carries everything."""
-    weights = weights.detach()
-    return (weights.mean().square() / weights.square().mean()).item()
+def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
+    """The importance weights' effective sample size as a share of the sample, over the valid tokens, as verl 0.9.1
+    computes `rollout_corr/rollout_is_eff_sample_size`: `ESS/N = (mean_t w_t)² / mean_t(w_t²)` with the means over
+    the tokens of `mask` and `weights` `[B, T]` per token or `[B, 1]` per response (then each response counts once
+    per valid token, as verl broadcasts it). 1 when all weights are equal, 1/N when one token carries everything;
+    a dropped (zero) weight counts as a sample that carries nothing. 0 when every weight is 0."""
+    weights = weights.detach().expand_as(mask)
+    mean_square = masked_mean(weights.square(), mask)
+    if mean_square == 0:
+        return 0.0
+    return (masked_mean(weights, mask).square() / mean_square).item()
 
 
 def correction_weights(
@@ -142,19 +147,26 @@ def rollout_mismatch_metrics(
 ) -> dict[str, float]:
     """How far the sampler μ is from π_old, on μ's samples, under verl's names: the mismatch KL
     `rollout_corr/kl = mean(log μ − log π_old)` over the valid tokens (k1 of KL(μ‖π_old), ≥ 0 in expectation),
-    `rollout_corr/k3_kl` (k3 of it, ≥ 0 always), the effective sample size of the weights π_old/μ at `level` capped at
-    C (`rollout_corr/rollout_is_eff_sample_size`), their min / max / median / 95th percentile and the share above C;
-    with the loss's `weights` (`correction_weights`), the share of valid tokens they drop
-    (`rollout_corr/rollout_rs_masked_fraction`). Over the valid tokens or the non-empty responses; any float dtype."""
+    `rollout_corr/k3_kl` (k3 of it, ≥ 0 always), the effective sample size of the weights the loss applies
+    (`rollout_corr/rollout_is_eff_sample_size`), the min / max / median / 95th percentile of the weights π_old/μ at
+    `level` and their share above C; with the loss's `weights` (`correction_weights`), the share of valid tokens they
+    drop (`rollout_corr/rollout_rs_masked_fraction`). Over the valid tokens or the non-empty responses; any float
+    dtype.
+
+    The ESS is verl 0.9.1's: on the applied weights (`weights`; without them, as under `mode = none`, the weights
+    TIS would apply at `level`), clamped into [0, C], over the valid tokens (`effective_sample_size`). So what masked
+    IS or a divergence gate drops counts as a sample carrying nothing, a gate's kept tokens carry their own w_t (not
+    the response's product it never applies), and a response-level weight counts once per token."""
     level_weights = is_weights(old_logp, behaviour_logp, mask, level)
+    applied = weights if weights is not None else correction_weights(old_logp, behaviour_logp, mask, "truncate",
+                                                                     level, threshold)
     valid = level_weights[mask > 0] if level == "token" else level_weights[mask.sum(-1) > 0]
     # torch.quantile wants q in the input's dtype.
     p50, p95 = torch.quantile(valid, torch.tensor([0.5, 0.95], dtype=valid.dtype, device=valid.device)).tolist()
     metrics = {
         "rollout_corr/kl": masked_mean(behaviour_logp - old_logp, mask).item(),
         "rollout_corr/k3_kl": mismatch_k3_kl(old_logp, behaviour_logp, mask),
-        # verl measures the ESS of the weights as capped at C: the share of the sample they still carry
-        "rollout_corr/rollout_is_eff_sample_size": effective_sample_size(valid.clamp(max=threshold)),
+        "rollout_corr/rollout_is_eff_sample_size": effective_sample_size(applied.clamp(0, threshold), mask),
         "rollout_is_weight_min": valid.min().item(),
         "rollout_is_weight_max": valid.max().item(),
         "rollout_is_weight_p50": p50,

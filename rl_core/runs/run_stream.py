@@ -25,14 +25,17 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from rl_core.config import DPOConfig, RunConfig
+from rl_core.config import DPOConfig, RewardConfig, RunConfig
 from rl_core.engine.preference_optimisation import DPOTrainer
+from rl_core.engine.reward_model_run import RewardModelTrainer
 from rl_core.engine.run_batch import step_together
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs.store import RunStore
 
 PHASE, SETUP, END, FAILED = "phase", "setup", "end", "failed"
+# What a person reads for each phase `Trainer.prepare()` reports (a progress bar's label, a page's status line).
+SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
 
 
 class RunInterrupted(Exception):
@@ -40,9 +43,11 @@ class RunInterrupted(Exception):
     interrupted, not failed, and can be trained again."""
 
 
-def trainer_for(run: RunConfig, cache_dir: Path | None = None, stop_event=None) -> Trainer | DPOTrainer:
-    """The trainer of the run's kind: `DPOTrainer` for an offline DPO run (`algo` a `DPOConfig`), else `Trainer`."""
-    kind = DPOTrainer if isinstance(run.algo, DPOConfig) else Trainer
+def trainer_for(run: RunConfig, cache_dir: Path | None = None,
+                stop_event=None) -> Trainer | DPOTrainer | RewardModelTrainer:
+    """The trainer of the run's kind: `DPOTrainer` for an offline DPO or IPO run (`algo` a `DPOConfig`),
+    `RewardModelTrainer` for a reward-model fit (a `RewardConfig`), else `Trainer`."""
+    kind = {DPOConfig: DPOTrainer, RewardConfig: RewardModelTrainer}.get(type(run.algo), Trainer)
     return kind(run, cache_dir=cache_dir, stop_event=stop_event or threading.Event())
 
 

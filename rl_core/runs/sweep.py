@@ -51,8 +51,8 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from rl_core.algorithms import get_preset
-from rl_core.config import AlgoConfig, RunConfig, parse_overrides, shown
+from rl_core.algorithms import get_run_algo
+from rl_core.config import AlgoConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import select_device
 from rl_core.engine.pretrained import check_model
 from rl_core.engine.sft import sft_policy
@@ -152,7 +152,7 @@ def plan_sweep(
     for algo in algos:
         for values in itertools.product(*grid.values()):
             variant = dict(zip(grid, values))
-            config = get_preset(algo, **overrides, **variant)
+            config = get_run_algo(algo, **overrides, **variant)
             label = " · ".join([algo, *(f"{k}={v}" for k, v in variant.items())])
             for seed in seeds:
                 run = RunConfig(algo=config, task=task, steps=steps, seed=seed, **run_fields)
@@ -169,6 +169,8 @@ def warm_start_key(run: RunConfig) -> tuple:
 def warm_start(run: RunConfig, cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
     """Train (or find cached) the reward model and the SFT checkpoint `run` starts from; TrainingStopped once
     `stopped()` turns true."""
+    if isinstance(run.algo, RewardConfig):
+        return  # a reward model is fitted from scratch: no task reward model, no SFT policy to start from
     trainer = trainer_for(run, cache_dir)  # for its task, tokenizer, device and demo noise
 
     def progress(done: int, loss: float) -> None:
@@ -379,7 +381,9 @@ class SweepProgress:
             if not run.active and run.id not in self.reported:
                 self.reported.add(run.id)
                 seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
-                success = f", final success {run.final['success_rate']:.3f}" if run.final else ""
+                final = run.final or {}
+                success = (f", final success {final['success_rate']:.3f}" if "success_rate" in final else
+                           f", held-out accuracy {final['heldout_accuracy']:.3f}" if "heldout_accuracy" in final else "")
                 error = f": {run.error}" if run.error else ""
                 status = f"{run.status} (reused)" if run.reused else run.status
                 self.bar.write(f"{run.label} seed {run.seed}: {status} after {run.steps_done} steps{seconds}"

@@ -1,0 +1,68 @@
+"""What the run kinds fitted to a task's preference pairs share (DPO and IPO, `preference_optimisation.DPOTrainer`;
+the reward model, `reward_model_run.RewardModelTrainer`): `rl_core.engine.trainer.Trainer`'s interface, so the CLI, a
+sweep, the run store and reuse take them like any run, with no sampling request in a step."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from rl_core.config import PairRunConfig, RunConfig
+from rl_core.engine.models import select_device, use_preset_threads
+from rl_core.engine.reward_model import PreferencePair
+from rl_core.engine.sft import default_cache_dir
+from rl_core.engine.pretrained import model_tokenizer
+from toy_tasks import get_task
+
+
+class PairRunTrainer:
+    """A run whose `algo` is a `kind` (a `PairRunConfig`): validated, on its device with its preset's threads, its
+    task and tokenizer at hand. A subclass prepares its `training` (`prepare`), takes one step (`step`) and
+    evaluates the result (`evaluate`)."""
+
+    kind: type[PairRunConfig] = PairRunConfig
+
+    def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
+        run.validate()
+        if not isinstance(run.algo, self.kind):
+            raise ValueError(f"algo={run.algo.name!r} is not a {self.kind.__name__}; {type(self).__name__} trains "
+                             f"one")
+        self.run, self.algo = run, run.algo
+        self.cache_dir = Path(cache_dir or default_cache_dir())
+        self.stop_event = stop_event or threading.Event()
+        self.device = select_device(run.device, run.model)
+        use_preset_threads(run.model, self.device)
+        self.task = get_task(run.task)
+        self.demo_noise = self.task.default_demo_noise if run.demo_noise is None else run.demo_noise
+        self.tokenizer = model_tokenizer(run.model)
+        self.step_index = 0
+        self.training = None
+
+    def task_pairs(self) -> list[PreferencePair]:
+        """The task's own preference pairs for the run's seed, the very pairs its reward model is fitted to."""
+        task = self.task
+        return task.preference_pairs(task.n_pairs, random.Random(self.run.seed), task.label_noise)
+
+    def steps(self) -> Iterator[dict]:
+        """Train for `run.steps` steps (or until stopped), yielding one record per step."""
+        if self.training is None:
+            self.prepare()
+        while self.step_index < self.run.steps and not self.stop_event.is_set():
+            yield self.step()
+
+    def step_phases(self):
+        """One step as `Trainer.step_phases` runs it (`rl_core.engine.run_batch`), asking for no sample: the run
+        trains on its pairs. Returns the record and no token count (no sampled tokens are trained on)."""
+        return self.step(), None
+        yield  # a coroutine with no requests
+
+    def prepare(self, progress=None) -> dict:
+        raise NotImplementedError
+
+    def step(self) -> dict:
+        raise NotImplementedError
+
+    def evaluate(self) -> dict:
+        raise NotImplementedError
