@@ -186,10 +186,14 @@ def test_a_learner_with_three_runs_steps_as_often_as_a_learner_with_one(declared
     # X's three in rotation: after six turns X's runs have two steps each and Y's one run six. (Estimated at 0 s,
     # X's three would all step in X's first turn and X would then sit out two.)
     loop, log = RunLoop(turn_seconds=1.0), []
-    others_in = threading.Event()
-    first = train_in_thread(loop, Counting("Y0", 1, log, cost=0.5), lambda record: others_in.wait(10), learner="Y",
-                            step_seconds=0.5)
-    waiting_for_runs(loop, 1)
+    stepped, others_in = threading.Event(), threading.Event()
+
+    def hold_the_loop(record):  # Y0's first turn is its own; the others join while it is held
+        stepped.set()
+        others_in.wait(10)
+
+    first = train_in_thread(loop, Counting("Y0", 1, log, cost=0.5), hold_the_loop, learner="Y", step_seconds=0.5)
+    stepped.wait(10)
     runs = [Counting(f"X{i}", 2, log, cost=0.5) for i in range(3)] + [Counting("Y", 6, log, cost=0.5)]
     outcomes = []
     for n, run in enumerate(runs):  # one at a time, so that they join in this order
