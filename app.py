@@ -8,7 +8,7 @@ from rl_core.config import RunConfig
 from toy_tasks import DEFAULT_TASK
 from ui.classroom import mark_seen, pinned_banner
 from ui.instructor import authorised, with_instructor_page
-from ui.jobs import warm_default_start
+from ui.jobs import start_server_upkeep, warm_default_start
 from ui.navigation import navigation
 from ui.present import presenter_switch
 from ui.session import remember_learner
@@ -26,6 +26,8 @@ st.html(
 )
 presenter_switch()  # ?present=1: larger text and charts for a projector
 
+# Runs a dead server left queued or running end as interrupted before anyone reads them (their pages say so).
+start_server_upkeep()
 # The default page's first Train should not wait for a supervised warm start: build it while the learner reads.
 warm_default_start(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
 # Navigation in the top bar, not a sidebar: the sidebar would take a quarter of a laptop screen's width.

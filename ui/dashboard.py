@@ -82,7 +82,8 @@ def progress(snap: JobSnapshot, job: Job) -> None:
     elif snap.status == "failed":
         st.error(f"The run failed after {snap.steps_done} steps: {snap.error}")
     elif snap.status == "stopped":
-        st.warning(f"Stopped after {snap.steps_done} of {snap.steps_total} steps.")
+        why = f" {snap.error[0].upper()}{snap.error[1:]}." if snap.error else ""  # the server stopped it
+        st.warning(f"Stopped after {snap.steps_done} of {snap.steps_total} steps.{why}")
     elif snap.status == "interrupted":
         st.warning(f"Interrupted after {snap.steps_done} of {snap.steps_total} steps: {snap.error}")
     else:

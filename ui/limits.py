@@ -15,13 +15,10 @@ import torch
 
 from rl_core.config import RunConfig
 from rl_core.messages import brief
-from rl_core.runs.limits import ServerLimits
+from rl_core.runs.limits import HOUR, ServerLimits
 from rl_core.runs.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
 from ui.jobs import DEFAULT_LIVE_RUNS, LiveLoop
 from ui.session import session_token
-
-HOUR = 3600.0
-
 
 def learner() -> str:
     """Whom the per-learner limit counts: the owner of the runs a page starts (the token in the browser)."""

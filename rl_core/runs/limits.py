@@ -28,6 +28,7 @@ from rl_core.config import DPOConfig, RunConfig
 # response costs SAMPLE_SECONDS to sample and score and UPDATE_SECONDS per epoch of updates.
 SAMPLE_SECONDS = 7.1e-4
 UPDATE_SECONDS = 1.84e-4
+HOUR = 3600.0  # the window of a learner's allowance (RLHF_LAB_LEARNER_SECONDS_PER_HOUR)
 REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time grows about linearly with it
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
 CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
