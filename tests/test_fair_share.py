@@ -124,3 +124,16 @@ def test_a_learner_whose_request_was_queued_when_the_server_died_is_told_so_on_t
     at.switch_page("app_pages/grpo.py").run()
     warnings = [w.value for w in at.warning]
     assert any(RESTARTED_WAITING in w and w.startswith("Interrupted after 0 of 50 steps") for w in warnings), warnings
+
+
+def test_a_learner_with_as_many_runs_as_allowed_cannot_press_train_on_another_page(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    # Two training and two waiting, started from other pages (or other tabs): the loop's count is the learner's.
+    monkeypatch.setattr(LiveLoop, "learner_runs", lambda loop, learner: (2, 2) if learner == "me" else (0, 0))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["lab:session"] = "me"
+    at.run()
+    at.switch_page("app_pages/grpo.py").run()
+    assert any("you have 2 runs training and 2 waiting; allowed: at most 2 training and 2 waiting" in w.value
+               for w in at.warning), [w.value for w in at.warning]
+    assert at.button(key="grpo:train").disabled

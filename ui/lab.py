@@ -213,9 +213,11 @@ def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> Non
 
 
 def _learner_refusal() -> str | None:
-    """Why this learner may not start another run now (the hour's training allowance is used up), or None."""
+    """Why this learner may not start another run now (the hour's training allowance is used up, or their runs
+    training and waiting in the live loop are as many as a learner may have), or None."""
     try:
         check_learner()
+        server_limits().check_learner_runs(*live_loop().learner_runs(session_token()))
     except ValueError as error:
         return brief(str(error))
     return None
