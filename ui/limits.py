@@ -18,7 +18,7 @@ from rl_core.messages import brief
 from rl_core.runs.limits import HOUR, ServerLimits
 from rl_core.runs.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
 from ui.jobs import DEFAULT_LIVE_RUNS, LiveLoop
-from ui.session import session_token
+from ui.session import session_token, training_refusal
 
 def learner() -> str:
     """Whom the per-learner limit counts: the owner of the runs a page starts (the token in the browser)."""
@@ -40,7 +40,12 @@ def check_runs(runs: Sequence[RunConfig]) -> None:
 
 
 def check_learner() -> None:
-    """ValueError once this learner's runs trained for the hour's allowance (counted in the run store)."""
+    """ValueError if this session may not train (`ui.session.training_refusal`: no identity of its own, or no join
+    link where the class needs one), or once this learner's runs trained for the hour's allowance (counted in the
+    run store)."""
+    refusal = training_refusal()
+    if refusal is not None:
+        raise ValueError(refusal)
     try:
         spent = RunStore(recover=False).training_seconds(learner(), since=time.time() - HOUR)
     except StoreError:

@@ -11,6 +11,7 @@ which no link, slider or Compare box can lift, and the estimate of a run's secon
 | RLHF_LAB_LEARNER_SECONDS_PER_HOUR | 3600 | training seconds one learner's runs may use in any hour |
 | RLHF_LAB_MAX_LEARNER_LIVE_RUNS | 2 | one learner's live-lab runs training at once |
 | RLHF_LAB_MAX_LEARNER_QUEUED_RUNS | 2 | one learner's live-lab runs waiting for a place |
+| RLHF_LAB_NEW_LEARNERS_PER_ADDRESS | 100 | new learners (identities) issued to one client address in any hour |
 
 The gpt2 shape (124M parameters) needs a GPU: on a CPU a step takes seconds, so without CUDA it is refused
 whatever the link says.
@@ -106,6 +107,8 @@ class ServerLimits:
     # A learner compares two runs side by side; a third waits, and two more may queue behind it.
     max_learner_live_runs: int = 2
     max_learner_queued_runs: int = 2
+    # A class behind one NAT address is one client address: thirty learners, each in two browsers, with room.
+    new_learners_per_address: int = 100
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "ServerLimits":
@@ -140,6 +143,8 @@ class ServerLimits:
              "live-lab runs of one learner training at once"),
             ("RLHF_LAB_MAX_LEARNER_QUEUED_RUNS", f"{self.max_learner_queued_runs:,}",
              "live-lab runs of one learner waiting for a place"),
+            ("RLHF_LAB_NEW_LEARNERS_PER_ADDRESS", f"{self.new_learners_per_address:,}",
+             "new learners from one client address in any hour"),
         ]
 
     def check_fields(self, cuda: bool, steps: int = 1, sft_steps: int = 0, model: str = "tiny") -> None:
@@ -183,6 +188,13 @@ class ServerLimits:
                 f"you have {live} runs training and {queued} waiting; allowed: at most {self.max_learner_live_runs} "
                 f"training and {self.max_learner_queued_runs} waiting per learner on this server "
                 "(RLHF_LAB_MAX_LEARNER_LIVE_RUNS, RLHF_LAB_MAX_LEARNER_QUEUED_RUNS): stop one or let it end")
+
+    def new_learner_refusal(self) -> str:
+        """What a session is told when its client address has had its new learners for the hour."""
+        return (f"this address has started {self.new_learners_per_address:,} new learners in the last hour; allowed: "
+                f"at most {self.new_learners_per_address:,} an hour per address on this server "
+                "(RLHF_LAB_NEW_LEARNERS_PER_ADDRESS): open the lab in the browser you used before, or with your "
+                "own ?me= link, to train; the pages stay open to read")
 
     def check_learner(self, spent_seconds: float) -> None:
         """ValueError once a learner's runs trained for the hour's allowance."""
