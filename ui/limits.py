@@ -63,6 +63,10 @@ def limits_panel() -> None:
     except ValueError as error:  # an instructor's typo in a variable: say which
         st.error(brief(str(error)))
         return
+    rows.append(("RLHF_LAB_CLASS_CODE", "set" if os.environ.get("RLHF_LAB_CLASS_CODE") else "not set",
+                 "training needs the class's join link (?class=<code>)"))
+    rows.append(("RLHF_LAB_TRUSTED_PROXY", os.environ.get("RLHF_LAB_TRUSTED_PROXY", "0"),
+                 "1: X-Forwarded-For names the learner's address (behind a proxy of the instructor's)"))
     megabytes = os.environ.get("RLHF_LAB_STORE_MAX_MB", str(DEFAULT_MAX_MB))
     rows.append(("RLHF_LAB_STORE_MAX_MB", f"{megabytes} MB", "the run store on disk (delete old runs on Compare)"))
     st.dataframe(pd.DataFrame(rows, columns=["variable", "value", "limits"]), hide_index=True,
