@@ -137,3 +137,17 @@ def test_a_learner_with_as_many_runs_as_allowed_cannot_press_train_on_another_pa
     assert any("you have 2 runs training and 2 waiting; allowed: at most 2 training and 2 waiting" in w.value
                for w in at.warning), [w.value for w in at.warning]
     assert at.button(key="grpo:train").disabled
+
+
+def test_time_left_goes_on_at_the_pace_so_far():
+    from ui.jobs import time_left
+
+    assert time_left(elapsed=12.0, done=40, total=50) == pytest.approx(3.0)  # 0.3 s each, 10 to go
+    assert time_left(elapsed=5.0, done=0, total=50) is None
+
+
+def test_a_loaded_machine_stretches_an_estimate_by_its_runnable_processes_per_core():
+    from rl_core.runs.limits import contention
+
+    assert contention(load=7.0, cores=2, workers=1) == pytest.approx(4.0)  # 8 runnable on 2 cores
+    assert contention(load=0.5, cores=16, workers=2) == 1.0  # cores to spare: as on an idle machine

@@ -72,9 +72,14 @@ def progress(snap: JobSnapshot, job: Job) -> None:
         phase, done, total = snap.phase
         task = TASKS[job.run.task]
         what = SETUP_PHASES[phase] if phase != "reward" or hasattr(task, "reward_model_preset") else "the task"
-        st.progress(done / max(total, 1), text=f"Setting up: {what} {done}/{total}")
+        left = f", about {snap.phase_left:.0f} s left" if snap.phase_left is not None else ""
+        building = "building the warm start" if phase in ("sft", "teacher") else "setting up"
+        st.progress(done / max(total, 1), text=f"{building.capitalize()}: {what} {done}/{total}{left}")
     elif snap.status in ("preparing", "training"):
         eta = f", about {snap.eta:.0f} s left" if snap.eta is not None else ""
+        if snap.status == "training" and snap.steps_done == 0:  # before its first point: say why it waits
+            sharing = f", {snap.learners} learners share it" if snap.learners > 1 else ""
+            eta = f", waiting for its first turn in the training loop{sharing}"
         st.progress(
             snap.steps_done / snap.steps_total,
             text=f"step {snap.steps_done}/{snap.steps_total} · {snap.elapsed:.0f} s{eta}",

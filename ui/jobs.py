@@ -359,6 +359,8 @@ class JobSnapshot:
     wait_estimate: float | None  # seconds until it starts, once the server has timed a finished training
     elapsed: float  # seconds from the job's creation (and start: the lab does both at once) to its end, or to now
     seconds_per_step: float | None  # wall seconds between its latest steps: in the live loop, a turn of every run
+    phase_left: float | None = None  # seconds the setup phase still needs, at its pace so far (`time_left`)
+    learners: int = 0  # learners sharing the live loop now
 
     @property
     def active(self) -> bool:
@@ -375,6 +377,12 @@ class JobSnapshot:
         if self.seconds_per_step is None or not self.active:
             return None
         return (self.steps_total - self.steps_done) * self.seconds_per_step
+
+
+def time_left(elapsed: float, done: int, total: int) -> float | None:
+    """Seconds until `total` units are done at the pace of the first `done`: `elapsed × (total − done) / done`;
+    None before the first is done."""
+    return elapsed * (total - done) / done if done > 0 else None
 
 
 class BackgroundJob:
@@ -425,6 +433,7 @@ class Job(BackgroundJob):
         self._probe_start: list[float] = []  # the probe before RL, never thinned away
         self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
+        self._phase_started = 0.0  # when the current setup phase reported first
         self._setup: dict = {}
         self._error: str | None = None
         self._started = time.monotonic()
@@ -481,6 +490,9 @@ class Job(BackgroundJob):
                 wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
                 elapsed=(self._ended or time.monotonic()) - self._started,
                 seconds_per_step=statistics.fmean(self._step_walls) if self._step_walls else None,
+                phase_left=None if self._phase is None else time_left(
+                    time.monotonic() - self._phase_started, self._phase[1], self._phase[2]),
+                learners=self.slots.loop.learners,
             )
 
     def chat_models(self) -> ChatModels | None:
@@ -525,7 +537,10 @@ class Job(BackgroundJob):
                 setattr(self, f"_{name}", value)
 
     def _on_progress(self, phase: str, done: int, total: int) -> None:
-        self._set(phase=(phase, done, total))
+        with self._lock:
+            if self._phase is None or self._phase[0] != phase:
+                self._phase_started = time.monotonic()
+            self._phase = (phase, done, total)
 
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}

@@ -82,6 +82,13 @@ def estimated_seconds(run: RunConfig) -> float:
     return run.steps * estimated_step_seconds(run) + estimated_evaluation_seconds(run)
 
 
+def contention(load: float, cores: int, workers: int) -> float:
+    """How many times longer CPU-bound work of `workers` processes takes on a machine whose load average is
+    `load` on `cores` cores than on an idle one: each of the `load + workers` runnable processes gets
+    `cores / (load + workers)` of a core, at most one, so the time grows by `max(1, (load + workers) / cores)`."""
+    return max(1.0, (load + workers) / cores)
+
+
 def _cost_terms(run: RunConfig) -> str:
     """The knobs a step's estimate grows with, for a refusal to name."""
     algo = run.algo
