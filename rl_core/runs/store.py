@@ -675,14 +675,17 @@ class RunStore:
             return True
 
     def issued(self, session: str) -> bool:
-        """Whether this server issued `session`."""
-        return self._connection().execute("SELECT 1 FROM identities WHERE session = ?", (session,)).fetchone() \
-            is not None
+        """Whether this server issued `session`: recorded as issued, or owning runs or sweeps (only the app, for
+        an identity of its own, stores a run or sweep with a session)."""
+        return self._connection().execute(
+            "SELECT EXISTS (SELECT 1 FROM identities WHERE session = ?) OR EXISTS (SELECT 1 FROM runs WHERE "
+            "session = ?) OR EXISTS (SELECT 1 FROM sweeps WHERE session = ?)", (session,) * 3).fetchone()[0] == 1
 
     def join_class(self, session: str) -> None:
         """The learner opened the class's join link."""
         with self._write() as db:
-            db.execute("UPDATE identities SET joined = 1 WHERE session = ?", (session,))
+            db.execute("INSERT INTO identities (session, address, issued_at, joined) VALUES (?, '', ?, 1) "
+                       "ON CONFLICT (session) DO UPDATE SET joined = 1", (session, time.time()))
 
     def joined(self, session: str) -> bool:
         """Whether the learner has opened the class's join link."""
