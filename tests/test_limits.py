@@ -173,5 +173,5 @@ def test_the_overview_shows_the_servers_limits(monkeypatch, tmp_path):
     shown = dict(zip(table["variable"], table["value"]))
     assert shown["RLHF_LAB_MAX_STEPS"] == "300" and shown["RLHF_LAB_STORE_MAX_MB"] == "50 MB"
     assert shown["RLHF_LAB_MAX_RUN_SECONDS"] == "600 s" and shown["RLHF_LAB_MAX_TRAININGS"] == "2"
-    assert shown["RLHF_LAB_MAX_LIVE_RUNS"] == "12" and shown["RLHF_LAB_MAX_STEP_SECONDS"] == "15 s"
+    assert shown["RLHF_LAB_MAX_LIVE_RUNS"] == "40" and shown["RLHF_LAB_MAX_STEP_SECONDS"] == "15 s"
     assert shown["RLHF_LAB_MAX_LEARNER_LIVE_RUNS"] == "2" and shown["RLHF_LAB_MAX_LEARNER_QUEUED_RUNS"] == "2"

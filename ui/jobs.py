@@ -173,9 +173,10 @@ class TrainingSlots:
             return None
 
 
-# Runs in the live loop at once by default: a class of ten at the default preset sizes, and two to spare. A turn
-# steps every run once, so each run's step takes about as long as all of theirs together.
-DEFAULT_LIVE_RUNS = 12
+# Runs in the live loop at once by default: a class of twenty, each with a run or two. The loop's turn is
+# time-boxed and shared per learner (rl_core.runs.run_loop), so more runs make each learner's runs step less often,
+# never a turn longer, and a learner who presses Train joins at once rather than queueing behind whole runs.
+DEFAULT_LIVE_RUNS = 40
 
 
 class LiveLoop(TrainingSlots):

@@ -9,7 +9,7 @@ Where a training lives, and why it cannot outlive its tab:
   stops the thread after its current step. A dropped connection releases it too: that run ends as "stopped"
   and stays on screen.
 * Every live training of the server steps in one shared loop (`LiveLoop`), a step of each run at a time; at most
-  RLHF_LAB_MAX_LIVE_RUNS runs (default 12) train in it at once, the rest wait in a queue and say so. The loop is
+  RLHF_LAB_MAX_LIVE_RUNS runs (default 40) train in it at once, the rest wait in a queue and say so. The loop is
   one training under the cap of RLHF_LAB_MAX_TRAININGS (default 2) that it shares with the sweeps.
 
 The knob values a learner chose live in `st.session_state[f"{page}:values"]`, not only in widget keys:
