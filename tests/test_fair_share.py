@@ -3,6 +3,7 @@ goes on only while its learner has time to spend, and a server that starts after
 left as interrupted, its learners' pages saying so."""
 
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -89,12 +90,13 @@ def dead_pid() -> int:
     return int(ended.stdout)
 
 
-def left_by_a_dead_server(store: RunStore, page: str | None = None) -> tuple[int, int]:
-    """A run that was training and one that was waiting when their server was killed: (training, waiting)."""
-    training = store.add_run(tiny_run(50), "grpo · grpo page #1", session="me", page=page, page_run=1)
+def left_by_a_dead_server(store: RunStore, learner: str, page: str | None = None) -> tuple[int, int]:
+    """A run of `learner` that was training and one that was waiting when their server was killed: (training,
+    waiting)."""
+    training = store.add_run(tiny_run(50), "grpo · grpo page #1", session=learner, page=page, page_run=1)
     store.start_run(training)
     store.add_step(training, {"step": 1, "reward_mean": 0.5})
-    waiting = store.add_run(tiny_run(50), "grpo · grpo page #2", session="me", page=page, page_run=2)
+    waiting = store.add_run(tiny_run(50), "grpo · grpo page #2", session=learner, page=page, page_run=2)
     with store._write() as db:
         db.execute("UPDATE runs SET owner_pid = ?", (dead_pid(),))
     return training, waiting
@@ -104,7 +106,7 @@ def test_a_server_that_starts_marks_what_a_dead_one_left_running_or_queued_as_in
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
     monkeypatch.setattr(ui.jobs, "_upkeep_begun", threading.Event())
     store = RunStore(recover=False)
-    training, waiting = left_by_a_dead_server(store)
+    training, waiting = left_by_a_dead_server(store, "me")
     assert sorted(start_server_upkeep()) == [training, waiting]
     stored = store.runs([training, waiting])
     assert [run.status for run in stored] == ["interrupted", "interrupted"]
@@ -117,9 +119,10 @@ def test_a_server_that_starts_marks_what_a_dead_one_left_running_or_queued_as_in
 def test_a_learner_whose_request_was_queued_when_the_server_died_is_told_so_on_their_page(tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
     monkeypatch.setattr(ui.jobs, "_upkeep_begun", threading.Event())
-    left_by_a_dead_server(RunStore(recover=False), page="grpo")
+    learner = secrets.token_urlsafe(18)  # a learner this process's pages have never shown: the server restarted
+    left_by_a_dead_server(RunStore(recover=False), learner, page="grpo")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.session_state["lab:session"] = "me"
+    at.session_state["lab:session"] = learner
     at.run()
     at.switch_page("app_pages/grpo.py").run()
     warnings = [w.value for w in at.warning]
@@ -143,7 +146,7 @@ def test_time_left_goes_on_at_the_pace_so_far():
     from ui.jobs import time_left
 
     assert time_left(elapsed=12.0, done=40, total=50) == pytest.approx(3.0)  # 0.3 s each, 10 to go
-    assert time_left(elapsed=5.0, done=0, total=50) is None
+    assert time_left(elapsed=5.0, done=0, total=50) is None and time_left(elapsed=5.0, done=50, total=50) is None
 
 
 def test_a_loaded_machine_stretches_an_estimate_by_its_runnable_processes_per_core():

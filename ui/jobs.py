@@ -382,8 +382,8 @@ class JobSnapshot:
 
 def time_left(elapsed: float, done: int, total: int) -> float | None:
     """Seconds until `total` units are done at the pace of the first `done`: `elapsed × (total − done) / done`;
-    None before the first is done."""
-    return elapsed * (total - done) / done if done > 0 else None
+    None before the first is done, and once all are (what comes next is another wait)."""
+    return elapsed * (total - done) / done if 0 < done < total else None
 
 
 class BackgroundJob:
