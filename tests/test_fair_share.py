@@ -2,6 +2,7 @@
 goes on only while its learner has time to spend, and a server that starts after a crash marks what the dead one
 left as interrupted, its learners' pages saying so."""
 
+import os
 import re
 import secrets
 import subprocess
@@ -154,3 +155,21 @@ def test_a_loaded_machine_stretches_an_estimate_by_its_runnable_processes_per_co
 
     assert contention(load=7.0, cores=2, workers=1) == pytest.approx(4.0)  # 8 runnable on 2 cores
     assert contention(load=0.5, cores=16, workers=2) == 1.0  # cores to spare: as on an idle machine
+
+
+def test_the_train_button_says_how_long_at_this_servers_pace_now(tmp_path, monkeypatch):
+    from rl_core.runs.limits import estimated_seconds
+    from ui.lab import DEFAULT_STEPS
+
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["lab:session"] = secrets.token_urlsafe(18)
+    at.run()
+    at.switch_page("app_pages/grpo.py").run()
+    # Alone in the loop (1 learner) on 2 cores at load 7: the estimate × (7 + 1) / 2.
+    seconds = estimated_seconds(RunConfig(algo=get_preset("grpo"), task="caesar", steps=DEFAULT_STEPS)) * 4
+    assert at.button(key="grpo:train").help.endswith(
+        f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on "
+        "2 cores), after any warm start it has not built yet.")
