@@ -45,7 +45,7 @@ from sessions_latency import PAGE, load_average, progress, stop_protocol_runs  #
 
 HEAVY = "prompts_per_step=256&num_generations=4&ppo_epochs=64&num_minibatches=4&steps=40"
 ANNOUNCED = re.compile(r"about (\d+) s (to wait|left)")
-FIRST_POINT_TIMEOUT_S = 600
+FIRST_POINT_TIMEOUT_S = 300
 
 
 class Learner(ProtocolSession):
@@ -88,9 +88,14 @@ class Learner(ProtocolSession):
                 "text": text[:160]}
 
 
-async def first_points(learners: list[Learner], what: str) -> None:
-    await learners[0].wait_for(lambda: all(s.first_point_at is not None for s in learners), FIRST_POINT_TIMEOUT_S,
-                               what)
+async def first_points(learners: list[Learner], timeout: float) -> list[float | None]:
+    """Seconds from each session's click to its first chart point, waiting at most `timeout` seconds for all of
+    them (None: no point by then)."""
+    try:
+        await learners[0].wait_for(lambda: all(s.first_point_at is not None for s in learners), timeout, "points")
+    except TimeoutError:
+        pass
+    return [None if s.first_point_at is None else s.first_point_at - s.clicked_at for s in learners]
 
 
 async def pace(learners: list[Learner], seconds: float) -> list[float | None]:
@@ -104,7 +109,8 @@ async def class_load(url: str, learners: int, alone_s: float, hold_s: float) -> 
     solo = Learner(url, PAGE, "steps=2000")
     await solo.open()
     await solo.click("Train")
-    await first_points([solo], "the run alone's first point")
+    if (await first_points([solo], FIRST_POINT_TIMEOUT_S))[0] is None:
+        raise RuntimeError("the run alone drew no point")
     alone = (await pace([solo], alone_s))[0]
     await stop_protocol_runs([solo])
     await solo.close()
@@ -119,10 +125,9 @@ async def class_load(url: str, learners: int, alone_s: float, hold_s: float) -> 
         for session in cls:
             if not await session.click("Train"):
                 raise RuntimeError(f"Train is not enabled for {session.query_string}")
-        await first_points(cls[:-1], "every normal run's first point")
-        class_first = [s.first_point_at - s.clicked_at for s in cls[:-1]]
+        class_first = await first_points(cls[:-1], FIRST_POINT_TIMEOUT_S)
         await late.click("Train")
-        await first_points([late], "the latecomer's first point")
+        await first_points([late], FIRST_POINT_TIMEOUT_S)
         paces = await pace(everyone, hold_s)
         sharing = len(everyone)  # learners with a run: each one's fair share is 1/sharing of the server
         shares = [None if p is None or not alone else p * sharing / alone for p in paces]
@@ -132,7 +137,7 @@ async def class_load(url: str, learners: int, alone_s: float, hold_s: float) -> 
             "class_first_point_s": class_first,
             "class_ready_s": time.monotonic() - started,
             "heavy_first_point_s": None if cls[-1].first_point_at is None else cls[-1].first_point_at - cls[-1].clicked_at,
-            "latecomer_first_point_s": late.first_point_at - late.clicked_at,
+            "latecomer_first_point_s": None if late.first_point_at is None else late.first_point_at - late.clicked_at,
             "steps_per_s": paces,
             "share_of_fair": shares,  # 1.0: exactly 1/sharing of its pace alone
             "announced_waits": [a for s in everyone if (a := s.announced_against_real()) is not None],
@@ -165,10 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     waits = results["announced_waits"]
     print(f"{results['learners_sharing']} learners sharing {results['cpus']} cores; load average before "
           f"{results['load_average_before']}, after {results['load_average_after']}")
-    print(f"alone: {results['alone_steps_per_s']:.2f} steps/s; every normal run's first point within "
-          f"{max(results['class_first_point_s']):.1f} s (median {statistics.median(results['class_first_point_s']):.1f})"
-          f"; the heavy run's after {shown(results['heavy_first_point_s'])} s")
-    print(f"latecomer's first point: {results['latecomer_first_point_s']:.1f} s")
+    firsts = [t for t in results["class_first_point_s"] if t is not None]
+    print(f"alone: {results['alone_steps_per_s']:.2f} steps/s; {len(firsts)} of {len(results['class_first_point_s'])} "
+          f"normal runs drew a first point within {FIRST_POINT_TIMEOUT_S} s"
+          + (f" (median {statistics.median(firsts):.1f} s, worst {max(firsts):.1f} s)" if firsts else "")
+          + f"; the heavy run's after {shown(results['heavy_first_point_s'])} s")
+    print(f"latecomer's first point: {shown(results['latecomer_first_point_s'])} s")
     if normal:
         print(f"normal runs' pace as a share of their fair share (1 = pace alone / {results['learners_sharing']}): "
               f"min {min(normal):.2f}, median {statistics.median(normal):.2f}, max {max(normal):.2f}; the heavy run "
