@@ -134,3 +134,16 @@ def test_reset_forgets_the_runs_for_every_session_of_the_learner():
     first.button(key="grpo:reset").click().run()
     assert run.stopped and _learners()[token]["grpo:runs"] == []
     assert open_as(token).session_state["grpo:runs"] == []
+
+
+def test_x_forwarded_for_names_the_learner_only_behind_a_proxy_the_instructor_trusts(monkeypatch):
+    from types import SimpleNamespace
+
+    import ui.session
+
+    # The connection comes from the proxy; the proxy appended the learner's address to what the client sent.
+    context = SimpleNamespace(headers={"X-Forwarded-For": "6.6.6.6, 203.0.113.9"}, ip_address="10.0.0.2")
+    monkeypatch.setattr(ui.session, "st", SimpleNamespace(context=context))
+    assert ui.session.client_address() == "10.0.0.2", "a header anyone can write is ignored"
+    monkeypatch.setenv("RLHF_LAB_TRUSTED_PROXY", "1")
+    assert ui.session.client_address() == "203.0.113.9", "the address the trusted proxy wrote, not the client's own"
