@@ -8,10 +8,10 @@ from rl_core.config import RunConfig
 from toy_tasks import DEFAULT_TASK
 from ui.classroom import mark_seen, pinned_banner
 from ui.instructor import authorised, with_instructor_page
-from ui.jobs import warm_default_start
+from ui.jobs import start_server_upkeep, warm_default_start
 from ui.navigation import navigation
 from ui.present import presenter_switch
-from ui.session import remember_learner
+from ui.session import join_class_link, remember_learner
 
 st.set_page_config(page_title="RLHF policy optimisation lab", page_icon=":material/tune:", layout="wide")
 # A page is an instrument: at 1366 × 768 its Train button, lesson knobs and first chart share the first screen.
@@ -26,11 +26,14 @@ st.html(
 )
 presenter_switch()  # ?present=1: larger text and charts for a projector
 
+# Runs a dead server left queued or running end as interrupted before anyone reads them (their pages say so).
+start_server_upkeep()
 # The default page's first Train should not wait for a supervised warm start: build it while the learner reads.
 warm_default_start(RunConfig(algo=PRESETS["grpo"], task=DEFAULT_TASK))
 # Navigation in the top bar, not a sidebar: the sidebar would take a quarter of a laptop screen's width.
 # The instructor's page exists only where the server has an instructor's token (ui/instructor.py).
 page = st.navigation(with_instructor_page(navigation()), position="top")
+join_class_link()  # ?class=<code>: this learner may train where the class needs its join link
 if not authorised():  # a learner: counted as present, and shown the link the instructor pinned
     mark_seen()
     pinned_banner()

@@ -436,4 +436,4 @@ def test_the_server_limit_names_the_knob_of_the_live_loop(monkeypatch):
     with pytest.raises(ValueError, match="RLHF_LAB_MAX_LIVE_RUNS='0' is out of range; allowed: an integer ≥ 1"):
         LiveLoop.from_env()
     monkeypatch.delenv("RLHF_LAB_MAX_LIVE_RUNS")
-    assert LiveLoop.from_env().limit == 12
+    assert LiveLoop.from_env().limit == 40

@@ -185,3 +185,20 @@ def test_without_the_address_ray_is_never_imported(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.stdout.strip() == "False", result.stderr[-2000:]
+
+
+def test_joining_a_head_on_a_public_address_warns_in_the_log_and_a_private_one_does_not(monkeypatch, caplog):
+    assert cluster.exposed("10.0.0.5:6379") is None and cluster.exposed("192.168.1.20:6379") is None
+    assert cluster.exposed("127.0.0.1:6379") is None and cluster.exposed("[::1]:6379") is None
+    assert "8.8.8.8, neither a private nor a loopback address: Ray has no authentication" in cluster.exposed(
+        "8.8.8.8:6379")
+    monkeypatch.setattr(cluster, "check_reachable", lambda address: None)  # as if a head answered there
+
+    def no_ray():
+        raise ClusterError("Ray is not installed here")
+
+    monkeypatch.setattr(cluster, "_ray", no_ray)
+    for address in ("10.0.0.5:6379", "8.8.8.8:6379"):
+        with caplog.at_level("WARNING", logger="rl_core.runs.cluster"), pytest.raises(ClusterError):
+            cluster.connect(address)
+    assert [record.getMessage()[:28] for record in caplog.records] == ["the Ray head 8.8.8.8:6379 is"]

@@ -9,6 +9,7 @@ it, after its thread has really trained (a short version: one seed, two steps).
 
 import dataclasses
 import json
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -90,13 +91,16 @@ def test_the_panel_names_what_every_arm_sets_away_from_its_presets_defaults():
 
 def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(monkeypatch):
     monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")  # one run at a time: the arithmetic below
+    load = [0.0]  # an idle machine of 2 cores until the end
+    monkeypatch.setattr(os, "getloadavg", lambda: (load[0], load[0], load[0]))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
     experiment = get_experiment(NAME)  # 2 arms × 8 seeds
     first = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
     # A server whose trainings have measured nothing steps at the reference CPU's step times (speed 1).
     reference = planned_seconds_left([r.planned.run for r in plan_experiment(experiment)], 1, TrainingSlots(1))(0.0)
     shown = f"{reference:.0f} s" if reference < 90 else f"{reference / 60:.0f} min"
-    assert (f"Not run on this server yet: at most about {shown} for 16 runs, 1 at a time (each run's steps at "
-            "the step times measured on the reference CPU, as if it trained alone:") in first
+    assert (f"Not run on this server yet: up to about {shown} for 16 runs, 1 at a time (each run's steps at "
+            "the step times measured on the reference CPU:") in first
     assert first.index("about ") < first.index("Any warm start this server has not cached yet")
     # A live training that stepped twelve times slower than the reference (a busy machine) leaves it as it was.
     training_slots().observe_speed(12.0, 1.0)
@@ -116,7 +120,14 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     # each of 8 batches, one at a time: 160 s, shown as 3 min.
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
     assert ("About 3 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
-            "earlier runs on this server)") in captions
+            "earlier runs on this server).") in captions
+    # On a loaded machine, load average 7 on 2 cores: the batch's process is one of 8 runnable on 2 cores, so
+    # 160 s × (7 + 1) / 2 = 640 s, shown as 11 min.
+    load[0] = 7.0
+    captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
+    assert ("About 11 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
+            "earlier runs on this server). At this server's load now (load average 7.0 on 2 cores) that is 4.0 "
+            "times as long as on an idle machine.") in captions
 
 
 def test_run_says_it_answers_at_once_once_the_server_has_recorded_every_run():

@@ -23,13 +23,54 @@ def open_as(token: str | None, page: str = "grpo", **params):
     return app_test_on(page, learner=token, **params)
 
 
-def test_a_me_link_is_adopted_only_when_it_looks_like_a_token():
-    token = secrets.token_urlsafe(18)
-    assert open_as(None, "overview", me=token).session_state[KEY] == token
-    for bad in ("short", "x" * 65, "<script>alert(1)</script>-padding-padding"):
+def test_a_me_link_is_adopted_only_when_the_server_issued_it():
+    issued = open_as(None, "overview").session_state[KEY]
+    assert TOKEN.fullmatch(issued) and open_as(None, "overview", me=issued).session_state[KEY] == issued
+    invented = secrets.token_urlsafe(18)  # looks like a token, but no one was given it: no fresh share
+    for bad in (invented, "short", "x" * 65, "<script>alert(1)</script>-padding-padding"):
         adopted = open_as(None, "overview", me=bad).session_state[KEY]
-        assert adopted != bad and TOKEN.fullmatch(adopted), "ignored: a fresh token instead"
+        assert adopted not in (bad, issued) and TOKEN.fullmatch(adopted), "ignored: a fresh token instead"
     assert open_as(None, "overview").session_state[KEY] != open_as(None, "overview").session_state[KEY]
+
+
+def test_new_learners_from_one_address_past_the_hours_limit_may_read_but_not_train(monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_NEW_LEARNERS_PER_ADDRESS", "2")
+    first, second = open_as(None), open_as(None)  # every session here comes from one address: this machine
+    third = open_as(None)
+    for at in (first, second):
+        assert not at.button(key="grpo:train").disabled
+    assert third.button(key="grpo:train").disabled
+    assert any("this address has started 2 new learners in the last hour; allowed: at most 2 an hour per address"
+               in w.value for w in third.warning), [w.value for w in third.warning]
+    again = open_as(None, me=first.session_state[KEY])  # an issued identity is not a new learner
+    assert not again.button(key="grpo:train").disabled
+
+
+def test_thirty_learners_behind_one_address_each_get_an_identity_by_default(tmp_path):
+    from rl_core.runs.limits import HOUR, ServerLimits
+    from rl_core.runs.store import RunStore
+
+    store, per_address = RunStore(tmp_path / "class.sqlite"), ServerLimits().new_learners_per_address
+    since = time.time() - HOUR
+    assert all(store.issue_identity(f"learner-{n:02d}-padding", "203.0.113.7", per_address, since) for n in range(30))
+    assert store.issue_identity("someone-elsewhere-1", "198.51.100.1", per_address, since)
+    for n in range(30, per_address):
+        store.issue_identity(f"learner-{n:02d}-padding", "203.0.113.7", per_address, since)
+    assert not store.issue_identity("one-too-many-padding", "203.0.113.7", per_address, since)
+    assert store.issued("learner-00-padding") and not store.issued("one-too-many-padding")
+
+
+def test_with_a_class_code_only_a_learner_who_opened_the_join_link_trains(monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_CLASS_CODE", "maple-42")
+    outsider = open_as(None)
+    assert outsider.button(key="grpo:train").disabled
+    assert any("training on this server needs the class's join link" in w.value for w in outsider.warning)
+    assert outsider.select_slider(key="grpo:steps") is not None, "the page itself stays open"
+    assert open_as(None, "grpo", **{"class": "wrong"}).button(key="grpo:train").disabled
+    joined = open_as(None, "grpo", **{"class": "maple-42"})
+    assert not joined.button(key="grpo:train").disabled
+    later = open_as(None, me=joined.session_state[KEY])  # the same learner later, without the link
+    assert not later.button(key="grpo:train").disabled
 
 
 def test_the_overview_gives_the_link_that_opens_the_same_runs_elsewhere():
@@ -93,3 +134,16 @@ def test_reset_forgets_the_runs_for_every_session_of_the_learner():
     first.button(key="grpo:reset").click().run()
     assert run.stopped and _learners()[token]["grpo:runs"] == []
     assert open_as(token).session_state["grpo:runs"] == []
+
+
+def test_x_forwarded_for_names_the_learner_only_behind_a_proxy_the_instructor_trusts(monkeypatch):
+    from types import SimpleNamespace
+
+    import ui.session
+
+    # The connection comes from the proxy; the proxy appended the learner's address to what the client sent.
+    context = SimpleNamespace(headers={"X-Forwarded-For": "6.6.6.6, 203.0.113.9"}, ip_address="10.0.0.2")
+    monkeypatch.setattr(ui.session, "st", SimpleNamespace(context=context))
+    assert ui.session.client_address() == "10.0.0.2", "a header anyone can write is ignored"
+    monkeypatch.setenv("RLHF_LAB_TRUSTED_PROXY", "1")
+    assert ui.session.client_address() == "203.0.113.9", "the address the trusted proxy wrote, not the client's own"

@@ -43,6 +43,10 @@ def test_the_step_estimate_matches_the_measured_figures_it_comes_from():
         ({"steps": 50, "algo": get_preset("grpo", **HUGE)},
          "this run would take about 639 s (50 steps × 12.79 s, from prompts_per_step × num_generations = 1024 "
          "responses, ppo_epochs=64 and model=tiny); allowed: at most 600 s a run on this server"),
+        # 12.786 s × 6.6 = 84.4 s a step on the small model: past the 15 s ceiling whatever its number of steps
+        ({"steps": 2, "model": "small", "algo": get_preset("grpo", **HUGE)},
+         "one step of this run would take about 84.4 s (prompts_per_step × num_generations = 1024 responses, "
+         "ppo_epochs=64 and model=small); allowed: at most 15 s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)"),
     ],
 )
 def test_a_run_beyond_the_limits_is_refused_naming_the_knob_and_the_limit(fields, message):
@@ -60,6 +64,17 @@ def test_the_limits_come_from_the_environment_and_a_bad_value_is_refused_by_name
             ServerLimits.from_env({"RLHF_LAB_MAX_STEPS": text})
     with pytest.raises(ValueError, match="this would queue 61 runs; allowed: at most 60"):
         ServerLimits().check_run_count(61)
+
+
+def test_a_learner_may_have_two_runs_training_and_two_waiting_by_default():
+    limits = ServerLimits()
+    limits.check_learner_runs(live=2, queued=1)
+    with pytest.raises(ValueError) as refused:
+        limits.check_learner_runs(live=2, queued=2)
+    assert str(refused.value).startswith(
+        "you have 2 runs training and 2 waiting; allowed: at most 2 training and 2 waiting per learner on this "
+        "server (RLHF_LAB_MAX_LEARNER_LIVE_RUNS, RLHF_LAB_MAX_LEARNER_QUEUED_RUNS)")
+    ServerLimits.from_env({"RLHF_LAB_MAX_LEARNER_QUEUED_RUNS": "5"}).check_learner_runs(live=2, queued=4)
 
 
 def test_every_experiment_a_panel_offers_is_within_the_default_limits():
@@ -158,4 +173,5 @@ def test_the_overview_shows_the_servers_limits(monkeypatch, tmp_path):
     shown = dict(zip(table["variable"], table["value"]))
     assert shown["RLHF_LAB_MAX_STEPS"] == "300" and shown["RLHF_LAB_STORE_MAX_MB"] == "50 MB"
     assert shown["RLHF_LAB_MAX_RUN_SECONDS"] == "600 s" and shown["RLHF_LAB_MAX_TRAININGS"] == "2"
-    assert shown["RLHF_LAB_MAX_LIVE_RUNS"] == "12"
+    assert shown["RLHF_LAB_MAX_LIVE_RUNS"] == "40" and shown["RLHF_LAB_MAX_STEP_SECONDS"] == "15 s"
+    assert shown["RLHF_LAB_MAX_LEARNER_LIVE_RUNS"] == "2" and shown["RLHF_LAB_MAX_LEARNER_QUEUED_RUNS"] == "2"

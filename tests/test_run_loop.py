@@ -7,15 +7,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from rl_core.runs.run_loop import RunLoop
+import rl_core.runs.run_loop
+from rl_core.engine.run_batch import step_together
+from rl_core.runs.run_loop import RunLoop, lane_pause
 
 
 class Counting:
     """A trainer's surface as the loop uses it: `step_index`, `run.steps`, `stop_event` and `step_phases()`, a
     coroutine that asks for no sample. Its step logs `(name, step)`; `fail_at` makes that step raise."""
 
-    def __init__(self, name: str, steps: int, log: list, fail_at: int | None = None):
-        self.name, self.log, self.fail_at = name, log, fail_at
+    def __init__(self, name: str, steps: int, log: list, fail_at: int | None = None, cost: float = 0.0):
+        self.name, self.log, self.fail_at, self.cost = name, log, fail_at, cost
         self.run = SimpleNamespace(steps=steps)
         self.step_index = 0
         self.stop_event = threading.Event()
@@ -29,9 +31,11 @@ class Counting:
         yield  # a coroutine, as a trainer's step is
 
 
-def train_in_thread(loop: RunLoop, trainer: Counting, on_record=None, outcome: dict | None = None) -> dict:
-    """Start `loop.train(trainer)` in a thread; what it returned or raised and the records it was handed land in
-    `outcome` (a new dict unless given), which is returned."""
+def train_in_thread(loop: RunLoop, trainer: Counting, on_record=None, outcome: dict | None = None,
+                    learner=None, step_seconds: float = 0.0) -> dict:
+    """Start `loop.train(trainer)` (for `learner`, its step estimated at `step_seconds`) in a thread; what it
+    returned or raised and the records it was handed land in `outcome` (a new dict unless given), which is
+    returned."""
     outcome = {} if outcome is None else outcome
     outcome["records"] = []
 
@@ -41,7 +45,7 @@ def train_in_thread(loop: RunLoop, trainer: Counting, on_record=None, outcome: d
             if on_record is not None:
                 on_record(record)
         try:
-            loop.train(trainer, take)
+            loop.train(trainer, take, learner=learner, step_seconds=step_seconds)
             outcome["ended"] = "returned"
         except Exception as error:  # noqa: BLE001 - what the caller of train() sees
             outcome["ended"] = error
@@ -49,6 +53,11 @@ def train_in_thread(loop: RunLoop, trainer: Counting, on_record=None, outcome: d
     outcome["thread"] = threading.Thread(target=target, daemon=True)
     outcome["thread"].start()
     return outcome
+
+
+def waiting_for_runs(loop: RunLoop, runs: int) -> None:
+    while loop.runs < runs:
+        time.sleep(0.001)
 
 
 def joined(*outcomes: dict) -> None:
@@ -66,8 +75,7 @@ def joining_at(step: int, loop: RunLoop, trainer: Counting, then=None) -> tuple[
     def on_record(record):
         if record["step"] == step:
             train_in_thread(loop, trainer, outcome=later)
-            while loop.runs < 2:
-                time.sleep(0.001)
+            waiting_for_runs(loop, 2)
         if then is not None:
             then(record)
 
@@ -156,3 +164,86 @@ def test_the_thread_ends_with_its_last_run_and_the_next_run_starts_another():
     b = train_in_thread(loop, Counting("B", 2, log))
     joined(b)
     assert b["ended"] == "returned" and log == [("A", 1), ("A", 2), ("B", 1), ("B", 2)]
+
+
+@pytest.fixture
+def declared_costs(monkeypatch):
+    """Each step costs its trainer's `cost` seconds, whatever the clock says: the loop's accounts see round
+    numbers."""
+
+    def costed(runs):
+        outcomes = step_together(runs)
+        for run, outcome in zip(runs, outcomes):
+            if isinstance(outcome, dict):
+                outcome["step_time"] = run.cost
+        return outcomes
+
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", costed)
+
+
+def test_a_learner_with_three_runs_steps_as_often_as_a_learner_with_one(declared_costs):
+    # Two learners share a 1 s turn: 0.5 s each. Every step costs 0.5 s, so each learner steps one run a turn,
+    # X's three in rotation: after six turns X's runs have two steps each and Y's one run six. (Estimated at 0 s,
+    # X's three would all step in X's first turn and X would then sit out two.)
+    loop, log = RunLoop(turn_seconds=1.0), []
+    stepped, others_in = threading.Event(), threading.Event()
+
+    def hold_the_loop(record):  # Y0's first turn is its own; the others join while it is held
+        stepped.set()
+        others_in.wait(10)
+
+    first = train_in_thread(loop, Counting("Y0", 1, log, cost=0.5), hold_the_loop, learner="Y", step_seconds=0.5)
+    stepped.wait(10)
+    runs = [Counting(f"X{i}", 2, log, cost=0.5) for i in range(3)] + [Counting("Y", 6, log, cost=0.5)]
+    outcomes = []
+    for n, run in enumerate(runs):  # one at a time, so that they join in this order
+        outcomes.append(train_in_thread(loop, run, learner=run.name[0], step_seconds=0.5))
+        waiting_for_runs(loop, n + 2)
+    others_in.set()
+    joined(first, *outcomes)
+    assert log == [("Y0", 1), ("X0", 1), ("Y", 1), ("X1", 1), ("Y", 2), ("X2", 1), ("Y", 3),
+                   ("X0", 2), ("Y", 4), ("X1", 2), ("Y", 5), ("X2", 2), ("Y", 6)]
+
+
+def test_a_learner_whose_steps_cost_twice_its_share_steps_every_other_turn(declared_costs):
+    # Shares of 0.5 s: C's 1 s step leaves it 0.5 s in debt, so it sits out the next turn; D's 0.5 s steps go on.
+    loop, log = RunLoop(turn_seconds=1.0), []
+    c, on_record = joining_at(1, loop, Counting("C", 2, log, cost=1.0))
+    d = train_in_thread(loop, Counting("D", 5, log, cost=0.5), on_record)
+    joined(d, c)
+    assert log == [("D", 1), ("D", 2), ("C", 1), ("D", 3), ("D", 4), ("C", 2), ("D", 5)]
+
+
+def test_a_run_whose_step_costs_more_than_a_turn_steps_in_its_own_lane_and_the_loop_goes_on():
+    # The heavy run's first step waits until the light run has stepped five times: in the loop's turn it would
+    # wait for ever (the light run's steps come after it), in its lane the loop goes on.
+    loop, log = RunLoop(turn_seconds=1.0), []
+    five = threading.Event()
+    heavy = Counting("H", 1, log)
+    light_steps = heavy.step_phases
+
+    def held_step():
+        five.wait(10)
+        return (yield from light_steps())
+
+    heavy.step_phases = held_step
+    light = train_in_thread(loop, Counting("L", 5, log), lambda record: record["step"] == 5 and five.set())
+    h = train_in_thread(loop, heavy, learner="H", step_seconds=30.0)
+    joined(light, h)
+    assert five.is_set() and log[-1] == ("H", 1) and light["ended"] == h["ended"] == "returned"
+
+
+def test_a_run_measured_slower_than_a_turn_moves_to_a_lane(declared_costs):
+    # Estimated at 0 s, measured at 2 s a step: the estimate is 1 s after its first step, 1.5 s after its second,
+    # so its third step is taken in a lane.
+    loop, log = RunLoop(turn_seconds=1.0), []
+    threads = []
+    slow = train_in_thread(loop, Counting("S", 4, log, cost=2.0),
+                           lambda record: threads.append(threading.current_thread().name))
+    joined(slow)
+    assert threads == ["training-loop", "training-loop", "training-loop-lane", "training-loop-lane"]
+
+
+def test_a_lane_waits_for_the_other_learners_shares():
+    assert lane_pause(12.8, learners=20) == pytest.approx(12.8 * 19)
+    assert lane_pause(12.8, learners=1) == 0.0

@@ -55,3 +55,19 @@ def test_lab_sh_run_listens_on_loopback_unless_told_otherwise(extra, expected):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_served_app_sends_no_message_as_a_reference_to_the_browsers_cache(monkeypatch):
+    # A reference to a message the browser has dropped is Streamlit's "Cached ForwardMsg MISS" modal: with the
+    # project's config no message, however large, is marked cacheable, so none is ever sent as a reference.
+    from streamlit import config
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from streamlit.runtime.forward_msg_cache import populate_hash_if_needed
+
+    monkeypatch.chdir(ROOT)
+    config.get_config_options(force_reparse=True)
+    assert config.get_option("global.minCachedMessageSize") == 1e15
+    chart = ForwardMsg()
+    chart.delta.new_element.markdown.body = "x" * 2_000_000  # larger than any element a page draws
+    populate_hash_if_needed(chart)
+    assert chart.hash and not chart.metadata.cacheable

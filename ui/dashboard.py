@@ -73,9 +73,14 @@ def progress(snap: JobSnapshot, job: Job) -> None:
         phase, done, total = snap.phase
         task = TASKS[job.run.task]
         what = SETUP_PHASES[phase] if phase != "reward" or hasattr(task, "reward_model_preset") else "the task"
-        st.progress(done / max(total, 1), text=f"Setting up: {what} {done}/{total}")
+        left = f", about {snap.phase_left:.0f} s left" if snap.phase_left is not None else ""
+        building = "building the warm start" if phase in ("sft", "teacher") else "setting up"
+        st.progress(done / max(total, 1), text=f"{building.capitalize()}: {what} {done}/{total}{left}")
     elif snap.status in ("preparing", "training"):
         eta = f", about {snap.eta:.0f} s left" if snap.eta is not None else ""
+        if snap.status == "training" and snap.steps_done == 0:  # before its first point: say why it waits
+            sharing = f", {snap.learners} learners share it" if snap.learners > 1 else ""
+            eta = f", waiting for its first turn in the training loop{sharing}"
         st.progress(
             snap.steps_done / snap.steps_total,
             text=f"step {snap.steps_done}/{snap.steps_total} · {snap.elapsed:.0f} s{eta}",
@@ -83,7 +88,8 @@ def progress(snap: JobSnapshot, job: Job) -> None:
     elif snap.status == "failed":
         st.error(f"The run failed after {snap.steps_done} steps: {snap.error}")
     elif snap.status == "stopped":
-        st.warning(f"Stopped after {snap.steps_done} of {snap.steps_total} steps.")
+        why = f" {snap.error[0].upper()}{snap.error[1:]}." if snap.error else ""  # the server stopped it
+        st.warning(f"Stopped after {snap.steps_done} of {snap.steps_total} steps.{why}")
     elif snap.status == "interrupted":
         st.warning(f"Interrupted after {snap.steps_done} of {snap.steps_total} steps: {snap.error}")
     else:

@@ -36,6 +36,7 @@ class ExperimentSnapshot:
     out: Path
     seeds: tuple[int, ...]  # the seeds it runs
     recorded: str | None = None  # when its runs were recorded, if every one was reused (`reuse.recorded_when`)
+    training_for: float | None = None  # seconds since its runs began training (None before)
 
     @property
     def active(self) -> bool:
@@ -65,6 +66,7 @@ class ExperimentJob(BackgroundJob):
         self._summary: dict | None = None
         self._error: str | None = None
         self._recorded: str | None = None
+        self._training_started: float | None = None
         self._thread = threading.Thread(target=self._work, name=f"experiment-{experiment.name}", daemon=True)
 
     def stop(self) -> None:
@@ -86,6 +88,7 @@ class ExperimentJob(BackgroundJob):
                 out=self.out,
                 seeds=self.seeds,
                 recorded=self._recorded,
+                training_for=None if self._training_started is None else time.monotonic() - self._training_started,
             )
 
     def _reusable(self) -> bool:
@@ -117,7 +120,7 @@ class ExperimentJob(BackgroundJob):
         run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers, cap=self.slots.limit,
                             **self.options)
         with self._lock:
-            self._run, self._status = run, "training"
+            self._run, self._status, self._training_started = run, "training", time.monotonic()
         if self.stop_event.is_set():  # Stop pressed while the runs were being written
             run.stop()
         summary = run.run()

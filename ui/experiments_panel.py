@@ -12,6 +12,7 @@ the Compare page; while a job is active they refresh in one `st.fragment(run_eve
 from __future__ import annotations
 
 import math
+import os
 import statistics
 
 import pandas as pd
@@ -31,13 +32,14 @@ from rl_core.experiments.runner import (
     unused_seeds,
 )
 from rl_core.messages import brief
+from rl_core.runs.limits import contention
 from rl_core.runs.reuse import every_run_reusable
 from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.sweep import batch_count, default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.knobs import knob_text
-from ui.jobs import reference_seconds
+from ui.jobs import reference_seconds, time_left
 from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
 from ui.session import learner_state, session_token, session_worker_cap
@@ -210,23 +212,26 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     except StoreError:
         past = []
     at_once = min(experiment_workers(), len(planned))
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    slower = contention(load, cores, at_once)
+    busy = (f" At this server's load now (load average {load:.1f} on {cores} cores) that is {slower:.1f} times "
+            "as long as on an idle machine." if slower > 1 else "")
     if past:
         # The runs of a batch train together, each as long as the batch: time the batches, not the runs.
         batches = batch_count(planned)
         at_once = min(at_once, batches)
-        seconds = batches * statistics.median(past) / at_once
+        seconds = batches * statistics.median(past) / at_once * slower
         return (f"About {_seconds(seconds)} for {len(planned)} runs, trained as {batches} batches, {at_once} at a "
-                f"time (a batch as long as the median of its {len(past)} earlier runs on this server), if no one "
-                "else is training.")
-    seconds = reference_seconds(planned, at_once)
+                f"time (a batch as long as the median of its {len(past)} earlier runs on this server).{busy}")
+    seconds = reference_seconds(planned, at_once) * slower
     # The step times are the server limits' estimate, meant not to fall short: on the reference CPU (2 cores,
     # bench/experiments_speed.py) every experiment at its 8 seeds took 1.0 to 7.4 times less (critic_from_rm
     # 14.3 s against 14.6, dynamic_sampling 23.2 s against 171), so the caption gives it as a bound.
     # They leave out what a first run also pays: starting the workers and training the SFT warm starts.
     # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).
-    return (f"Not run on this server yet: at most about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a "
-            "time (each run's steps at the step times measured on the reference CPU, as if it trained alone: "
-            "there the experiments took from about this long down to a seventh of it), if no one else is training. "
+    return (f"Not run on this server yet: up to about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a "
+            "time (each run's steps at the step times measured on the reference CPU: there the experiments took "
+            f"from about this long down to a seventh of it).{busy} "
             "Any warm start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is "
             "trained first, often taking several times the training itself.")
 
@@ -297,7 +302,9 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     runs, records, groups = found
     done = sum(run.steps_done for run in runs)
     total = sum(run.steps_total for run in runs)
-    st.progress(done / total if total else 0.0, text=f"{done} of {total} steps")
+    left = time_left(snapshot.training_for, done, total) if snapshot.active and snapshot.training_for else None
+    st.progress(done / total if total else 0.0,
+                text=f"{done} of {total} steps" + (f" · about {_seconds(left)} left" if left is not None else ""))
     if snapshot.active and done == total:  # every step trained: the runs' evaluations and the summary remain
         st.caption("Every step is trained; the runs' last evaluations and the summary are being written.")
     elif snapshot.active and any(records for seeds in groups.values() for records in seeds):

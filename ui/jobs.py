@@ -31,12 +31,16 @@ from rl_core.engine.chat import ChatModels, Probe
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
-from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.runs.limits import HOUR, ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
-from rl_core.runs.store import RunStore, StoredRun, max_trainings
+from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
+# What a page says of a run the server stopped with it (a crash, a restart), by whether it had started.
+RESTARTED_WAITING = ("the server stopped while this run was waiting for a place, so it never started: press Train to "
+                     "run it")
+RESTARTED_TRAINING = "the server stopped during this run; its steps so far are kept: press Train to run it again"
 
 
 class TrainingSlots:
@@ -104,7 +108,7 @@ class TrainingSlots:
                 self._left[ticket] = seconds_left
             # A timed wait, so that a Stop pressed while queued is noticed without anyone notifying us.
             while not stop_event.is_set() and (
-                self._waiting[0][0] is not ticket or self._running + slots > self.limit
+                self._next_up() is not ticket or self._running + slots > self.limit
             ):
                 self._condition.wait(timeout=0.1)
             self._waiting.remove((ticket, slots))
@@ -126,6 +130,10 @@ class TrainingSlots:
                     if not stop_event.is_set():  # a stopped training says nothing about how long one takes
                         self._durations.append(time.monotonic() - started)
                     self._condition.notify_all()
+
+    def _next_up(self) -> object | None:
+        """The waiting ticket that takes the next free slots (under the lock): the first to arrive."""
+        return self._waiting[0][0]
 
     def queue_place(self, ticket: object) -> int | None:
         """1 for the next to start, 2 for the one after, …; None if `ticket` is not waiting."""
@@ -164,9 +172,10 @@ class TrainingSlots:
             return None
 
 
-# Runs in the live loop at once by default: a class of ten at the default preset sizes, and two to spare. A turn
-# steps every run once, so each run's step takes about as long as all of theirs together.
-DEFAULT_LIVE_RUNS = 12
+# Runs in the live loop at once by default: a class of twenty, each with a run or two. The loop's turn is
+# time-boxed and shared per learner (rl_core.runs.run_loop), so more runs make each learner's runs step less often,
+# never a turn longer, and a learner who presses Train joins at once rather than queueing behind whole runs.
+DEFAULT_LIVE_RUNS = 40
 
 
 class LiveLoop(TrainingSlots):
@@ -179,10 +188,11 @@ class LiveLoop(TrainingSlots):
 
     KNOB = "RLHF_LAB_MAX_LIVE_RUNS"
 
-    def __init__(self, limit: int, cap: int | None = None, shared: bool = True):
+    def __init__(self, limit: int, cap: int | None = None, shared: bool = True, per_learner: int | None = None):
         super().__init__(limit)
         self.cap = max_trainings() if cap is None else cap
         self.shared = shared  # False: each run is a training of its own (a Ray task)
+        self.per_learner = per_learner  # runs of one learner (a ticket's `session`) in the loop at once; None: any
         self.loop = RunLoop("live-training")
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
@@ -191,10 +201,28 @@ class LiveLoop(TrainingSlots):
     def from_env(cls) -> "LiveLoop":
         """RLHF_LAB_MAX_LIVE_RUNS runs at once (default DEFAULT_LIVE_RUNS), one training under the cap. On a Ray
         cluster (RLHF_LAB_RAY_ADDRESS) each run is a task of its own: as many at once as it has CPUs."""
+        per_learner = ServerLimits.from_env().max_learner_live_runs
         if cluster.ray_address() is not None:
             cpus = TrainingSlots.from_env().limit
-            return cls(cpus, cap=cpus, shared=False)
-        return cls(max_trainings(DEFAULT_LIVE_RUNS, cls.KNOB))
+            return cls(cpus, cap=cpus, shared=False, per_learner=per_learner)
+        return cls(max_trainings(DEFAULT_LIVE_RUNS, cls.KNOB), per_learner=per_learner)
+
+    def _next_up(self) -> object | None:
+        """The first waiting run whose learner has fewer than `per_learner` runs in the loop: a learner's third
+        run lets the class's next run go first."""
+        for ticket, _ in self._waiting:
+            learner = getattr(ticket, "session", None)
+            if self.per_learner is None or learner is None or sum(
+                    getattr(holder, "session", None) == learner for holder in self._holders) < self.per_learner:
+                return ticket
+        return None
+
+    def learner_runs(self, learner: str) -> tuple[int, int]:
+        """This learner's runs in the loop and waiting for a place (the tickets are jobs: their `session`)."""
+        with self._condition:
+            live = sum(getattr(holder, "session", None) == learner for holder in self._holders)
+            queued = sum(getattr(ticket, "session", None) == learner for ticket, _ in self._waiting)
+            return live, queued
 
     def claim(self, store: RunStore, run_id: int, stopped: Callable[[], bool]) -> bool:
         """`RunStore.claim` for a run of the loop: it joins the loop's batch while the loop trains one in this
@@ -331,6 +359,8 @@ class JobSnapshot:
     wait_estimate: float | None  # seconds until it starts, once the server has timed a finished training
     elapsed: float  # seconds from the job's creation (and start: the lab does both at once) to its end, or to now
     seconds_per_step: float | None  # wall seconds between its latest steps: in the live loop, a turn of every run
+    phase_left: float | None = None  # seconds the setup phase still needs, at its pace so far (`time_left`)
+    learners: int = 0  # learners sharing the live loop now
 
     @property
     def active(self) -> bool:
@@ -347,6 +377,17 @@ class JobSnapshot:
         if self.seconds_per_step is None or not self.active:
             return None
         return (self.steps_total - self.steps_done) * self.seconds_per_step
+
+
+# Setup steps (of an SFT warm start, say) before its time left is announced: from its first one or two the
+# announcement was 0.5 to 1.1 times the wait (bench/class_load.py, 8 learners building warm starts at once).
+PACED_AFTER = 5
+
+
+def time_left(elapsed: float, done: int, total: int) -> float | None:
+    """Seconds until `total` units are done at the pace of the first `done`: `elapsed × (total − done) / done`;
+    None before the first is done, and once all are (what comes next is another wait)."""
+    return elapsed * (total - done) / done if 0 < done < total else None
 
 
 class BackgroundJob:
@@ -397,6 +438,7 @@ class Job(BackgroundJob):
         self._probe_start: list[float] = []  # the probe before RL, never thinned away
         self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
+        self._phase_started = 0.0  # when the current setup phase reported first
         self._setup: dict = {}
         self._error: str | None = None
         self._started = time.monotonic()
@@ -406,6 +448,8 @@ class Job(BackgroundJob):
         # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the
         # estimate scaled by this server's measured speed until the first steps, then their measured time.
         self._seconds_left = estimated_seconds(self.run) * self.slots.speed
+        self._limits = ServerLimits()  # the server's, read again when the run starts (`_work`)
+        self._cut_short: str | None = None  # why the server stopped the run (its learner's hour was spent)
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     @classmethod
@@ -415,8 +459,10 @@ class Job(BackgroundJob):
         another process) shows what it has recorded so far, as stopped; its thread never starts."""
         job = cls(RunConfig.from_dict(stored.config), slots, settings=stored.variant, number=stored.page_run or 0,
                   label=stored.label, session=stored.session, page=stored.page)
-        job._status = stored.status if stored.status in ("finished", "failed") else "stopped"
+        job._status = stored.status if stored.status in ("finished", "failed", "interrupted") else "stopped"
         job._error = stored.error
+        if stored.status == "interrupted":  # the server that had it stopped (RunStore.recover): say what was lost
+            job._error = (RESTARTED_WAITING if stored.started_at is None else RESTARTED_TRAINING) + f" ({stored.error})"
         for record in store.steps(stored.id):
             job._history.add(record)
             job._latest = record
@@ -449,6 +495,9 @@ class Job(BackgroundJob):
                 wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
                 elapsed=(self._ended or time.monotonic()) - self._started,
                 seconds_per_step=statistics.fmean(self._step_walls) if self._step_walls else None,
+                phase_left=None if self._phase is None or self._phase[1] < PACED_AFTER else time_left(
+                    time.monotonic() - self._phase_started, self._phase[1], self._phase[2]),
+                learners=self.slots.loop.learners,
             )
 
     def chat_models(self) -> ChatModels | None:
@@ -493,7 +542,10 @@ class Job(BackgroundJob):
                 setattr(self, f"_{name}", value)
 
     def _on_progress(self, phase: str, done: int, total: int) -> None:
-        self._set(phase=(phase, done, total))
+        with self._lock:
+            if self._phase is None or self._phase[0] != phase:
+                self._phase_started = time.monotonic()
+            self._phase = (phase, done, total)
 
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
@@ -525,6 +577,18 @@ class Job(BackgroundJob):
             if trainer is not None:
                 self._probe_step(trainer, item["step"])
             store.add_step(run_id, item)
+            self._within_allowance(store)
+
+    def _within_allowance(self, store: RunStore) -> None:
+        """Stop the run once its learner's runs have trained the hour's allowance: a run goes on only while its
+        learner has time to spend, whether or not its page is still open."""
+        if self.session is None:
+            return
+        try:
+            self._limits.check_learner(store.training_seconds(self.session, since=time.time() - HOUR))
+        except ValueError as spent:
+            self._cut_short = brief(str(spent))
+            self.stop_event.set()
 
     def _train(self, trainer: Trainer | None, store: RunStore, run_id: int) -> dict | None:
         """Train the run to its end; the evaluation after its last step (None if it stopped early).
@@ -542,7 +606,9 @@ class Job(BackgroundJob):
             return final
         for item in prepared_items(trainer):
             self._take(item, trainer, store, run_id)
-        self.slots.loop.train(trainer, lambda record: self._take(record, trainer, store, run_id))
+        # The run spends its learner's share of the loop (a run without a session is a learner of its own).
+        self.slots.loop.train(trainer, lambda record: self._take(record, trainer, store, run_id),
+                              learner=self.session, step_seconds=estimated_step_seconds(self.run))
         end = end_item(trainer)
         if FAILED in end:
             raise end[FAILED]
@@ -552,16 +618,19 @@ class Job(BackgroundJob):
         status, error, final = "finished", None, None
         store = run_id = None
         try:
+            # The pages refuse such runs; this holds for any caller (a link that slipped past a page).
+            self._limits = ServerLimits.from_env()
+            self._limits.check_run(self.run, cuda=torch.cuda.is_available())
+            # Every run is kept in the run store from its request on: it outlives the session and can be compared,
+            # and a server that dies while it waits leaves a queued row that the next one marks interrupted, for
+            # the learner's page to say so.
+            store = RunStore()
+            run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab",
+                                   self.settings, session=self.session, page=self.page,
+                                   page_run=self.number if self.page else None)
             with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
                     self._set(status="preparing")
-                    # The pages refuse such runs; this holds for any caller (a link that slipped past a page).
-                    ServerLimits.from_env().check_run(self.run, cuda=torch.cuda.is_available())
-                    # Every run is kept in the run store as it goes: it outlives the session and can be compared.
-                    store = RunStore()
-                    run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab",
-                                           self.settings, session=self.session, page=self.page,
-                                           page_run=self.number if self.page else None)
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not self.slots.claim(store, run_id, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
@@ -579,7 +648,7 @@ class Job(BackgroundJob):
         except Exception as exc:  # noqa: BLE001 - whatever fails, the page shows its message, never a traceback
             status, error = "failed", brief(f"{type(exc).__name__}: {exc}")
         if status == "finished" and self.stop_event.is_set():
-            status = "stopped"
+            status, error = "stopped", self._cut_short
         if run_id is not None:
             try:
                 store.finish_run(run_id, status, final=final, error=error)
@@ -589,6 +658,26 @@ class Job(BackgroundJob):
                 self.slots.release(store, run_id)
         self._set(status=status, error=error, phase=None, ended=time.monotonic())
 
+
+
+_upkeep_begun = threading.Event()
+
+
+def start_server_upkeep() -> list[int]:
+    """Once per server process, at its first page: the runs a dead server left queued or running are marked
+    interrupted at once (`RunStore.recover`; the learners' pages then say so), and a heartbeat keeps this
+    process's own queued and running rows fresh, so that no other process takes a long wait for a dead one.
+    Returns the ids it marked."""
+    if _upkeep_begun.is_set():
+        return []
+    _upkeep_begun.set()
+    try:
+        store = RunStore(recover=False)
+        lost = store.recover()
+    except StoreError:
+        return []  # each run will fail on the store, and say why
+    Heartbeat(store).start()
+    return lost
 
 
 _warm_start_begun = threading.Event()

@@ -9,7 +9,7 @@ Where a training lives, and why it cannot outlive its tab:
   stops the thread after its current step. A dropped connection releases it too: that run ends as "stopped"
   and stays on screen.
 * Every live training of the server steps in one shared loop (`LiveLoop`), a step of each run at a time; at most
-  RLHF_LAB_MAX_LIVE_RUNS runs (default 12) train in it at once, the rest wait in a queue and say so. The loop is
+  RLHF_LAB_MAX_LIVE_RUNS runs (default 40) train in it at once, the rest wait in a queue and say so. The loop is
   one training under the cap of RLHF_LAB_MAX_TRAININGS (default 2) that it shares with the sweeps.
 
 The knob values a learner chose live in `st.session_state[f"{page}:values"]`, not only in widget keys:
@@ -19,6 +19,7 @@ Streamlit drops the state of widgets that a run does not draw, which would reset
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.pretrained import model_choices
 from rl_core.messages import brief
+from rl_core.runs.limits import contention, estimated_seconds
 from rl_core.runs.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import chat
@@ -169,11 +171,25 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
     dashboard(page, runs, focus, prediction)
 
 
+def _train_estimate(run: RunConfig) -> str:
+    """How long the run will take at this server's pace now: its estimated seconds (`estimated_seconds`), times
+    the learners it will share the training loop with (each has an equal part of it), times the machine's load
+    (`contention`)."""
+    sharing = live_loop().loop.learners + (0 if live_loop().learner_runs(session_token())[0] else 1)
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    sharing = max(sharing, 1)
+    seconds = estimated_seconds(run) * sharing * contention(load, cores, 1)
+    learners = "you alone in the training loop" if sharing == 1 else f"{sharing} learners sharing the training loop"
+    return (f"About {seconds:,.0f} s at this server's pace now ({learners}, load average {load:.1f} on {cores} "
+            "cores), after any warm start it has not built yet.")
+
+
 def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None:
     train, stop, reset = st.columns(3)
     train.button(
         "Train", key=f"{page}:train", type="primary", disabled=busy or run is None, width="stretch",
-        on_click=_start, args=(page, run, variant, values, knobs), help="Start a run with these settings.",
+        on_click=_start, args=(page, run, variant, values, knobs),
+        help="Start a run with these settings." + ("" if run is None else f" {_train_estimate(run)}"),
     )
     stop.button(
         "Stop", key=f"{page}:stop", disabled=not busy, on_click=current.stop if busy else None, width="stretch",
@@ -215,9 +231,11 @@ def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> Non
 
 
 def _learner_refusal() -> str | None:
-    """Why this learner may not start another run now (the hour's training allowance is used up), or None."""
+    """Why this learner may not start another run now (the hour's training allowance is used up, or their runs
+    training and waiting in the live loop are as many as a learner may have), or None."""
     try:
         check_learner()
+        server_limits().check_learner_runs(*live_loop().learner_runs(session_token()))
     except ValueError as error:
         return brief(str(error))
     return None

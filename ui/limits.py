@@ -15,13 +15,10 @@ import torch
 
 from rl_core.config import RunConfig
 from rl_core.messages import brief
-from rl_core.runs.limits import ServerLimits
+from rl_core.runs.limits import HOUR, ServerLimits
 from rl_core.runs.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
 from ui.jobs import DEFAULT_LIVE_RUNS, LiveLoop
-from ui.session import session_token
-
-HOUR = 3600.0
-
+from ui.session import session_token, training_refusal
 
 def learner() -> str:
     """Whom the per-learner limit counts: the owner of the runs a page starts (the token in the browser)."""
@@ -43,7 +40,12 @@ def check_runs(runs: Sequence[RunConfig]) -> None:
 
 
 def check_learner() -> None:
-    """ValueError once this learner's runs trained for the hour's allowance (counted in the run store)."""
+    """ValueError if this session may not train (`ui.session.training_refusal`: no identity of its own, or no join
+    link where the class needs one), or once this learner's runs trained for the hour's allowance (counted in the
+    run store)."""
+    refusal = training_refusal()
+    if refusal is not None:
+        raise ValueError(refusal)
     try:
         spent = RunStore(recover=False).training_seconds(learner(), since=time.time() - HOUR)
     except StoreError:
@@ -61,6 +63,10 @@ def limits_panel() -> None:
     except ValueError as error:  # an instructor's typo in a variable: say which
         st.error(brief(str(error)))
         return
+    rows.append(("RLHF_LAB_CLASS_CODE", "set" if os.environ.get("RLHF_LAB_CLASS_CODE") else "not set",
+                 "training needs the class's join link (?class=<code>)"))
+    rows.append(("RLHF_LAB_TRUSTED_PROXY", os.environ.get("RLHF_LAB_TRUSTED_PROXY", "0"),
+                 "1: X-Forwarded-For names the learner's address (behind a proxy of the instructor's)"))
     megabytes = os.environ.get("RLHF_LAB_STORE_MAX_MB", str(DEFAULT_MAX_MB))
     rows.append(("RLHF_LAB_STORE_MAX_MB", f"{megabytes} MB", "the run store on disk (delete old runs on Compare)"))
     st.dataframe(pd.DataFrame(rows, columns=["variable", "value", "limits"]), hide_index=True,

@@ -25,6 +25,7 @@ be reached, or Ray missing, is a `ClusterError` naming the address, `--ray-addre
 from __future__ import annotations
 
 import functools
+import ipaddress
 import logging
 import os
 import socket
@@ -47,6 +48,7 @@ POLL = 0.5  # seconds between a coordinator thread's looks at its task and at th
 NAMESPACE = "rlhf-lab"
 _lock = threading.Lock()  # one connection per process, made once even when several threads ask at once
 _connected: str | None = None  # the address this process joined
+logger = logging.getLogger(__name__)
 
 
 class ClusterError(RuntimeError):
@@ -86,12 +88,34 @@ def check_reachable(address: str) -> None:
                            "(ray start --head), or unset the address to train on this machine") from error
 
 
+def exposed(address: str) -> str | None:
+    """Why joining the head at `address` is unsafe, when it resolves to an address neither private nor loopback:
+    Ray has no authentication, so whoever reaches its ports can run code on every node. None otherwise (or when
+    the name does not resolve: `check_reachable` says so)."""
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return None
+    public = sorted(ip for ip in resolved
+                    if not (ipaddress.ip_address(ip.split("%")[0]).is_private
+                            or ipaddress.ip_address(ip.split("%")[0]).is_loopback))
+    if not public:
+        return None
+    return (f"the Ray head {address} is at {', '.join(public)}, neither a private nor a loopback address: Ray has "
+            "no authentication, so anyone who reaches its ports can run code on the cluster. Bind the head to a "
+            "private address and firewall its ports (README, More than one machine)")
+
+
 def connect(address: str) -> int:
-    """Join the cluster at `address` (once per process); returns its CPUs, the number of runs it trains at once."""
+    """Join the cluster at `address` (once per process); returns its CPUs, the number of runs it trains at once.
+    A head on a public address is joined, with a warning in the log (`exposed`)."""
     global _connected
     with _lock:
         if _connected != address or not _ray().is_initialized():
             check_reachable(address)
+            if (warning := exposed(address)) is not None:
+                logger.warning(warning)
             ray = _ray()
             if ray.is_initialized():  # joined another cluster before
                 ray.shutdown()

@@ -6,8 +6,12 @@ which no link, slider or Compare box can lift, and the estimate of a run's secon
 | RLHF_LAB_MAX_STEPS | 2000 | RL steps of one run |
 | RLHF_LAB_MAX_SFT_STEPS | 2000 | SFT warm-start steps of one run |
 | RLHF_LAB_MAX_RUN_SECONDS | 600 | a run's estimated seconds (`estimated_seconds`) |
+| RLHF_LAB_MAX_STEP_SECONDS | 15 | one step's estimated seconds (`estimated_step_seconds`) |
 | RLHF_LAB_MAX_QUEUED_RUNS | 60 | runs one experiment or Compare sweep may queue |
 | RLHF_LAB_LEARNER_SECONDS_PER_HOUR | 3600 | training seconds one learner's runs may use in any hour |
+| RLHF_LAB_MAX_LEARNER_LIVE_RUNS | 2 | one learner's live-lab runs training at once |
+| RLHF_LAB_MAX_LEARNER_QUEUED_RUNS | 2 | one learner's live-lab runs waiting for a place |
+| RLHF_LAB_NEW_LEARNERS_PER_ADDRESS | 100 | new learners (identities) issued to one client address in any hour |
 
 The gpt2 shape (124M parameters) needs a GPU: on a CPU a step takes seconds, so without CUDA it is refused
 whatever the link says.
@@ -25,6 +29,7 @@ from rl_core.config import DPOConfig, RunConfig
 # response costs SAMPLE_SECONDS to sample and score and UPDATE_SECONDS per epoch of updates.
 SAMPLE_SECONDS = 7.1e-4
 UPDATE_SECONDS = 1.84e-4
+HOUR = 3600.0  # the window of a learner's allowance (RLHF_LAB_LEARNER_SECONDS_PER_HOUR)
 REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time grows about linearly with it
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
 GPT2_PARAMETERS = 124e6  # a loaded model (rl_core.engine.pretrained) scales gpt2's factor by its parameters
@@ -87,6 +92,23 @@ def estimated_seconds(run: RunConfig) -> float:
     return run.steps * estimated_step_seconds(run) + estimated_evaluation_seconds(run)
 
 
+def contention(load: float, cores: int, workers: int) -> float:
+    """How many times longer CPU-bound work of `workers` processes takes on a machine whose load average is
+    `load` on `cores` cores than on an idle one: each of the `load + workers` runnable processes gets
+    `cores / (load + workers)` of a core, at most one, so the time grows by `max(1, (load + workers) / cores)`."""
+    return max(1.0, (load + workers) / cores)
+
+
+def _cost_terms(run: RunConfig) -> str:
+    """The knobs a step's estimate grows with, for a refusal to name."""
+    algo = run.algo
+    if isinstance(algo, DPOConfig):
+        return (f"n_eval_prompts={algo.n_eval_prompts}, per_device_train_batch_size="
+                f"{algo.per_device_train_batch_size} and model={run.model}")
+    return (f"prompts_per_step × num_generations = {algo.prompts_per_step * algo.num_generations} responses, "
+            f"ppo_epochs={algo.ppo_epochs} and model={run.model}")
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     """The limits of the module docstring; `from_env` reads them."""
@@ -94,8 +116,16 @@ class ServerLimits:
     max_steps: int = 2000
     max_sft_steps: int = 2000
     max_run_seconds: float = 600.0
+    # A step beyond a turn of the live loop steps in a lane of its own (rl_core.runs.run_loop), sharing its
+    # learner's time there; beyond this it would leave a page without a point for longer than a learner waits.
+    max_step_seconds: float = 15.0
     max_queued_runs: int = 60
     learner_seconds_per_hour: float = 3600.0
+    # A learner compares two runs side by side; a third waits, and two more may queue behind it.
+    max_learner_live_runs: int = 2
+    max_learner_queued_runs: int = 2
+    # A class behind one NAT address is one client address: thirty learners, each in two browsers, with room.
+    new_learners_per_address: int = 100
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "ServerLimits":
@@ -122,9 +152,16 @@ class ServerLimits:
             ("RLHF_LAB_MAX_STEPS", f"{self.max_steps:,}", "RL steps of one run"),
             ("RLHF_LAB_MAX_SFT_STEPS", f"{self.max_sft_steps:,}", "SFT steps of one run"),
             ("RLHF_LAB_MAX_RUN_SECONDS", f"{self.max_run_seconds:,.0f} s", "a run's estimated duration"),
+            ("RLHF_LAB_MAX_STEP_SECONDS", f"{self.max_step_seconds:,.0f} s", "one step's estimated duration"),
             ("RLHF_LAB_MAX_QUEUED_RUNS", f"{self.max_queued_runs:,}", "runs of one experiment or comparison"),
             ("RLHF_LAB_LEARNER_SECONDS_PER_HOUR", f"{self.learner_seconds_per_hour:,.0f} s",
              "training time of one learner in any hour"),
+            ("RLHF_LAB_MAX_LEARNER_LIVE_RUNS", f"{self.max_learner_live_runs:,}",
+             "live-lab runs of one learner training at once"),
+            ("RLHF_LAB_MAX_LEARNER_QUEUED_RUNS", f"{self.max_learner_queued_runs:,}",
+             "live-lab runs of one learner waiting for a place"),
+            ("RLHF_LAB_NEW_LEARNERS_PER_ADDRESS", f"{self.new_learners_per_address:,}",
+             "new learners from one client address in any hour"),
         ]
 
     def check_fields(self, cuda: bool, steps: int = 1, sft_steps: int = 0, model: str = "tiny") -> None:
@@ -143,18 +180,38 @@ class ServerLimits:
     def check_run(self, run: RunConfig, cuda: bool) -> None:
         """ValueError naming the field (and the variable that sets the limit) if `run` asks more than allowed."""
         self.check_fields(cuda, run.steps, run.sft_steps, run.model)
+        step = estimated_step_seconds(run)
+        if step > self.max_step_seconds:
+            raise ValueError(
+                f"one step of this run would take about {step:,.1f} s ({_cost_terms(run)}); allowed: at most "
+                f"{self.max_step_seconds:,.0f} s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)")
         seconds = estimated_seconds(run)
         if seconds > self.max_run_seconds:
             raise ValueError(
                 f"this run would take about {seconds:,.0f} s ({run.steps} steps × {seconds / run.steps:.2f} s, "
-                f"from prompts_per_step × num_generations = {run.algo.prompts_per_step * run.algo.num_generations} "
-                f"responses, ppo_epochs={run.algo.ppo_epochs} and model={run.model}); allowed: at most "
-                f"{self.max_run_seconds:,.0f} s a run on this server (RLHF_LAB_MAX_RUN_SECONDS)")
+                f"from {_cost_terms(run)}); allowed: at most {self.max_run_seconds:,.0f} s a run on this server "
+                "(RLHF_LAB_MAX_RUN_SECONDS)")
 
     def check_run_count(self, runs: int) -> None:
         if runs > self.max_queued_runs:
             raise ValueError(f"this would queue {runs} runs; allowed: at most {self.max_queued_runs} at once on this "
                              "server (RLHF_LAB_MAX_QUEUED_RUNS): fewer seeds or grid values")
+
+    def check_learner_runs(self, live: int, queued: int) -> None:
+        """ValueError once a learner has as many live-lab runs training and waiting as they may: another would
+        wait behind them (or take a place of the class's)."""
+        if live + queued >= self.max_learner_live_runs + self.max_learner_queued_runs:
+            raise ValueError(
+                f"you have {live} runs training and {queued} waiting; allowed: at most {self.max_learner_live_runs} "
+                f"training and {self.max_learner_queued_runs} waiting per learner on this server "
+                "(RLHF_LAB_MAX_LEARNER_LIVE_RUNS, RLHF_LAB_MAX_LEARNER_QUEUED_RUNS): stop one or let it end")
+
+    def new_learner_refusal(self) -> str:
+        """What a session is told when its client address has had its new learners for the hour."""
+        return (f"this address has started {self.new_learners_per_address:,} new learners in the last hour; allowed: "
+                f"at most {self.new_learners_per_address:,} an hour per address on this server "
+                "(RLHF_LAB_NEW_LEARNERS_PER_ADDRESS): open the lab in the browser you used before, or with your "
+                "own ?me= link, to train; the pages stay open to read")
 
     def check_learner(self, spent_seconds: float) -> None:
         """ValueError once a learner's runs trained for the hour's allowance."""

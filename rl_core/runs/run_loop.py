@@ -1,12 +1,22 @@
 """One training loop for a changing set of runs: the live lab's trainings interleave step by step, none queues
-behind another's whole training.
+behind another's whole training, and the CPU is shared per learner, not per run.
 
-`RunLoop.train(trainer, on_record)` hands a prepared trainer to the loop and blocks its caller until the run ends.
-The loop is one thread that, each turn, takes in the runs that joined since the last turn, ends those that have
-trained their steps or were stopped, and steps every other run once with `run_batch.step_together` (their
-sampling requests stacked where they can be). A run's step that raises ends that run only; the others go on. A run
-that joins while a turn is under way takes its first step in the next turn, so a turn of R runs costs about R of
-their steps and a newly joined run waits at most one turn.
+`RunLoop.train(trainer, on_record, learner, step_seconds)` hands a prepared trainer to the loop and blocks its caller
+until the run ends. The loop is one thread that, each turn, takes in the runs that joined since the last turn, ends
+those that have trained their steps or were stopped, chooses which runs step (`choose_turn`) and steps them with
+`run_batch.step_together` (their sampling requests stacked where they can be). A run's step that raises ends that
+run only; the others go on. A run that joins while a turn is under way takes its first step in the next turn.
+
+Fair shares. A turn is time-boxed (`turn_seconds`) and split evenly among the learners with runs in the loop:
+each learner's account earns `turn_seconds / learners` a turn (never more than one turn's share banked) and pays
+each of its steps' seconds (`step_time`). A learner in credit steps its runs in rotation while the credit lasts, so
+twenty runs of one learner move no faster together than one run of another learner, and a learner whose steps cost
+more than its share steps every few turns instead of lengthening everyone's turn (deficit round robin).
+
+Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured
+step time) would hold every run of the loop for that long, so it steps in a lane of its own, a thread beside the
+loop: after each step it waits `lane_pause` so that it uses its learner's share of the time and no more, and its
+seconds are charged to its learner's account as the loop's are.
 
 The thread starts with the first run and ends when the last has left. Preparing a run (building its models, an
 SFT warm start) and evaluating it after its last step are left to the caller's thread, off the loop: the runs in
@@ -16,18 +26,27 @@ the loop go on stepping meanwhile.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from rl_core.engine.run_batch import step_together
 from rl_core.runs.run_stream import stepped_out
+
+# A turn's time box: twelve runs of the default presets (about 0.07 s a step on the reference CPU) fit in it, and a
+# page's chart still gains a point about every second. A run whose step takes longer goes to a lane of its own.
+TURN_SECONDS = 1.0
+# How much of a step's newest measurement its running estimate takes (the first step is slower than the rest).
+STEP_WEIGHT = 0.5
 
 
 @dataclass(eq=False)
 class _Member:
     trainer: object  # a prepared Trainer or DPOTrainer
     on_record: Callable[[dict], None]
+    learner: Hashable  # whose share the run's steps spend
+    step_seconds: float  # the estimate of its next step's cost: given at first, then measured
     elapsed: float = 0.0  # seconds of RL so far: the sum of its records' step_time
+    stepped_at: int = -1  # the turn of its latest step in the loop: its learner's rotation goes least recent first
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -36,30 +55,85 @@ class _Member:
         self.done.set()
 
 
-class RunLoop:
-    """The loop's thread, started by the first run that joins and ended when none is left."""
+@dataclass
+class _Account:
+    """A learner's share: seconds it may still spend (negative: it overspent and sits out turns)."""
 
-    def __init__(self, name: str = "training-loop"):
+    credit: float = 0.0
+
+
+def lane_pause(step_seconds: float, learners: int) -> float:
+    """Seconds a lane waits after a step of `step_seconds` so that its run uses 1/learners of the time:
+    `step_seconds × (learners − 1)`."""
+    return step_seconds * max(learners - 1, 0)
+
+
+def choose_turn(members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float,
+                turn: int) -> list[_Member]:
+    """The runs that step in turn number `turn`. The learners with runs in `members` (in the order of their first
+    run) each earn `turn_seconds / learners`, their credit capped at that; a learner in credit then takes its runs
+    in rotation (the least recently stepped first), each at its `step_seconds`, until its credit is spent (at least
+    one run once it is in credit)."""
+    by_learner: dict[Hashable, list[_Member]] = {}
+    for member in members:
+        by_learner.setdefault(member.learner, []).append(member)
+    share = turn_seconds / len(by_learner)
+    chosen = []
+    for learner, runs in by_learner.items():
+        account = accounts.setdefault(learner, _Account())
+        account.credit = min(account.credit + share, share)
+        budget = account.credit
+        for member in sorted(runs, key=lambda run: run.stepped_at):  # a stable sort: ties in the loop's order
+            if budget <= 0:
+                break
+            chosen.append(member)
+            member.stepped_at = turn
+            budget -= member.step_seconds
+    return [member for member in members if member in chosen]  # the loop's own order, for stable batches
+
+
+class RunLoop:
+    """The loop's thread, started by the first run that joins and ended when none is left; and the lanes of runs
+    whose steps cost more than a turn."""
+
+    def __init__(self, name: str = "training-loop", turn_seconds: float = TURN_SECONDS):
         self.name = name
+        self.turn_seconds = turn_seconds
         self._lock = threading.Lock()
         self._joining: list[_Member] = []
         self._members: list[_Member] = []
+        self._lanes: list[_Member] = []
+        self._accounts: dict[Hashable, _Account] = {}
+        self._turn_number = 0
         self._thread: threading.Thread | None = None
 
     @property
     def runs(self) -> int:
-        """Runs in the loop or about to join it."""
+        """Runs in the loop, in lanes, or about to join."""
         with self._lock:
-            return len(self._members) + len(self._joining)
+            return len(self._members) + len(self._joining) + len(self._lanes)
 
-    def train(self, trainer, on_record: Callable[[dict], None]) -> None:
+    @property
+    def learners(self) -> int:
+        """Learners with a run in the loop, in a lane or about to join: each has 1/learners of the time."""
+        with self._lock:
+            return self._learner_count()
+
+    def _learner_count(self) -> int:
+        return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
+
+    def train(self, trainer, on_record: Callable[[dict], None], learner: Hashable | None = None,
+              step_seconds: float = 0.0) -> None:
         """Step `trainer` in the loop until it has trained its steps or its stop event is set, then return; raise
         what ended its step otherwise (TrainingStopped for a Stop pressed mid-step).
 
-        `on_record(record)` is called in the loop's thread after each of the run's steps, before its next one (a
-        record carries `step_time` and `elapsed`, as `run_stream.batch_stream`'s do): it may read the run's models
-        then, and whatever it raises ends this run only."""
-        member = _Member(trainer, on_record)
+        `learner` names whose share it spends (None: a learner of its own); `step_seconds` is the estimate of a
+        step's cost until one is measured (more than `turn_seconds`: it steps in a lane from the start).
+
+        `on_record(record)` is called in the loop's (or the lane's) thread after each of the run's steps, before its
+        next one (a record carries `step_time` and `elapsed`, as `run_stream.batch_stream`'s do): it may read the
+        run's models then, and whatever it raises ends this run only."""
+        member = _Member(trainer, on_record, object() if learner is None else learner, step_seconds)
         with self._lock:
             self._joining.append(member)
             if self._thread is None:
@@ -82,27 +156,64 @@ class RunLoop:
                 member.leave(error)
 
     def _turn(self) -> bool:
-        """One turn; False once no run is left (the thread then ends, and the next `train` starts another)."""
+        """One turn; False once no run is left in the loop (the thread then ends, and the next `train` starts
+        another; lanes go on by themselves)."""
         with self._lock:
-            self._members += self._joining
+            for member in self._joining:
+                self._members.append(member)
             self._joining.clear()
             for member in [m for m in self._members if stepped_out(m.trainer)]:
                 self._members.remove(member)
                 member.leave()
+            for member in [m for m in self._members if m.step_seconds > self.turn_seconds]:
+                self._to_lane(member)
+            present = {member.learner for member in (*self._members, *self._lanes)}
+            for learner in [key for key in self._accounts if key not in present]:  # a learner who left
+                del self._accounts[learner]
             if not self._members:
                 self._thread = None
                 return False
-            stepping = list(self._members)
+            self._turn_number += 1
+            stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
         for member, outcome in zip(stepping, step_together([m.trainer for m in stepping])):
-            if not isinstance(outcome, Exception):
-                member.elapsed += outcome["step_time"]
-                outcome["elapsed"] = member.elapsed
-                try:
-                    member.on_record(outcome)
-                    continue
-                except Exception as error:  # noqa: BLE001 - this run's consumer failed (a full store): it ends
-                    outcome = error
-            with self._lock:
-                self._members.remove(member)
-            member.leave(outcome)
+            if not self._took(member, outcome):
+                with self._lock:
+                    self._members.remove(member)
         return True
+
+    def _took(self, member: _Member, outcome: dict | Exception) -> bool:
+        """Account for one step's outcome and hand its record over; False if it ended the run (it has left)."""
+        if not isinstance(outcome, Exception):
+            member.elapsed += outcome["step_time"]
+            outcome["elapsed"] = member.elapsed
+            member.step_seconds += STEP_WEIGHT * (outcome["step_time"] - member.step_seconds)
+            with self._lock:
+                self._accounts.setdefault(member.learner, _Account()).credit -= outcome["step_time"]
+            try:
+                member.on_record(outcome)
+                return True
+            except Exception as error:  # noqa: BLE001 - this run's consumer failed (a full store): it ends
+                outcome = error
+        member.leave(outcome)
+        return False
+
+    def _to_lane(self, member: _Member) -> None:
+        """Move a run from the loop to a lane of its own (under the lock)."""
+        self._members.remove(member)
+        self._lanes.append(member)
+        threading.Thread(target=self._lane, args=(member,), name=f"{self.name}-lane", daemon=True).start()
+
+    def _lane(self, member: _Member) -> None:
+        """Step one run by itself, pausing after each step for the other learners' shares, until it ends."""
+        try:
+            while not stepped_out(member.trainer):
+                outcome = step_together([member.trainer])[0]
+                if not self._took(member, outcome):
+                    return
+                member.trainer.stop_event.wait(lane_pause(outcome["step_time"], self.learners))
+            member.leave()
+        except BaseException as error:  # noqa: BLE001 - a fault of the lane itself ends its run
+            member.leave(error)
+        finally:
+            with self._lock:
+                self._lanes.remove(member)

@@ -174,6 +174,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "UPDATE OR IGNORE predictions SET page = 'policy_gradient' WHERE page = 'pg'",
         "DELETE FROM predictions WHERE page = 'pg'",
     ),
+    # v6 → v7: identities the server issued (a `?me=` or cookie it never issued is not taken), from which client
+    # address (new ones are rate-limited per address), and whether the learner opened the class's join link. The
+    # learners who already own runs keep their identity.
+    (
+        """CREATE TABLE identities (
+            session TEXT PRIMARY KEY,
+            address TEXT NOT NULL,                 -- the client address it was issued to ('' for the older ones)
+            issued_at REAL NOT NULL,
+            joined INTEGER NOT NULL DEFAULT 0      -- 1 once it opened the class's join link
+        ) WITHOUT ROWID""",
+        "CREATE INDEX identities_by_address ON identities(address, issued_at)",
+        "INSERT INTO identities (session, address, issued_at) SELECT session, '', MIN(created_at) FROM runs "
+        "WHERE session IS NOT NULL GROUP BY session",
+    ),
 )
 PHASES = ("before", "after")
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -646,6 +660,37 @@ class RunStore:
     def active_learners(self, since: float) -> int:
         """How many learners were seen at or after time `since`."""
         return self._connection().execute("SELECT COUNT(*) FROM learners WHERE last_seen >= ?", (since,)).fetchone()[0]
+
+    def issue_identity(self, session: str, address: str, per_address: int, since: float) -> bool:
+        """Record `session` as issued to client `address`, unless `per_address` identities were issued to that
+        address after time `since` (then False, and nothing is recorded): the count and the insert are one
+        transaction, so two sessions never both take the last one."""
+        with self._write() as db:
+            issued = db.execute("SELECT COUNT(*) FROM identities WHERE address = ? AND issued_at >= ?",
+                                (address, since)).fetchone()[0]
+            if issued >= per_address:
+                return False
+            db.execute("INSERT INTO identities (session, address, issued_at) VALUES (?, ?, ?)",
+                       (session, address, time.time()))
+            return True
+
+    def issued(self, session: str) -> bool:
+        """Whether this server issued `session`: recorded as issued, or owning runs or sweeps (only the app, for
+        an identity of its own, stores a run or sweep with a session)."""
+        return self._connection().execute(
+            "SELECT EXISTS (SELECT 1 FROM identities WHERE session = ?) OR EXISTS (SELECT 1 FROM runs WHERE "
+            "session = ?) OR EXISTS (SELECT 1 FROM sweeps WHERE session = ?)", (session,) * 3).fetchone()[0] == 1
+
+    def join_class(self, session: str) -> None:
+        """The learner opened the class's join link."""
+        with self._write() as db:
+            db.execute("INSERT INTO identities (session, address, issued_at, joined) VALUES (?, '', ?, 1) "
+                       "ON CONFLICT (session) DO UPDATE SET joined = 1", (session, time.time()))
+
+    def joined(self, session: str) -> bool:
+        """Whether the learner has opened the class's join link."""
+        row = self._connection().execute("SELECT joined FROM identities WHERE session = ?", (session,)).fetchone()
+        return row is not None and bool(row["joined"])
 
     def pin(self, text: str, link: str) -> None:
         """Pin the banner every learner's page shows (it replaces the one pinned before)."""

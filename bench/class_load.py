@@ -1,0 +1,193 @@
+"""A class of twenty on one server, as a hostile classmate would try it: does a latecomer still train, does every
+run keep its learner's share, and do the waits the pages announce hold?
+
+Starts `streamlit run app.py` on 127.0.0.1 (default limits) and speaks Streamlit's protocol
+(`bench/protocol_session.py`), each session a learner of its own:
+
+1. alone: one session trains the default GRPO run for `--alone` seconds; its steps per second are the pace alone
+   (its SFT warm start is cached from here on);
+2. the class: `--learners` sessions open `/grpo?steps=2000&sft_steps=50&seed=K` (the server's maximum steps, a
+   warm start of their own) and press Train within milliseconds, the last one the heavy link
+   (`prompts_per_step=256&num_generations=4&ppo_epochs=64&num_minibatches=4&steps=40`); the bench waits until every
+   run has its first chart point;
+3. a latecomer presses Train on the default page: the seconds to its first point;
+4. `--hold` seconds more: each run's steps, as a pace against the pace alone times the learners sharing the
+   server (the fair share: 1.0 is exactly its share).
+
+Announced waits: whenever a session's page says "about N s" (queued: "… s to wait"; building a warm start: "…
+s left"; a run's progress bar: "… s left" to its end is not counted) before its first point, the first such
+announcement is compared with the real seconds from then to the point. Connection errors: every ForwardMsg that is
+a reference to the browser's message cache (a `ref_hash`: what the browser can miss) and every session whose
+socket closed. The load average is read before and after.
+
+Run from the repository root:  python bench/class_load.py [--learners 20] [--alone 20] [--hold 60] [--json out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from app_driver import serve_app  # noqa: E402
+from protocol_session import ProtocolSession  # noqa: E402
+from sessions_latency import PAGE, load_average, progress, stop_protocol_runs  # noqa: E402
+
+HEAVY = "prompts_per_step=256&num_generations=4&ppo_epochs=64&num_minibatches=4&steps=40"
+ANNOUNCED = re.compile(r"about (\d+) s (to wait|left)")
+FIRST_POINT_TIMEOUT_S = 300
+
+
+class Learner(ProtocolSession):
+    """A protocol session that also notes the first wait its page announced before its first point, and the
+    references to the browser's message cache it was sent."""
+
+    def __init__(self, url: str, page: str, query: str = ""):
+        super().__init__(url, page)
+        self.query_string = query
+        self.announced: tuple[float, float, str] | None = None  # (when, seconds announced, its text)
+        self.cache_references = 0
+
+    def _handle(self, message, now: float) -> None:
+        if message.WhichOneof("type") == "ref_hash":
+            self.cache_references += 1
+        super()._handle(message, now)
+
+    def _draw(self, message, now: float) -> None:
+        super()._draw(message, now)
+        if not self.waiting or self.announced is not None or message.delta.WhichOneof("type") != "new_element":
+            return
+        element = message.delta.new_element
+        text = {"alert": lambda: element.alert.body, "progress": lambda: element.progress.text}.get(
+            element.WhichOneof("type"), lambda: "")()
+        found = ANNOUNCED.search(text)
+        if found and not text.startswith("step "):  # a run's own "… s left" to its end is not a wait for a point
+            self.announced = (now, float(found.group(1)), text)
+
+    @property
+    def steps(self) -> int | None:
+        found = progress(self.elements)
+        return None if found is None else found[0]
+
+    def announced_against_real(self) -> dict | None:
+        if self.announced is None or self.first_point_at is None:
+            return None
+        when, seconds, text = self.announced
+        real = self.first_point_at - when
+        return {"announced_s": seconds, "real_s": real, "ratio": seconds / real if real > 0 else None,
+                "text": text[:160]}
+
+
+async def first_points(learners: list[Learner], timeout: float) -> list[float | None]:
+    """Seconds from each session's click to its first chart point, waiting at most `timeout` seconds for all of
+    them (None: no point by then)."""
+    try:
+        await learners[0].wait_for(lambda: all(s.first_point_at is not None for s in learners), timeout, "points")
+    except TimeoutError:
+        pass
+    return [None if s.first_point_at is None else s.first_point_at - s.clicked_at for s in learners]
+
+
+async def pace(learners: list[Learner], seconds: float) -> list[float | None]:
+    """Steps per second of each session's run over the next `seconds`."""
+    before = [s.steps for s in learners]
+    await asyncio.sleep(seconds)
+    return [None if a is None or b is None else (b - a) / seconds for a, b in zip(before, [s.steps for s in learners])]
+
+
+async def class_load(url: str, learners: int, alone_s: float, hold_s: float) -> dict:
+    solo = Learner(url, PAGE, "steps=2000")
+    await solo.open()
+    await solo.click("Train")
+    if (await first_points([solo], FIRST_POINT_TIMEOUT_S))[0] is None:
+        raise RuntimeError("the run alone drew no point")
+    alone = (await pace([solo], alone_s))[0]
+    await stop_protocol_runs([solo])
+    await solo.close()
+
+    queries = [f"steps=2000&sft_steps=50&seed={k}" for k in range(learners - 1)] + [HEAVY]
+    cls = [Learner(url, PAGE, query) for query in queries]
+    late = Learner(url, PAGE)
+    everyone = [*cls, late]
+    try:
+        await asyncio.gather(*(s.open() for s in everyone))
+        started = time.monotonic()
+        for session in cls:
+            if not await session.click("Train"):
+                raise RuntimeError(f"Train is not enabled for {session.query_string}")
+        class_first = await first_points(cls[:-1], FIRST_POINT_TIMEOUT_S)
+        await late.click("Train")
+        await first_points([late], FIRST_POINT_TIMEOUT_S)
+        paces = await pace(everyone, hold_s)
+        sharing = len(everyone)  # learners with a run: each one's fair share is 1/sharing of the server
+        shares = [None if p is None or not alone else p * sharing / alone for p in paces]
+        return {
+            "learners_sharing": sharing,
+            "alone_steps_per_s": alone,
+            "class_first_point_s": class_first,
+            "class_ready_s": time.monotonic() - started,
+            "heavy_first_point_s": None if cls[-1].first_point_at is None else cls[-1].first_point_at - cls[-1].clicked_at,
+            "latecomer_first_point_s": None if late.first_point_at is None else late.first_point_at - late.clicked_at,
+            "steps_per_s": paces,
+            "share_of_fair": shares,  # 1.0: exactly 1/sharing of its pace alone
+            "announced_waits": [a for s in everyone if (a := s.announced_against_real()) is not None],
+            "cache_references": sum(s.cache_references for s in everyone),
+            "last_alerts": {s.query_string or "latecomer": s.alerts()[:200] for s in (cls[0], cls[-1], late)},
+        }
+    finally:
+        await stop_protocol_runs(everyone)
+        await asyncio.gather(*(s.close() for s in everyone), return_exceptions=True)
+
+
+def shown(value: float | None) -> str:
+    return "none" if value is None else f"{value:.2f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--learners", type=int, default=20)
+    parser.add_argument("--alone", type=float, default=20.0, help="seconds the pace alone is measured over")
+    parser.add_argument("--hold", type=float, default=60.0, help="seconds the class's paces are measured over")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    cache = Path(tempfile.mkdtemp(prefix="rlhf-lab-class-bench-"))
+    env = {"RLHF_LAB_CACHE": str(cache), "RLHF_LAB_DB": str(cache / "runs.sqlite"), "RLHF_LAB_WARM_START": "0"}
+    results = {"cpus": os.cpu_count(), "load_average_before": load_average()}
+    with serve_app(cache / "streamlit.log", env) as (url, _):
+        results |= asyncio.run(class_load(url, args.learners, args.alone, args.hold))
+    results["load_average_after"] = load_average()
+    normal = [s for s in results["share_of_fair"][:-2] if s is not None]
+    waits = results["announced_waits"]
+    print(f"{results['learners_sharing']} learners sharing {results['cpus']} cores; load average before "
+          f"{results['load_average_before']}, after {results['load_average_after']}")
+    firsts = [t for t in results["class_first_point_s"] if t is not None]
+    print(f"alone: {results['alone_steps_per_s']:.2f} steps/s; {len(firsts)} of {len(results['class_first_point_s'])} "
+          f"normal runs drew a first point within {FIRST_POINT_TIMEOUT_S} s"
+          + (f" (median {statistics.median(firsts):.1f} s, worst {max(firsts):.1f} s)" if firsts else "")
+          + f"; the heavy run's after {shown(results['heavy_first_point_s'])} s")
+    print(f"latecomer's first point: {shown(results['latecomer_first_point_s'])} s")
+    if normal:
+        print(f"normal runs' pace as a share of their fair share (1 = pace alone / {results['learners_sharing']}): "
+              f"min {min(normal):.2f}, median {statistics.median(normal):.2f}, max {max(normal):.2f}; the heavy run "
+              f"{shown(results['share_of_fair'][-2])}, the latecomer {shown(results['share_of_fair'][-1])}")
+    ratios = [w["ratio"] for w in waits if w["ratio"]]
+    print(f"announced waits: {len(waits)}" + (f", announced ÷ real min {min(ratios):.2f}, median "
+                                               f"{statistics.median(ratios):.2f}, max {max(ratios):.2f}" if ratios else ""))
+    print(f"references to the browser's message cache sent: {results['cache_references']}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""A class shares the server: a learner's runs beyond their share of the loop wait while the class's go first, a run
+goes on only while its learner has time to spend, and a server that starts after a crash marks what the dead one
+left as interrupted, its learners' pages saying so."""
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import ui.jobs
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.runs.store import RunStore
+from ui.jobs import RESTARTED_TRAINING, RESTARTED_WAITING, Job, LiveLoop, start_server_upkeep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_run(steps: int) -> RunConfig:
+    algo = get_preset("grpo", prompts_per_step=2, num_generations=2, ppo_epochs=1, num_minibatches=1)
+    return RunConfig(algo=algo, task="reverse", steps=steps, sft_steps=0)
+
+
+def wait_for(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+class Request:
+    """A queue ticket of a learner's, as a Job is one (`session`)."""
+
+    def __init__(self, session: str):
+        self.session = session
+
+
+def test_a_learners_run_beyond_their_share_lets_a_later_learners_run_go_first():
+    slots = LiveLoop(3, per_learner=1)
+    order, release = [], threading.Event()
+    stops = {}
+
+    def hold(name: str, learner: str) -> None:
+        stops[name] = threading.Event()
+        with slots.hold(stops[name], ticket=Request(learner)) as acquired:
+            if acquired:
+                order.append(name)
+                release.wait(30)
+
+    threads = []
+    for name, learner in (("a1", "a"), ("a2", "a"), ("b1", "b")):  # one after the other
+        threads.append(threading.Thread(target=hold, args=(name, learner), daemon=True))
+        threads[-1].start()
+        wait_for(lambda: len(order) + len(slots._waiting) == len(threads))
+    wait_for(lambda: len(order) == 2)
+    assert order == ["a1", "b1"] and slots.learner_runs("a") == (1, 1) and slots.learner_runs("b") == (1, 0)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["a1", "b1", "a2"]
+
+
+def test_a_run_goes_on_only_while_its_learner_has_time_to_spend(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setenv("RLHF_LAB_LEARNER_SECONDS_PER_HOUR", "60")
+    store = RunStore()
+    earlier = store.add_run(tiny_run(5), "earlier", session="me")  # 100 s of the hour already trained
+    store.start_run(earlier)
+    with store._write() as db:
+        db.execute("UPDATE runs SET started_at = ? WHERE id = ?", (time.time() - 100, earlier))
+    store.finish_run(earlier, "finished")
+    job = Job(tiny_run(200), LiveLoop(2), session="me").start()  # its tab closed or not: the hour is spent
+    assert job.join(120)
+    snap = job.snapshot()
+    assert snap.status == "stopped" and snap.steps_done == 1
+    # 100 s before it, and its own seconds since it started
+    assert re.match(r"your runs have trained 1\d\d s in the last hour; allowed: 60 s an hour", snap.error), snap.error
+    another = Job(tiny_run(3), LiveLoop(2), session="someone else").start()
+    assert another.join(120) and another.snapshot().status == "finished"
+
+
+def dead_pid() -> int:
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(ended.stdout)
+
+
+def left_by_a_dead_server(store: RunStore, learner: str, page: str | None = None) -> tuple[int, int]:
+    """A run of `learner` that was training and one that was waiting when their server was killed: (training,
+    waiting)."""
+    training = store.add_run(tiny_run(50), "grpo · grpo page #1", session=learner, page=page, page_run=1)
+    store.start_run(training)
+    store.add_step(training, {"step": 1, "reward_mean": 0.5})
+    waiting = store.add_run(tiny_run(50), "grpo · grpo page #2", session=learner, page=page, page_run=2)
+    with store._write() as db:
+        db.execute("UPDATE runs SET owner_pid = ?", (dead_pid(),))
+    return training, waiting
+
+
+def test_a_server_that_starts_marks_what_a_dead_one_left_running_or_queued_as_interrupted(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setattr(ui.jobs, "_upkeep_begun", threading.Event())
+    store = RunStore(recover=False)
+    training, waiting = left_by_a_dead_server(store, "me")
+    assert sorted(start_server_upkeep()) == [training, waiting]
+    stored = store.runs([training, waiting])
+    assert [run.status for run in stored] == ["interrupted", "interrupted"]
+    shown = [Job.from_store(run, store, LiveLoop(2)).snapshot() for run in stored]
+    assert [(snap.status, snap.steps_done) for snap in shown] == [("interrupted", 1), ("interrupted", 0)]
+    assert shown[0].error.startswith(RESTARTED_TRAINING) and shown[1].error.startswith(RESTARTED_WAITING)
+    assert start_server_upkeep() == []  # once per server process
+
+
+def test_a_learner_whose_request_was_queued_when_the_server_died_is_told_so_on_their_page(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setattr(ui.jobs, "_upkeep_begun", threading.Event())
+    learner = secrets.token_urlsafe(18)  # a learner this process's pages have never shown: the server restarted
+    left_by_a_dead_server(RunStore(recover=False), learner, page="grpo")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["lab:session"] = learner
+    at.run()
+    at.switch_page("app_pages/grpo.py").run()
+    warnings = [w.value for w in at.warning]
+    assert any(RESTARTED_WAITING in w and w.startswith("Interrupted after 0 of 50 steps") for w in warnings), warnings
+
+
+def test_a_learner_with_as_many_runs_as_allowed_cannot_press_train_on_another_page(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    # Two training and two waiting, started from other pages (or other tabs): the loop's count is the learner's.
+    monkeypatch.setattr(LiveLoop, "learner_runs", lambda loop, learner: (2, 2) if learner == "me" else (0, 0))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["lab:session"] = "me"
+    at.run()
+    at.switch_page("app_pages/grpo.py").run()
+    assert any("you have 2 runs training and 2 waiting; allowed: at most 2 training and 2 waiting" in w.value
+               for w in at.warning), [w.value for w in at.warning]
+    assert at.button(key="grpo:train").disabled
+
+
+def test_time_left_goes_on_at_the_pace_so_far():
+    from ui.jobs import time_left
+
+    assert time_left(elapsed=12.0, done=40, total=50) == pytest.approx(3.0)  # 0.3 s each, 10 to go
+    assert time_left(elapsed=5.0, done=0, total=50) is None and time_left(elapsed=5.0, done=50, total=50) is None
+
+
+def test_a_loaded_machine_stretches_an_estimate_by_its_runnable_processes_per_core():
+    from rl_core.runs.limits import contention
+
+    assert contention(load=7.0, cores=2, workers=1) == pytest.approx(4.0)  # 8 runnable on 2 cores
+    assert contention(load=0.5, cores=16, workers=2) == 1.0  # cores to spare: as on an idle machine
+
+
+def test_the_train_button_says_how_long_at_this_servers_pace_now(tmp_path, monkeypatch):
+    from rl_core.runs.limits import estimated_seconds
+    from ui.lab import DEFAULT_STEPS
+
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["lab:session"] = secrets.token_urlsafe(18)
+    at.run()
+    at.switch_page("app_pages/grpo.py").run()
+    # Alone in the loop (1 learner) on 2 cores at load 7: the estimate × (7 + 1) / 2.
+    seconds = estimated_seconds(RunConfig(algo=get_preset("grpo"), task="caesar", steps=DEFAULT_STEPS)) * 4
+    assert at.button(key="grpo:train").help.endswith(
+        f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on "
+        "2 cores), after any warm start it has not built yet.")
