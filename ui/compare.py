@@ -42,6 +42,7 @@ from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
 from ui.charts import DASHES, RUN_COLOURS, legend_below, step_axis, thin
 from rl_core.messages import brief
+from rl_core.numbers import number
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
 from ui.lab import training_slots
@@ -438,7 +439,7 @@ def _finite(value) -> bool:
 def _mean_and_spread(mean: float, std: float) -> str:
     if not _finite(mean):
         return "–"
-    return f"{mean:.3g}" + (f" ± {std:.2g}" if _finite(std) else "")
+    return number(mean) + (f" ± {number(std, '.2g')}" if _finite(std) else "")
 
 
 def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
+from rl_core.numbers import number
 from toy_tasks import TASKS
 from ui.bridge import unipo_download
 from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
@@ -281,8 +282,8 @@ def _token_formula(shown: str, job: Job, samples: list[dict], beta: float | None
         return
     term = token_term(sample, index, algo, beta)
     st.latex(term.formula)
-    kl = "" if term.kl is None else f", and **{term.kl_weight:+.4f}** from the KL term"
+    kl = "" if term.kl is None else f", and **{number(term.kl_weight, '+.4f')}** from the KL term"
     st.markdown(
-        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{term.weight:+.4f}** from the policy "
+        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{number(term.weight, '+.4f')}** from the policy "
         f"loss{kl} (−∂ℓ/∂log π: positive pushes the token up, negative down, 0 leaves it alone)."
     )

@@ -31,6 +31,7 @@ from rl_core.experiments.runner import (
     unused_seeds,
 )
 from rl_core.messages import brief
+from rl_core.numbers import number
 from rl_core.runs.reuse import every_run_reusable
 from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.sweep import batch_count, default_workers
@@ -395,7 +396,7 @@ def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> p
         row = {"arm": label, "seeds": len(seeds)}
         for key in experiment.charts:
             start, end = _start_and_end(seeds, key)
-            row[record_title(key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
+            row[record_title(key)] = "—" if math.isnan(end) else f"{number(start)} → {number(end)}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -405,8 +406,8 @@ def _movement(start: float, end: float) -> str:
     if math.isnan(start) or math.isnan(end):
         return "was not measured"
     if abs(end - start) <= 0.05 * max(abs(start), abs(end)):
-        return f"stayed near {end:.3g}"
-    return f"{'rose' if end > start else 'fell'} from {start:.3g} to {end:.3g}"
+        return f"stayed near {number(end)}"
+    return f"{'rose' if end > start else 'fell'} from {number(start)} to {number(end)}"
 
 
 def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> str:
