@@ -404,6 +404,10 @@ def band_figure(key: str | Sequence[str], groups: dict[str, list[list[dict]]], t
     )
     # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
     layout["legend"]["traceorder"] = "normal"
+    if not traces:  # no step trained yet: a note, not plotly's empty frame (axes from −1 to 6 and 4, made up)
+        layout |= dict(xaxis=dict(visible=False), yaxis=dict(visible=False), annotations=[dict(
+            text="No steps yet: the curves appear as the runs train.", showarrow=False, xref="paper",
+            yref="paper", x=0.5, y=0.5, font=dict(size=13, color="#666"))])
     # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
 

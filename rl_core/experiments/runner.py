@@ -198,6 +198,32 @@ def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
             f"so the claim is {summary['verdict']}.")
 
 
+def plain_verdict(experiment: Experiment, summary: Mapping) -> str:
+    """The verdict in one or two sentences a newcomer reads: what was compared, whether it went as the claim says,
+    and on how many seeds; the numbers behind it are `effect_sentence`'s."""
+    labels = [arm.label for arm in experiment.arms]
+    compared = f"comparing {labels[0]} with {' and '.join(labels[1:])}"
+    if math.isnan(summary["effect_mean"]):
+        return f"Not measured, {compared}: no seed finished every arm."
+    right, needed, n = summary["seeds_with_expected_sign"], summary["seeds_needed"], len(summary["effects"])
+    claim = experiment.plain or experiment.title + "."
+    if summary["verdict"] == "shown":
+        return f"Shown on {right} of {n} seeds, {compared}: {_sentence_inside(claim)}"
+    if summary["verdict"] == "weak" and right >= needed:
+        how = f"Weak, {compared}: the claim's way on {right} of {n} seeds, but they vary too much to rule out chance"
+    elif summary["verdict"] == "weak":
+        how = f"Weak, {compared}: the claim's way on average, but on only {right} of {n} seeds ({needed} needed)"
+    else:
+        how = f"Not shown, {compared}: the claim's way on only {right} of {n} seeds, and not on average"
+    return f"{how}. The claim: {claim}"
+
+
+def _sentence_inside(sentence: str) -> str:
+    """A sentence continued after a colon: its first word in lower case unless it is a name (GSPO, PPO's, DPO)."""
+    word = sentence.split(" ", 1)[0]
+    return sentence[0].lower() + sentence[1:] if word == "A" or word[1:].islower() else sentence
+
+
 class ExperimentRun:
     """An experiment planned and written to the store as queued runs; `run()` trains them and writes `out`.
 
