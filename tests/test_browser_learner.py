@@ -13,7 +13,7 @@ import re
 import pytest
 
 from app_driver import CHROMIUM, LAUNCH_FLAGS, NO_CHROMIUM, PAGES, open_page, press_train, screenshot, serve_app
-from test_browser import LAPTOP, finished, screenshots
+from test_browser import LAPTOP, POINT_OF_CHART, finished, screenshots
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
@@ -62,11 +62,15 @@ def test_what_a_new_learner_reads_and_clicks(tmp_path):
         assert "Rerun" not in menu and "Clear cache" not in menu, menu
         page.keyboard.press("Escape")
 
-        # 1. Three runs of three algorithms, the Tokens tab looked at after the first: it shows the third, says so,
-        # and its picker lists the rows below it.
+        # 1. Three runs of three algorithms, a chart point of the first clicked after it: the Tokens tab shows the third
+        # (the run trained last), says so, and its picker lists the rows below it.
         press_train(page)
         finished(page)
-        tokens_tab(page)
+        page.wait_for_function(POINT_OF_CHART, arg=["Token entropy", 1], timeout=30_000)
+        page.wait_for_timeout(500)  # scrolled into view
+        point = page.evaluate(POINT_OF_CHART, ["Token entropy", 1])
+        page.mouse.click(point["x"], point["y"])  # run #1's point: its samples in the Tokens tab
+        page.get_by_text("samples of run #1 · CISPO").first.wait_for(timeout=30_000)
         train_variant(page, "SAPO")
         train_variant(page, "DPPO")
         tokens_tab(page)

@@ -179,10 +179,12 @@ def _token_run_picker(page: str, runs: list[Job], names: dict[int, str]) -> None
 
 
 def _token_job(page: str, runs: list[Job]) -> Job:
-    """The run whose samples the token view shows: the one whose chart point was clicked, or the one chosen in the
-    Tokens tab; the newest run while the learner has not chosen another."""
-    key = f"{page}:token_run"
-    follow_newest(key, [job.number for job in runs])
+    """The run whose samples the token view shows: the one the learner last trained, clicked (a chart point) or
+    chose (the Tokens tab). A new run takes over from an earlier click: its charts are the ones on the page."""
+    key, newest = f"{page}:token_run", runs[-1].number
+    if st.session_state.get(key) not in [job.number for job in runs] or st.session_state.get(f"{key}:newest") != newest:
+        st.session_state[key] = newest
+    st.session_state[f"{key}:newest"] = newest
     return next(job for job in runs if job.number == st.session_state[key])
 
 
