@@ -23,7 +23,7 @@ QUICK = "seed=0&steps=2&sft_steps=20"
 # The text of the token view's rows ("1. prompt tokens … reward"), and where the first one is on the page.
 TOKEN_ROWS = """() => Array.from(document.querySelectorAll('[data-testid="stMarkdownContainer"] div'))
     .filter(d => d.style.fontFamily === 'monospace').map(d => ({text: d.innerText, top: d.getBoundingClientRect().top}))"""
-ROOT_FONT = "() => getComputedStyle(document.documentElement).fontSize"
+PRESENTING = "() => getComputedStyle(document.documentElement).fontSize === '22px'"
 RUN_BUTTON = "Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Run')"
 
 
@@ -152,11 +152,11 @@ def test_what_a_new_learner_reads_and_clicks(tmp_path):
 
         # 3. Presenter mode survives the pinned banner's link.
         open_page(page, f"{url}/?present=1", PAGES[""])
-        assert page.evaluate(ROOT_FONT) == "22px"
+        page.wait_for_function(PRESENTING, timeout=30_000)
         page.get_by_text("Now open: DAPO").first.click()
         page.wait_for_function("() => location.pathname.endsWith('/grpo')", timeout=30_000)
         page.get_by_text(PAGES["grpo"], exact=True).first.wait_for(timeout=60_000)
         assert "present=1" in page.evaluate("() => location.search")
-        assert page.evaluate(ROOT_FONT) == "22px"
+        page.wait_for_function(PRESENTING, timeout=30_000)  # its text still 22 px, not 14
         screenshot(page, folder / "learner-banner-present.png", LAPTOP, full=False)
         browser.close()
