@@ -302,6 +302,19 @@ def test_switching_gspo_to_the_token_clip_loads_the_token_clip_range(open_page):
     assert at.select_slider(key="gspo:epsilon_high").value == 0.2
 
 
+def token_widget(at, page: str, name: str):
+    """The token view's selectbox `name` (token_run_picker, token_row): keyed by what it lists, so found by name."""
+    return next(box for box in at.selectbox if box.key.startswith(f"{page}:") and name in box.key)
+
+
+def pick_first_token(at, page: str) -> None:
+    """Pick the first token of the response the token view's picker shows, and draw its term of the loss."""
+    row = token_widget(at, page, "token_row")
+    at.session_state[f"{row.key.removesuffix('token_row')}{row.value}:token_index"] = 0
+    at.run()
+    assert not at.exception, at.exception
+
+
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
 @pytest.mark.parametrize("variant, loss", [("CISPO", r"\mathrm{sg}[\min(\rho_t, 5)]"), ("SAPO", r"g_\tau(\rho_t)"),
                                            ("DPPO", r"-m_t\,A")])
@@ -312,9 +325,7 @@ def test_the_token_view_shows_the_runs_own_loss(open_page, variant, loss):
     train(at, "beyond_grpo")
     at.session_state["beyond_grpo:tab"] = "Tokens"
     at.run()
-    at.session_state["beyond_grpo:token_index"] = 0
-    at.run()
-    assert not at.exception, at.exception
+    pick_first_token(at, "beyond_grpo")
     formulas = [latex.value for latex in at.latex if r"\ell_t" in latex.value and "gathered" in latex.value]
     assert len(formulas) == 1 and loss in formulas[0], formulas
     assert r"\mathrm{clip}" not in formulas[0], "not PPO's clipped surrogate"
@@ -332,14 +343,12 @@ def test_the_token_view_shows_the_chosen_runs_samples_and_loss(open_page):
     at.run()
 
     def formula() -> str:
-        at.session_state["beyond_grpo:token_index"] = 0
-        at.run()
-        assert not at.exception, at.exception
+        pick_first_token(at, "beyond_grpo")
         return next(latex.value for latex in at.latex if r"\ell_t" in latex.value and "gathered" in latex.value)
 
-    chooser = at.selectbox(key="beyond_grpo:token_run")
+    chooser = token_widget(at, "beyond_grpo", "token_run_picker")
     assert chooser.value == 2 and r"g_\tau(\rho_t)" in formula(), "the newest run, SAPO, by default"
-    chooser.set_value(1).run()
+    token_widget(at, "beyond_grpo", "token_run_picker").set_value(1).run()
     assert r"\mathrm{sg}[\min(\rho_t, 5)]" in formula(), "run #1's own samples and loss: CISPO's"
 
 
@@ -391,7 +400,7 @@ def test_the_token_view_shows_every_group_of_its_step_names_its_run_and_every_ch
     group.set_value(2).run()
     numbers, headings = rows()
     assert len(numbers) == 8 and headings == ["group 3"], "one group: its eight responses under its summary"
-    assert at.selectbox(key="grpo:token_row").options[0].startswith("1. ")
+    assert token_widget(at, "grpo", "token_row").options[0].startswith("1. ")
     # Choosing a step in the token view marks it on the charts.
     at.select_slider(key="grpo:token_step").set_value(1).run()
     at.session_state["grpo:tab"] = "Charts"

@@ -20,6 +20,7 @@ from rl_core.experiments.runner import (
     ExperimentRun,
     arm_config,
     effect_sentence,
+    plain_verdict,
     plan_experiment,
     records_file,
     seed_effects,
@@ -120,6 +121,25 @@ def test_effects_mean_spread_and_verdict_worked_by_hand():
     assert summary["seeds_needed"] == 3
     assert sentence.endswith("2 of 3 positive as the claim expects (3 needed) and its 95 % interval [−0.782, +1.12] "
                              "does not exclude 0, so the claim is weak.")
+
+
+def test_the_plain_verdict_says_what_was_compared_what_happened_and_on_how_many_seeds():
+    effects = seed_effects(TOY, {0: toy_records(0.0, 0.5), 1: toy_records(0.25, 0.5), 2: toy_records(0.5, 0.25)})
+    weak = summarise_effects(TOY, effects)  # 2 of 3 the expected way, 3 needed (the test above)
+    assert plain_verdict(TOY, weak) == ("Weak, comparing a with b: the claim's way on average, but on only 2 of 3 "
+                                        "seeds (3 needed). The claim: toy.")
+    plain = dataclasses.replace(TOY, plain="Arm b beats arm a.")
+    shown = summarise_effects(plain, {seed: 0.5 + seed / 10 for seed in range(8)})
+    assert plain_verdict(plain, shown) == "Shown on 8 of 8 seeds, comparing a with b: arm b beats arm a."
+    # A name keeps its capitals after the colon.
+    assert plain_verdict(dataclasses.replace(plain, plain="GSPO clips."), shown).endswith(": GSPO clips.")
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_opens_with_a_plain_claim_of_one_or_two_sentences(name):
+    plain = EXPERIMENTS[name].plain
+    assert plain.endswith(".") and 1 <= plain.count(". ") + 1 <= 2 and len(plain) < 250, plain
+    assert not any(mark in plain for mark in ("[", "±", "Σ", "seeds")), "no intervals, sums or seed sets"
 
 
 def test_shown_needs_seven_of_eight_signs_and_an_interval_away_from_zero():

@@ -21,6 +21,7 @@ from rl_core.experiments import EXPERIMENTS, get_experiment
 from rl_core.experiments.runner import (
     SUMMARY_FILE,
     past_run_seconds,
+    plain_verdict,
     plan_experiment,
     records_file,
     shared_departures,
@@ -191,7 +192,12 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
         assert sum(trace.get("fill") == "tonexty" for trace in chart["data"]) == len(experiment.arms), "seed bands"
     # The sentence on the page is computed from the store; the runner's summary.json from its own pass.
     written = json.loads((job.out / SUMMARY_FILE).read_text())
-    assert [s.value for s in at.success] == [written["sentence"]]
+    # The page opens with the verdict in plain words; the runner's sentence with every number sits under it, in
+    # the "How sure are we?" expander.
+    assert [s.value for s in at.success] == [plain_verdict(experiment, written)]
+    assert at.success[0].value.startswith(f"{written['verdict'].capitalize()}")
+    assert written["sentence"] in [m.value for m in at.markdown]
+    assert any(e.label.startswith("How sure are we?") for e in at.expander)
     assert any(m.value.startswith("**What happened.** ") for m in at.markdown)
     assert any("finished in" in m.value for m in at.markdown)
     table = at.dataframe[0].value

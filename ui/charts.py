@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.formulas.loss_terms import LOSS_TERMS
+from rl_core.numbers import number
 from ui.present import chart_layout
 from ui.labs.figures import log_scale
 
@@ -525,7 +526,9 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
                 x=steps,
                 y=[_drawn(chart, v) for v in values],
                 customdata=values,
-                hovertemplate=f"{run.label}<br>{series.name}: %{{customdata:.4g}} at step %{{x}}<extra></extra>",
+                # The value as the pages write numbers (plotly's own format would write -0.5 and 2e-05).
+                text=[None if v is None else number(v, ".4g") for v in values],
+                hovertemplate=f"{run.label}<br>{series.name}: %{{text}} at step %{{x}}<extra></extra>",
                 # Always markers: plotly selects (and Streamlit's on_select reports) only points drawn as markers,
                 # and a click on a step opens it in the token view. Seen on short runs and where NaN gaps would
                 # leave isolated values without a line to draw; on long runs they would bury the line, so they

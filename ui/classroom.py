@@ -14,6 +14,7 @@ import streamlit as st
 
 from rl_core.runs.store import RunStore, StoreError
 from ui.predict import Prediction
+from ui.present import keep_presenting
 from ui.session import session_token
 
 INSTRUCTOR_PARAM = "instructor"  # ?instructor=<token> opens the instructor's page (ui/instructor.py)
@@ -53,7 +54,7 @@ def pinned_banner() -> None:
         return
     if pinned is not None:
         text, link = pinned
-        st.html(banner_html(text, link))
+        st.html(banner_html(text, keep_presenting(link)))
 
 
 def banner_html(text: str, link: str) -> str:

@@ -42,6 +42,7 @@ from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
 from ui.charts import DASHES, RUN_COLOURS, legend_below, step_axis, thin
 from rl_core.messages import brief
+from rl_core.numbers import number
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
 from ui.lab import training_slots
@@ -53,6 +54,10 @@ from ui.tokens import COLOURINGS, token_html
 REFRESH_SECONDS = 1.0
 DEFAULT_PRESETS = ("grpo", "rloo", "reinforce_pp")
 MODES = ("Presets side by side", "One preset, several values of a knob")
+# The controls that define a sweep, kept with it in the run store: a reload sets them back (not the workers, which
+# say how fast, not what).
+CONTROLS = tuple(f"compare:{name}" for name in ("task", "mode", "presets", "preset", "knob", "values", "seeds",
+                                                 "steps", "sft_steps", "extra"))
 SWEEPABLE = tuple(f.name for f in dataclasses.fields(AlgoConfig) if f.name not in ("name", "title", "summary"))
 CURVES = {  # record field → chart title
     "success_rate": "Success rate",
@@ -104,7 +109,9 @@ def compare_page() -> None:
                  "operator can point RLHF_LAB_DB at a writable file.")
         return
     session = session_token()
-    shown: list[int] = st.session_state.setdefault("compare:shown", _latest_sweep(store, session))
+    if "compare:shown" not in st.session_state:  # a new session (a reload): the learner's latest sweep
+        st.session_state["compare:shown"] = _reopen_latest_sweep(store, session)
+    shown: list[int] = st.session_state["compare:shown"]
     runs = store.runs(shown, visible_to=session)
     live = any(run.active for run in runs)
     planned, workers = _controls(live)
@@ -129,9 +136,14 @@ def _experiment_origin(store: RunStore, runs: list[StoredRun]) -> None:
                    "its *See it happen* panel, which states the measured effect once every run has finished.")
 
 
-def _latest_sweep(store: RunStore, session: str) -> list[int]:
+def _reopen_latest_sweep(store: RunStore, session: str) -> list[int]:
+    """The run ids of the learner's latest sweep, its controls (as `_start` kept them) set back into the widgets,
+    so that what the controls say describes the charts under them."""
     latest = store.latest_sweep(session)
-    return [] if latest is None else [run.id for run in store.runs(sweep_id=latest, visible_to=session)]
+    if latest is None:
+        return []
+    st.session_state.update(store.sweep_spec(latest).get("controls", {}))
+    return [run.id for run in store.runs(sweep_id=latest, visible_to=session)]
 
 
 # ---------------------------------------------------------------------------------------------- controls
@@ -264,7 +276,9 @@ def _buttons(planned: list[PlannedRun] | None, workers: int, runs: list[StoredRu
 def _start(planned: list[PlannedRun], workers: int) -> None:
     registry = live_sweeps()
     workers = min(workers, len(planned))
-    sweep = Sweep(planned, RunStore(), workers=workers, session=session_token(), cap=training_slots().limit)
+    controls = {key: st.session_state[key] for key in CONTROLS if key in st.session_state}
+    sweep = Sweep(planned, RunStore(), workers=workers, session=session_token(), cap=training_slots().limit,
+                  spec={"controls": controls})
     registry[sweep.sweep_id] = sweep
     threading.Thread(target=_coordinate, args=(sweep, registry, training_slots()), name=f"sweep-{sweep.sweep_id}",
                      daemon=True).start()
@@ -390,6 +404,10 @@ def band_figure(key: str | Sequence[str], groups: dict[str, list[list[dict]]], t
     )
     # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do
     layout["legend"]["traceorder"] = "normal"
+    if not traces:  # no step trained yet: a note, not plotly's empty frame (axes from −1 to 6 and 4, made up)
+        layout |= dict(xaxis=dict(visible=False), yaxis=dict(visible=False), annotations=[dict(
+            text="No steps yet: the curves appear as the runs train.", showarrow=False, xref="paper",
+            yref="paper", x=0.5, y=0.5, font=dict(size=13, color="#666"))])
     # Validation skipped as in ui.charts (it dominates a redraw); a test builds these figures with it on.
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
 
@@ -425,7 +443,7 @@ def _finite(value) -> bool:
 def _mean_and_spread(mean: float, std: float) -> str:
     if not _finite(mean):
         return "–"
-    return f"{mean:.3g}" + (f" ± {std:.2g}" if _finite(std) else "")
+    return number(mean) + (f" ± {number(std, '.2g')}" if _finite(std) else "")
 
 
 def _summary(runs: list[StoredRun], records: dict[int, list[dict]], live: bool) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
+from rl_core.numbers import number
 from rl_core.runs.run_stream import SETUP_PHASES
 from toy_tasks import TASKS
 from ui.bridge import unipo_download
@@ -51,11 +52,8 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
     if tokens_tab.open:
         with tokens_tab:
             if len(runs) > 1:
-                st.selectbox("samples of run", [job.number for job in runs], key=f"{page}:token_run",
-                             format_func=lambda n: short_label(names[n]),
-                             help="Whose sampled responses to show; clicking a run's point on a chart chooses it too."
-                                  + full_labels([job.number for job in runs], names))
-            token_view(page, token_job, token_snap, names[token_job.number])
+                _token_run_picker(page, runs, names)
+            token_view(page, token_job, token_snap, names[token_job.number], newest=token_job is current)
 
 
 def progress(snap: JobSnapshot, job: Job) -> None:
@@ -170,11 +168,30 @@ def _follow_chart_click(page: str) -> None:
                 st.session_state[f"{page}:token_run"] = trace_runs[curve]
 
 
+def _token_run_picker(page: str, runs: list[Job], names: dict[int, str]) -> None:
+    """The Tokens tab's choice of run. The run shown is kept under `{page}:token_run` (a chart click and the newest
+    run set it too); the widget is keyed by that run and the list of runs, so each new run or click draws a fresh
+    widget, and a value the browser still holds from an earlier list can never be taken for the learner's choice."""
+    numbers = [job.number for job in runs]
+    shown = st.session_state[f"{page}:token_run"]
+    key = f"{page}:token_run_picker:{shown}:{'-'.join(map(str, numbers))}"
+
+    def chosen() -> None:
+        st.session_state[f"{page}:token_run"] = st.session_state[key]
+
+    st.selectbox("samples of run", numbers, index=numbers.index(shown), key=key, on_change=chosen,
+                 format_func=lambda n: short_label(names[n]),
+                 help="Whose sampled responses to show; clicking a run's point on a chart chooses it too."
+                      + full_labels(numbers, names))
+
+
 def _token_job(page: str, runs: list[Job]) -> Job:
-    """The run whose samples the token view shows: the one whose chart point was clicked, or the one chosen in the
-    Tokens tab; the newest run while the learner has not chosen another."""
-    key = f"{page}:token_run"
-    follow_newest(key, [job.number for job in runs])
+    """The run whose samples the token view shows: the one the learner last trained, clicked (a chart point) or
+    chose (the Tokens tab). A new run takes over from an earlier click: its charts are the ones on the page."""
+    key, newest = f"{page}:token_run", runs[-1].number
+    if st.session_state.get(key) not in [job.number for job in runs] or st.session_state.get(f"{key}:newest") != newest:
+        st.session_state[key] = newest
+    st.session_state[f"{key}:newest"] = newest
     return next(job for job in runs if job.number == st.session_state[key])
 
 
@@ -202,30 +219,38 @@ def follow_newest(key: str, options: list) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- tokens
-def token_view(page: str, job: Job, snap: JobSnapshot, name: str) -> None:
-    """The chosen run's step (`_token_step`, already settled) group by group, or every group of it."""
+def token_view(page: str, job: Job, snap: JobSnapshot, name: str, newest: bool) -> None:
+    """The chosen run's step (`_token_step`, already settled): the token picker and its term of the loss first,
+    then the step's responses, group by group where the algorithm samples groups."""
     swatch = f'<span style="color:{run_colour(job.number)};font-weight:700">━</span>'
-    st.markdown(f'<div style="font-size:0.9rem">{swatch} samples of run <b>{html.escape(name)}</b></div>',
+    why = "the newest run" if newest else "the run you chose"
+    st.markdown(f'<div style="font-size:0.9rem">{swatch} samples of run <b>{html.escape(name)}</b> ({why})</div>',
                 unsafe_allow_html=True)
     steps = sorted(snap.samples)
     if not steps:
         st.caption("No sampled responses recorded for this run.")
         return
-    step_column, group_column, colour_column = st.columns([3, 2, 3])
+    grouped = job.run.algo.num_generations > 1  # one response per prompt (the policy gradient's): no groups
+    if grouped:
+        step_column, group_column, colour_column = st.columns([3, 2, 3])
+    else:
+        step_column, colour_column = st.columns(2)
     step = step_column.select_slider(
         "step", steps, key=f"{page}:token_step", help="Scrub through the run: every step's samples are kept "
         "(evenly thinned on long runs, the latest always kept); the charts mark the step shown.",
     )
     by_group = groups(snap.samples[step], job.run.algo.num_generations)
-    group_key = f"{page}:token_group"
-    options = [ALL_GROUPS, *range(len(by_group))]
-    if st.session_state.get(group_key) not in options:
-        st.session_state[group_key] = ALL_GROUPS
-    group = group_column.selectbox(
-        "group", options, key=group_key, disabled=len(by_group) < 2,
-        format_func=lambda g: f"all {len(by_group)} groups" if g == ALL_GROUPS else group_summary(g, by_group[g]),
-        help="The step's groups (one prompt, its G responses each): all of them, or one.",
-    )
+    group = ALL_GROUPS
+    if grouped:
+        group_key = f"{page}:token_group"
+        options = [ALL_GROUPS, *range(len(by_group))]
+        if st.session_state.get(group_key) not in options:
+            st.session_state[group_key] = ALL_GROUPS
+        group = group_column.selectbox(
+            "group", options, key=group_key, disabled=len(by_group) < 2,
+            format_func=lambda g: f"all {len(by_group)} groups" if g == ALL_GROUPS else group_summary(g, by_group[g]),
+            help="The step's groups (one prompt, its G responses each): all of them, or one.",
+        )
     colour_by = colour_column.radio(
         "colour tokens by", list(COLOURINGS), key=f"{page}:colour_by", horizontal=True,
         help="Hover a token for all its numbers.",
@@ -235,29 +260,30 @@ def token_view(page: str, job: Job, snap: JobSnapshot, name: str) -> None:
     samples = [sample for members in shown for sample in members]
     headings, row = {}, 0
     for index, members in enumerate(shown, start=first):
-        headings[row] = group_summary(index, members)
+        if grouped:
+            headings[row] = group_summary(index, members)
         row += len(members)
+    # The KL coefficient this step's loss used (adaptive β moves it from the config's).
+    beta = next((r.get("beta") for r in snap.records if r.get("step") == step), None)
+    # Keyed by what the list shows: a new run, step or group draws a fresh picker whose labels are the list's.
+    _token_formula(f"{page}:{job.number}:{step}:{group}", job, samples, beta)
     st.markdown(legend_html(samples, colour_by), unsafe_allow_html=True)
     st.caption(COLOURINGS[colour_by].legend + " Ratios and clips are measured after this step's updates.")
     st.markdown(token_html(samples, colour_by, headings), unsafe_allow_html=True)
-    # The KL coefficient this step's loss used (adaptive β moves it from the config's).
-    beta = next((r.get("beta") for r in snap.records if r.get("step") == step), None)
-    _token_formula(page, job, samples, beta)
 
 
-def _token_formula(page: str, job: Job, samples: list[dict], beta: float | None) -> None:
-    """Pick a token; see the run's own loss with its numbers filled in."""
+def _token_formula(shown: str, job: Job, samples: list[dict], beta: float | None) -> None:
+    """Pick a token; see the run's own loss with its numbers filled in. `shown` names the list the picker
+    indexes (page, run, step, group)."""
     algo = job.run.algo
     row_column, token_column = st.columns([1, 4])
-    chosen = st.session_state.get(f"{page}:token_row")
-    if isinstance(chosen, int) and chosen >= len(samples):  # fewer responses shown than before (one group)
-        st.session_state[f"{page}:token_row"] = 0
-    row = row_column.selectbox("response", range(len(samples)), key=f"{page}:token_row",
-                               format_func=lambda i: f"{i + 1}. {samples[i]['prompt']}")
+    row = row_column.selectbox("response", range(len(samples)), key=f"{shown}:token_row",
+                               format_func=lambda i: f"{i + 1}. {samples[i]['prompt']}",
+                               help="The numbered responses listed below.")
     sample = samples[row]
     tokens = sample["tokens"]
     index = token_column.pills(
-        "token", range(len(tokens)), key=f"{page}:token_index",
+        "token", range(len(tokens)), key=f"{shown}:{row}:token_index",
         format_func=lambda i: f"{'⏎' if tokens[i] == EOS_TOKEN else tokens[i]} ({i})",
     )
     if index is None or index >= len(tokens):
@@ -265,8 +291,8 @@ def _token_formula(page: str, job: Job, samples: list[dict], beta: float | None)
         return
     term = token_term(sample, index, algo, beta)
     st.latex(term.formula)
-    kl = "" if term.kl is None else f", and **{term.kl_weight:+.4f}** from the KL term"
+    kl = "" if term.kl is None else f", and **{number(term.kl_weight, '+.4f')}** from the KL term"
     st.markdown(
-        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{term.weight:+.4f}** from the policy "
+        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{number(term.weight, '+.4f')}** from the policy "
         f"loss{kl} (−∂ℓ/∂log π: positive pushes the token up, negative down, 0 leaves it alone)."
     )

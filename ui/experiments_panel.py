@@ -25,6 +25,7 @@ from rl_core.experiments.runner import (
     arm_variant,
     effect_sentence,
     past_run_seconds,
+    plain_verdict,
     plan_experiment,
     seed_effects,
     shared_departures,
@@ -32,6 +33,7 @@ from rl_core.experiments.runner import (
     unused_seeds,
 )
 from rl_core.messages import brief
+from rl_core.numbers import number
 from rl_core.runs.limits import contention
 from rl_core.runs.reuse import every_run_reusable
 from rl_core.runs.store import RunStore, StoredRun, StoreError
@@ -51,35 +53,35 @@ START_STEPS, END_STEPS = 5, 10
 # Titles of the record keys experiments chart beyond the Compare page's curves (`CURVES`).
 RECORD_TITLES = {
     **CURVES,
-    "advantage_first_token": "Advantage of each response's first token",
-    "advantage_last_token": "Advantage of each response's last token",
+    "advantage_first_token": "Credit (advantage) given to each answer's first token",
+    "advantage_last_token": "Credit (advantage) given to each answer's last token",
     "advantage_std": "Spread of the advantages over tokens (std)",
     "approx_kl": "KL to π_old over a step's updates (k2 per token)",
     "beta": "β, the KL coefficient",
-    "clip_frac_tokens": "Tokens the clip silences, share (GSPO: every token of a clipped response)",
-    "clip_frac_high": "Clipped on the high side (ρ > 1 + ε_high, Â > 0), share of tokens",
+    "clip_frac_tokens": "Share of tokens the clip stops from learning (GSPO: every token of a clipped answer)",
+    "clip_frac_high": "Share of tokens the upper clip bound stops from rising further",
     "dynamic_sampling_rounds": "Sampling rounds per step",
-    "equal_group_weight_share": "Share of Σ|Â| on groups whose rewards are all equal",
+    "equal_group_weight_share": "How much of the push goes to groups whose answers all scored the same",
     "explained_variance": "Critic's explained variance",
-    "grad_norm": "Policy gradient's norm, before clipping",
-    "kl_k1_neg_frac": "Tokens where k1 is negative, share",
+    "grad_norm": "Size of the policy gradient (its norm, before clipping)",
+    "kl_k1_neg_frac": "Share of tokens where the k1 estimate of the KL is negative",
     "kl_k1_std": "Spread of k1 over tokens (std)",
     "kl_k2_bias": "k2's mean error against the exact KL",
     "kl_k3_std": "Spread of k3 over tokens (std)",
     "kl_sequence": "KL estimate summed over each response",
     "logps/chosen": "log π_θ(y_w|x) of the chosen responses (DPO's training pairs)",
     "logps/rejected": "log π_θ(y_l|x) of the rejected responses (DPO's training pairs)",
-    "response_length_correct": "Length of right responses (tokens)",
-    "response_length_incorrect": "Length of wrong responses (tokens)",
-    "rollout_is_capped_frac": "Importance weights above the cap, share",
+    "response_length_correct": "Length of right answers (tokens)",
+    "response_length_incorrect": "Length of wrong answers (tokens)",
+    "rollout_is_capped_frac": "Share of importance weights cut at the cap",
     "rollout_corr/kl": "KL between the sampler and the trainer",
-    "silenced_frac": "Tokens with Â ≠ 0 but no gradient, share",
-    "silenced_rare_frac": "Rare tokens (π_old < 0.1) with Â ≠ 0 but no gradient, share",
-    "skewed_group_weight_ratio": "|Â| in skewed groups ÷ |Â| in balanced groups",
+    "silenced_frac": "Share of tokens that should learn (Â ≠ 0) but get no gradient",
+    "silenced_rare_frac": "Share of tokens that are rare (π_old < 0.1), should learn and get no gradient",
+    "skewed_group_weight_ratio": "Push on near-solved or near-failed prompts ÷ push on evenly split ones",
     "teacher_kl": "KL to the teacher, k1 on the sampled tokens",
-    "truncated_frac": "Responses cut at the length limit, share",
+    "truncated_frac": "Share of answers cut off at the length limit",
     # Counted on a step's first sample: with dynamic sampling, before its dropped groups are refilled.
-    "zero_adv_group_frac": "Groups with identical rewards, share of a step's first sample",
+    "zero_adv_group_frac": "Share of groups whose answers all got the same reward (they teach nothing)",
 }
 
 
@@ -151,16 +153,21 @@ def _arm_knobs(experiment: Experiment, arm: Arm) -> str:
 
 def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> None:
     st.subheader(experiment.title)
-    st.markdown(f"**Claim.** {experiment.claim}  \n*Source:* {experiment.source}")
-    arms = " · ".join(f"**{arm.label}** ({_arm_knobs(experiment, arm)})" for arm in experiment.arms)
-    st.caption(f"Arms: {arms}, differing only in {', '.join(f'`{k}`' for k in experiment.knobs)}. Task "
-               f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
-               f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
-               f"(expected {experiment.expected}).")
-    settings = shared_departures(experiment)
-    if settings:
-        st.caption("Every arm also sets, unlike its preset: "
-                   + ", ".join(f"`{k}` {knob_text(k, v)}" for k, v in settings.items()) + ".")
+    labels = [f"**{arm.label}**" for arm in experiment.arms]
+    st.markdown(f"**Claim.** {experiment.plain or experiment.title}  \nRun trains {labels[0]} and "
+                f"{' and '.join(labels[1:])} side by side on {len(experiment.seeds)} seeds, {experiment.steps} steps "
+                "each, alike in everything else.")
+    with st.expander("How sure are we? The claim in full, its measure, seed sets and history"):
+        st.markdown(f"{experiment.claim}  \n*Source:* {experiment.source}")
+        arms = " · ".join(f"**{arm.label}** ({_arm_knobs(experiment, arm)})" for arm in experiment.arms)
+        st.caption(f"Arms: {arms}, differing only in {', '.join(f'`{k}`' for k in experiment.knobs)}. Task "
+                   f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
+                   f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
+                   f"(expected {experiment.expected}).")
+        settings = shared_departures(experiment)
+        if settings:
+            st.caption("Every arm also sets, unlike its preset: "
+                       + ", ".join(f"`{k}` {knob_text(k, v)}" for k, v in settings.items()) + ".")
     if job is not None and tuple(job.seeds) != tuple(experiment.seeds):  # New seeds, or a request with others
         st.caption(f"The runs below: seeds {', '.join(map(str, job.seeds))}.")
     active = job is not None and job.active
@@ -326,13 +333,15 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
             finished.setdefault(run.seed, {})[snapshot.arms[run.id]] = records[run.id]
     if snapshot.status == "finished":
         summary = summarise_effects(experiment, seed_effects(experiment, finished))
-        st.success(effect_sentence(experiment, summary))
-        st.markdown(f"**What happened.** {what_happened(experiment, groups)}")
-        st.dataframe(_arm_table(experiment, groups), hide_index=True,
-                     key=f"{page}:experiment:{experiment.name}:table")
-        steps = max((run.steps_total for run in runs), default=0)
-        st.caption(f"Each charted metric from its mean over the first {START_STEPS} steps to its mean over the last "
-                   f"{end_window(steps)}, averaged over seeds.")
+        st.success(plain_verdict(experiment, summary))
+        with st.expander("How sure are we? The measured effect, seed by seed"):
+            st.markdown(effect_sentence(experiment, summary))
+            st.markdown(f"**What happened.** {what_happened(experiment, groups)}")
+            st.dataframe(_arm_table(experiment, groups), hide_index=True,
+                         key=f"{page}:experiment:{experiment.name}:table")
+            steps = max((run.steps_total for run in runs), default=0)
+            st.caption(f"Each charted metric from its mean over the first {START_STEPS} steps to its mean over the "
+                       f"last {end_window(steps)}, averaged over seeds.")
         # The server's folder stays unnamed (a learner has no use for a server path); the command writes its own.
         st.caption(f"The same on your own machine, with every record and summary.json in DIR: "
                    f"`python -m rl_core experiment {experiment.name} --out DIR`.")
@@ -402,7 +411,7 @@ def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> p
         row = {"arm": label, "seeds": len(seeds)}
         for key in experiment.charts:
             start, end = _start_and_end(seeds, key)
-            row[record_title(key)] = "—" if math.isnan(end) else f"{start:.3g} → {end:.3g}"
+            row[record_title(key)] = "—" if math.isnan(end) else f"{number(start)} → {number(end)}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -412,8 +421,8 @@ def _movement(start: float, end: float) -> str:
     if math.isnan(start) or math.isnan(end):
         return "was not measured"
     if abs(end - start) <= 0.05 * max(abs(start), abs(end)):
-        return f"stayed near {end:.3g}"
-    return f"{'rose' if end > start else 'fell'} from {start:.3g} to {end:.3g}"
+        return f"stayed near {number(end)}"
+    return f"{'rose' if end > start else 'fell'} from {number(start)} to {number(end)}"
 
 
 def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> str:

@@ -59,6 +59,8 @@ def authorised() -> bool:
     given = st.query_params.get(PARAM)
     if given is not None:
         st.session_state[KEY] = hmac.compare_digest(given.encode(), token.encode())
+        if st.session_state[KEY]:  # held by the session now: off the address bar a projector shows to the class
+            del st.query_params[PARAM]
     return bool(st.session_state.get(KEY, False))
 
 

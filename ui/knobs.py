@@ -61,7 +61,8 @@ KNOBS: dict[str, Knob] = {
         "training steps",
         "RL steps to run. Each step samples a fresh batch from the current policy, scores it, and updates "
         "the policy on it (several times if epochs × minibatches > 1).",
-        (2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500),
+        # Every run length the pages and the experiments name (15, 25, 40, 60) is on the slider, not only in a link.
+        (2, 5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 100, 150, 200, 300, 500),
     ),
     "seed": Knob(
         "seed",

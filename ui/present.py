@@ -1,10 +1,13 @@
 """The presenter switch: `?present=1` enlarges text and charts for a projector, `?present=0` turns it off.
 
 The switch is kept by the session and written back into the URL on every page (a page switch clears the query),
-so a reload, or the address copied from the projector's browser, keeps it. A page's share link leaves it out:
+so a reload, or the address copied from the projector's browser, keeps it; a link that loads a page anew (the pinned
+banner) carries it (`keep_presenting`). A page's share link leaves it out:
 a learner who opens that link gets the page at their own screen's size."""
 
 from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
 
 import streamlit as st
 
@@ -32,6 +35,14 @@ def presenter_switch() -> None:
         st.query_params[PARAM] = "1"
     # Streamlit sizes its text in rem: a larger root font enlarges every label, button and caption at once.
     st.html(f"<style>html{{font-size:{FONT_PX}px}}h1{{font-size:2.4rem !important}}</style>")
+
+
+def keep_presenting(link: str) -> str:
+    """An in-app link that opens a page as a new load (an `<a href>`, as the pinned banner is), with `present=1`
+    added while this session presents: the new load has only its address to go on."""
+    if not presenting() or PARAM in parse_qs(urlsplit(link).query):
+        return link
+    return f"{link}{'&' if '?' in link else '?'}{PARAM}=1"
 
 
 def chart_layout(layout: dict) -> dict:

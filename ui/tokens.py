@@ -16,6 +16,7 @@ from rl_core.formulas import kl as kl_estimators
 from rl_core.formulas.estimators import policy_loss
 from rl_core.formulas.loss_terms import KL_IN_LOSS, LossInputs
 from rl_core.formulas.losses import dppo_tv_mask, gspo_sequence_ratio, sapo_gate
+from rl_core.numbers import number, tex
 
 EOS_TOKEN = "<eos>"
 
@@ -89,7 +90,7 @@ def _scale(colouring: Colouring, samples: list[dict]) -> float:
 def _number(colouring: Colouring, value) -> str:
     if colouring.field in FLAGS:
         return FLAGS[colouring.field][1] if value else "·"
-    return f"{value:+.2f}" if colouring.field == "advantages" else f"{value:.2f}"
+    return number(value, "+.2f" if colouring.field == "advantages" else ".2f")
 
 
 def legend_html(samples: list[dict], colour_by: str) -> str:
@@ -100,16 +101,16 @@ def legend_html(samples: list[dict], colour_by: str) -> str:
         colour, mark = FLAGS[colouring.field]
         ends = [(colour, f"{mark}: {colouring.label}"), ("transparent", f"not {colouring.label}")]
     elif colouring.field == "advantages":
-        ends = [(_background(colouring, -scale, scale), f"A = {-scale:+.2f}"),
+        ends = [(_background(colouring, -scale, scale), f"A = {number(-scale, '+.2f')}"),
                 (_background(colouring, 0.0, scale), "A = 0"),
-                (_background(colouring, scale, scale), f"A = {scale:+.2f}")]
+                (_background(colouring, scale, scale), f"A = {number(scale, '+.2f')}")]
     elif colouring.field == "ratios":
-        ends = [(_background(colouring, math.exp(-scale), scale), f"ρ = {math.exp(-scale):.2f}"),
+        ends = [(_background(colouring, math.exp(-scale), scale), f"ρ = {number(math.exp(-scale), '.2f')}"),
                 (_background(colouring, 1.0, scale), "ρ = 1"), (_background(colouring, math.exp(scale), scale),
-                                                               f"ρ = {math.exp(scale):.2f}")]
+                                                               f"ρ = {number(math.exp(scale), '.2f')}")]
     else:
         ends = [(_background(colouring, 0.0, scale), "H = 0"),
-                (_background(colouring, scale, scale), f"H = {scale:.2f}")]
+                (_background(colouring, scale, scale), f"H = {number(scale, '.2f')}")]
     swatches = "".join(
         f'<span style="background:{colour};border:1px solid #ccc;padding:1px 8px;margin-right:4px;'
         f'border-radius:3px">{html.escape(label)}</span>'
@@ -138,8 +139,8 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
             value = sample.get(colouring.field, [False] * len(sample["tokens"]))[i]
             silenced = sample.get("silenced", [False] * len(sample["tokens"]))[i]
             tip = (
-                f"token {i}: A={sample['advantages'][i]:+.3f}  ρ={sample['ratios'][i]:.3f}  "
-                f"H={sample['entropies'][i]:.3f}{'  clipped' if sample['clipped'][i] else ''}"
+                f"token {i}: A={number(sample['advantages'][i], '+.3f')}  ρ={number(sample['ratios'][i], '.3f')}  "
+                f"H={number(sample['entropies'][i], '.3f')}{'  clipped' if sample['clipped'][i] else ''}"
                 f"{'  no gradient' if silenced else ''}"
             )
             text = "⏎" if token == EOS_TOKEN else html.escape(token)
@@ -173,7 +174,7 @@ def group_summary(index: int, group: list[dict]) -> str:
     solved = sum(sample["success"] for sample in group)
     advantages = [a for sample in group for a in sample["advantages"]]
     signal = ("A = 0 on every token: no gradient" if not any(advantages) else
-              f"A from {min(advantages):+.2f} to {max(advantages):+.2f}")
+              f"A from {number(min(advantages), '+.2f')} to {number(max(advantages), '+.2f')}")
     return f"group {index + 1} · {group[0]['prompt']} · {solved} of {len(group)} solved · {signal}"
 
 
@@ -216,8 +217,8 @@ def token_term(sample: dict, index: int, algo: AlgoConfig, beta: float | None = 
     inputs = LossInputs(algo, None, logp, old, ref, token_adv, mask, beta, len(sample["log_probs"]))
     kl = kl_estimators.clamped_kl(KL_IN_LOSS[algo.kl_gradient](inputs), logp, ref)[0, index]
     (kl_grad,) = torch.autograd.grad(beta * kl, logp)
-    formula += (rf" \\ \text{{KL term: }} +\,\beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {beta:g} \cdot "
-                rf"{kl.item():.4g} = {beta * kl.item():+.4g}")  # significant digits: β·k is often tiny
+    formula += (rf" \\ \text{{KL term: }} +\,\beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {tex(beta, 'g')} \cdot "
+                rf"{tex(kl.item(), '.4g')} = {tex(beta * kl.item(), '+.4g')}")  # significant digits: β·k is tiny
     return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula), beta * kl.item(),
                      -kl_grad[0, index].item())
 
@@ -246,9 +247,10 @@ def _vanilla_view(algo, ratio, advantage, logp, old_logp, loss):
 
 def _clip_view(algo, ratio, advantage, logp, old_logp, loss):
     rho = "s" if algo.policy_loss in ("gspo", "gspo_token") else r"\rho_t"
-    surrogate = rf"-\min\big({rho} A,\ \mathrm{{clip}}({rho}, 1-{algo.epsilon:g}, 1+{algo.epsilon_high:g})\,A\big)"
+    low, high = tex(algo.epsilon, "g"), tex(algo.epsilon_high, "g")
+    surrogate = rf"-\min\big({rho} A,\ \mathrm{{clip}}({rho}, 1-{low}, 1+{high})\,A\big)"
     if algo.dual_clip is not None and advantage < 0:  # the dual clip caps a negative token's loss at −c·A
-        surrogate = rf"\min\big({surrogate},\ -{algo.dual_clip:g}A\big)"
+        surrogate = rf"\min\big({surrogate},\ -{tex(algo.dual_clip, 'g')}A\big)"
     return (clip_case(ratio, advantage, algo),
             rf"\ell_t = {surrogate} \\ {rho} = {ratio:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
             rf"\ell_t = {loss:+.4f}")
@@ -258,13 +260,14 @@ def _cispo_view(algo, ratio, advantage, logp, old_logp, loss):
     if algo.cispo_two_sided:
         low, high = 1 - algo.epsilon, 1 + algo.epsilon_high
         weight = min(max(ratio, low), high)
-        bound = rf"\mathrm{{clip}}(\rho_t, {low:g}, {high:g})"
+        bound = rf"\mathrm{{clip}}(\rho_t, {tex(low, 'g')}, {tex(high, 'g')})"
         clamped = ratio < low or ratio > high
     else:
         weight = min(ratio, algo.epsilon_high)
-        bound = rf"\min(\rho_t, {algo.epsilon_high:g})"
+        bound = rf"\min(\rho_t, {tex(algo.epsilon_high, 'g')})"
         clamped = ratio > algo.epsilon_high
-    how = f"ρ = {ratio:.4g} clamped to the weight w = {weight:.4g}" if clamped else f"weight w = ρ = {ratio:.4g}"
+    how = (f"ρ = {number(ratio, '.4g')} clamped to the weight w = {number(weight, '.4g')}" if clamped
+           else f"weight w = ρ = {number(ratio, '.4g')}")
     push = "no push either way" if advantage == 0 else "the gradient flows: CISPO never silences a token"
     return (f"{_side(advantage)}, {how} (detached): {push}",
             rf"\ell_t = -\mathrm{{sg}}[{bound}]\,A\log\pi_\theta(a_t) \\ \rho_t = {ratio:.4f},\ "
@@ -279,10 +282,12 @@ def _sapo_view(algo, ratio, advantage, logp, old_logp, loss):
     slope = 4 * sigma * (1 - sigma)  # dg/dρ: the gate's scale on the plain gradient ρ·A
     which = "τ_pos" if advantage > 0 else "τ_neg"
     push = ("no push either way" if advantage == 0 else
-            f"the gradient ρA is scaled by the gate's slope 4σ(1−σ) = {slope:.4f}, softly, never cut to 0")
-    return (f"{_side(advantage)}, soft gate g = {gate:.4f} at ρ = {ratio:.4g} ({which} = {tau:g}): {push}",
+            f"the gradient ρA is scaled by the gate's slope 4σ(1−σ) = {number(slope, '.4f')}, softly, "
+            "never cut to 0")
+    return (f"{_side(advantage)}, soft gate g = {number(gate, '.4f')} at ρ = {number(ratio, '.4g')} "
+            f"({which} = {number(tau, 'g')}): {push}",
             rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \\ "
-            rf"\rho_t = {ratio:.4f},\ \tau = {tau:g},\ g = {gate:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
+            rf"\rho_t = {ratio:.4f},\ \tau = {tex(tau, 'g')},\ g = {gate:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
             rf"\ell_t = {loss:+.4f}")
 
 
@@ -292,19 +297,21 @@ def _dppo_view(algo, ratio, advantage, logp, old_logp, loss):
                              algo.dppo_delta_high))
     change = p - p_old
     if advantage > 0:
-        band = f"p − p_old = {change:+.4f} {'≤' if kept else '>'} δ_high = {algo.dppo_delta_high:g}"
+        band = (f"p − p_old = {number(change, '+.4f')} {'≤' if kept else '>'} "
+                f"δ_high = {number(algo.dppo_delta_high, 'g')}")
     else:  # A = 0 is checked as A ≤ 0, as in verl
-        band = f"p − p_old = {change:+.4f} {'≥' if kept else '<'} −δ_low = {-algo.dppo_delta_low:g}"
+        band = (f"p − p_old = {number(change, '+.4f')} {'≥' if kept else '<'} "
+                f"−δ_low = {number(-algo.dppo_delta_low, 'g')}")
     if advantage == 0:
         verdict = f"{'kept' if kept else 'masked'}, and A = 0: no push either way"
     elif kept:
         verdict = (f"inside the band, kept (m = 1): gradient with weight min(ρ, c) = "
-                   f"{min(ratio, algo.dppo_ratio_cap):.4g}")
+                   f"{number(min(ratio, algo.dppo_ratio_cap), '.4g')}")
     else:
         verdict = ("masked (m = 0), no gradient: its probability already moved more than δ in the direction "
                    "its advantage pushes")
     return (f"{_side(advantage)}, {band}: {verdict}",
-            rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {algo.dppo_ratio_cap:g})]\log\pi_\theta(a_t) \\ "
+            rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {tex(algo.dppo_ratio_cap, 'g')})]\log\pi_\theta(a_t) \\ "
             rf"p = {p:.4f},\ p_{{old}} = {p_old:.4f},\ m_t = {int(kept)},\ \rho_t = {ratio:.4f},\ "
             rf"A = {advantage:+.4f} \;\Rightarrow\; \ell_t = {loss:+.4f}")
 
@@ -317,13 +324,14 @@ def _dro_view(algo, ratio, advantage, logp, old_logp, loss):
     elif push == 0:
         verdict = "the spring cancels the advantage: this token moves no further"
     elif advantage == 0:
-        verdict = f"A = 0, yet the spring pulls it back towards π_old with {push:+.4g}"
+        verdict = f"A = 0, yet the spring pulls it back towards π_old with {number(push, '+.4g')}"
     else:
-        verdict = f"no clip: the gradient A − β·log(π_θ/π_old) = {push:+.4g}, smaller the further it moved"
-    return (f"{_side(advantage)}, log π_θ − log π_old = {log_ratio:+.4g}: {verdict}",
+        verdict = (f"no clip: the gradient A − β·log(π_θ/π_old) = {number(push, '+.4g')}, smaller the "
+                   "further it moved")
+    return (f"{_side(advantage)}, log π_θ − log π_old = {number(log_ratio, '+.4g')}: {verdict}",
             rf"\ell_t = -\big[A\log\pi_\theta(a_t) - \tfrac{{\beta}}{{2}}(\log\pi_\theta - \log\pi_{{old}})^2\big] \\ "
             rf"A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f},\ \log\pi_{{old}} = {old_logp:.4f},\ "
-            rf"\beta = {algo.dro_beta:g} \;\Rightarrow\; \ell_t = {loss:+.4f}")
+            rf"\beta = {tex(algo.dro_beta, 'g')} \;\Rightarrow\; \ell_t = {loss:+.4f}")
 
 
 # How each policy loss reads for one token: (the case in words, the formula with its numbers). The clip family
@@ -338,9 +346,9 @@ def clip_case(ratio: float, advantage: float, algo: AlgoConfig) -> str:
     if advantage == 0:
         return "A = 0: no push either way"
     if advantage > 0 and ratio > high:
-        return f"{side}, ρ > 1+ε_high = {high:.4g}: clipped, no gradient (already pushed up far enough)"
+        return f"{side}, ρ > 1+ε_high = {number(high, '.4g')}: clipped, no gradient (already pushed up far enough)"
     if advantage < 0 and ratio < low:
-        return f"{side}, ρ < 1−ε_low = {low:.4g}: clipped, no gradient (already pushed down far enough)"
+        return f"{side}, ρ < 1−ε_low = {number(low, '.4g')}: clipped, no gradient (already pushed down far enough)"
     if advantage < 0 and algo.dual_clip is not None and ratio > algo.dual_clip:
-        return f"{side}, ρ > c = {algo.dual_clip:g}: dual clip caps the loss, no gradient"
+        return f"{side}, ρ > c = {number(algo.dual_clip, 'g')}: dual clip caps the loss, no gradient"
     return f"{side}, ρ inside the range that binds for this sign: unclipped, full gradient"

@@ -67,6 +67,9 @@ class Experiment:
     # Chart title → keys of `charts` drawn on that one chart (a colour per arm, a dash per key), where the claim
     # compares the keys with each other (k1's spread against k3's) and separate axes would hide it.
     together: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The claim for a newcomer, one or two sentences without symbols or numbers of seeds: a page opens with it, the
+    # claim itself (its metric, seed sets and history) is one click further.
+    plain: str = ""
 
 
 def seeds_needed(seeds: int) -> int:

@@ -26,6 +26,8 @@ def _miss(records) -> float:
 EXPERIMENT = Experiment(
     name="adaptive_beta",
     title="Adaptive β holds the KL near its target",
+    plain="A KL penalty whose strength adjusts itself keeps the policy about as far from the reference as "
+          "asked, where the same penalty held fixed lets the distance drift away.",
     claim="PPO-penalty's adaptive β (double when KL > 1.5·target, halve when KL < target/1.5) keeps the measured "
           "KL near its target, while the same starting β held fixed lets it drift away.",
     source="PPO (Schulman et al. 2017), adaptive KL penalty; InstructGPT's KL controller",

@@ -15,6 +15,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="cispo_keeps_gradients",
     title="CISPO keeps a gradient on the tokens PPO clips",
+    plain="PPO's clip stops learning on the tokens that have already moved far enough; CISPO only caps how much "
+          "they count, so far fewer tokens stop learning.",
     claim="With the same range [0.8, 1.2], PPO's clip zeroes the gradient of the tokens whose ratio left it in the "
           "direction of their advantage, while CISPO only clamps their weight and keeps updating them.",
     source="MiniMax-M1 (MiniMax 2025), CISPO; TRL loss_type='cispo', verl's two-sided clamp",

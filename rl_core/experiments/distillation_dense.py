@@ -42,6 +42,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="distillation_dense",
     title="A teacher's dense signal beats the verifier's sparse reward per sample",
+    plain="A student scored token by token by a teacher gets more of its answers right over the run than one "
+          "that only learns whether each whole answer was right.",
     claim="Scored letter by letter by a teacher (advantage sg[log π_T − log π_θ]), the student gets more of its "
           "samples right over the run than GRPO does from an all-or-nothing verifier, on the same samples drawn. "
           "Sixteen prompts of two samples a step: a GRPO group learns only when its two samples disagree. Success "

@@ -21,6 +21,8 @@ GRPO_BETA = 0.04  # GRPO's own default KL coefficient
 EXPERIMENT = Experiment(
     name="dpo_vs_rl",
     title="DPO against GRPO with the learned reward model",
+    plain="Trained on the same preference pairs, GRPO against a reward model learned from them moves the model "
+          "further from where it started than DPO does.",
     claim="On the same preference pairs and from the same warm start, GRPO against the reward model learned from "
           "them moves the policy further from the reference (exact KL per token) than DPO fitted to the pairs "
           "themselves.",

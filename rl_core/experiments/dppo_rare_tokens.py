@@ -13,6 +13,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="dppo_rare_tokens",
     title="DPPO masks rare tokens less than PPO's ratio clip",
+    plain="PPO's clip stops rare tokens from learning after small changes in their probability; DPPO's "
+          "probability band lets far more of them keep learning.",
     claim="A rare token (π_old < 0.1) whose ratio leaves [0.8, 1.2] has moved its probability by little: PPO's "
           "ratio clip silences it, DPPO-Binary-TV's probability band (±0.15) keeps it learning.",
     source="DPPO (Rethinking the Trust Region in LLM RL, 2026); verl loss_mode='dppo_tv'",

@@ -19,6 +19,8 @@ DRO = Arm("dro, β = 1", "grpo", {**SHARED, "policy_loss": "dro"})
 EXPERIMENT = Experiment(
     name="dro_spring",
     title="dro's spring bounds the step from π_old",
+    plain="Updating eight times on one batch, plain policy gradient drifts far from the policy that sampled it; "
+          "dro's spring holds every update close to it.",
     claim="With eight updates per batch, vanilla PG keeps pushing every token along its advantage and moves far "
           "from the policy that sampled the batch, while dro's quadratic spring on log π_θ − log π_old stops each "
           "token after about A_t / β and keeps the updates near π_old.",

@@ -40,6 +40,8 @@ OFF, ON = "dynamic sampling off", "dynamic sampling on"
 EXPERIMENT = Experiment(
     name="dynamic_sampling",
     title="Dynamic sampling on a sparse task",
+    plain="On a task where most answers are wrong, throwing away the groups that teach nothing and sampling "
+          "again makes each training step more often right, at the price of about three times the samples.",
     claim="On a sparse task, where about three groups in four a step samples are all wrong, dynamic sampling "
           "removes the zero-advantage groups and refills the batch, and the policy succeeds more often per training "
           "step — at the price of drawing about three times the samples a step (its rounds chart). Success over 60 "

@@ -16,6 +16,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="gspo_clipping",
     title="GSPO clips whole responses, and still learns",
+    plain="GSPO switches off learning on far more tokens than GRPO, because it clips whole answers, and still "
+          "learns as steadily.",
     claim="GSPO's clip silences a far larger share of tokens than GRPO's (it clips whole responses, on their "
           "sequence ratio against a range of 3e-4 / 4e-4), yet its success climbs as steadily as GRPO's.",
     source="GSPO (Zheng et al. 2025, Group Sequence Policy Optimization)",

@@ -75,6 +75,8 @@ def _effect(runs) -> float:
 EXPERIMENT = Experiment(
     name="length_bias",
     title="Per-response normalisation lets long wrong answers linger",
+    plain="Dividing each answer's loss by its length lets long wrong answers survive longer than the other two "
+          "ways of averaging over tokens do.",
     claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) linger where "
           "token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out faster, because "
           "each response's penalty is divided by its length. The effect is ln of how many times more responses are "

@@ -30,6 +30,8 @@ def proxy_rise_and_gold_fall(runs) -> float:
 EXPERIMENT = Experiment(
     name="overoptimisation",
     title="Over-optimising the reward model",
+    plain="Without a KL penalty, the policy learns to please the learned reward model: its score keeps rising "
+          "while the real success rate falls.",
     claim="Optimised without a KL penalty, the policy drifts from the reference and the learned (proxy) reward "
           "keeps rising while the gold judge's success falls below where it started.",
     source="Gao, Schulman & Hilton 2023, Scaling laws for reward model overoptimization",

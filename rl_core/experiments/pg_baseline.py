@@ -31,6 +31,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="pg_baseline",
     title="The batch-mean baseline can raise the gradient's variance",
+    plain="When the model is almost always right already, subtracting the batch's mean reward makes the "
+          "gradient noisier, not quieter.",
     claim="At a warm start that is almost always right, subtracting the batch's mean reward makes REINFORCE's "
           "gradient estimate noisier, not quieter: at the same policy its mean squared norm E‖ĝ‖² = ‖E ĝ‖² + "
           "tr Var(ĝ) is larger with the baseline, because it gives the few, unlikely wrong answers — whose "

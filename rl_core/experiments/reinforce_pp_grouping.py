@@ -22,6 +22,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="reinforce_pp_grouping",
     title="Batch-wide normalisation pushes prompts, not answers",
+    plain="With the batch mean as baseline, groups whose answers all scored the same still get a large share of "
+          "the push; with each group's own mean, almost none.",
     claim="With G samples of each prompt in the batch, REINFORCE++'s batch-wide normalisation puts a large share of "
           "the advantage weight on responses to prompts that all of their samples solved (or all failed) — pushing "
           "them up (or down) for the prompt's difficulty alone — where REINFORCE++-baseline's group mean gives them "

@@ -15,6 +15,8 @@ BETA = 0.6
 EXPERIMENT = Experiment(
     name="reward_hacking",
     title="Reward hacking without a KL penalty",
+    plain="A KL penalty keeps the policy where the learned reward model is right: with it the real success rate "
+          "ends higher than without it.",
     claim="Without a KL penalty the policy exploits the learned reward model: its reward rises while the gold "
           "judge's success falls; a KL penalty holds the policy where the reward model is right.",
     source="InstructGPT (Ouyang et al. 2022) and Gao et al. 2022, reward-model overoptimisation",

@@ -21,6 +21,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="rloo_leave_one_out",
     title="Including oneself in the baseline halves the gradient at G = 2",
+    plain="Counting an answer's own reward in its baseline shrinks every push, so with a KL penalty the policy "
+          "stays closer to the reference than with RLOO's leave-one-out baseline.",
     claim="Putting a response's own reward into its baseline (the group mean) scales every advantage by (G − 1)/G — "
           "a gradient estimate biased towards zero, half the unbiased leave-one-out one at G = 2; Adam divides the "
           "constant out of the policy gradient but not out of its balance with a KL penalty in the loss, so the "

@@ -9,6 +9,8 @@ TIS = Arm("k = 8, TIS", "grpo", {**SHARED, "rollout_staleness": 8, "rollout_is_m
 EXPERIMENT = Experiment(
     name="rollout_correction",
     title="TIS on stale rollouts",
+    plain="When the answers come from the policy of 8 steps ago, reweighting each token (TIS) wins back part of "
+          "the learning speed lost.",
     claim="With the policy of 8 steps ago sampling, multiplying each token's policy loss by min(π_old/μ, 2) "
           "recovers part of the learning speed lost to the stale sampler.",
     source="Yao et al. 2025 (TIS); verl rollout_correction, TRL vllm_importance_sampling_correction",

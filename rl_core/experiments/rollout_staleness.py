@@ -18,6 +18,8 @@ STALE = Arm("k = 8, no correction", "grpo", {**SHARED, "rollout_staleness": 8, "
 EXPERIMENT = Experiment(
     name="rollout_staleness",
     title="Stale rollouts slow learning",
+    plain="Training on answers sampled by the policy of 8 steps ago learns more slowly than training on fresh "
+          "ones.",
     claim="Sampling with the policy of 8 steps ago trains on another distribution than the trainer's π_old: "
           "without a correction it learns more slowly (and less steadily) than sampling on-policy.",
     source="Yao et al. 2025 (Your Efficient RL Framework Secretly Brings You Off-Policy RL Training); "

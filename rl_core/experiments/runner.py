@@ -27,6 +27,7 @@ from rl_core.config import AlgoConfig, DPOConfig, RunConfig
 from rl_core.engine.models import select_device
 from rl_core.engine.pretrained import check_model
 from rl_core.experiments import Arm, Experiment, Records, mean_interval, seeds_needed, verdict
+from rl_core.numbers import number
 from rl_core.runs.records import json_safe, write_jsonl
 from rl_core.runs.reuse import run_key
 from rl_core.runs.store import RunStore, StoredRun
@@ -175,13 +176,6 @@ def summarise_effects(experiment: Experiment, effects: Mapping[int, float]) -> d
     }
 
 
-def _signed(value: float) -> str:
-    """`value` to 3 significant digits with its sign, the minus written "−" as in the claims beside the sentence:
-    −0.0125, not -0.0125."""
-    text = f"{value:+.3g}"
-    return "−" + text[1:] if text.startswith("-") else text  # an exponent's minus (1e-05) stays
-
-
 def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
     """The measured effect in one sentence, from the numbers: both halves of the verdict rule, and which failed."""
     effects = summary["effects"]
@@ -189,19 +183,45 @@ def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
     if math.isnan(mean):
         return f"No seed finished every arm, so {experiment.metric} was not measured."
     sign = "positive" if experiment.expected == "positive" else "negative"
-    per_seed = ", ".join("—" if math.isnan(e) else _signed(e) for e in effects.values())
+    per_seed = ", ".join("—" if math.isnan(e) else number(e, "+.3g") for e in effects.values())
     low, high = summary["effect_interval"]
     if math.isinf(low):
         interval = "one seed gives no interval of the mean"
     else:
         away = low > 0 if experiment.expected == "positive" else high < 0
-        interval = (f"its 95 % interval [{_signed(low)}, {_signed(high)}] "
+        interval = (f"its 95 % interval [{number(low, '+.3g')}, {number(high, '+.3g')}] "
                     + ("lies on the expected side of 0" if away else "does not exclude 0"))
     right, needed = summary["seeds_with_expected_sign"], summary["seeds_needed"]
-    return (f"{experiment.metric}: {_signed(mean)} (standard deviation {std:.2g}) over {len(effects)} seeds "
-            f"({per_seed}); "
+    return (f"{experiment.metric}: {number(mean, '+.3g')} (standard deviation {number(std, '.2g')}) over "
+            f"{len(effects)} seeds ({per_seed}); "
             f"{right} of {len(effects)} {sign} as the claim expects ({needed} needed) and {interval}, "
             f"so the claim is {summary['verdict']}.")
+
+
+def plain_verdict(experiment: Experiment, summary: Mapping) -> str:
+    """The verdict in one or two sentences a newcomer reads: what was compared, whether it went as the claim says,
+    and on how many seeds; the numbers behind it are `effect_sentence`'s."""
+    labels = [arm.label for arm in experiment.arms]
+    compared = f"comparing {labels[0]} with {' and '.join(labels[1:])}"
+    if math.isnan(summary["effect_mean"]):
+        return f"Not measured, {compared}: no seed finished every arm."
+    right, needed, n = summary["seeds_with_expected_sign"], summary["seeds_needed"], len(summary["effects"])
+    claim = experiment.plain or experiment.title + "."
+    if summary["verdict"] == "shown":
+        return f"Shown on {right} of {n} seeds, {compared}: {_sentence_inside(claim)}"
+    if summary["verdict"] == "weak" and right >= needed:
+        how = f"Weak, {compared}: the claim's way on {right} of {n} seeds, but they vary too much to rule out chance"
+    elif summary["verdict"] == "weak":
+        how = f"Weak, {compared}: the claim's way on average, but on only {right} of {n} seeds ({needed} needed)"
+    else:
+        how = f"Not shown, {compared}: the claim's way on only {right} of {n} seeds, and not on average"
+    return f"{how}. The claim: {claim}"
+
+
+def _sentence_inside(sentence: str) -> str:
+    """A sentence continued after a colon: its first word in lower case unless it is a name (GSPO, PPO's, DPO)."""
+    word = sentence.split(" ", 1)[0]
+    return sentence[0].lower() + sentence[1:] if word == "A" or word[1:].islower() else sentence
 
 
 class ExperimentRun:

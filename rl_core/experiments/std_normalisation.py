@@ -17,6 +17,8 @@ SHARED = dict(
 EXPERIMENT = Experiment(
     name="std_normalisation",
     title="Std normalisation weighs near-solved and near-failed prompts more than Dr. GRPO does",
+    plain="Dividing by the group's reward spread (GRPO) gives more weight to prompts that are almost always "
+          "solved or almost never, compared with Dr. GRPO, which does not divide.",
     claim="GRPO's division by the group's reward std gives a response in a group that is almost always right or "
           "almost always wrong more advantage weight, against one in an evenly split group, than Dr. GRPO's "
           "mean-only advantage does.",
