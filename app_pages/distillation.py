@@ -11,8 +11,20 @@ live_lab(
     "distillation",
     {"OPD": "opd", "GRPO": "grpo"},
     lesson=("teacher_model", "use_policy_gradient", "distillation_loss_mode", "use_task_rewards"),
-    knobs=("teacher_sft_steps", "distillation_loss_coef", "beta", "num_generations", "prompts_per_step", "epsilon",
-           "epsilon_high", "loss_agg_mode", "ppo_epochs", "num_minibatches", "learning_rate", "temperature"),
+    knobs=(
+        "teacher_sft_steps",
+        "distillation_loss_coef",
+        "beta",
+        "num_generations",
+        "prompts_per_step",
+        "epsilon",
+        "epsilon_high",
+        "loss_agg_mode",
+        "ppo_epochs",
+        "num_minibatches",
+        "learning_rate",
+        "temperature",
+    ),
     focus=("Reward and success rate", "KL to the teacher"),
     prediction=Prediction(
         "Never shown the verifier's reward, only the teacher's opinion of each token: will the student's batch "
@@ -45,13 +57,21 @@ st.markdown(
     "log π_θ, as GKD trains. Only k2 and k3 give a gradient that vanishes where the student already agrees with the "
     "teacher; k1's gradient is 1 on every token, 0 only in expectation over the student's samples."
 )
-formula("Policy-gradient form", r"A_t = \mathrm{sg}\big[\log\pi_T(y_t|s_t) - \log\pi_\theta(y_t|s_t)\big]"
-        r"\quad (-\mathrm{sg}[k]\ \text{for k2, k3})", reverse_kl_advantages,
-        "Scored when the batch is sampled, as a reward is (verl scores with the updating policy and adds a second "
-        "clipped loss; both agree inside the clip range).")
-formula("Supervised form", r"\ell_t = k\big(\log\pi_\theta(y_t|s_t),\ \log\pi_T(y_t|s_t)\big),\quad "
-        r"k \in \{k_1, k_2, k_3\}", distillation_loss,
-        "Guarded like the KL term: beyond 10 nats where π_θ < π_T the term is capped and passes no gradient.")
+formula(
+    "Policy-gradient form",
+    r"A_t = \mathrm{sg}\big[\log\pi_T(y_t|s_t) - \log\pi_\theta(y_t|s_t)\big]"
+    r"\quad (-\mathrm{sg}[k]\ \text{for k2, k3})",
+    reverse_kl_advantages,
+    "Scored when the batch is sampled, as a reward is (verl scores with the updating policy and adds a second "
+    "clipped loss; both agree inside the clip range).",
+)
+formula(
+    "Supervised form",
+    r"\ell_t = k\big(\log\pi_\theta(y_t|s_t),\ \log\pi_T(y_t|s_t)\big),\quad "
+    r"k \in \{k_1, k_2, k_3\}",
+    distillation_loss,
+    "Guarded like the KL term: beyond 10 nats where π_θ < π_T the term is capped and passes no gradient.",
+)
 st.subheader("The teacher here")
 st.markdown(
     "Nothing is downloaded: the teacher is the task's own SFT recipe trained on **flawless** demonstrations for "

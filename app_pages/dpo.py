@@ -33,9 +33,11 @@ formula(
     "and the share of pairs where the chosen one is higher as `rewards/accuracies`.",
 )
 formula(
-    "The DPO loss (Rafailov et al. 2023, eq. 7; TRL `loss_type=\"sigmoid\"`)",
-    [r"h = \log\frac{\pi_\theta(y_w|x)}{\pi_{\text{ref}}(y_w|x)} - \log\frac{\pi_\theta(y_l|x)}{\pi_{\text{ref}}(y_l|x)}",
-     r"\mathcal{L}_{\text{DPO}} = -\frac{1}{N}\sum_i \log\sigma(\beta\, h_i)"],
+    'The DPO loss (Rafailov et al. 2023, eq. 7; TRL `loss_type="sigmoid"`)',
+    [
+        r"h = \log\frac{\pi_\theta(y_w|x)}{\pi_{\text{ref}}(y_w|x)} - \log\frac{\pi_\theta(y_l|x)}{\pi_{\text{ref}}(y_l|x)}",
+        r"\mathcal{L}_{\text{DPO}} = -\frac{1}{N}\sum_i \log\sigma(\beta\, h_i)",
+    ],
     dpo_loss,
     "Bradley-Terry on the implicit rewards: log 2 ≈ 0.693 at the start. **β's role**: it is the KL coefficient "
     "the implicit reward assumes. A small β makes a large change of log-probability worth little reward, so the "
@@ -45,17 +47,19 @@ formula(
     "0.22–0.29 at β = 1, with the gold success at 0.54–0.61.",
 )
 formula(
-    "The IPO loss (Azar et al. 2023; TRL `loss_type=\"ipo\"`)",
-    [r"\bar h = \frac{1}{|y_w|}\log\frac{\pi_\theta(y_w|x)}{\pi_{\text{ref}}(y_w|x)} - "
-     r"\frac{1}{|y_l|}\log\frac{\pi_\theta(y_l|x)}{\pi_{\text{ref}}(y_l|x)}",
-     r"\mathcal{L}_{\text{IPO}} = \frac{1}{N}\sum_i \Big(\bar h_i - \frac{1}{2\beta}\Big)^2"],
+    'The IPO loss (Azar et al. 2023; TRL `loss_type="ipo"`)',
+    [
+        r"\bar h = \frac{1}{|y_w|}\log\frac{\pi_\theta(y_w|x)}{\pi_{\text{ref}}(y_w|x)} - "
+        r"\frac{1}{|y_l|}\log\frac{\pi_\theta(y_l|x)}{\pi_{\text{ref}}(y_l|x)}",
+        r"\mathcal{L}_{\text{IPO}} = \frac{1}{N}\sum_i \Big(\bar h_i - \frac{1}{2\beta}\Big)^2",
+    ],
     ipo_loss,
     "DPO's sigmoid keeps pushing an ordered pair apart, ever more weakly, for ever; with labels that are "
     "deterministic the optimum is infinitely far from the reference. IPO regresses the log-ratio difference onto a "
     "target, 1/(2β), and pulls back a pair pushed past it. Each response's log-ratio is divided by its token count "
     "|y| first, as TRL's `ipo` does (the IPO authors confirmed this per-token form is the one behind their "
     "results): summed over tokens, h grows with length, and one target would be loose for long responses and tight "
-    "for short ones. So β here means what `beta` means in TRL's `DPOConfig(loss_type=\"ipo\")`.",
+    'for short ones. So β here means what `beta` means in TRL\'s `DPOConfig(loss_type="ipo")`.',
 )
 st.subheader("The surprise: both log-probabilities fall")
 st.markdown(

@@ -16,10 +16,29 @@ live_lab(
     "grpo",
     {"GRPO": "grpo", "DAPO": "dapo", "Dr. GRPO": "dr_grpo"},
     lesson=("epsilon_high", "beta", "num_generations", "loss_agg_mode"),
-    knobs=("num_generations", "prompts_per_step", "epsilon", "epsilon_high", "beta", "kl_estimator", "loss_agg_mode",
-           "dynamic_sampling", "overlong_filter", "overlong_punishment", "overlong_buffer", "overlong_buffer_fraction",
-           "cov_mode", "cov_fraction", "entropy_coef", "adam_epsilon", "skip_no_signal_updates",
-           "ppo_epochs", "num_minibatches", "learning_rate", "temperature"),
+    knobs=(
+        "num_generations",
+        "prompts_per_step",
+        "epsilon",
+        "epsilon_high",
+        "beta",
+        "kl_estimator",
+        "loss_agg_mode",
+        "dynamic_sampling",
+        "overlong_filter",
+        "overlong_punishment",
+        "overlong_buffer",
+        "overlong_buffer_fraction",
+        "cov_mode",
+        "cov_fraction",
+        "entropy_coef",
+        "adam_epsilon",
+        "skip_no_signal_updates",
+        "ppo_epochs",
+        "num_minibatches",
+        "learning_rate",
+        "temperature",
+    ),
     focus=("Token entropy", "Clip fraction (tokens)"),
     prediction=Prediction(
         "Will token entropy end higher or lower than it starts?",
@@ -51,19 +70,22 @@ formula(
 )
 formula(
     "k3: the KL estimator in the loss",
-    [r"k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - 1 - \log\frac{\pi_{\text{ref}}}{\pi_\theta} \;\ge 0",
-     r"\mathbb{E}_{a\sim\pi_\theta}[k_3] = \mathrm{KL}(\pi_\theta\,\|\,\pi_{\text{ref}})"],
+    [
+        r"k_3 = \frac{\pi_{\text{ref}}}{\pi_\theta} - 1 - \log\frac{\pi_{\text{ref}}}{\pi_\theta} \;\ge 0",
+        r"\mathbb{E}_{a\sim\pi_\theta}[k_3] = \mathrm{KL}(\pi_\theta\,\|\,\pi_{\text{ref}})",
+    ],
     kl_k3,
 )
 formula(
     "The objective and how it is averaged",
-    [r"\mathcal{L} = \frac{1}{G}\sum_i \frac{1}{|y_i|}\sum_t \big(\ell_{i,t} + \beta\, k_{3,i,t}\big)",
-     r"\ell_{i,t} = -\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon, 1+\varepsilon)\,\hat A_i\big)",
-     r"\text{token-mean: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{\sum_{i,t} m_{i,t}}",
-     r"\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{B\, T_{\max}}"],
+    [
+        r"\mathcal{L} = \frac{1}{G}\sum_i \frac{1}{|y_i|}\sum_t \big(\ell_{i,t} + \beta\, k_{3,i,t}\big)",
+        r"\ell_{i,t} = -\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon, 1+\varepsilon)\,\hat A_i\big)",
+        r"\text{token-mean: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{\sum_{i,t} m_{i,t}}",
+        r"\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{B\, T_{\max}}",
+    ],
     aggregate_loss,
-    "The clip is PPO's. The 1/|y_i| inside is `seq-mean-token-mean`; the two alternatives are DAPO's and "
-    "Dr. GRPO's.",
+    "The clip is PPO's. The 1/|y_i| inside is `seq-mean-token-mean`; the two alternatives are DAPO's and Dr. GRPO's.",
 )
 ratio_is_one()
 

@@ -11,8 +11,20 @@ live_lab(
     "gspo",
     {"GSPO": "gspo"},
     lesson=("policy_loss", "epsilon", "epsilon_high"),
-    knobs=("policy_loss", "epsilon", "epsilon_high", "num_generations", "prompts_per_step", "beta", "kl_estimator",
-           "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef"),
+    knobs=(
+        "policy_loss",
+        "epsilon",
+        "epsilon_high",
+        "num_generations",
+        "prompts_per_step",
+        "beta",
+        "kl_estimator",
+        "ppo_epochs",
+        "num_minibatches",
+        "learning_rate",
+        "temperature",
+        "entropy_coef",
+    ),
     focus=("Clip fraction (responses)", "Clip fraction (tokens)", "Reward and success rate"),
     prediction=Prediction(
         "Will the clip fraction exceed 10 % at some step?",
@@ -40,8 +52,10 @@ st.markdown(
 )
 formula(
     "The length-normalised sequence ratio",
-    [r"s_i(\theta) = \Big(\frac{\pi_\theta(y_i\mid x)}{\pi_{\text{old}}(y_i\mid x)}\Big)^{1/|y_i|}",
-     r"= \exp\Big(\frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}\Big)"],
+    [
+        r"s_i(\theta) = \Big(\frac{\pi_\theta(y_i\mid x)}{\pi_{\text{old}}(y_i\mid x)}\Big)^{1/|y_i|}",
+        r"= \exp\Big(\frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}\Big)",
+    ],
     gspo_sequence_ratio,
 )
 formula(

@@ -22,8 +22,11 @@ for title, latex, implementation in (
     ("GRPO", r"\hat A_i = \frac{R_i - \mathrm{mean}_j R_j}{\mathrm{std}_j R_j + \epsilon}", advantages.grpo_advantages),
     ("Dr. GRPO", r"\hat A_i = R_i - \mathrm{mean}_j R_j", advantages.dr_grpo_advantages),
     ("RLOO", r"\hat A_i = R_i - \frac{1}{G-1}\sum_{j\neq i} R_j", advantages.rloo_advantages),
-    ("REINFORCE++-baseline", r"\hat A_{i,t} = \mathrm{whiten}_{batch}\big(R_i - \mathrm{mean}_{group} R\big)",
-     advantages.reinforce_pp_baseline_advantages),
+    (
+        "REINFORCE++-baseline",
+        r"\hat A_{i,t} = \mathrm{whiten}_{batch}\big(R_i - \mathrm{mean}_{group} R\big)",
+        advantages.reinforce_pp_baseline_advantages,
+    ),
 ):
     formula(title, latex, implementation)
 

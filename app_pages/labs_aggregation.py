@@ -19,10 +19,12 @@ st.markdown(
 )
 formula(
     "The four aggregations",
-    [r"\text{token-mean: } \frac{\sum_{i,t} m\,L}{\sum_{i,t} m}",
-     r"\text{seq-mean-token-mean: } \frac1B\sum_i \frac{\sum_t m\,L}{|y_i|}",
-     r"\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m\,L}{B\,T_{max}}",
-     r"\text{seq-mean-token-sum: } \frac1B\sum_{i,t} m\,L"],
+    [
+        r"\text{token-mean: } \frac{\sum_{i,t} m\,L}{\sum_{i,t} m}",
+        r"\text{seq-mean-token-mean: } \frac1B\sum_i \frac{\sum_t m\,L}{|y_i|}",
+        r"\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m\,L}{B\,T_{max}}",
+        r"\text{seq-mean-token-sum: } \frac1B\sum_{i,t} m\,L",
+    ],
     aggregate_loss,
 )
 
@@ -35,8 +37,9 @@ def verdict(advantage: float) -> str:
 lengths, advantages = [], []
 for column, number, length, signs in zip(st.columns(2), (1, 2), (10, 1000), ([1.0, -1.0], [-1.0, 1.0])):
     with column:
-        lengths.append(st.slider(f"length of response {number}", 1, labs.MAX_NEW_TOKENS, length,
-                                 key=f"agg_length_{number}"))
+        lengths.append(
+            st.slider(f"length of response {number}", 1, labs.MAX_NEW_TOKENS, length, key=f"agg_length_{number}")
+        )
         advantages.append(
             st.radio(f"response {number} is", signs, format_func=verdict, horizontal=True, key=f"agg_sign_{number}")
         )
@@ -48,7 +51,6 @@ st.caption(
     f"T_max is the generation limit, {labs.MAX_NEW_TOKENS} tokens (the longest a response may be): "
     "a constant, whatever the batch holds. The push is −∂loss/∂log π summed over a response's tokens: "
     "how far one gradient step, per unit of learning rate, moves the response's log-probability. "
-    "What to notice: "
-    + labs.aggregation_summary(table)
+    "What to notice: " + labs.aggregation_summary(table)
 )
 see_it_happen("labs_aggregation")

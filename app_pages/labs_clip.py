@@ -20,8 +20,10 @@ st.markdown(
 )
 formula(
     "The clipped surrogate",
-    [r"L_t = -\min\big(\rho_t A_t,\ \mathrm{clip}(\rho_t, 1-\varepsilon_{low}, 1+\varepsilon_{high})\,A_t\big)",
-     r"\text{dual clip } (A_t<0):\ L_t \leftarrow \min(L_t, -c\,A_t)"],
+    [
+        r"L_t = -\min\big(\rho_t A_t,\ \mathrm{clip}(\rho_t, 1-\varepsilon_{low}, 1+\varepsilon_{high})\,A_t\big)",
+        r"\text{dual clip } (A_t<0):\ L_t \leftarrow \min(L_t, -c\,A_t)",
+    ],
     clipped_surrogate_loss,
 )
 

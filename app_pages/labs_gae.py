@@ -20,8 +20,10 @@ st.markdown(
 )
 formula(
     "Generalised advantage estimation",
-    [r"\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t),\qquad A_t = \delta_t + \gamma\lambda A_{t+1}",
-     r"\text{critic target}_t = A_t + V(s_t)"],
+    [
+        r"\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t),\qquad A_t = \delta_t + \gamma\lambda A_{t+1}",
+        r"\text{critic target}_t = A_t + V(s_t)",
+    ],
     gae,
 )
 
@@ -35,10 +37,14 @@ lam_critic = critic_col.slider("λ_critic (critic targets)", 0.0, 1.0, 1.0, 0.01
 
 with st.expander("per-token rewards r_t (edit them)"):
     # One editor per length: a new T starts from a fresh sparse reward rather than a stale table.
-    rewards = st.data_editor(
-        pd.DataFrame({"reward r_t": [0.0] * (T - 1) + [1.0]}, index=pd.RangeIndex(1, T + 1, name="token")),
-        key=f"gae_rewards_{T}",
-    )["reward r_t"].fillna(0.0).tolist()
+    rewards = (
+        st.data_editor(
+            pd.DataFrame({"reward r_t": [0.0] * (T - 1) + [1.0]}, index=pd.RangeIndex(1, T + 1, name="token")),
+            key=f"gae_rewards_{T}",
+        )["reward r_t"]
+        .fillna(0.0)
+        .tolist()
+    )
 
 table = labs.gae_table(rewards, critic_name, gamma, lam_actor, lam_critic)
 st.plotly_chart(labs.gae_figure(table), key="gae_chart")
@@ -70,7 +76,12 @@ length_adaptive_table = st.cache_data(labs.length_adaptive_table, show_spinner=F
 adaptive = length_adaptive_table(alpha)
 st.plotly_chart(labs.length_adaptive_figure(alpha), key="gae_adaptive_chart")
 # Weights span 1 to 1e-23: three significant digits, not fixed decimals that print 1.6e-23 as 0.000…0001.
-st.dataframe(adaptive, hide_index=True, key="gae_adaptive_table",
-             column_config={name: st.column_config.NumberColumn(format="%.3g")
-                            for name in adaptive.columns if name.startswith("weight")})
+st.dataframe(
+    adaptive,
+    hide_index=True,
+    key="gae_adaptive_table",
+    column_config={
+        name: st.column_config.NumberColumn(format="%.3g") for name in adaptive.columns if name.startswith("weight")
+    },
+)
 st.caption("What to notice: " + labs.length_adaptive_summary(adaptive))

@@ -20,19 +20,28 @@ st.markdown(
     "against it."
 )
 for title, latex, implementation in (
-    ("k1: unbiased, can be negative",
-     r"k_1 = -\log r,\qquad r = \frac{\pi_{ref}(a)}{\pi_\theta(a)},\ a \sim \pi_\theta", kl_k1),
+    (
+        "k1: unbiased, can be negative",
+        r"k_1 = -\log r,\qquad r = \frac{\pi_{ref}(a)}{\pi_\theta(a)},\ a \sim \pi_\theta",
+        kl_k1,
+    ),
     ("k2: never negative, biased", r"k_2 = \tfrac12(\log r)^2", kl_k2),
     ("k3: never negative and unbiased", r"k_3 = r - 1 - \log r", kl_k3),
-    ("The exact KL they estimate",
-     r"\mathrm{KL} = \sum_v \pi_\theta(v)\big(\log\pi_\theta(v) - \log\pi_{ref}(v)\big)", kl_exact),
+    (
+        "The exact KL they estimate",
+        r"\mathrm{KL} = \sum_v \pi_\theta(v)\big(\log\pi_\theta(v) - \log\pi_{ref}(v)\big)",
+        kl_exact,
+    ),
 ):
     formula(title, latex, implementation)
-formula("The guard on the KL term in the loss", r"\tilde k_t = \min(k_t, 10)\ \text{ where } \pi_\theta(a_t) < \pi_{ref}(a_t)",
-        clamped_kl,
-        "Far below the reference, k3's gradient 1 − r grows like r: one token the policy has ruled out could outweigh "
-        "the batch. Beyond 10 the term passes no gradient (verl clamps at ±10); each run records the share of tokens "
-        "capped, kl_capped_frac, drawn in its KL guard chart.")
+formula(
+    "The guard on the KL term in the loss",
+    r"\tilde k_t = \min(k_t, 10)\ \text{ where } \pi_\theta(a_t) < \pi_{ref}(a_t)",
+    clamped_kl,
+    "Far below the reference, k3's gradient 1 − r grows like r: one token the policy has ruled out could outweigh "
+    "the batch. Beyond 10 the term passes no gradient (verl clamps at ±10); each run records the share of tokens "
+    "capped, kl_capped_frac, drawn in its KL guard chart.",
+)
 
 policy, reference = st.columns(2)
 with policy:

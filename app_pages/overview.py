@@ -58,16 +58,20 @@ formula(
 )
 formula(
     "Reward model: Bradley–Terry on preference pairs",
-    [r"P(y_c \succ y_r \mid x) = \sigma\big(r_\psi(x, y_c) - r_\psi(x, y_r)\big)",
-     r"\mathcal{L}_{\text{RM}} = -\,\mathbb{E}\,\log \sigma\big(r_\psi(x, y_c) - r_\psi(x, y_r)\big)"],
+    [
+        r"P(y_c \succ y_r \mid x) = \sigma\big(r_\psi(x, y_c) - r_\psi(x, y_r)\big)",
+        r"\mathcal{L}_{\text{RM}} = -\,\mathbb{E}\,\log \sigma\big(r_\psi(x, y_c) - r_\psi(x, y_r)\big)",
+    ],
     bradley_terry_loss,
     "Only score differences are learnt: the model ranks, and its offset and scale mean nothing.",
 )
 formula(
     "RL: the reward, with a KL leash to the reference",
-    [r"\max_\theta\; \mathbb{E}_{y\sim\pi_\theta}\big[R(x,y)\big] - \beta\, \mathrm{KL}\big(\pi_\theta \,\|\, \pi_{\text{ref}}\big)",
-     r"r_t = -\beta\, k(t) \quad (t < T)",
-     r"r_T = \mathrm{clip}(R, -c_R, c_R) - \beta\, k(T)"],
+    [
+        r"\max_\theta\; \mathbb{E}_{y\sim\pi_\theta}\big[R(x,y)\big] - \beta\, \mathrm{KL}\big(\pi_\theta \,\|\, \pi_{\text{ref}}\big)",
+        r"r_t = -\beta\, k(t) \quad (t < T)",
+        r"r_T = \mathrm{clip}(R, -c_R, c_R) - \beta\, k(T)",
+    ],
     kl_penalized_token_rewards,
     "In PPO-style training the penalty is paid token by token (k(t) a per-token KL estimate) and the reward "
     "model's score arrives only on the last token: the reward is sparse, which is what advantages must fix.",

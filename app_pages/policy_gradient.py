@@ -12,8 +12,20 @@ live_lab(
     "policy_gradient",
     {"REINFORCE": "pg"},
     lesson=("use_baseline", "learning_rate", "prompts_per_step"),
-    knobs=("use_baseline", "baseline", "prompts_per_step", "learning_rate", "temperature", "gamma", "beta", "kl_estimator",
-           "loss_agg_mode", "entropy_coef", "ppo_epochs", "num_minibatches"),
+    knobs=(
+        "use_baseline",
+        "baseline",
+        "prompts_per_step",
+        "learning_rate",
+        "temperature",
+        "gamma",
+        "beta",
+        "kl_estimator",
+        "loss_agg_mode",
+        "entropy_coef",
+        "ppo_epochs",
+        "num_minibatches",
+    ),
     focus=("Reward and success rate", "Advantages"),
     prediction=Prediction(
         "Will this run's token advantages average about 0?",
@@ -43,8 +55,10 @@ st.markdown(
 )
 formula(
     "The policy gradient and the loss that produces it",
-    [r"\nabla_\theta J = \mathbb{E}_{y\sim\pi_\theta}\Big[\sum_t \nabla_\theta \log \pi_\theta(a_t \mid s_t)\,\big(G_t - b\big)\Big]",
-     r"\mathcal{L}_t = -A_t \,\log \pi_\theta(a_t \mid s_t), \qquad A_t = G_t - b"],
+    [
+        r"\nabla_\theta J = \mathbb{E}_{y\sim\pi_\theta}\Big[\sum_t \nabla_\theta \log \pi_\theta(a_t \mid s_t)\,\big(G_t - b\big)\Big]",
+        r"\mathcal{L}_t = -A_t \,\log \pi_\theta(a_t \mid s_t), \qquad A_t = G_t - b",
+    ],
     vanilla_pg_loss,
     "Minimising this loss follows exactly that gradient. Its *value* is not the objective: it moves with the "
     "log-probabilities and the advantages' sign, which is why the lab plots its parts and the reward instead.",

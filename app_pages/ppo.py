@@ -13,10 +13,29 @@ live_lab(
     "ppo",
     {"PPO": "ppo"},
     lesson=("ppo_epochs", "num_minibatches", "epsilon", "lam"),
-    knobs=("lam", "gamma", "whiten_advantages", "epsilon", "epsilon_high", "dual_clip", "beta", "kl_estimator",
-           "target_kl", "ppo_epochs", "num_minibatches", "learning_rate", "critic_learning_rate", "cliprange_value",
-           "vf_coef", "prompts_per_step", "temperature", "entropy_coef", "loss_agg_mode", "adam_epsilon",
-           "skip_no_signal_updates"),
+    knobs=(
+        "lam",
+        "gamma",
+        "whiten_advantages",
+        "epsilon",
+        "epsilon_high",
+        "dual_clip",
+        "beta",
+        "kl_estimator",
+        "target_kl",
+        "ppo_epochs",
+        "num_minibatches",
+        "learning_rate",
+        "critic_learning_rate",
+        "cliprange_value",
+        "vf_coef",
+        "prompts_per_step",
+        "temperature",
+        "entropy_coef",
+        "loss_agg_mode",
+        "adam_epsilon",
+        "skip_no_signal_updates",
+    ),
     focus=("Clip fraction (tokens)", "Explained variance"),
     prediction=Prediction(
         "Will the clip act at all (clip fraction above 0 at some step)?",
@@ -54,21 +73,27 @@ st.markdown(
 )
 formula(
     "Per-token rewards",
-    [r"r_t = -\beta\,k_1(t) + \mathbb{1}[t = T]\;\mathrm{clip}(R, -c_R, c_R)",
-     r"k_1(t) = \log \pi_{\text{old}}(a_t\mid s_t) - \log \pi_{\text{ref}}(a_t\mid s_t)"],
+    [
+        r"r_t = -\beta\,k_1(t) + \mathbb{1}[t = T]\;\mathrm{clip}(R, -c_R, c_R)",
+        r"k_1(t) = \log \pi_{\text{old}}(a_t\mid s_t) - \log \pi_{\text{ref}}(a_t\mid s_t)",
+    ],
     kl_penalized_token_rewards,
 )
 formula(
     "Generalised advantage estimation",
-    [r"\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t), \qquad V(s_{T+1}) = 0",
-     r"A_t = \delta_t + \gamma\lambda\, A_{t+1}, \qquad R_t = A_t + V(s_t)"],
+    [
+        r"\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t), \qquad V(s_{T+1}) = 0",
+        r"A_t = \delta_t + \gamma\lambda\, A_{t+1}, \qquad R_t = A_t + V(s_t)",
+    ],
     gae,
     "Computed backwards from the last token. The returns R_t are the critic's regression targets.",
 )
 formula(
     "The clipped surrogate",
-    [r"\mathcal{L}_t = -\min\big(\rho_t A_t,\; \mathrm{clip}(\rho_t, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\, A_t\big)",
-     r"\rho_t = \frac{\pi_\theta(a_t\mid s_t)}{\pi_{\text{old}}(a_t\mid s_t)}"],
+    [
+        r"\mathcal{L}_t = -\min\big(\rho_t A_t,\; \mathrm{clip}(\rho_t, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\, A_t\big)",
+        r"\rho_t = \frac{\pi_\theta(a_t\mid s_t)}{\pi_{\text{old}}(a_t\mid s_t)}",
+    ],
     clipped_surrogate_loss,
 )
 st.markdown(
@@ -83,8 +108,10 @@ Where the gradient survives (the six cases of the clipped objective):
 )
 formula(
     "The critic's loss, with value clipping",
-    [r"\mathcal{L}_V = \tfrac12 \max\Big(\big(V - R_t\big)^2,\; \big(V^{\text{clip}} - R_t\big)^2\Big)",
-     r"V^{\text{clip}} = \mathrm{clip}\big(V,\; V_{\text{old}} - \varepsilon_v,\; V_{\text{old}} + \varepsilon_v\big)"],
+    [
+        r"\mathcal{L}_V = \tfrac12 \max\Big(\big(V - R_t\big)^2,\; \big(V^{\text{clip}} - R_t\big)^2\Big)",
+        r"V^{\text{clip}} = \mathrm{clip}\big(V,\; V_{\text{old}} - \varepsilon_v,\; V_{\text{old}} + \varepsilon_v\big)",
+    ],
     clipped_value_loss,
 )
 ratio_is_one()

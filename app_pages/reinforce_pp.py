@@ -13,8 +13,22 @@ live_lab(
     "reinforce_pp",
     {"REINFORCE++": "reinforce_pp", "REINFORCE++-baseline": "reinforce_pp_baseline"},
     lesson=("beta", "kl_in", "gamma"),
-    knobs=("num_generations", "prompts_per_step", "gamma", "beta", "kl_estimator", "kl_in", "epsilon", "epsilon_high",
-           "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "loss_agg_mode"),
+    knobs=(
+        "num_generations",
+        "prompts_per_step",
+        "gamma",
+        "beta",
+        "kl_estimator",
+        "kl_in",
+        "epsilon",
+        "epsilon_high",
+        "ppo_epochs",
+        "num_minibatches",
+        "learning_rate",
+        "temperature",
+        "entropy_coef",
+        "loss_agg_mode",
+    ),
     focus=("KL to the reference", "Advantages"),
     prediction=Prediction(
         "Will this run's token advantages average about 0?",
@@ -42,9 +56,11 @@ st.markdown(
 )
 formula(
     "REINFORCE++: return-to-go, then global whitening",
-    [r"r_{i,t} = -\beta\,k_1(i,t) + \mathbb{1}[t = T_i]\,R_i",
-     r"G_{i,t} = \sum_{t'\ge t} \gamma^{\,t'-t} r_{i,t'}",
-     r"A_{i,t} = \frac{G_{i,t} - \mathrm{mean}_{\text{batch}}(G)}{\mathrm{std}_{\text{batch}}(G) + \epsilon}"],
+    [
+        r"r_{i,t} = -\beta\,k_1(i,t) + \mathbb{1}[t = T_i]\,R_i",
+        r"G_{i,t} = \sum_{t'\ge t} \gamma^{\,t'-t} r_{i,t'}",
+        r"A_{i,t} = \frac{G_{i,t} - \mathrm{mean}_{\text{batch}}(G)}{\mathrm{std}_{\text{batch}}(G) + \epsilon}",
+    ],
     reinforce_pp_advantages,
 )
 formula(

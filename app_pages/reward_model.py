@@ -11,9 +11,11 @@ from ui.story import formula
 st.title("The reward model: Bradley-Terry on preference pairs")
 fit = reward_model_lab("reward_model")
 st.subheader("How it ranks what a policy will write")
-st.caption("Responses of the kinds an RL policy produces on the `preference` task, ranked by the model you "
-           "trained above, beside the hidden gold judge's score (4 for the right name, +1 per mark up to 3, "
-           "0 for shouting).")
+st.caption(
+    "Responses of the kinds an RL policy produces on the `preference` task, ranked by the model you "
+    "trained above, beside the hidden gold judge's score (4 for the right name, +1 per mark up to 3, "
+    "0 for shouting)."
+)
 if fit is None:
     st.info("Train a reward model above to rank responses with it.", icon=":material/leaderboard:")
 else:
@@ -22,11 +24,13 @@ else:
     st.dataframe(table, hide_index=True, key="reward_model:ranking")
     best = table["gold quality"].idxmax()  # rows are in the model's order, so an earlier row is ranked above
     above = table.loc[: best - 1]
-    st.caption(f"This model ranks {len(above)} response(s) above the gold judge's favourite "
-               f"({table.loc[best, 'response']}), {int((above['gold quality'] == 0).sum())} of them scored 0 by the "
-               "judge. The pairs never show more than three marks, and within them every extra mark wins; where a "
-               "model carries \"more is better\" on past three, it rewards shouting, the slope an RL policy "
-               "climbs. The experiment below shows it happen.")
+    st.caption(
+        f"This model ranks {len(above)} response(s) above the gold judge's favourite "
+        f"({table.loc[best, 'response']}), {int((above['gold quality'] == 0).sum())} of them scored 0 by the "
+        "judge. The pairs never show more than three marks, and within them every extra mark wins; where a "
+        'model carries "more is better" on past three, it rewards shouting, the slope an RL policy '
+        "climbs. The experiment below shows it happen."
+    )
 talk_to_reward_model("reward_model", fit)
 
 st.subheader("The problem")

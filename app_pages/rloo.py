@@ -12,8 +12,21 @@ live_lab(
     "rloo",
     {"RLOO": "rloo"},
     lesson=("num_generations", "prompts_per_step", "beta"),
-    knobs=("num_generations", "prompts_per_step", "beta", "kl_estimator", "policy_loss", "loss_agg_mode",
-           "learning_rate", "temperature", "entropy_coef", "ppo_epochs", "num_minibatches", "epsilon", "epsilon_high"),
+    knobs=(
+        "num_generations",
+        "prompts_per_step",
+        "beta",
+        "kl_estimator",
+        "policy_loss",
+        "loss_agg_mode",
+        "learning_rate",
+        "temperature",
+        "entropy_coef",
+        "ppo_epochs",
+        "num_minibatches",
+        "epsilon",
+        "epsilon_high",
+    ),
     focus=("Batch composition", "Reward and success rate"),
     prediction=Prediction(
         "At the last step, will half the groups or more have identical rewards (no signal)?",
@@ -40,17 +53,21 @@ st.markdown(
 )
 formula(
     "The leave-one-out advantage",
-    [r"\hat A_i = R_i - \frac{1}{G-1}\sum_{j\ne i} R_j",
-     r"= \frac{G}{G-1}\Big(R_i - \frac1G \sum_j R_j\Big)",
-     r"R_i = R(x, y_i) - \beta \sum_t \log\frac{\pi_\theta(y_{i,t}\mid\cdot)}{\pi_{\text{ref}}(y_{i,t}\mid\cdot)}"],
+    [
+        r"\hat A_i = R_i - \frac{1}{G-1}\sum_{j\ne i} R_j",
+        r"= \frac{G}{G-1}\Big(R_i - \frac1G \sum_j R_j\Big)",
+        r"R_i = R(x, y_i) - \beta \sum_t \log\frac{\pi_\theta(y_{i,t}\mid\cdot)}{\pi_{\text{ref}}(y_{i,t}\mid\cdot)}",
+    ],
     rloo_advantages,
     "The second form shows the kinship with GRPO and Dr. GRPO: the mean-centred reward, rescaled, and never "
     "divided by the group's standard deviation.",
 )
 formula(
     "REINFORCE on the whole response",
-    [r"\mathcal{L} = -\frac{1}{B}\sum_i \hat A_i \,\log\pi_\theta(y_i\mid x)",
-     r"= -\frac{1}{B}\sum_i \hat A_i \sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})"],
+    [
+        r"\mathcal{L} = -\frac{1}{B}\sum_i \hat A_i \,\log\pi_\theta(y_i\mid x)",
+        r"= -\frac{1}{B}\sum_i \hat A_i \sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})",
+    ],
     vanilla_pg_loss,
     "Per token the loss is −Â·log π; summing it over each response (`seq-mean-token-sum`) makes it the "
     "log-probability of the whole sequence.",

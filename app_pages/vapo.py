@@ -13,10 +13,29 @@ live_lab(
     "vapo",
     {"VAPO": "vapo"},
     lesson=("value_pretrain_steps", "lam_critic", "length_adaptive_alpha"),
-    knobs=("value_pretrain_steps", "critic_init", "lam", "lam_critic", "length_adaptive_alpha", "gamma", "epsilon", "epsilon_high",
-           "positive_nll_coef", "num_generations", "prompts_per_step", "critic_learning_rate", "vf_coef",
-           "cliprange_value", "ppo_epochs", "num_minibatches", "learning_rate", "temperature", "entropy_coef", "beta",
-           "loss_agg_mode"),
+    knobs=(
+        "value_pretrain_steps",
+        "critic_init",
+        "lam",
+        "lam_critic",
+        "length_adaptive_alpha",
+        "gamma",
+        "epsilon",
+        "epsilon_high",
+        "positive_nll_coef",
+        "num_generations",
+        "prompts_per_step",
+        "critic_learning_rate",
+        "vf_coef",
+        "cliprange_value",
+        "ppo_epochs",
+        "num_minibatches",
+        "learning_rate",
+        "temperature",
+        "entropy_coef",
+        "beta",
+        "loss_agg_mode",
+    ),
     focus=("Explained variance", "Critic loss"),
     prediction=Prediction(
         "Will the critic's explained variance at step 1 be 0.5 or more?",
@@ -63,16 +82,20 @@ st.markdown(
 )
 formula(
     "Decoupled GAE: one λ for the actor, another for the critic",
-    [r"A_t = \sum_{l\ge0} (\gamma\lambda_{\text{actor}})^l\, \delta_{t+l}, \qquad \lambda_{\text{actor}} = 0.95",
-     r"R_t = A^{(\lambda_{\text{critic}})}_t + V(s_t)",
-     r"\lambda_{\text{critic}} = 1 \;\Rightarrow\; R_t = \sum_{t'\ge t} \gamma^{\,t'-t} r_{t'}"],
+    [
+        r"A_t = \sum_{l\ge0} (\gamma\lambda_{\text{actor}})^l\, \delta_{t+l}, \qquad \lambda_{\text{actor}} = 0.95",
+        r"R_t = A^{(\lambda_{\text{critic}})}_t + V(s_t)",
+        r"\lambda_{\text{critic}} = 1 \;\Rightarrow\; R_t = \sum_{t'\ge t} \gamma^{\,t'-t} r_{t'}",
+    ],
     gae,
     "The same function, called twice: once with λ_actor for the advantages, once with λ_critic for the targets.",
 )
 formula(
     "Length-adaptive λ",
-    [r"\sum_{t\ge0} \lambda^t = \frac{1}{1-\lambda} = \alpha\,|y|",
-     r"\Longrightarrow\quad \lambda_{\text{actor}} = 1 - \frac{1}{\alpha\,|y|}"],
+    [
+        r"\sum_{t\ge0} \lambda^t = \frac{1}{1-\lambda} = \alpha\,|y|",
+        r"\Longrightarrow\quad \lambda_{\text{actor}} = 1 - \frac{1}{\alpha\,|y|}",
+    ],
     length_adaptive_lambda,
 )
 formula(
@@ -84,8 +107,10 @@ formula(
 )
 formula(
     "Positive-sample NLL",
-    [r"\mathcal{L}_{\text{NLL}} = -\frac{\sum_{i \in \mathcal{T}^+}\sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\sum_{i \in \mathcal{T}^+} |y_i|}",
-     r"\mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}"],
+    [
+        r"\mathcal{L}_{\text{NLL}} = -\frac{\sum_{i \in \mathcal{T}^+}\sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\sum_{i \in \mathcal{T}^+} |y_i|}",
+        r"\mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}",
+    ],
     positive_nll_loss,
     r"$\mathcal{T}^+$ holds the batch's responses with the highest reward.",
 )

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from app_driver import (  # noqa: E402
     TRAINING_TIMEOUT_MS,
     browser_page,
-    first_point_latency,
     chart_value,
+    first_point_latency,
     open_page,
     press_train,
     progress_redraws,
@@ -40,7 +40,6 @@ from app_driver import (  # noqa: E402
     stop_run,
     wait_for_chart_points,
 )
-
 from bench.process_cpu import process_cpu_seconds, stat_cpu_seconds  # noqa: E402
 
 HEADING = "GRPO, with DAPO and Dr. GRPO"
@@ -114,8 +113,12 @@ def measure(args) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--read-seconds", type=float, default=0.0,
-                        help="wait this long on the page before the first Train (default 0: at once)")
+    parser.add_argument(
+        "--read-seconds",
+        type=float,
+        default=0.0,
+        help="wait this long on the page before the first Train (default 0: at once)",
+    )
     parser.add_argument("--window", type=float, default=10.0, help="seconds of the redraw and CPU window")
     parser.add_argument("--cache-dir", type=Path, help="model cache and run store (default: a new empty folder)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")

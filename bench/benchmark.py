@@ -49,7 +49,8 @@ from transformers.utils import logging as transformers_logging
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rl_core.algorithms import PRESETS, get_preset  # noqa: E402
-from rl_core.bridge.trl_env import DEFAULT_ROOT as TRL_VENV_ROOT, TRL_SCRIPT_PRELUDE, trl_python  # noqa: E402
+from rl_core.bridge.trl_env import DEFAULT_ROOT as TRL_VENV_ROOT  # noqa: E402
+from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE, trl_python
 from rl_core.cli import json_safe  # noqa: E402
 from rl_core.config import RunConfig, parse_overrides  # noqa: E402
 from rl_core.engine.models import MODEL_PRESETS  # noqa: E402
@@ -87,11 +88,23 @@ def fmt(summary: dict | None, digits: int) -> str:
     return text
 
 
-def make_trainer(preset: str, seed: int, cache_dir: Path, samples_per_record: int = 4, model: str = "tiny",
-                 device: str = "cpu", **knobs) -> Trainer:
+def make_trainer(
+    preset: str,
+    seed: int,
+    cache_dir: Path,
+    samples_per_record: int = 4,
+    model: str = "tiny",
+    device: str = "cpu",
+    **knobs,
+) -> Trainer:
     # `steps` only bounds `Trainer.steps()`; the benchmark's time budget ends a run long before.
     run = RunConfig(
-        algo=get_preset(preset, **knobs), task=DEFAULT_TASK, model=model, steps=1_000_000, seed=seed, device=device,
+        algo=get_preset(preset, **knobs),
+        task=DEFAULT_TASK,
+        model=model,
+        steps=1_000_000,
+        seed=seed,
+        device=device,
         samples_per_record=samples_per_record,
     )
     return Trainer(run, cache_dir=cache_dir)
@@ -116,8 +129,14 @@ def measure_run(preset: str, seed: int, args) -> dict:
     on_cuda = trainer.device.type == "cuda"
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(trainer.device)
-    bar = tqdm(total=args.max_seconds, desc=f"{preset} seed {seed}: setup", unit="s", leave=False, file=sys.stderr,
-               bar_format="{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
+    bar = tqdm(
+        total=args.max_seconds,
+        desc=f"{preset} seed {seed}: setup",
+        unit="s",
+        leave=False,
+        file=sys.stderr,
+        bar_format="{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}",
+    )
     start = time.perf_counter()
     trainer.prepare()
     setup_s = time.perf_counter() - start
@@ -178,8 +197,17 @@ def measure_run(preset: str, seed: int, args) -> dict:
 
 
 def summarise(runs: list[dict]) -> dict:
-    keys = ("setup_s", "step_s_median", "step_cpu_s_median", "tokens_per_s", "success_start", "success_end",
-            "steps_to_target", "seconds_to_target", "peak_gpu_memory_gib")
+    keys = (
+        "setup_s",
+        "step_s_median",
+        "step_cpu_s_median",
+        "tokens_per_s",
+        "success_start",
+        "success_end",
+        "steps_to_target",
+        "seconds_to_target",
+        "peak_gpu_memory_gib",
+    )
     summary = {k: spread([r[k] for r in runs]) for k in keys}
     summary["reached"] = f"{sum(r['reached'] for r in runs)}/{len(runs)}"
     return summary
@@ -274,8 +302,9 @@ def measure_ours(args) -> dict:
     trainer = make_trainer("grpo", args.seeds[0], args.cache_dir, samples_per_record=0, **COMPARISON_KNOBS)
     trainer.prepare()
     walls, cpus = [], []
-    steps = tqdm(timed_steps(trainer), total=args.comparison_steps, desc="ours: grpo", unit="step", leave=False,
-                 file=sys.stderr)
+    steps = tqdm(
+        timed_steps(trainer), total=args.comparison_steps, desc="ours: grpo", unit="step", leave=False, file=sys.stderr
+    )
     for _, wall, cpu in steps:
         walls.append(wall)
         cpus.append(cpu)
@@ -317,11 +346,22 @@ def _run_trl(python: Path, trainer: Trainer, workdir: Path, args) -> dict:
     script = workdir / "trl_grpo.py"
     script.write_text(TRL_SCRIPT)
     # Offline: the model and tokenizer are local folders, and nothing else may be fetched.
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-                        "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}
+    env = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "PYTHONWARNINGS": "ignore",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     print(f"TRL: {args.comparison_steps} steps in a subprocess (its imports take a while)", file=sys.stderr)
-    done = subprocess.run([str(python), str(script), str(workdir / "spec.json")], capture_output=True, text=True,
-                          env=env, cwd=workdir, timeout=args.trl_timeout)
+    done = subprocess.run(
+        [str(python), str(script), str(workdir / "spec.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workdir,
+        timeout=args.trl_timeout,
+    )
     if done.returncode:
         raise RuntimeError(f"the TRL run failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -349,9 +389,16 @@ def compare_with_trl(args) -> dict:
             "rounds": blocks,
         }
     return {
-        "workload": {**COMPARISON_KNOBS, "task": DEFAULT_TASK, "model": "tiny", "seed": args.seeds[0],
-                     "steps": args.comparison_steps, "warmup_steps_skipped": warmup, "rounds": args.comparison_rounds,
-                     "threads": torch.get_num_threads()},
+        "workload": {
+            **COMPARISON_KNOBS,
+            "task": DEFAULT_TASK,
+            "model": "tiny",
+            "seed": args.seeds[0],
+            "steps": args.comparison_steps,
+            "warmup_steps_skipped": warmup,
+            "rounds": args.comparison_rounds,
+            "threads": torch.get_num_threads(),
+        },
         **sides,
         "trl_versions": rounds["trl"][0]["versions"],
         "ratio_trl_over_ours": sides["trl"]["step_s_median"] / sides["ours"]["step_s_median"],
@@ -361,15 +408,19 @@ def compare_with_trl(args) -> dict:
 
 def print_comparison(result: dict) -> None:
     work = result["workload"]
-    print(f"\nGRPO step vs TRL {result['trl_versions']['trl']}: {work['rounds']} alternating round(s) of "
-          f"{work['steps']} steps per side, first {work['warmup_steps_skipped']} of each left out, "
-          f"{work['threads']} thread(s)")
+    print(
+        f"\nGRPO step vs TRL {result['trl_versions']['trl']}: {work['rounds']} alternating round(s) of "
+        f"{work['steps']} steps per side, first {work['warmup_steps_skipped']} of each left out, "
+        f"{work['threads']} thread(s)"
+    )
     print(f"{'':<6}{'wall s/step':>12}{'min':>8}{'CPU s/step':>12}  load average at the start of each round")
     for name in ("ours", "trl"):
         side = result[name]
         loads = " | ".join(" ".join(f"{x:.2f}" for x in block["load_average"][0]) for block in side["rounds"])
-        print(f"{name:<6}{side['step_s_median']:>12.4f}{side['step_s_min']:>8.4f}"
-              f"{side['step_cpu_s_median']:>12.4f}  {loads}")
+        print(
+            f"{name:<6}{side['step_s_median']:>12.4f}{side['step_s_min']:>8.4f}"
+            f"{side['step_cpu_s_median']:>12.4f}  {loads}"
+        )
     ratio, cpu_ratio = result["ratio_trl_over_ours"], result["ratio_trl_over_ours_cpu"]
     verdict = "met" if ratio >= 2 else "not met"
     print(f"TRL / ours: {ratio:.2f}× wall, {cpu_ratio:.2f}× CPU (target ≥ 2× wall: {verdict})")
@@ -392,26 +443,48 @@ def machine_info() -> dict:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the JSON report to write")
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS), metavar="PRESET",
-                        help=f"default: all ({', '.join(PRESETS)})")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=list(PRESETS),
+        choices=list(PRESETS),
+        metavar="PRESET",
+        help=f"default: all ({', '.join(PRESETS)})",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="default: 0 1 2")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="training budget of each run (default 60)")
-    parser.add_argument("--full-budget", action="store_true",
-                        help="keep training to --max-seconds after the target is reached (success at the end then "
-                             "shows whether the policy stays there)")
-    parser.add_argument("--model", default="tiny", choices=list(MODEL_PRESETS),
-                        help="model preset of part 1 (default tiny; the TRL comparison always uses tiny)")
+    parser.add_argument(
+        "--full-budget",
+        action="store_true",
+        help="keep training to --max-seconds after the target is reached (success at the end then "
+        "shows whether the policy stays there)",
+    )
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        choices=list(MODEL_PRESETS),
+        help="model preset of part 1 (default tiny; the TRL comparison always uses tiny)",
+    )
     parser.add_argument("--device", default="cpu", help="device of part 1: cpu (default), cuda, cuda:N, mps, auto")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
-                        help="override a knob of every preset in part 1 (repeatable), e.g. --set learning_rate=1e-4")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="override a knob of every preset in part 1 (repeatable), e.g. --set learning_rate=1e-4",
+    )
     parser.add_argument("--skip-presets", action="store_true", help="only compare with TRL's GRPOTrainer")
     parser.add_argument("--skip-trl", action="store_true", help="skip the comparison with TRL's GRPOTrainer")
     parser.add_argument("--comparison-steps", type=int, default=30, help="steps of each side of the comparison")
     parser.add_argument("--comparison-warmup", type=int, default=5, help="first steps of each block left out")
     parser.add_argument("--comparison-rounds", type=int, default=3, help="alternating TRL/ours rounds (default 3)")
-    parser.add_argument("--trl-venv", type=Path,
-                        default=TRL_VENV_ROOT,
-                        help="folder of the throwaway virtualenvs holding TRL (default: %(default)s)")
+    parser.add_argument(
+        "--trl-venv",
+        type=Path,
+        default=TRL_VENV_ROOT,
+        help="folder of the throwaway virtualenvs holding TRL (default: %(default)s)",
+    )
     parser.add_argument("--trl-timeout", type=float, default=900.0, help="seconds before the TRL run is abandoned")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="SFT checkpoint cache")
     args = parser.parse_args(argv)
@@ -442,8 +515,10 @@ def run_presets(report: dict, args) -> None:
     for result in report["presets"].values():
         result["summary"] = summarise(result["runs"])
     knobs = "".join(f", {name}={value}" for name, value in args.knobs.items())
-    print(f"\n{DEFAULT_TASK}, {args.model} model, {args.device}{knobs}, seeds {' '.join(map(str, args.seeds))}: "
-          "median (min–max)")
+    print(
+        f"\n{DEFAULT_TASK}, {args.model} model, {args.device}{knobs}, seeds {' '.join(map(str, args.seeds))}: "
+        "median (min–max)"
+    )
     print_preset_table(report["presets"])
     sft = ", ".join(f"seed {seed}: {seconds:.1f}" for seed, seconds in report["sft_warm_start_s"].items())
     print(f"SFT warm start (trained once, then cached), s: {sft}")
@@ -454,10 +529,17 @@ def main(argv: list[str] | None = None) -> None:
     transformers_logging.disable_progress_bar()  # the benchmark's bars are the only ones
     report = {
         "machine": machine_info(),
-        "settings": {"task": DEFAULT_TASK, "model": args.model, "device": args.device, "knobs": args.knobs,
-                     "target_success": TARGET,
-                     "rolling_window": WINDOW, "max_seconds": args.max_seconds, "full_budget": args.full_budget,
-                     "seeds": args.seeds},
+        "settings": {
+            "task": DEFAULT_TASK,
+            "model": args.model,
+            "device": args.device,
+            "knobs": args.knobs,
+            "target_success": TARGET,
+            "rolling_window": WINDOW,
+            "max_seconds": args.max_seconds,
+            "full_budget": args.full_budget,
+            "seeds": args.seeds,
+        },
         "presets": {},
     }
     if not args.skip_presets:

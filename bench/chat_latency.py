@@ -117,8 +117,13 @@ def fit_in_process(fit: str, steps: int, prompts: list[str]) -> dict[str, list[f
         pair = next(p for p in training.held_out if p.prompt == prompt)
         start = time.perf_counter()
         asked = check_prompt(task.name, prompt)
-        judgement = judge_pair(training.model, task.tokenizer, asked, check_response(task.name, pair.chosen),
-                               check_response(task.name, pair.rejected))
+        judgement = judge_pair(
+            training.model,
+            task.tokenizer,
+            asked,
+            check_response(task.name, pair.chosen),
+            check_response(task.name, pair.rejected),
+        )
         pair_table(judgement)
         rank_policy_samples(training.model, sft, task.tokenizer, asked, task.max_new_tokens, seed=0)
         seconds.append(time.perf_counter() - start)
@@ -149,19 +154,27 @@ def main() -> None:
     load_after = os.getloadavg()
     threads = MODEL_PRESETS[args.model].cpu_threads or DEFAULT_CPU_THREADS  # what ChatModels.answers runs on
     report = {
-        "task": args.task, "fit": args.fit, "model": args.model, "steps": args.steps, "prompts": len(prompts),
+        "task": args.task,
+        "fit": args.fit,
+        "model": args.model,
+        "steps": args.steps,
+        "prompts": len(prompts),
         "torch_threads": threads,
         **{f"{d}_seconds": s for d, s in timings.items()},
         **{f"{d}_median": statistics.median(s) for d, s in timings.items()},
         **{f"{d}_max": max(s) for d, s in timings.items()},
-        "load_average_before": load_before, "load_average_after": load_after,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"{args.task}, {args.model}, {len(prompts)} prompts, {threads} torch thread(s): "
-          + "; ".join(f"{d} median {statistics.median(s) * 1000:.1f} ms (max {max(s) * 1000:.1f} ms)"
-                      for d, s in timings.items())
-          + f"; load average {load_before[0]:.1f} → {load_after[0]:.1f}")
+    print(
+        f"{args.task}, {args.model}, {len(prompts)} prompts, {threads} torch thread(s): "
+        + "; ".join(
+            f"{d} median {statistics.median(s) * 1000:.1f} ms (max {max(s) * 1000:.1f} ms)" for d, s in timings.items()
+        )
+        + f"; load average {load_before[0]:.1f} → {load_after[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from app_driver import serve_app  # noqa: E402
 from protocol_session import ProtocolSession  # noqa: E402
 from sessions_latency import PAGE, load_average, progress, stop_protocol_runs  # noqa: E402
+
+from app_driver import serve_app  # noqa: E402
 
 HEAVY = "prompts_per_step=256&num_generations=4&ppo_epochs=64&num_minibatches=4&steps=40"
 ANNOUNCED = re.compile(r"about (\d+) s (to wait|left)")
@@ -69,7 +70,8 @@ class Learner(ProtocolSession):
             return
         element = message.delta.new_element
         text = {"alert": lambda: element.alert.body, "progress": lambda: element.progress.text}.get(
-            element.WhichOneof("type"), lambda: "")()
+            element.WhichOneof("type"), lambda: ""
+        )()
         found = ANNOUNCED.search(text)
         if found and not text.startswith("step "):  # a run's own "… s left" to its end is not a wait for a point
             self.announced = (now, float(found.group(1)), text)
@@ -84,8 +86,12 @@ class Learner(ProtocolSession):
             return None
         when, seconds, text = self.announced
         real = self.first_point_at - when
-        return {"announced_s": seconds, "real_s": real, "ratio": seconds / real if real > 0 else None,
-                "text": text[:160]}
+        return {
+            "announced_s": seconds,
+            "real_s": real,
+            "ratio": seconds / real if real > 0 else None,
+            "text": text[:160],
+        }
 
 
 async def first_points(learners: list[Learner], timeout: float) -> list[float | None]:
@@ -136,7 +142,9 @@ async def class_load(url: str, learners: int, alone_s: float, hold_s: float) -> 
             "alone_steps_per_s": alone,
             "class_first_point_s": class_first,
             "class_ready_s": time.monotonic() - started,
-            "heavy_first_point_s": None if cls[-1].first_point_at is None else cls[-1].first_point_at - cls[-1].clicked_at,
+            "heavy_first_point_s": None
+            if cls[-1].first_point_at is None
+            else cls[-1].first_point_at - cls[-1].clicked_at,
             "latecomer_first_point_s": None if late.first_point_at is None else late.first_point_at - late.clicked_at,
             "steps_per_s": paces,
             "share_of_fair": shares,  # 1.0: exactly 1/sharing of its pace alone
@@ -168,21 +176,33 @@ def main(argv: list[str] | None = None) -> None:
     results["load_average_after"] = load_average()
     normal = [s for s in results["share_of_fair"][:-2] if s is not None]
     waits = results["announced_waits"]
-    print(f"{results['learners_sharing']} learners sharing {results['cpus']} cores; load average before "
-          f"{results['load_average_before']}, after {results['load_average_after']}")
+    print(
+        f"{results['learners_sharing']} learners sharing {results['cpus']} cores; load average before "
+        f"{results['load_average_before']}, after {results['load_average_after']}"
+    )
     firsts = [t for t in results["class_first_point_s"] if t is not None]
-    print(f"alone: {results['alone_steps_per_s']:.2f} steps/s; {len(firsts)} of {len(results['class_first_point_s'])} "
-          f"normal runs drew a first point within {FIRST_POINT_TIMEOUT_S} s"
-          + (f" (median {statistics.median(firsts):.1f} s, worst {max(firsts):.1f} s)" if firsts else "")
-          + f"; the heavy run's after {shown(results['heavy_first_point_s'])} s")
+    print(
+        f"alone: {results['alone_steps_per_s']:.2f} steps/s; {len(firsts)} of {len(results['class_first_point_s'])} "
+        f"normal runs drew a first point within {FIRST_POINT_TIMEOUT_S} s"
+        + (f" (median {statistics.median(firsts):.1f} s, worst {max(firsts):.1f} s)" if firsts else "")
+        + f"; the heavy run's after {shown(results['heavy_first_point_s'])} s"
+    )
     print(f"latecomer's first point: {shown(results['latecomer_first_point_s'])} s")
     if normal:
-        print(f"normal runs' pace as a share of their fair share (1 = pace alone / {results['learners_sharing']}): "
-              f"min {min(normal):.2f}, median {statistics.median(normal):.2f}, max {max(normal):.2f}; the heavy run "
-              f"{shown(results['share_of_fair'][-2])}, the latecomer {shown(results['share_of_fair'][-1])}")
+        print(
+            f"normal runs' pace as a share of their fair share (1 = pace alone / {results['learners_sharing']}): "
+            f"min {min(normal):.2f}, median {statistics.median(normal):.2f}, max {max(normal):.2f}; the heavy run "
+            f"{shown(results['share_of_fair'][-2])}, the latecomer {shown(results['share_of_fair'][-1])}"
+        )
     ratios = [w["ratio"] for w in waits if w["ratio"]]
-    print(f"announced waits: {len(waits)}" + (f", announced ÷ real min {min(ratios):.2f}, median "
-                                               f"{statistics.median(ratios):.2f}, max {max(ratios):.2f}" if ratios else ""))
+    print(
+        f"announced waits: {len(waits)}"
+        + (
+            f", announced ÷ real min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max {max(ratios):.2f}"
+            if ratios
+            else ""
+        )
+    )
     print(f"references to the browser's message cache sent: {results['cache_references']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -79,8 +79,7 @@ def hf_dynamic_cache(policy, prompt_ids, prompt_mask, uniforms, G):
     for uniform in uniforms:
         token = categorical_from_uniform(logits, uniform[:, None])
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-        out = policy(input_ids=token[:, None], attention_mask=mask, position_ids=position, cache=cache,
-                     use_cache=True)
+        out = policy(input_ids=token[:, None], attention_mask=mask, position_ids=position, cache=cache, use_cache=True)
         logits, position = out.logits[:, -1].float(), position + 1
     return logits
 
@@ -119,8 +118,9 @@ class StackedDecode:
     def prefill(self) -> None:
         stack, R, width = self.stack, self.R, self.width
         P = self.prompt_ids.shape[1]
-        keys = [torch.empty((R * P, stack.heads, width, stack.head_dim), dtype=k.dtype, device=k.device)
-                for k in self.keys]
+        keys = [
+            torch.empty((R * P, stack.heads, width, stack.head_dim), dtype=k.dtype, device=k.device) for k in self.keys
+        ]
         values = [torch.empty_like(k) for k in keys]
         causal = torch.ones((width, width), dtype=torch.bool, device=self.real.device).tril()
         mask = (causal & self.real[:, None, None, :]) | torch.eye(width, dtype=torch.bool, device=self.real.device)
@@ -150,8 +150,11 @@ class StackedDecode:
                 self.keys[layer][:, :, length : length + 1] = key
                 self.values[layer][:, :, length : length + 1] = value
                 context = F.scaled_dot_product_attention(
-                    query, self.keys[layer][:, :, : length + 1], self.values[layer][:, :, : length + 1],
-                    attn_mask=self.key_mask[..., : length + 1], scale=stack.scaling,
+                    query,
+                    self.keys[layer][:, :, : length + 1],
+                    self.values[layer][:, :, : length + 1],
+                    attn_mask=self.key_mask[..., : length + 1],
+                    scale=stack.scaling,
                 )
                 return context.transpose(1, 2).reshape(R, rows, -1)
 
@@ -182,8 +185,10 @@ def measure(trainer: Trainer, device: torch.device, runs: int, tokens: int, repe
     algo, task, tokenizer = trainer.algo, trainer.task, trainer.tokenizer
     G = algo.num_generations
     policies = [copy.deepcopy(trainer.policy).to(device) for _ in range(runs)]
-    encoded = [encode_prompts(tokenizer, task.sample_prompts(algo.prompts_per_step, random.Random(r)), device)
-               for r in range(runs)]
+    encoded = [
+        encode_prompts(tokenizer, task.sample_prompts(algo.prompts_per_step, random.Random(r)), device)
+        for r in range(runs)
+    ]
     width = max(ids.shape[1] for ids, _ in encoded)
     pad = tokenizer.pad_token_id
     prompt_ids = torch.stack([F.pad(ids, (width - ids.shape[1], 0), value=pad) for ids, _ in encoded])
@@ -194,12 +199,27 @@ def measure(trainer: Trainer, device: torch.device, runs: int, tokens: int, repe
     row = {"runs": runs, "rows_per_run": rows, "tokens": tokens}
 
     with torch.inference_mode():
-        row["hf_dynamic_cache"] = timed_ms(lambda: [
-            hf_dynamic_cache(p, prompt_ids[r], prompt_mask[r], uniforms[:, r], G) for r, p in enumerate(policies)
-        ], device, repeats) / runs
-        row["kv_decoder"] = timed_ms(lambda: [
-            kv_decoder(p, prompt_ids[r], prompt_mask[r], uniforms[:, r], G) for r, p in enumerate(policies)
-        ], device, repeats) / runs
+        row["hf_dynamic_cache"] = (
+            timed_ms(
+                lambda: [
+                    hf_dynamic_cache(p, prompt_ids[r], prompt_mask[r], uniforms[:, r], G)
+                    for r, p in enumerate(policies)
+                ],
+                device,
+                repeats,
+            )
+            / runs
+        )
+        row["kv_decoder"] = (
+            timed_ms(
+                lambda: [
+                    kv_decoder(p, prompt_ids[r], prompt_mask[r], uniforms[:, r], G) for r, p in enumerate(policies)
+                ],
+                device,
+                repeats,
+            )
+            / runs
+        )
         eager = StackedDecode(stack, prompt_ids, prompt_mask, uniforms, G)
         row["stacked_eager"] = timed_ms(eager.rollout, device, repeats) / runs
         eager.rollout()
@@ -245,23 +265,39 @@ def main() -> None:
     ways = ["hf_dynamic_cache", "kv_decoder", "stacked_eager"]
     if device.type == "cuda":
         ways.append("stacked_cuda_graph")
-    print(f"{args.algo} on {args.task}, tiny model, {name}, torch {torch.__version__}; one rollout of {tokens} tokens; "
-          f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
+    print(
+        f"{args.algo} on {args.task}, tiny model, {name}, torch {torch.__version__}; one rollout of {tokens} tokens; "
+        f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'R':>3} {'rows':>5} " + " ".join(f"{w:>18}" for w in ways) + "   (ms per rollout per run)")
     for row in rows:
         print(f"{row['runs']:>3} {row['rows_per_run']:>5} " + " ".join(f"{row[w]:>18.3f}" for w in ways))
     for row in rows:
-        extra = (f", CUDA graph vs eager {row['graph_vs_eager_max_abs_logit_diff']:.2e}"
-                 if "graph_vs_eager_max_abs_logit_diff" in row else "")
-        print(f"R={row['runs']}: largest logit difference, stacked vs alone "
-              f"{row['stacked_vs_alone_max_abs_logit_diff']:.2e}{extra}")
+        extra = (
+            f", CUDA graph vs eager {row['graph_vs_eager_max_abs_logit_diff']:.2e}"
+            if "graph_vs_eager_max_abs_logit_diff" in row
+            else ""
+        )
+        print(
+            f"R={row['runs']}: largest logit difference, stacked vs alone "
+            f"{row['stacked_vs_alone_max_abs_logit_diff']:.2e}{extra}"
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": name,
-            "torch": torch.__version__, "algo": args.algo, "task": args.task, "load_average_before": load_before,
-            "rows": rows,
-        }, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                    "device": name,
+                    "torch": torch.__version__,
+                    "algo": args.algo,
+                    "task": args.task,
+                    "load_average_before": load_before,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -57,13 +57,29 @@ def measure(name: str, args, scratch: Path) -> dict:
     experiment = get_experiment(name)
     planned = [arm_run.planned.run for arm_run in plan_experiment(experiment, args.seeds, device=args.device)]
     # Warm starts first, untimed: one short run per seed trains and caches its SFT checkpoint and reward model.
-    warm = ExperimentRun(experiment, scratch / f"{name}-warm", RunStore(scratch / "warm.sqlite"), seeds=args.seeds,
-                         workers=args.workers, cache_dir=args.cache_dir, device=args.device, steps=1)
+    warm = ExperimentRun(
+        experiment,
+        scratch / f"{name}-warm",
+        RunStore(scratch / "warm.sqlite"),
+        seeds=args.seeds,
+        workers=args.workers,
+        cache_dir=args.cache_dir,
+        device=args.device,
+        steps=1,
+    )
     warm.run()
 
     load_before, start = os.getloadavg()[0], time.perf_counter()
-    run = ExperimentRun(experiment, scratch / name, RunStore(scratch / f"{name}.sqlite"), seeds=args.seeds,
-                        workers=args.workers, cache_dir=args.cache_dir, device=args.device, fresh=True)
+    run = ExperimentRun(
+        experiment,
+        scratch / name,
+        RunStore(scratch / f"{name}.sqlite"),
+        seeds=args.seeds,
+        workers=args.workers,
+        cache_dir=args.cache_dir,
+        device=args.device,
+        fresh=True,
+    )
     progress = SweepProgress([a.planned for a in run.arm_runs], description=name)
     try:
         with TreeCPU() as cpu:
@@ -75,7 +91,7 @@ def measure(name: str, args, scratch: Path) -> dict:
 
     alone_walls = []
     context = multiprocessing.get_context("spawn")  # a fresh interpreter per run, as a separate training is
-    for config in planned[:args.alone]:
+    for config in planned[: args.alone]:
         started = time.perf_counter()
         process = context.Process(target=train_alone, args=(config, args.cache_dir))
         process.start()
@@ -99,8 +115,11 @@ def measure(name: str, args, scratch: Path) -> dict:
         "load_average_before": load_before,
         "load_average_after": load_after,
     }
-    print(f"{name}: {len(planned)} runs × {experiment.steps} steps in {together_wall:.1f} s wall, "
-          f"{together_cpu:.1f} CPU s", file=sys.stderr)
+    print(
+        f"{name}: {len(planned)} runs × {experiment.steps} steps in {together_wall:.1f} s wall, "
+        f"{together_cpu:.1f} CPU s",
+        file=sys.stderr,
+    )
     return row
 
 
@@ -117,9 +136,11 @@ def markdown(report: dict) -> str:
         per_run = f"{sum(alone) / len(alone):.1f} ({len(alone)})" if alone else "—"
         estimate = "—" if row["alone_estimate_seconds"] is None else f"{row['alone_estimate_seconds']:.0f}"
         speedup = "—" if row["speedup"] is None else f"{row['speedup']:.2f}×"
-        lines.append(f"| {row['experiment']} | {row['runs']} × {row['steps']} | {row['wall_seconds']:.1f} | "
-                     f"{row['cpu_seconds']:.1f} | {'yes' if row['within_30_s'] else 'no'} | {per_run} | {estimate} | "
-                     f"{speedup} | {row['load_average_before']:.1f} → {row['load_average_after']:.1f} |")
+        lines.append(
+            f"| {row['experiment']} | {row['runs']} × {row['steps']} | {row['wall_seconds']:.1f} | "
+            f"{row['cpu_seconds']:.1f} | {'yes' if row['within_30_s'] else 'no'} | {per_run} | {estimate} | "
+            f"{speedup} | {row['load_average_before']:.1f} → {row['load_average_after']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -128,12 +149,17 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="the JSON report (the Markdown table goes next to it, .md)")
     parser.add_argument("--experiments", default=",".join(EXPERIMENTS), help="comma-separated names (default: all)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: each experiment's own (0–7)")
-    parser.add_argument("--alone", type=int, default=2,
-                        help="how many of each experiment's runs to also time one per process (0: none)")
+    parser.add_argument(
+        "--alone", type=int, default=2, help="how many of each experiment's runs to also time one per process (0: none)"
+    )
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
-                        help="the model cache the warm starts come from (default: the lab's)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=default_cache_dir(),
+        help="the model cache the warm starts come from (default: the lab's)",
+    )
     args = parser.parse_args()
     if args.alone < 0:
         parser.error(f"--alone must be 0 or more, got {args.alone}")
@@ -148,8 +174,9 @@ def main() -> None:
         for name in names:
             report["experiments"].append(measure(name, args, Path(scratch)))
             # Written after every experiment: a long bench that is stopped keeps what it measured.
-            report["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            report["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
             write_report(args.out, report, markdown(report))
+
 
 if __name__ == "__main__":
     main()

@@ -70,8 +70,11 @@ def measure(args) -> dict:
                         if seconds is not None and time.monotonic() - waiting[index] > 2:
                             lag = time.monotonic() - waiting.pop(index) - seconds
                             lags.append(lag)
-                            print(f"round {round_ + 1} session {index + 1}: training {seconds:.0f} s, "
-                                  f"'Finished' shown {lag:+.1f} s after it", flush=True)
+                            print(
+                                f"round {round_ + 1} session {index + 1}: training {seconds:.0f} s, "
+                                f"'Finished' shown {lag:+.1f} s after it",
+                                flush=True,
+                            )
                         elif time.monotonic() - waiting[index] > LIMIT_S:
                             lags.append(LIMIT_S)
                             print(f"round {round_ + 1} session {index + 1}: no 'Finished' in {LIMIT_S:.0f} s")
@@ -82,8 +85,12 @@ def measure(args) -> dict:
         for hog in hogs:
             hog.kill()
     log = log_path.read_text()
-    return {"root": str(args.root), "lags_s": lags, "max_lag_s": max(lags),
-            "missing_fragment_messages": log.count("does not exist anymore")}
+    return {
+        "root": str(args.root),
+        "lags_s": lags,
+        "max_lag_s": max(lags),
+        "missing_fragment_messages": log.count("does not exist anymore"),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,8 +104,10 @@ def main(argv: list[str] | None = None) -> None:
     grid = (2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500)
     args.steps_index = grid.index(args.steps)
     result = measure(args)
-    print(f"largest lag {result['max_lag_s']:.1f} s over {len(result['lags_s'])} runs; server log: "
-          f"{result['missing_fragment_messages']} × 'fragment … does not exist anymore'")
+    print(
+        f"largest lag {result['max_lag_s']:.1f} s over {len(result['lags_s'])} runs; server log: "
+        f"{result['missing_fragment_messages']} × 'fragment … does not exist anymore'"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))

@@ -45,8 +45,16 @@ TARGET_SECONDS = {"cpu": 180.0, "cuda": 30.0}
 def run_one(name: str, args, scratch: Path) -> dict:
     experiment = get_experiment(name)
     cache = args.cache_dir or scratch / f"cache-{name}"
-    run = ExperimentRun(experiment, scratch / name, RunStore(scratch / "runs.sqlite"), seeds=args.seeds,
-                        workers=args.workers, cache_dir=cache, model=args.model, device=args.device)
+    run = ExperimentRun(
+        experiment,
+        scratch / name,
+        RunStore(scratch / "runs.sqlite"),
+        seeds=args.seeds,
+        workers=args.workers,
+        cache_dir=cache,
+        model=args.model,
+        device=args.device,
+    )
     load_before = os.getloadavg()
     progress = SweepProgress([a.planned for a in run.arm_runs], description=name)
     try:
@@ -75,8 +83,9 @@ def run_one(name: str, args, scratch: Path) -> dict:
         "cpu_seconds": cpu.seconds,
         "target_seconds": target,
         "within_target": None if target is None else summary["wall_time"] <= target,
-        "runs_not_finished": [f"{r['arm']} seed {r['seed']}: {r['status']}" for r in summary["runs"]
-                              if r["status"] != "finished"],
+        "runs_not_finished": [
+            f"{r['arm']} seed {r['seed']}: {r['status']}" for r in summary["runs"] if r["status"] != "finished"
+        ],
         "load_average_before": load_before[0],
         "load_average_after": os.getloadavg()[0],
     }
@@ -87,7 +96,8 @@ def markdown(report: dict) -> str:
     lines = [
         f"Experiments on {report['device']} ({report['workers']} workers), {report['date']}",
         "",
-        "| experiment | model | steps | " + " | ".join(f"seed {s}" for s in seeds)
+        "| experiment | model | steps | "
+        + " | ".join(f"seed {s}" for s in seeds)
         + " | mean ± std | 95 % interval | expected sign | verdict | wall s | CPU s | load avg before → after |",
         "| --- | --- | --- | " + " | ".join("---" for _ in seeds) + " | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -99,9 +109,11 @@ def markdown(report: dict) -> str:
         interval = "—" if math.isinf(low) else f"[{low:+.3g}, {high:+.3g}]"
         signs = f"{row['seeds_with_expected_sign']} of {len(row['effects'])}"
         wall = f"{row['wall_time']:.0f}" + ("" if row["within_target"] in (None, True) else " (over target)")
-        lines.append(f"| {row['experiment']} | {row['model']} | {row['steps']} | {' | '.join(cells)} | {mean} | "
-                     f"{interval} | {signs} | {row['verdict']} | {wall} | {row['cpu_seconds']:.0f} | "
-                     f"{row['load_average_before']:.1f} → {row['load_average_after']:.1f} |")
+        lines.append(
+            f"| {row['experiment']} | {row['model']} | {row['steps']} | {' | '.join(cells)} | {mean} | "
+            f"{interval} | {signs} | {row['verdict']} | {wall} | {row['cpu_seconds']:.0f} | "
+            f"{row['load_average_before']:.1f} → {row['load_average_after']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -109,13 +121,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="the JSON report (the Markdown table goes next to it, .md)")
     parser.add_argument("--experiments", default=",".join(EXPERIMENTS), help="comma-separated names (default: all)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None,
-                        help="default: each experiment's own seeds (0–7); held-out checks name others")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="default: each experiment's own seeds (0–7); held-out checks name others",
+    )
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--device", default="auto")
     parser.add_argument("--model", default=None, help="replace every experiment's model preset, e.g. small on a GPU")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="reuse this model cache (default: a fresh one per experiment, warm starts counted)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="reuse this model cache (default: a fresh one per experiment, warm starts counted)",
+    )
     args = parser.parse_args()
     names = [n.strip() for n in args.experiments.split(",") if n.strip()]
     for name in names:
@@ -125,7 +146,7 @@ def main() -> None:
     # The device the runs trained on: "auto" keeps the tiny and small models on the CPU even where a GPU is.
     device = torch.device(rows[0]["device"]) if rows else select_device(args.device)
     report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": platform.platform(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({default_workers()} cores)",
         "workers": args.workers,

@@ -59,8 +59,9 @@ class TreeCPU:
         self._procfs = Path("/proc/self/stat").exists()
 
     def _rusage(self) -> float:
-        return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
-                                                                             resource.RUSAGE_CHILDREN)))
+        return sum(
+            u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        )
 
     def _read(self) -> set[tuple[int, int]]:
         """Update the descendants' counts; the keys of those alive now."""

@@ -53,8 +53,11 @@ def has_training_points(spec: str) -> bool:
 def draws_a_point(message: ForwardMsg) -> bool:
     """Whether a ForwardMsg draws a training chart that has a point."""
     element = message.delta.new_element
-    return (message.WhichOneof("type") == "delta" and element.WhichOneof("type") == "plotly_chart"
-            and has_training_points(element.plotly_chart.spec))
+    return (
+        message.WhichOneof("type") == "delta"
+        and element.WhichOneof("type") == "plotly_chart"
+        and has_training_points(element.plotly_chart.spec)
+    )
 
 
 class ProtocolSession:
@@ -83,8 +86,9 @@ class ProtocolSession:
         """Connect, ask for the page as a browser that opens its URL does, and wait until its first run is drawn."""
         ws_url = self.url.replace("http", "ws", 1) + "/_stcore/stream"
         # No keepalive pings: a busy server answers late, and the browser sends none either.
-        self._socket = await connect(ws_url, subprotocols=["streamlit"], max_size=None, ping_interval=None,
-                                     open_timeout=OPEN_TIMEOUT_S)
+        self._socket = await connect(
+            ws_url, subprotocols=["streamlit"], max_size=None, ping_interval=None, open_timeout=OPEN_TIMEOUT_S
+        )
         self._reader = asyncio.create_task(self._read())
         await self._rerun(page_name=self.page)
         await self.wait_for(lambda: self.full_runs_finished > 0, OPEN_TIMEOUT_S, f"the {self.page} page to draw")
@@ -105,14 +109,18 @@ class ProtocolSession:
 
     def button(self, label: str):
         """The first button (in the page's order) of the main block with this label, or None."""
-        found = [(path, element.button) for path, element in self.elements.items()
-                 if path[0] == MAIN and element.WhichOneof("type") == "button" and element.button.label == label]
+        found = [
+            (path, element.button)
+            for path, element in self.elements.items()
+            if path[0] == MAIN and element.WhichOneof("type") == "button" and element.button.label == label
+        ]
         return min(found, key=lambda item: item[0])[1] if found else None
 
     def alerts(self) -> str:
         """The text of every alert on the page, in the page's order."""
-        return " ".join(element.alert.body for _, element in sorted(self.elements.items())
-                        if element.WhichOneof("type") == "alert")
+        return " ".join(
+            element.alert.body for _, element in sorted(self.elements.items()) if element.WhichOneof("type") == "alert"
+        )
 
     async def click(self, label: str, timeout: float = 5.0) -> bool:
         """Press the page's first button with this label once it is enabled; False if it is not within

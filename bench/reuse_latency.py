@@ -66,15 +66,23 @@ def main() -> None:
             answers.append(seconds)
         load_after = os.getloadavg()
     report = {
-        "experiment": experiment.name, "runs": runs, "steps": steps, "trained_seconds": trained,
-        "reused_seconds": answers, "reused_median": statistics.median(answers), "reused_max": max(answers),
-        "load_average_before": load_before, "load_average_after": load_after,
+        "experiment": experiment.name,
+        "runs": runs,
+        "steps": steps,
+        "trained_seconds": trained,
+        "reused_seconds": answers,
+        "reused_median": statistics.median(answers),
+        "reused_max": max(answers),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"{experiment.name}: {runs} runs, {steps} steps; trained in {trained:.1f} s; the identical request "
-          f"answered from the store in {report['reused_median']:.3f} s (median of {len(answers)}, max "
-          f"{report['reused_max']:.3f} s); load average {load_before[0]:.1f} → {load_after[0]:.1f}")
+    print(
+        f"{experiment.name}: {runs} runs, {steps} steps; trained in {trained:.1f} s; the identical request "
+        f"answered from the store in {report['reused_median']:.3f} s (median of {len(answers)}, max "
+        f"{report['reused_max']:.3f} s); load average {load_before[0]:.1f} → {load_after[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,10 @@ def instrument() -> None:
 
 
 def prepared(algo: str, runs: int) -> list[Trainer]:
-    trainers = [Trainer(RunConfig(algo=get_preset(algo, epsilon=0.2 + 0.001 * r), task=DEFAULT_TASK, steps=10**6,
-                                  seed=r % 4)) for r in range(runs)]
+    trainers = [
+        Trainer(RunConfig(algo=get_preset(algo, epsilon=0.2 + 0.001 * r), task=DEFAULT_TASK, steps=10**6, seed=r % 4))
+        for r in range(runs)
+    ]
     for trainer in trainers:
         trainer.prepare()
     return trainers
@@ -86,8 +88,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     instrument()
-    print(f"{args.algo} on {DEFAULT_TASK}, tiny model, 1 thread, {args.steps} steps; load average "
-          f"{os.getloadavg()[0]:.1f} before", flush=True)
+    print(
+        f"{args.algo} on {DEFAULT_TASK}, tiny model, 1 thread, {args.steps} steps; load average "
+        f"{os.getloadavg()[0]:.1f} before",
+        flush=True,
+    )
     rows, alone = [], None
     for runs in args.runs:
         trainers = prepared(args.algo, runs)
@@ -99,12 +104,20 @@ def main() -> None:
         per_step = 1000 * (time.process_time() - started) / (runs * args.steps)
         alone = per_step if alone is None and runs == 1 else alone
         phases = {phase: 1000 * seconds / (runs * args.steps) for phase, seconds in SPENT.items()}
-        rows.append({"runs": runs, "cpu_ms_per_run_step": per_step, "phases_ms": phases,
-                     "ratio_to_one": None if alone is None else per_step / alone})
+        rows.append(
+            {
+                "runs": runs,
+                "cpu_ms_per_run_step": per_step,
+                "phases_ms": phases,
+                "ratio_to_one": None if alone is None else per_step / alone,
+            }
+        )
         ratio = "" if alone is None else f" ({per_step / alone:.2f}× R = 1)"
-        print(f"R = {runs}: {per_step:.1f} ms per run-step{ratio}; "
-              + ", ".join(f"{phase} {ms:.1f}" for phase, ms in sorted(phases.items(), key=lambda kv: -kv[1])),
-              flush=True)
+        print(
+            f"R = {runs}: {per_step:.1f} ms per run-step{ratio}; "
+            + ", ".join(f"{phase} {ms:.1f}" for phase, ms in sorted(phases.items(), key=lambda kv: -kv[1])),
+            flush=True,
+        )
     print(f"load average {os.getloadavg()[0]:.1f} after")
     if args.out:
         args.out.write_text(json.dumps({"algo": args.algo, "steps": args.steps, "rows": rows}, indent=1))

@@ -38,6 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from app_latency import cpu_snapshot  # noqa: E402
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
+from protocol_session import ProtocolSession, draws_a_point  # noqa: E402
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
+
 from app_driver import (  # noqa: E402
     CHROMIUM,
     HAS_CHART_POINTS,
@@ -48,10 +52,6 @@ from app_driver import (  # noqa: E402
     serve_app,
     wait_for_chart_points,
 )
-from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
-from protocol_session import ProtocolSession, draws_a_point  # noqa: E402
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
-
 from ui.lab import DEFAULT_STEPS  # noqa: E402
 
 PAGE = "grpo"
@@ -78,8 +78,10 @@ def round_of(browser, url: str, sessions: int, server_pid: int) -> dict:
         for index, page in enumerate(pages):
             page.on("websocket", lambda socket, i=index: socket.on("framereceived", lambda data: note_point(i, data)))
             open_page(page, f"{url}/{PAGE}", HEADING)
-        train = [page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train", exact=True)
-                 for page in pages]
+        train = [
+            page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Train", exact=True)
+            for page in pages
+        ]
         server_cpu = cpu_snapshot(server_pid)[0]
         clicked = []
         for button in train:  # as close together as one driver can click
@@ -106,12 +108,20 @@ def round_of(browser, url: str, sessions: int, server_pid: int) -> dict:
                         told_place |= {index} if QUEUE_PLACE in text else set()
                         told_estimate |= {index} if WAIT_ESTIMATE in text else set()
             time.sleep(0.05)
-        record = round_record([latency[i] for i in range(sessions)], clicked,
-                              [seen.get(i, "") for i in range(sessions)], queued, told_place, told_estimate,
-                              cpu_snapshot(server_pid)[0] - server_cpu, time.monotonic() - clicked[0])
+        record = round_record(
+            [latency[i] for i in range(sessions)],
+            clicked,
+            [seen.get(i, "") for i in range(sessions)],
+            queued,
+            told_place,
+            told_estimate,
+            cpu_snapshot(server_pid)[0] - server_cpu,
+            time.monotonic() - clicked[0],
+        )
         # The rest of each wait is the browser's: from the frame's arrival until its page showed the point.
-        return record | {"point_arrived_s": [arrived[i] - clicked[i] if i in arrived else None
-                                             for i in range(sessions)]}
+        return record | {
+            "point_arrived_s": [arrived[i] - clicked[i] if i in arrived else None for i in range(sessions)]
+        }
     finally:
         # A closed tab's training goes on (a reload must find it running), so each round stops its own runs: the
         # next round starts on an idle server.
@@ -120,8 +130,16 @@ def round_of(browser, url: str, sessions: int, server_pid: int) -> dict:
             context.close()
 
 
-def round_record(times: list[float], clicked: list[float], last_alerts: list[str], queued: set, told_place: set,
-                 told_estimate: set, server_cpu_s: float, wait_s: float) -> dict:
+def round_record(
+    times: list[float],
+    clicked: list[float],
+    last_alerts: list[str],
+    queued: set,
+    told_place: set,
+    told_estimate: set,
+    server_cpu_s: float,
+    wait_s: float,
+) -> dict:
     """One round's numbers, the same for both clients."""
     return {
         "sessions": len(times),
@@ -166,27 +184,40 @@ async def protocol_round(url: str, sessions: int, server_pid: int, hold: float =
         for client in clients:  # each click is one websocket message: all N go out within milliseconds
             if not await client.click("Train"):
                 raise RuntimeError("a session's Train button is not enabled")
-        await clients[0].wait_for(lambda: all(c.first_point_at is not None for c in clients),
-                                  TRAINING_TIMEOUT_MS / 1000, "every session's first chart point")
+        await clients[0].wait_for(
+            lambda: all(c.first_point_at is not None for c in clients),
+            TRAINING_TIMEOUT_MS / 1000,
+            "every session's first chart point",
+        )
         waited = max(c.first_point_at for c in clients) - clients[0].clicked_at
         server_cpu = cpu_snapshot(server_pid)[0] - server_cpu
-        reruns = {"fragment_reruns_sent": [c.fragment_reruns_sent for c in clients],  # click → the round's last point
-                  "fragment_reruns_done": [c.fragment_reruns_done for c in clients],
-                  "fragment_reruns_before_point": [c.reruns_before_point for c in clients]}
+        reruns = {
+            "fragment_reruns_sent": [c.fragment_reruns_sent for c in clients],  # click → the round's last point
+            "fragment_reruns_done": [c.fragment_reruns_done for c in clients],
+            "fragment_reruns_before_point": [c.reruns_before_point for c in clients],
+        }
         # The progress bar above the charts, drawn in the same run as the first point, says how many steps.
         totals = [(progress(c.page_at_first_point) or (None, None))[1] for c in clients]
         if any(total != DEFAULT_STEPS for total in totals):  # the knobs were lost on the way
             raise RuntimeError(f"runs of {totals} steps, not the page's {DEFAULT_STEPS}")
         told = [" ".join(text for text in c.alert_texts if "queued:" in text) for c in clients]  # while queued
         record = round_record(
-            [c.first_point_at - c.clicked_at for c in clients], [c.clicked_at for c in clients],
+            [c.first_point_at - c.clicked_at for c in clients],
+            [c.clicked_at for c in clients],
             [next((text for text in reversed(c.alert_texts) if text), "") for c in clients],
-            {i for i, text in enumerate(told) if text}, {i for i, text in enumerate(told) if QUEUE_PLACE in text},
-            {i for i, text in enumerate(told) if WAIT_ESTIMATE in text}, server_cpu, waited,
+            {i for i, text in enumerate(told) if text},
+            {i for i, text in enumerate(told) if QUEUE_PLACE in text},
+            {i for i, text in enumerate(told) if WAIT_ESTIMATE in text},
+            server_cpu,
+            waited,
         )
         # When the click's own run of the page had finished drawing, the step count of the runs, the timers' reruns.
-        return record | {"redrawn_s": [c.redrawn_at and c.redrawn_at - c.clicked_at for c in clients],
-                         "steps_total": totals[0]} | reruns | await held(clients, hold, server_pid)
+        return (
+            record
+            | {"redrawn_s": [c.redrawn_at and c.redrawn_at - c.clicked_at for c in clients], "steps_total": totals[0]}
+            | reruns
+            | await held(clients, hold, server_pid)
+        )
     finally:
         await stop_protocol_runs(clients)
         await asyncio.gather(*(client.close() for client in clients))
@@ -196,8 +227,10 @@ async def stop_protocol_runs(clients: list[ProtocolSession]) -> None:
     """`stop_trainings` for protocol sessions: the lab's first Stop, where it is live within 5 s, then its
     "Stopped after"."""
     stopped = [client for client in clients if await client.click("Stop")]
-    for outcome in await asyncio.gather(*(client.wait_for(lambda c=client: STOPPED in c.alerts(), 30, STOPPED)
-                                          for client in stopped), return_exceptions=True):
+    for outcome in await asyncio.gather(
+        *(client.wait_for(lambda c=client: STOPPED in c.alerts(), 30, STOPPED) for client in stopped),
+        return_exceptions=True,
+    ):
         if not isinstance(outcome, TimeoutError) and outcome is not None:
             raise outcome  # a timeout is a run that ended on its own between the click and the Stop
 
@@ -212,16 +245,19 @@ async def held(clients: list[ProtocolSession], hold: float, server_pid: int) -> 
     sent, done = [c.fragment_reruns_sent for c in clients], [c.fragment_reruns_done for c in clients]
     await asyncio.sleep(hold)
     cpu_after, threads_after = cpu_snapshot(server_pid)
-    return {"hold": {
-        "s": hold,
-        "server_cpu_s": cpu_after - cpu,
-        "training_thread_cpu_s": max(threads_after[t] - threads[t] for t in threads_after if t in threads),
-        "fragment_reruns_sent": [c.fragment_reruns_sent - n for c, n in zip(clients, sent)],
-        "fragment_reruns_done": [c.fragment_reruns_done - n for c, n in zip(clients, done)],
-        # None where the bar was not up at both ends (the run was queued, or had ended)
-        "steps": [(after := progress(c.elements)) and before and after[0] - before[0]
-                  for c, before in zip(clients, steps)],
-    }}
+    return {
+        "hold": {
+            "s": hold,
+            "server_cpu_s": cpu_after - cpu,
+            "training_thread_cpu_s": max(threads_after[t] - threads[t] for t in threads_after if t in threads),
+            "fragment_reruns_sent": [c.fragment_reruns_sent - n for c, n in zip(clients, sent)],
+            "fragment_reruns_done": [c.fragment_reruns_done - n for c, n in zip(clients, done)],
+            # None where the bar was not up at both ends (the run was queued, or had ended)
+            "steps": [
+                (after := progress(c.elements)) and before and after[0] - before[0] for c, before in zip(clients, steps)
+            ],
+        }
+    }
 
 
 def progress(elements: dict) -> tuple[int, int] | None:
@@ -265,12 +301,20 @@ def protocol_rounds(url: str, counts: list[int], server_pid: int, hold: float):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 3, 6, 10])
-    parser.add_argument("--client", choices=("browser", "protocol"), default="browser",
-                        help="browser: a Chromium context per session; protocol: Streamlit's websocket protocol, "
-                             "no rendering (the server alone)")
-    parser.add_argument("--hold", type=float, default=0.0,
-                        help="protocol client: let the runs train this many seconds after the last point, and "
-                             "report the server's CPU, its fragment reruns and the steps in that time")
+    parser.add_argument(
+        "--client",
+        choices=("browser", "protocol"),
+        default="browser",
+        help="browser: a Chromium context per session; protocol: Streamlit's websocket protocol, "
+        "no rendering (the server alone)",
+    )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="protocol client: let the runs train this many seconds after the last point, and "
+        "report the server's CPU, its fragment reruns and the steps in that time",
+    )
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)
     if args.hold < 0 or (args.hold and args.client != "protocol"):
@@ -280,28 +324,47 @@ def main(argv: list[str] | None = None) -> None:
     env = {"RLHF_LAB_CACHE": str(cache), "RLHF_LAB_DB": str(cache / "runs.sqlite"), "RLHF_LAB_WARM_START": "0"}
     results = {"client": args.client, "cpus": os.cpu_count(), "load_average_before": load_average(), "rounds": []}
     with serve_app(cache / "streamlit.log", env) as (url, server):
-        rounds = (browser_rounds(url, args.sessions, server.pid) if args.client == "browser"
-                  else protocol_rounds(url, args.sessions, server.pid, args.hold))
+        rounds = (
+            browser_rounds(url, args.sessions, server.pid)
+            if args.client == "browser"
+            else protocol_rounds(url, args.sessions, server.pid, args.hold)
+        )
         for outcome in rounds:
             results["rounds"].append(outcome)
-            print(f"{outcome['sessions']:>2} sessions: first chart point median {outcome['median_s']:.1f} s, worst "
-                  f"{outcome['worst_s']:.1f} s; {outcome['queued_sessions']} queued, "
-                  f"{outcome['told_their_place']} told their place, {outcome['told_an_estimate']} an estimate "
-                  f"(clicks spread over {outcome['click_spread_s']:.1f} s)", flush=True)
+            print(
+                f"{outcome['sessions']:>2} sessions: first chart point median {outcome['median_s']:.1f} s, worst "
+                f"{outcome['worst_s']:.1f} s; {outcome['queued_sessions']} queued, "
+                f"{outcome['told_their_place']} told their place, {outcome['told_an_estimate']} an estimate "
+                f"(clicks spread over {outcome['click_spread_s']:.1f} s)",
+                flush=True,
+            )
             arrived = [t for t in outcome.get("point_arrived_s", ()) if t is not None]
-            extra = (f"; the point's frame reached the browser after median {statistics.median(arrived):.1f} s, worst "
-                     f"{max(arrived):.1f} s" if arrived else "")
-            extra += (f"; per session, fragment reruns sent {outcome['fragment_reruns_sent']} (before its point "
-                     f"{outcome['fragment_reruns_before_point']}), done {outcome['fragment_reruns_done']}"
-                     if "fragment_reruns_sent" in outcome else "")
-            print(f"    server CPU {outcome['server_cpu_s']:.1f} s in the {outcome['wait_s']:.1f} s until the last "
-                  f"point{extra}", flush=True)
+            extra = (
+                f"; the point's frame reached the browser after median {statistics.median(arrived):.1f} s, worst "
+                f"{max(arrived):.1f} s"
+                if arrived
+                else ""
+            )
+            extra += (
+                f"; per session, fragment reruns sent {outcome['fragment_reruns_sent']} (before its point "
+                f"{outcome['fragment_reruns_before_point']}), done {outcome['fragment_reruns_done']}"
+                if "fragment_reruns_sent" in outcome
+                else ""
+            )
+            print(
+                f"    server CPU {outcome['server_cpu_s']:.1f} s in the {outcome['wait_s']:.1f} s until the last "
+                f"point{extra}",
+                flush=True,
+            )
             if "hold" in outcome:
                 hold = outcome["hold"]
-                print(f"    then {hold['s']:.0f} s of training: server CPU {hold['server_cpu_s']:.1f} s (its training "
-                      f"thread {hold['training_thread_cpu_s']:.1f} s); per session, "
-                      f"steps {hold['steps']}, fragment reruns sent {hold['fragment_reruns_sent']}, done "
-                      f"{hold['fragment_reruns_done']}", flush=True)
+                print(
+                    f"    then {hold['s']:.0f} s of training: server CPU {hold['server_cpu_s']:.1f} s (its training "
+                    f"thread {hold['training_thread_cpu_s']:.1f} s); per session, "
+                    f"steps {hold['steps']}, fragment reruns sent {hold['fragment_reruns_sent']}, done "
+                    f"{hold['fragment_reruns_done']}",
+                    flush=True,
+                )
     results["load_average_after"] = load_average()
     print(f"load average before {results['load_average_before']}, after {results['load_average_after']}")
     if args.json:

@@ -43,8 +43,17 @@ WARMUP = 50  # steps before "no step below" applies
 DROP_WINDOW = 10
 SPIKE_FACTOR, SPIKE_FLOOR, SPIKE_WINDOW = 10.0, 0.1, 50
 MEAN_BAR, MIN_BAR = 0.90, 0.60
-TRACES = ("success_rate", "grad_norm", "approx_kl", "clip_frac", "entropy", "kl_exact", "explained_variance",
-          "advantage_std", "skipped_updates")
+TRACES = (
+    "success_rate",
+    "grad_norm",
+    "approx_kl",
+    "clip_frac",
+    "entropy",
+    "kl_exact",
+    "explained_variance",
+    "advantage_std",
+    "skipped_updates",
+)
 
 
 def largest_drop(success: list[float], window: int = DROP_WINDOW) -> tuple[float, int]:
@@ -102,8 +111,15 @@ def _run(preset: str, seed: int, steps: int, task: str, model: str, overrides: d
     from rl_core.engine.trainer import Trainer
 
     torch.set_num_threads(1)
-    run = RunConfig(algo=get_preset(preset, **overrides), task=task, model=model, steps=steps, seed=seed,
-                    device="cpu", samples_per_record=0)
+    run = RunConfig(
+        algo=get_preset(preset, **overrides),
+        task=task,
+        model=model,
+        steps=steps,
+        seed=seed,
+        device="cpu",
+        samples_per_record=0,
+    )
     trainer = Trainer(run, cache_dir)
     setup = trainer.prepare()
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -124,8 +140,10 @@ def _passes(result: dict) -> bool:
 
 
 def format_table(results: list[dict]) -> str:
-    header = (f"{'preset':<22} {'seed':>4} {'last100 mean':>12} {'last100 min':>11} {'min≥50':>6} "
-              f"{'largest drop (step)':>19} {'spikes':>6} {'max gn (step)':>14} {'skipped':>7} {'s':>6}")
+    header = (
+        f"{'preset':<22} {'seed':>4} {'last100 mean':>12} {'last100 min':>11} {'min≥50':>6} "
+        f"{'largest drop (step)':>19} {'spikes':>6} {'max gn (step)':>14} {'skipped':>7} {'s':>6}"
+    )
     lines = [header, "-" * len(header)]
     for r in results:
         ok = _passes(r)
@@ -136,8 +154,11 @@ def format_table(results: list[dict]) -> str:
             f"{r['skipped_updates']:>7} {r['seconds']:>6.0f}{'' if ok else '  ✗'}"
         )
     failed = [f"{r['preset']}/{r['seed']}" for r in results if not _passes(r)]
-    verdict = (f"all {len(results)} runs: last-100 mean ≥ {MEAN_BAR} and no step of the last {LAST} below {MIN_BAR}"
-               if not failed else f"{len(failed)} of {len(results)} runs miss the bar: {', '.join(failed)}")
+    verdict = (
+        f"all {len(results)} runs: last-100 mean ≥ {MEAN_BAR} and no step of the last {LAST} below {MIN_BAR}"
+        if not failed
+        else f"{len(failed)} of {len(results)} runs miss the bar: {', '.join(failed)}"
+    )
     return "\n".join(lines + [verdict])
 
 
@@ -153,27 +174,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--task", default=DEFAULT_TASK)
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
-                        help="override a knob of every preset (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="override a knob of every preset (repeatable)",
+    )
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--cache-dir", default=str(default_cache_dir()))
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.overrides)
     started = time.time()
     # Longest runs first (a critic or 64 prompts per step), so the pool does not end on one straggler.
-    order = sorted(((p, s) for p in args.presets for s in args.seeds),
-                   key=lambda ps: -(PRESETS[ps[0]].use_critic + PRESETS[ps[0]].prompts_per_step / 64))
+    order = sorted(
+        ((p, s) for p in args.presets for s in args.seeds),
+        key=lambda ps: -(PRESETS[ps[0]].use_critic + PRESETS[ps[0]].prompts_per_step / 64),
+    )
     results = []
     with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
         for future in [pool.submit(_prepare_sft, args.task, s, args.model, args.cache_dir) for s in args.seeds]:
             future.result()
-        futures = [pool.submit(_run, p, s, args.steps, args.task, args.model, overrides, args.cache_dir)
-                   for p, s in order]
+        futures = [
+            pool.submit(_run, p, s, args.steps, args.task, args.model, overrides, args.cache_dir) for p, s in order
+        ]
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
-            print(f"done {result['preset']}/{result['seed']}: last-100 mean {result['last100_mean']:.3f}, "
-                  f"min {result['last100_min']:.3f} ({result['seconds']:.0f} s)", flush=True)
+            print(
+                f"done {result['preset']}/{result['seed']}: last-100 mean {result['last100_mean']:.3f}, "
+                f"min {result['last100_min']:.3f} ({result['seconds']:.0f} s)",
+                flush=True,
+            )
             write_report(args, overrides, results, started)  # an interrupted sweep keeps what it finished
     print(write_report(args, overrides, results, started))
     return 0
@@ -185,16 +218,27 @@ def write_report(args, overrides: dict, results: list[dict], started: float) -> 
     results = sorted(results, key=lambda r: (rank[r["preset"]], r["seed"]))
     table = format_table(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "host": platform.node(),
-        "load_average": os.getloadavg(),
-        "wall_seconds": time.time() - started,
-        "settings": {"task": args.task, "model": args.model, "steps": args.steps, "seeds": args.seeds,
-                     "overrides": overrides, "workers": args.workers},
-        "table": table,
-        "runs": results,
-    }, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "created": datetime.datetime.now(datetime.UTC).isoformat(),
+                "host": platform.node(),
+                "load_average": os.getloadavg(),
+                "wall_seconds": time.time() - started,
+                "settings": {
+                    "task": args.task,
+                    "model": args.model,
+                    "steps": args.steps,
+                    "seeds": args.seeds,
+                    "overrides": overrides,
+                    "workers": args.workers,
+                },
+                "table": table,
+                "runs": results,
+            },
+            indent=1,
+        )
+    )
     return table
 
 

@@ -47,19 +47,37 @@ def sweep(arguments: list[str], scratch: Path, workers: int, tag: str) -> dict:
     """One timed `sweep` invocation: its wall time, and the sweep's own (from the command's "N runs in S s" line:
     without the interpreter start and imports of the parent process, which are the same for any worker count).
     Its summary table is echoed."""
-    command = [sys.executable, "-m", "rl_core", "sweep", *arguments, "--workers", str(workers),
-               "--db", str(scratch / "runs.sqlite"), "--out", str(scratch / tag)]
+    command = [
+        sys.executable,
+        "-m",
+        "rl_core",
+        "sweep",
+        *arguments,
+        "--workers",
+        str(workers),
+        "--db",
+        str(scratch / "runs.sqlite"),
+        "--out",
+        str(scratch / tag),
+    ]
     load_before = os.getloadavg()
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, env={**os.environ, "RLHF_LAB_CACHE": str(scratch / "cache")},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        command, cwd=ROOT, env={**os.environ, "RLHF_LAB_CACHE": str(scratch / "cache")}, capture_output=True, text=True
+    )
     seconds = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
     print(result.stdout)
     sweep_seconds = float(re.search(r"\d+ runs in ([\d.]+) s", result.stderr).group(1))
-    return {"workers": workers, "seconds": seconds, "sweep_seconds": sweep_seconds, "load_before": load_before,
-            "load_after": os.getloadavg(), "command": command}
+    return {
+        "workers": workers,
+        "seconds": seconds,
+        "sweep_seconds": sweep_seconds,
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "command": command,
+    }
 
 
 def train_commands(algos: list[str], seeds: int, steps: int, scratch: Path) -> dict:
@@ -67,10 +85,25 @@ def train_commands(algos: list[str], seeds: int, steps: int, scratch: Path) -> d
     start = time.perf_counter()
     for algo in algos:
         for seed in range(seeds):
-            command = [sys.executable, "-m", "rl_core", "train", "--algo", algo, "--seed", str(seed), "--steps",
-                       str(steps)]
-            done = subprocess.run(command, cwd=ROOT, env={**os.environ, "RLHF_LAB_CACHE": str(scratch / "cache")},
-                                  capture_output=True, text=True)
+            command = [
+                sys.executable,
+                "-m",
+                "rl_core",
+                "train",
+                "--algo",
+                algo,
+                "--seed",
+                str(seed),
+                "--steps",
+                str(steps),
+            ]
+            done = subprocess.run(
+                command,
+                cwd=ROOT,
+                env={**os.environ, "RLHF_LAB_CACHE": str(scratch / "cache")},
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return {"seconds": time.perf_counter() - start}
@@ -115,8 +148,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sweep-speedup-") as folder:
         scratch = Path(folder)
         print("training the SFT checkpoints both sweeps start from …", flush=True)
-        sweep(["--algos", args.algos.split(",")[0], "--seeds", str(args.seeds), "--steps", "1"], scratch,
-              args.workers, "warm-up")
+        sweep(
+            ["--algos", args.algos.split(",")[0], "--seeds", str(args.seeds), "--steps", "1"],
+            scratch,
+            args.workers,
+            "warm-up",
+        )
         timings: dict[str, list[dict]] = {"serial": [], "parallel": []}
         algos = args.algos.split(",")
         page: dict[str, list[dict]] = {"serial": [], "parallel": []}
@@ -136,8 +173,12 @@ def main() -> None:
     separate_seconds = min(t["seconds"] for t in separate)
     report = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count(),
-                    "usable_cores": default_workers()},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cores": os.cpu_count(),
+            "usable_cores": default_workers(),
+        },
         "sweep": {"algos": args.algos.split(","), "seeds": args.seeds, "steps": args.steps},
         "autogroup_scheduling": _autogroup(),
         "timings": timings,
@@ -154,16 +195,24 @@ def main() -> None:
     for name, mode in (("one after another", "serial"), ("in parallel", "parallel")):
         for timing in timings[mode]:
             load = ", ".join(f"{value:.2f}" for value in timing["load_before"])
-            print(f"{runs} runs × {args.steps} steps, {timing['workers']} worker(s), {name}: "
-                  f"{timing['seconds']:.1f} s, of which the sweep {timing['sweep_seconds']:.1f} s "
-                  f"(load average before: {load})")
+            print(
+                f"{runs} runs × {args.steps} steps, {timing['workers']} worker(s), {name}: "
+                f"{timing['seconds']:.1f} s, of which the sweep {timing['sweep_seconds']:.1f} s "
+                f"(load average before: {load})"
+            )
     verdict = "meets" if ratio <= TARGET_RATIO else "misses"
-    print(f"parallel / serial = {ratio:.2f} end to end ({verdict} the ≤ {TARGET_RATIO} target), "
-          f"{sweep_ratio:.2f} for the sweep alone")
-    print(f"the Compare page: {page_serial:.1f} s with 1 worker, {page_parallel:.1f} s with {args.workers}: "
-          f"{page_parallel / page_serial:.2f}")
-    print(f"{runs} separate `python -m rl_core train` commands one after another: {separate_seconds:.1f} s; the "
-          f"parallel sweep command takes {parallel['seconds'] / separate_seconds:.2f} of that; report: {args.report}")
+    print(
+        f"parallel / serial = {ratio:.2f} end to end ({verdict} the ≤ {TARGET_RATIO} target), "
+        f"{sweep_ratio:.2f} for the sweep alone"
+    )
+    print(
+        f"the Compare page: {page_serial:.1f} s with 1 worker, {page_parallel:.1f} s with {args.workers}: "
+        f"{page_parallel / page_serial:.2f}"
+    )
+    print(
+        f"{runs} separate `python -m rl_core train` commands one after another: {separate_seconds:.1f} s; the "
+        f"parallel sweep command takes {parallel['seconds'] / separate_seconds:.2f} of that; report: {args.report}"
+    )
 
 
 def _autogroup() -> bool | None:

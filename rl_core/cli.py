@@ -23,7 +23,6 @@ from rl_core.bridge.export_unipo import UnipoWriter, unipo_document, validate_un
 from rl_core.bridge.trl_env import trl_python
 from rl_core.config import PREFERENCE_PRESETS, PairRunConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import MODEL_PRESETS
-from rl_core.engine.preference_optimisation import DPOTrainer
 from rl_core.engine.sft import default_cache_dir
 from rl_core.engine.trainer import TrainingError, check_checkpoint_folder
 from rl_core.experiments import EXPERIMENTS, get_experiment
@@ -38,11 +37,14 @@ from rl_core.runs.summary import format_table, run_row, summarise, write_csv
 from rl_core.runs.sweep import MAX_SWEEP_RUNS, Sweep, SweepProgress, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 
-
 # What the progress bar shows of a step's record, where the record has it: a policy's batch success and reward,
 # a reward model's minibatch accuracy and margin.
-PROGRESS_METRICS = (("success", "success_rate"), ("reward", "reward_mean"), ("accuracy", "accuracy"),
-                    ("margin", "margin"))
+PROGRESS_METRICS = (
+    ("success", "success_rate"),
+    ("reward", "reward_mean"),
+    ("accuracy", "accuracy"),
+    ("margin", "margin"),
+)
 FINAL_NAMES = {"success_rate": "success", "reward_mean": "reward"}  # the final line's short names
 
 
@@ -54,11 +56,15 @@ class Parser(argparse.ArgumentParser):
 
 
 DEVICE_HELP = "auto (gpt2: cuda, then mps, then cpu; tiny and small: cpu), cpu, cuda, cuda:N, mps"
-MODEL_HELP = (f"a preset ({', '.join(MODEL_PRESETS)}; default tiny), or a Hugging Face causal LM of the GPT-2 "
-              "architecture with its own tokenizer: a folder saved with save_pretrained, or a Hub id such as "
-              "openai-community/gpt2 (downloaded once, then read from the cache)")
-RAY_ADDRESS_HELP = ("train every run as a task on the Ray cluster whose head is at this host:port, its CPUs as the "
-                    "workers (default: $RLHF_LAB_RAY_ADDRESS, else this machine)")
+MODEL_HELP = (
+    f"a preset ({', '.join(MODEL_PRESETS)}; default tiny), or a Hugging Face causal LM of the GPT-2 "
+    "architecture with its own tokenizer: a folder saved with save_pretrained, or a Hub id such as "
+    "openai-community/gpt2 (downloaded once, then read from the cache)"
+)
+RAY_ADDRESS_HELP = (
+    "train every run as a task on the Ray cluster whose head is at this host:port, its CPUs as the "
+    "workers (default: $RLHF_LAB_RAY_ADDRESS, else this machine)"
+)
 
 
 def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
@@ -67,12 +73,17 @@ def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
     commands.add_parser("algos", help="list the algorithm presets, then DPO, IPO and the reward model")
     commands.add_parser("tasks", help="list the toy tasks")
     train = commands.add_parser("train", help="train one preset on one task")
-    train.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)} (dpo, ipo and reward_model: "
-                       "on a task with preference pairs, such as preference)")
+    train.add_argument(
+        "--algo",
+        required=True,
+        help=f"one of: {', '.join(RUN_ALGOS)} (dpo, ipo and reward_model: "
+        "on a task with preference pairs, such as preference)",
+    )
     _add_train_arguments(train, DEFAULT_TASK)
     reward = commands.add_parser(
-        "reward-model", help="fit the Bradley-Terry reward model to a task's preference pairs (train --algo "
-        "reward_model): loss, accuracy and margin per step, held out every eval_steps"
+        "reward-model",
+        help="fit the Bradley-Terry reward model to a task's preference pairs (train --algo "
+        "reward_model): loss, accuracy and margin per step, held out every eval_steps",
     )
     _add_train_arguments(reward, "preference")
     sweep = commands.add_parser(
@@ -80,52 +91,92 @@ def build_parser(prog: str = "python -m rl_core") -> argparse.ArgumentParser:
     )
     sweep.add_argument("--algos", required=True, help=f"comma-separated presets, from: {', '.join(RUN_ALGOS)}")
     sweep.add_argument("--seeds", type=int, default=3, help="seeds 0 … N−1 of every preset and grid value")
-    sweep.add_argument("--grid", action="append", default=[], metavar="KNOB=V1,V2,…",
-                       help="run every preset with each of these values of a knob (repeatable: all combinations)")
-    sweep.add_argument("--workers", type=int, default=None,
-                       help=f"runs trained at once, one process each (default: the cores here, {default_workers()})")
+    sweep.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KNOB=V1,V2,…",
+        help="run every preset with each of these values of a knob (repeatable: all combinations)",
+    )
+    sweep.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help=f"runs trained at once, one process each (default: the cores here, {default_workers()})",
+    )
     _add_run_arguments(sweep)
     sweep.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     sweep.add_argument("--ray-address", help=RAY_ADDRESS_HELP)
-    sweep.add_argument("--fresh", action="store_true",
-                       help="train every run again, even those the run store already holds")
-    sweep.add_argument("--out", type=Path, required=True,
-                       help="folder for runs/<group>-seed<N>.csv (per-step metrics), runs.csv and summary.csv")
+    sweep.add_argument(
+        "--fresh", action="store_true", help="train every run again, even those the run store already holds"
+    )
+    sweep.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="folder for runs/<group>-seed<N>.csv (per-step metrics), runs.csv and summary.csv",
+    )
     experiment = commands.add_parser(
         "experiment", help="reproduce a paper's claim: its arms × seeds in parallel, the effect and a verdict"
     )
     experiment.add_argument("name", nargs="?", help="the experiment (see --list)")
     experiment.add_argument("--list", action="store_true", help="list the experiments, one a line, name first")
-    experiment.add_argument("--all", action="store_true", help="run every experiment of --list in turn, one line "
-                            "each (before a class: later identical requests answer from the run store)")
+    experiment.add_argument(
+        "--all",
+        action="store_true",
+        help="run every experiment of --list in turn, one line "
+        "each (before a class: later identical requests answer from the run store)",
+    )
     experiment.add_argument("--ray-address", help=RAY_ADDRESS_HELP)
-    experiment.add_argument("--fresh", action="store_true",
-                            help="train every run again, even those the run store already holds")
+    experiment.add_argument(
+        "--fresh", action="store_true", help="train every run again, even those the run store already holds"
+    )
     experiment.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the experiment's, 0 … 7)")
     experiment.add_argument("--device", default="auto", help=DEVICE_HELP)
-    experiment.add_argument("--workers", type=int, default=None, help="runs trained at once, one process each "
-                            f"(default: the cores here, {default_workers()})")
+    experiment.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help=f"runs trained at once, one process each (default: the cores here, {default_workers()})",
+    )
     experiment.add_argument("--model", help=f"replace the experiment's model: {MODEL_HELP}")
     experiment.add_argument("--steps", type=int, help="replace the experiment's number of RL steps (a quick try)")
     experiment.add_argument("--db", type=Path, help="the run store (default: $RLHF_LAB_DB or runs.sqlite in the cache)")
     experiment.add_argument("--cache-dir", type=Path, help="where SFT checkpoints and reward models are cached")
-    experiment.add_argument("--out", type=Path, help="folder for runs/<arm>-seed<N>.jsonl and summary.json (with "
-                            "--all: a folder per experiment in it; default the cache's experiments folder)")
+    experiment.add_argument(
+        "--out",
+        type=Path,
+        help="folder for runs/<arm>-seed<N>.jsonl and summary.json (with "
+        "--all: a folder per experiment in it; default the cache's experiments folder)",
+    )
     export = commands.add_parser(
-        "export", help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags "
-        "(bash); dpo and ipo as TRL's DPOConfig or OpenRLHF's train_dpo, reward_model as RewardConfig or train_rm"
+        "export",
+        help="a preset with overrides as TRL's GRPOConfig (Python), verl's overrides or OpenRLHF's flags "
+        "(bash); dpo and ipo as TRL's DPOConfig or OpenRLHF's train_dpo, reward_model as RewardConfig or train_rm",
     )
     export.add_argument("--algo", required=True, help=f"one of: {', '.join(RUN_ALGOS)}")
-    export.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
-                        help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
-    export.add_argument("--format", required=True, choices=FRAMEWORKS, help="trl (Python source), verl or openrlhf (bash)")
+    export.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="override a knob of the preset (repeatable), e.g. --set beta=0.1",
+    )
+    export.add_argument(
+        "--format", required=True, choices=FRAMEWORKS, help="trl (Python source), verl or openrlhf (bash)"
+    )
     export.add_argument("--task", default=DEFAULT_TASK, help="the task whose length limit max_new_tokens=None means")
     export.add_argument("--out", type=Path, help="write here instead of printing")
     parity = commands.add_parser(
         "parity", help="the same toy run in TRL's GRPOTrainer beside ours: both stored, a table of how close they are"
     )
-    parity.add_argument("--algo", default="grpo", help="a group preset TRL's GRPOConfig takes (default grpo), or dpo "
-                        "(beside TRL's DPOTrainer, on the preference task's pairs)")
+    parity.add_argument(
+        "--algo",
+        default="grpo",
+        help="a group preset TRL's GRPOConfig takes (default grpo), or dpo "
+        "(beside TRL's DPOTrainer, on the preference task's pairs)",
+    )
     parity.add_argument("--task", default=None, help=f"an exact-answer task (default {DEFAULT_TASK}; dpo: preference)")
     parity.add_argument("--steps", type=int, default=60, help="RL steps (generated batches) per run (default 60)")
     parity.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
@@ -144,10 +195,14 @@ def _add_train_arguments(command: argparse.ArgumentParser, task: str) -> None:
     command.add_argument("--seed", type=int, default=0)
     _add_run_arguments(command, task)
     command.add_argument("--metrics-out", type=Path, help="write one JSON object per step to this .jsonl file")
-    command.add_argument("--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here "
-                         "(RL presets)")
-    command.add_argument("--unipo-out", type=Path, help="write the run in UNIPO's canonical log schema: .jsonl (a "
-                         "line per step) or .json (RL presets)")
+    command.add_argument(
+        "--checkpoint", type=Path, help="save the trained policy, critic and optimiser state here (RL presets)"
+    )
+    command.add_argument(
+        "--unipo-out",
+        type=Path,
+        help="write the run in UNIPO's canonical log schema: .jsonl (a line per step) or .json (RL presets)",
+    )
 
 
 def _add_run_arguments(command: argparse.ArgumentParser, task: str = DEFAULT_TASK) -> None:
@@ -155,8 +210,14 @@ def _add_run_arguments(command: argparse.ArgumentParser, task: str = DEFAULT_TAS
     command.add_argument("--task", default=task, help=f"one of: {', '.join(TASKS)} (default {task})")
     command.add_argument("--model", default="tiny", help=MODEL_HELP)
     command.add_argument("--steps", type=int, default=100)
-    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
-                         help="override a knob of the preset (repeatable), e.g. --set beta=0.1")
+    command.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="override a knob of the preset (repeatable), e.g. --set beta=0.1",
+    )
     command.add_argument("--device", default="auto", help=DEVICE_HELP)
     command.add_argument("--demo-noise", type=float, default=None, help="fraction of imperfect SFT demonstrations")
     command.add_argument("--sft-steps", type=int, default=RunConfig.sft_steps)
@@ -218,11 +279,15 @@ def _run(args, argv: list[str]) -> int:
             sft_steps=args.sft_steps,
         )
         if args.checkpoint and isinstance(run.algo, PairRunConfig):
-            raise ValueError(f"--checkpoint saves an RL run's policy, critic and optimiser; algo={args.algo} has no "
-                             "such state to resume: drop --checkpoint")
+            raise ValueError(
+                f"--checkpoint saves an RL run's policy, critic and optimiser; algo={args.algo} has no "
+                "such state to resume: drop --checkpoint"
+            )
         if args.unipo_out and isinstance(run.algo, PairRunConfig):
-            raise ValueError(f"--unipo-out writes an RL run's rollouts; algo={args.algo} samples none to train on: "
-                             "drop --unipo-out (--metrics-out has every step)")
+            raise ValueError(
+                f"--unipo-out writes an RL run's rollouts; algo={args.algo} samples none to train on: "
+                "drop --unipo-out (--metrics-out has every step)"
+            )
         if args.checkpoint:
             check_checkpoint_folder(args.checkpoint)  # before the training, not after it
         trainer = trainer_for(run, cache_dir=args.cache_dir)
@@ -282,21 +347,42 @@ def _train(trainer, args) -> int:
 def _sweep(args) -> int:
     try:
         if not 1 <= args.seeds <= MAX_SWEEP_RUNS:
-            raise ValueError(f"--seeds {shown(args.seeds)} is out of range; allowed: an integer from 1 to "
-                             f"{MAX_SWEEP_RUNS}")
+            raise ValueError(
+                f"--seeds {shown(args.seeds)} is out of range; allowed: an integer from 1 to {MAX_SWEEP_RUNS}"
+            )
         algos = [name.strip() for name in args.algos.split(",") if name.strip()]
         planned = plan_sweep(
-            algos, range(args.seeds), args.task, args.steps,
-            overrides=parse_overrides(args.overrides), grid=parse_grid(args.grid),
-            model=args.model, device=args.device, demo_noise=args.demo_noise, sft_steps=args.sft_steps,
+            algos,
+            range(args.seeds),
+            args.task,
+            args.steps,
+            overrides=parse_overrides(args.overrides),
+            grid=parse_grid(args.grid),
+            model=args.model,
+            device=args.device,
+            demo_noise=args.demo_noise,
+            sft_steps=args.sft_steps,
         )
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out {args.out} is a file; give a folder")
         (args.out / "runs").mkdir(parents=True, exist_ok=True)  # before training: a folder we cannot write fails now
-        spec = {"task": args.task, "algos": algos, "seeds": args.seeds, "steps": args.steps,
-                "grid": args.grid, "overrides": args.overrides}
-        sweep = Sweep(planned, RunStore(args.db), workers=args.workers, cache_dir=args.cache_dir, spec=spec,
-                      fresh=args.fresh, ray_address=args.ray_address)
+        spec = {
+            "task": args.task,
+            "algos": algos,
+            "seeds": args.seeds,
+            "steps": args.steps,
+            "grid": args.grid,
+            "overrides": args.overrides,
+        }
+        sweep = Sweep(
+            planned,
+            RunStore(args.db),
+            workers=args.workers,
+            cache_dir=args.cache_dir,
+            spec=spec,
+            fresh=args.fresh,
+            ray_address=args.ray_address,
+        )
     except (OSError, ValueError, StoreError) as error:
         return _refuse(error, args.out)
     workers = min(sweep.workers, len(planned))
@@ -307,8 +393,10 @@ def _sweep(args) -> int:
         runs = sweep.run(progress)
     finally:
         progress.close()
-    print(f"{len(runs)} runs in {time.perf_counter() - start:.1f} s, {workers} at a time; {reuse_line(runs)}",
-          file=sys.stderr)
+    print(
+        f"{len(runs)} runs in {time.perf_counter() - start:.1f} s, {workers} at a time; {reuse_line(runs)}",
+        file=sys.stderr,
+    )
     rows = _write_sweep(sweep.store, runs, args.out)
     print(format_table(summarise(rows)))
     failed = [run for run in runs if run.status in ("failed", "interrupted")]
@@ -331,10 +419,13 @@ def _parity(args) -> int:
         raise ValueError(f"steps={args.steps} is out of range; allowed: 1 to 1000")
     if args.algo == "dpo":
         if args.task not in (None, parity_dpo.PARITY_TASK):
-            raise ValueError(f"task={args.task!r}: parity --algo dpo trains on the {parity_dpo.PARITY_TASK} task's "
-                             "pairs; drop --task")
-        return parity_dpo.main(args.steps, args.seeds, trl_python(), RunStore(args.db),
-                               lambda line: print(line, file=sys.stderr))
+            raise ValueError(
+                f"task={args.task!r}: parity --algo dpo trains on the {parity_dpo.PARITY_TASK} task's "
+                "pairs; drop --task"
+            )
+        return parity_dpo.main(
+            args.steps, args.seeds, trl_python(), RunStore(args.db), lambda line: print(line, file=sys.stderr)
+        )
     task = args.task or DEFAULT_TASK
     parity.check_parity_run(args.algo, task)  # before the TRL virtualenv is made
     return parity.main(args.algo, task, args.steps, args.seeds, trl_python(), RunStore(args.db))
@@ -346,8 +437,11 @@ def _export(args, argv: list[str]) -> int:
             raise ValueError(f"task {args.task!r} is unknown; allowed: {', '.join(TASKS)}")
         algo = get_run_algo(args.algo, **parse_overrides(args.overrides))
         command = "python -m rl_core " + shlex.join(argv)
-        text = (export_pair_config(algo, args.format, command) if isinstance(algo, PairRunConfig)
-                else export_config(algo, args.format, args.task, command=command))
+        text = (
+            export_pair_config(algo, args.format, command)
+            if isinstance(algo, PairRunConfig)
+            else export_config(algo, args.format, args.task, command=command)
+        )
         if args.out:
             args.out.write_text(text)
         else:
@@ -449,17 +543,30 @@ def _all_experiments(args, store: RunStore) -> int:
 
 
 def _plan_experiment(experiment, args, store: RunStore, out: Path) -> ExperimentRun:
-    return ExperimentRun(experiment, out, store, seeds=args.seeds, workers=args.workers, cache_dir=args.cache_dir,
-                         steps=args.steps, model=args.model, device=args.device, fresh=args.fresh,
-                         ray_address=args.ray_address)
+    return ExperimentRun(
+        experiment,
+        out,
+        store,
+        seeds=args.seeds,
+        workers=args.workers,
+        cache_dir=args.cache_dir,
+        steps=args.steps,
+        model=args.model,
+        device=args.device,
+        fresh=args.fresh,
+        ray_address=args.ray_address,
+    )
 
 
 def _run_experiment(run: ExperimentRun) -> tuple[dict, str]:
     """Run it under a progress bar; its summary and the line that says how many runs it reused."""
     planned = [arm_run.planned for arm_run in run.arm_runs]
     experiment = run.experiment
-    print(f"{experiment.title}: {len(planned)} runs ({len(experiment.arms)} arms × {len(run.seeds)} seeds), "
-          f"{min(run.sweep.workers, len(planned))} at a time; the run store is {run.sweep.store.path}", file=sys.stderr)
+    print(
+        f"{experiment.title}: {len(planned)} runs ({len(experiment.arms)} arms × {len(run.seeds)} seeds), "
+        f"{min(run.sweep.workers, len(planned))} at a time; the run store is {run.sweep.store.path}",
+        file=sys.stderr,
+    )
     progress = SweepProgress(planned, description=experiment.name)
     try:
         summary = run.run(progress)
@@ -472,6 +579,8 @@ def _unfinished(summary: dict) -> int:
     """1, with a line on stderr, if a run of the experiment did not finish; else 0."""
     failed = [row for row in summary["runs"] if row["status"] in ("failed", "interrupted")]
     if failed:
-        print(f"error: {len(failed)} of {len(summary['runs'])} runs did not finish; see their lines above",
-              file=sys.stderr)
+        print(
+            f"error: {len(failed)} of {len(summary['runs'])} runs did not finish; see their lines above",
+            file=sys.stderr,
+        )
     return 1 if failed else 0

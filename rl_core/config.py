@@ -162,7 +162,7 @@ class AlgoConfig:
     def __post_init__(self):
         _to_builtins(self)
 
-    def replace(self, **overrides) -> "AlgoConfig":
+    def replace(self, **overrides) -> AlgoConfig:
         """A copy with some fields changed, validated; unknown names are refused.
 
         Presets derive from their parent with this (identity fields included); a learner's overrides go through
@@ -175,7 +175,7 @@ class AlgoConfig:
         config.validate()
         return config
 
-    def with_knobs(self, **overrides) -> "AlgoConfig":
+    def with_knobs(self, **overrides) -> AlgoConfig:
         """This preset with knobs overridden (the API, CLI and pages); ValueError names the refused knob."""
         identity = sorted(set(overrides) & set(IDENTITY_FIELDS))
         if identity:
@@ -197,9 +197,7 @@ class AlgoConfig:
                 f"≥ 2 with advantage_estimator={self.advantage_estimator} (a group baseline needs a group)",
             )
         if self.dynamic_sampling:
-            _require(
-                self.num_generations >= 2, "num_generations", self.num_generations, "≥ 2 with dynamic_sampling"
-            )
+            _require(self.num_generations >= 2, "num_generations", self.num_generations, "≥ 2 with dynamic_sampling")
         batch = self.prompts_per_step * self.num_generations
         _require(
             batch <= MAX_BATCH,
@@ -232,11 +230,12 @@ class AlgoConfig:
                 self.advantage_estimator == "gae",
                 "use_critic",
                 self.use_critic,
-                f"False with advantage_estimator={self.advantage_estimator} (a critic needs "
-                "advantage_estimator=gae)",
+                f"False with advantage_estimator={self.advantage_estimator} (a critic needs advantage_estimator=gae)",
             )
         if self.policy_loss == "cispo" and not self.cispo_two_sided:
-            _require(self.epsilon_high >= 1, "epsilon_high", self.epsilon_high, "the CISPO weight cap ε_max ≥ 1 (e.g. 5)")
+            _require(
+                self.epsilon_high >= 1, "epsilon_high", self.epsilon_high, "the CISPO weight cap ε_max ≥ 1 (e.g. 5)"
+            )
         if self.kl_gradient != "plain":
             _require(
                 self.kl_in == "loss" and self.kl_estimator == "k3",
@@ -246,12 +245,20 @@ class AlgoConfig:
             )
         if self.is_correction_gating != "ratio" and self.rollout_is_mode != "none":
             # A divergence is no weight to cap: it can only filter (OpenRLHF refuses clip with it too).
-            _require(self.rollout_is_mode == "mask", "rollout_is_mode", self.rollout_is_mode,
-                     f"mask or none with is_correction_gating={self.is_correction_gating} (a divergence gate only "
-                     "drops; truncate caps a ratio)")
-            _require(self.rollout_is_level != "geometric", "rollout_is_level", self.rollout_is_level,
-                     f"token or sequence with is_correction_gating={self.is_correction_gating} (a response's "
-                     "divergence is its tokens' mean; the geometric mean belongs to the ratio)")
+            _require(
+                self.rollout_is_mode == "mask",
+                "rollout_is_mode",
+                self.rollout_is_mode,
+                f"mask or none with is_correction_gating={self.is_correction_gating} (a divergence gate only "
+                "drops; truncate caps a ratio)",
+            )
+            _require(
+                self.rollout_is_level != "geometric",
+                "rollout_is_level",
+                self.rollout_is_level,
+                f"token or sequence with is_correction_gating={self.is_correction_gating} (a response's "
+                "divergence is its tokens' mean; the geometric mean belongs to the ratio)",
+            )
         if (self.adv_norm_mean, self.adv_norm_std) != ("group", "group"):
             _require(
                 self.advantage_estimator == "grpo",
@@ -274,8 +281,9 @@ KNOB_LIST_CHARACTERS = 600  # a refusal stays readable on a page, however many k
 
 def _knob_hint(unknown) -> str:
     """What a refusal of unknown knob names offers: the nearest knob names, then as many of all the names as fit."""
-    close = dict.fromkeys(match for name in unknown if isinstance(name, str)
-                          for match in difflib.get_close_matches(name, KNOB_NAMES, n=3))
+    close = dict.fromkeys(
+        match for name in unknown if isinstance(name, str) for match in difflib.get_close_matches(name, KNOB_NAMES, n=3)
+    )
     listing = ", ".join(KNOB_NAMES)
     if len(listing) > KNOB_LIST_CHARACTERS:
         kept = listing[:KNOB_LIST_CHARACTERS].rsplit(", ", 1)[0]
@@ -455,8 +463,11 @@ def check_value(name: str, value, hint, allowed: Range | None) -> None:
     elif kind is float:
         if type(value) not in (int, float):
             inexact = isinstance(value, REAL_TYPES) and not isinstance(value, bool)
-            raise ValueError(f"{name}={shown(value)} is not a number"
-                             + (" a float holds exactly" if inexact else "") + f"; allowed: {describe}")
+            raise ValueError(
+                f"{name}={shown(value)} is not a number"
+                + (" a float holds exactly" if inexact else "")
+                + f"; allowed: {describe}"
+            )
         if value != value:  # NaN; math.isnan would overflow on a huge integer
             raise ValueError(f"{name}=nan is not a number; allowed: {describe}")
     elif kind is str:
@@ -504,8 +515,9 @@ class PairRunConfig:
         known = [f.name for f in dataclasses.fields(self) if f.name not in IDENTITY_FIELDS]
         unknown = sorted(set(overrides) - set(known))
         if unknown:
-            raise ValueError(f"unknown knob(s) {', '.join(map(shown, unknown))} of {self.name}; allowed: "
-                             f"{', '.join(known)}")
+            raise ValueError(
+                f"unknown knob(s) {', '.join(map(shown, unknown))} of {self.name}; allowed: {', '.join(known)}"
+            )
         config = dataclasses.replace(self, **overrides)
         config.validate()
         return config
@@ -570,8 +582,12 @@ DPO_KNOB_NAMES = tuple(f.name for f in dataclasses.fields(DPOConfig) if f.name n
 # knobs, so `--algo ipo` and `--algo dpo --set loss_type=ipo` train alike); the Bradley–Terry reward model.
 PREFERENCE_PRESETS = {
     "dpo": DPOConfig(),
-    "ipo": DPOConfig(name="ipo", title="IPO", loss_type="ipo",
-                     summary="Identity preference optimisation: DPO's log-ratio difference regressed onto 1/(2β)"),
+    "ipo": DPOConfig(
+        name="ipo",
+        title="IPO",
+        loss_type="ipo",
+        summary="Identity preference optimisation: DPO's log-ratio difference regressed onto 1/(2β)",
+    ),
     "reward_model": RewardConfig(),
 }
 
@@ -595,7 +611,7 @@ class RunConfig:
         _to_builtins(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunConfig":
+    def from_dict(cls, data: dict) -> RunConfig:
         """The run that `dataclasses.asdict` wrote as `data` (the run store's `config`)."""
         preset = PREFERENCE_PRESETS.get(data["algo"]["name"])
         algo = type(preset) if preset else AlgoConfig
@@ -618,8 +634,12 @@ class RunConfig:
         task = TASKS[self.task]
         dpo = isinstance(self.algo, PairRunConfig)
         if dpo:
-            _require(hasattr(task, "preference_pairs"), "task", self.task,
-                     f"a task with preference pairs for algo={self.algo.name}, such as 'preference'")
+            _require(
+                hasattr(task, "preference_pairs"),
+                "task",
+                self.task,
+                f"a task with preference pairs for algo={self.algo.name}, such as 'preference'",
+            )
         # DPO samples (for its gold success and KL) within the task's own limit; a reward model reads such responses.
         limit = task.max_new_tokens if dpo else self.algo.max_new_tokens or task.max_new_tokens
         positions = min(model_positions(self.model), task.max_positions)
@@ -660,13 +680,18 @@ def knob_differences(a: AlgoConfig | RunConfig, b: AlgoConfig | RunConfig) -> di
     if isinstance(a, RunConfig) != isinstance(b, RunConfig):
         raise ValueError("knob_differences compares two presets or two runs, not one of each")
     differences = {
-        name: (getattr(a.algo if isinstance(a, RunConfig) else a, name),
-               getattr(b.algo if isinstance(b, RunConfig) else b, name))
+        name: (
+            getattr(a.algo if isinstance(a, RunConfig) else a, name),
+            getattr(b.algo if isinstance(b, RunConfig) else b, name),
+        )
         for name in KNOB_NAMES
     }
     if isinstance(a, RunConfig):
-        differences |= {f.name: (getattr(a, f.name), getattr(b, f.name))
-                        for f in dataclasses.fields(RunConfig) if f.name not in ("algo", "seed")}
+        differences |= {
+            f.name: (getattr(a, f.name), getattr(b, f.name))
+            for f in dataclasses.fields(RunConfig)
+            if f.name not in ("algo", "seed")
+        }
     return {name: pair for name, pair in differences.items() if pair[0] != pair[1]}
 
 
@@ -686,8 +711,10 @@ def parse_overrides(assignments: list[str]) -> dict:
         if name in IDENTITY_FIELDS:
             raise ValueError(f"{name} names the preset and is not a knob; pick another preset instead")
         if name not in hints or name in IDENTITY_FIELDS:
-            raise ValueError(f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)} (dpo and ipo: "
-                             f"{', '.join(DPO_KNOB_NAMES)}; reward_model: {', '.join(REWARD_RANGES)})")
+            raise ValueError(
+                f"unknown knob {shown(name)}; allowed: {', '.join(KNOB_NAMES)} (dpo and ipo: "
+                f"{', '.join(DPO_KNOB_NAMES)}; reward_model: {', '.join(REWARD_RANGES)})"
+            )
         if name in overrides:
             raise ValueError(f"{name} is set twice; give it one value")
         overrides[name] = _parse_value(name, text, hints[name])

@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("RLHF_LAB_CHROMIUM") or "/usr/bin/chromium")
 NO_CHROMIUM = f"Chromium not found at {CHROMIUM}: apt-get install chromium (or set RLHF_LAB_CHROMIUM)"
 LAUNCH_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 RENDER_TIMEOUT_MS = 60_000  # the first page also imports torch and transformers
 TRAINING_TIMEOUT_MS = 300_000
@@ -70,17 +76,27 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(
-    log_path: Path, env: dict | None = None, root: Path = ROOT
-) -> Iterator[tuple[str, subprocess.Popen]]:
+def serve_app(log_path: Path, env: dict | None = None, root: Path = ROOT) -> Iterator[tuple[str, subprocess.Popen]]:
     """`(url, server process)` of the app in `root` on a free loopback port; its output goes to `log_path`."""
     port = free_port()
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
-             "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
-             "--server.fileWatcherType=none"],
-            cwd=root, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else os.environ | env,
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless=true",
+                "--server.address=127.0.0.1",
+                f"--server.port={port}",
+                "--browser.gatherUsageStats=false",
+                "--server.fileWatcherType=none",
+            ],
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else os.environ | env,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -136,8 +152,12 @@ def press_train(page) -> float:
     clicked = time.monotonic()
     # A previous run's charts stay up until the rerun after the click replaces them: for an instant with no points,
     # or, when the new run's first step is done before that rerun draws, with other contents straight away.
-    page.wait_for_function(f"(before) => !({HAS_CHART_POINTS})() || ({CHART_CONTENTS})() !== before", arg=before,
-                           timeout=30_000, polling=50)
+    page.wait_for_function(
+        f"(before) => !({HAS_CHART_POINTS})() || ({CHART_CONTENTS})() !== before",
+        arg=before,
+        timeout=30_000,
+        polling=50,
+    )
     return clicked
 
 

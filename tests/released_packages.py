@@ -32,9 +32,23 @@ def wheel(pin: str) -> zipfile.ZipFile:
     found = sorted(folder.glob(f"{name}-{version}-*.whl"))
     if not found:
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--timeout", "20", "--retries", "1",
-             "--dest", str(folder), pin],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "--timeout",
+                "20",
+                "--retries",
+                "1",
+                "--dest",
+                str(folder),
+                pin,
+            ],
+            capture_output=True,
+            text=True,
         )
         found = sorted(folder.glob(f"{name}-{version}-*.whl"))
         if not found:
@@ -88,9 +102,11 @@ def verl_registered() -> dict[str, frozenset[str]]:
     """The names verl 0.9.1 accepts for its policy losses (`register_policy_loss`) and advantage estimators
     (`AdvantageEstimator`), read from its source."""
     source = member(VERL, "verl/trainer/ppo/core_algos.py")
-    estimators = source[source.index("class AdvantageEstimator"):source.index("ADV_ESTIMATOR_REGISTRY")]
+    estimators = source[source.index("class AdvantageEstimator") : source.index("ADV_ESTIMATOR_REGISTRY")]
     return {
-        "actor_rollout_ref.actor.policy_loss.loss_mode": frozenset(re.findall(r'register_policy_loss\("(\w+)"\)', source)),
+        "actor_rollout_ref.actor.policy_loss.loss_mode": frozenset(
+            re.findall(r'register_policy_loss\("(\w+)"\)', source)
+        ),
         "algorithm.adv_estimator": frozenset(re.findall(r'= "(\w+)"', estimators)),
     }
 
@@ -125,7 +141,12 @@ def trl_built(python: Path, sources: dict[str, str], fields: dict[str, list[str]
     (folder / "jobs.json").write_text(json.dumps(jobs))
     (folder / "build.py").write_text(TRL_BUILD)
     env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([str(python), str(folder / "build.py"), str(folder / "jobs.json")],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [str(python), str(folder / "build.py"), str(folder / "jobs.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

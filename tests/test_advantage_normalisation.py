@@ -84,7 +84,8 @@ def test_changed_normalisation_needs_the_grpo_estimator():
 
 
 @pytest.mark.parametrize(
-    "preset, formula", [("grpo", adv.grpo_advantages), ("dr_grpo", adv.dr_grpo_advantages), ("rloo", adv.rloo_advantages)]
+    "preset, formula",
+    [("grpo", adv.grpo_advantages), ("dr_grpo", adv.dr_grpo_advantages), ("rloo", adv.rloo_advantages)],
 )
 def test_existing_presets_keep_their_advantages_through_the_selector(preset, formula):
     algo = get_preset(preset)

@@ -16,8 +16,18 @@ from rl_core.formulas.distillation import reverse_kl_advantages
 from rl_core.formulas.estimators import AdvantageInputs, estimate_advantages, policy_loss
 from rl_core.formulas.metrics import advantage_stats
 from ui import share
-from ui.charts import (CHARTS, CORRECT, INCORRECT, ChartRun, caption, figure, has_data, policy_term_cancels,
-                       run_colour, thin)
+from ui.charts import (
+    CHARTS,
+    CORRECT,
+    INCORRECT,
+    ChartRun,
+    caption,
+    figure,
+    has_data,
+    policy_term_cancels,
+    run_colour,
+    thin,
+)
 from ui.predict import end_versus_start, ever_above, mean_near_zero
 from ui.runs import SHORT_LABEL, full_labels, labels, short_label
 from ui.tokens import COLOURINGS, legend_html, token_html, token_term
@@ -28,12 +38,17 @@ CHART = {chart.title: chart for chart in CHARTS}
 def record(step: int) -> dict:
     """A step record with every charted field, plus a NaN where a metric has no value."""
     fields = {series.key for chart in CHARTS for series in chart.series} | {"advantage_std"}
-    return {"step": step, **{key: 0.1 * step for key in fields}, "response_length_correct": math.nan}
+    return {"step": step, **dict.fromkeys(fields, 0.1 * step), "response_length_correct": math.nan}
 
 
 def run(preset: str, number: int = 1, steps: int = 10, **overrides) -> ChartRun:
-    return ChartRun(f"#{number} · {preset}", [record(s) for s in range(1, steps + 1)],
-                    get_preset(preset, **overrides), tag=f"#{number}", colour=run_colour(number))
+    return ChartRun(
+        f"#{number} · {preset}",
+        [record(s) for s in range(1, steps + 1)],
+        get_preset(preset, **overrides),
+        tag=f"#{number}",
+        colour=run_colour(number),
+    )
 
 
 def test_every_chart_is_a_valid_plotly_figure_for_one_run_and_for_an_overlay():
@@ -117,15 +132,16 @@ def test_captions_speak_of_the_algorithm_on_screen():
     assert "critic" in caption(advantages, [run("vapo")])
 
 
-
 def test_overlaid_runs_that_read_a_chart_differently_are_named_in_its_caption():
     kl = CHART["KL to the reference"]
     text = caption(kl, [run("grpo", 1), run("grpo", 2, beta=0.1), run("grpo", 3, beta=0.0)])
-    assert text.endswith("#1, #2: The estimator in the loss is drawn thick. #3: β = 0: no KL term acts on this run; "
-                         "the curves only measure the drift.")
+    assert text.endswith(
+        "#1, #2: The estimator in the loss is drawn thick. #3: β = 0: no KL term acts on this run; "
+        "the curves only measure the drift."
+    )
     assert caption(kl, [run("grpo", 1), run("grpo", 2, beta=0.1)]).endswith(
-        "(0.27, 0.19 and 0.29 nats against 0.28, 0.28 and 0.26). The estimator in the loss is drawn thick."), (
-        "one note for all: no names")
+        "(0.27, 0.19 and 0.29 nats against 0.28, 0.28 and 0.26). The estimator in the loss is drawn thick."
+    ), "one note for all: no names"
 
 
 UNEQUAL_LENGTHS = (3, 5, 2, 7, 4, 6, 1, 3, 8, 2, 5, 5, 1, 7, 3, 4)
@@ -136,8 +152,9 @@ def _batch(algo, lengths=UNEQUAL_LENGTHS):
     the run's own estimator, and log-probabilities."""
     lengths = torch.tensor(lengths)
     mask = (torch.arange(8)[None, :] < lengths[:, None]).double()
-    rewards = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0, 0.2, 0.9, 0.3, 0.4, 0.4, 1.0, 0.0, 0.7, 0.1, 0.0, 0.6],
-                           dtype=torch.float64)
+    rewards = torch.tensor(
+        [1.0, 0.0, 0.5, 1.0, 0.0, 0.2, 0.9, 0.3, 0.4, 0.4, 1.0, 0.0, 0.7, 0.1, 0.0, 0.6], dtype=torch.float64
+    )
     token_rewards = torch.zeros(16, 8, dtype=torch.float64)
     token_rewards[torch.arange(16), lengths - 1] = rewards
     generator = torch.Generator().manual_seed(0)
@@ -149,7 +166,8 @@ def _batch(algo, lengths=UNEQUAL_LENGTHS):
         advantages = advantages if algo.use_task_rewards else torch.zeros_like(advantages)
         if algo.use_policy_gradient:
             advantages = advantages + algo.distillation_loss_coef * reverse_kl_advantages(
-                logp, teacher_logp, mask, algo.distillation_loss_mode)
+                logp, teacher_logp, mask, algo.distillation_loss_mode
+            )
     return mask, advantages, logp
 
 
@@ -164,9 +182,16 @@ def _policy_term_at_ratio_one(algo) -> float:
 def _configs():
     for name in PRESETS:
         for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum"):
-            for overrides in ({}, {"whiten_advantages": True}, {"adv_norm_mean": "batch", "adv_norm_std": "group"},
-                              {"adv_norm_mean": "batch", "adv_norm_std": "batch"}, {"adv_norm_mean": "none"},
-                              {"baseline": "running_mean"}, {"policy_loss": "gspo"}, {"policy_loss": "clip"}):
+            for overrides in (
+                {},
+                {"whiten_advantages": True},
+                {"adv_norm_mean": "batch", "adv_norm_std": "group"},
+                {"adv_norm_mean": "batch", "adv_norm_std": "batch"},
+                {"adv_norm_mean": "none"},
+                {"baseline": "running_mean"},
+                {"policy_loss": "gspo"},
+                {"policy_loss": "clip"},
+            ):
                 try:
                     yield get_preset(name, loss_agg_mode=mode, **overrides)
                 except ValueError:  # a combination the engine refuses
@@ -179,7 +204,7 @@ def test_the_loss_parts_caption_says_zero_exactly_where_the_engines_policy_term_
         term = _policy_term_at_ratio_one(algo)
         assert policy_term_cancels(algo) == (abs(term) < 1e-12), (algo, term)
         cancels.append(policy_term_cancels(algo))
-    assert 50 < len(cancels) and any(cancels) and not all(cancels)
+    assert len(cancels) > 50 and any(cancels) and not all(cancels)
     loss = CHART["Loss parts"]
     # GRPO (seq-mean-token-mean over group-centred advantages) cancels; DAPO's token-mean over unequal lengths,
     # RLOO's −A·log π and SAPO's asymmetric gate do not, and the caption says so.
@@ -203,8 +228,9 @@ def test_the_advantages_caption_says_the_token_mean_is_zero_only_for_equal_lengt
 
 
 def test_a_chart_with_several_series_always_has_a_legend_below_its_plot_area():
-    only_entropy = figure(CHART["Batch composition"],
-                          [ChartRun("#1", [{"step": 1, "zero_adv_group_frac": 0.5}], get_preset("grpo"))])
+    only_entropy = figure(
+        CHART["Batch composition"], [ChartRun("#1", [{"step": 1, "zero_adv_group_frac": 0.5}], get_preset("grpo"))]
+    )
     assert len(only_entropy.data) == 1 and only_entropy.layout.showlegend
     six = [run("grpo", n, beta=0.01 * n) for n in range(1, 7)]
     kl = figure(CHART["KL to the reference"], six)
@@ -244,9 +270,17 @@ def test_thinning_keeps_the_shape_bounded_and_the_latest_point():
 
 # π_old = 0.4, 0.5, 0.9 and π_θ = 0.6, 0.45, 0.9 after the updates: ρ = 1.5, 0.9, 1; π_ref = 0.5, 0.5, 0.9.
 SAMPLE = {
-    "prompt": "<b>", "response": "ab", "tokens": ["a", "<", "<eos>"], "reward": 1.0, "success": True,
-    "truncated": False, "advantages": [0.5, -0.5, 0.0], "ratios": [1.5, 0.9, 1.0],
-    "clipped": [True, False, False], "silenced": [False, True, False], "entropies": [0.3, 0.1, 0.0],
+    "prompt": "<b>",
+    "response": "ab",
+    "tokens": ["a", "<", "<eos>"],
+    "reward": 1.0,
+    "success": True,
+    "truncated": False,
+    "advantages": [0.5, -0.5, 0.0],
+    "ratios": [1.5, 0.9, 1.0],
+    "clipped": [True, False, False],
+    "silenced": [False, True, False],
+    "entropies": [0.3, 0.1, 0.0],
     "log_probs": [math.log(0.6), math.log(0.45), math.log(0.9)],
     "old_log_probs": [math.log(0.4), math.log(0.5), math.log(0.9)],
     "ref_log_probs": [math.log(0.5), math.log(0.5), math.log(0.9)],
@@ -351,8 +385,13 @@ def test_dppos_token_term_is_its_probability_band_and_mask():
     assert kept.loss == pytest.approx(0.5 * 0.9 * math.log(0.45)) and kept.weight == pytest.approx(-0.45)
     assert "kept (m = 1)" in kept.case and "m_t = 1" in kept.formula
     # A rare token 0.01 → 0.05: ρ = 5, which PPO's clip would cut; its probability moved 0.04, inside the band.
-    rare = {**SAMPLE, "advantages": [0.5], "log_probs": [math.log(0.05)], "old_log_probs": [math.log(0.01)],
-            "ref_log_probs": [math.log(0.01)]}
+    rare = {
+        **SAMPLE,
+        "advantages": [0.5],
+        "log_probs": [math.log(0.05)],
+        "old_log_probs": [math.log(0.01)],
+        "ref_log_probs": [math.log(0.01)],
+    }
     term = token_term(rare, 0, dppo)
     assert term.weight == pytest.approx(0.5 * 5) and "kept" in term.case
 
@@ -375,9 +414,12 @@ class RunJob:
 
 def overlay_notes(jobs: list) -> tuple[list[str], list[str]]:
     """The captions and warnings `ui.runs.differences` draws under the overlay of these runs."""
+
     def page(jobs):
         from ui.runs import differences
+
         differences(jobs)
+
     at = AppTest.from_function(page, args=(jobs,)).run()
     assert not at.exception, at.exception
     return [c.value for c in at.caption], [w.value for w in at.warning]
@@ -392,8 +434,13 @@ def test_the_overlay_names_every_knob_in_which_its_runs_differ_and_flags_more_th
     captions, warnings = overlay_notes([RunJob(1), RunJob(2, "dapo")])
     assert captions == [] and len(warnings) == 1
     assert warnings[0].startswith("#2 differs from #1 in 5 knobs: a gap between their curves may come from any")
-    for change in ("`beta` 0.04 → 0", "`epsilon_high` 0.2 → 0.28", "`dynamic_sampling` False → True",
-                   "`loss_agg_mode` seq-mean-token-mean → token-mean", "`overlong_punishment` False → True"):
+    for change in (
+        "`beta` 0.04 → 0",
+        "`epsilon_high` 0.2 → 0.28",
+        "`dynamic_sampling` False → True",
+        "`loss_agg_mode` seq-mean-token-mean → token-mean",
+        "`overlong_punishment` False → True",
+    ):
         assert change in warnings[0]
 
 
@@ -402,7 +449,9 @@ def test_knob_differences_compares_presets_or_runs_and_leaves_the_seed_out():
     grpo = RunConfig(algo=get_preset("grpo"), task="reverse", seed=0, steps=40)
     assert knob_differences(grpo, RunConfig(algo=get_preset("grpo"), task="reverse", seed=5, steps=40)) == {}
     assert knob_differences(grpo, RunConfig(algo=get_preset("grpo"), task="caesar", seed=0, steps=60)) == {
-        "task": ("reverse", "caesar"), "steps": (40, 60)}
+        "task": ("reverse", "caesar"),
+        "steps": (40, 60),
+    }
     with pytest.raises(ValueError, match="two presets or two runs"):
         knob_differences(grpo, get_preset("grpo"))
 
@@ -417,20 +466,30 @@ def read(params: dict):
 
 
 def test_url_settings_are_read_typed_and_checked_by_the_engine():
-    preset, values, refused = read({"algo": "dapo", "epsilon_high": "0.31", "seed": "1", "dynamic_sampling": "false",
-                                    "loss_agg_mode": "token-mean"})
+    preset, values, refused = read(
+        {
+            "algo": "dapo",
+            "epsilon_high": "0.31",
+            "seed": "1",
+            "dynamic_sampling": "false",
+            "loss_agg_mode": "token-mean",
+        }
+    )
     assert preset == "dapo" and not refused
     assert values == {"epsilon_high": 0.31, "seed": 1, "dynamic_sampling": False, "loss_agg_mode": "token-mean"}
 
 
-@pytest.mark.parametrize("params, named", [
-    ({"epsilon_high": "abc"}, "epsilon_high"),
-    ({"epsilon_high": "-1"}, "epsilon_high"),
-    ({"num_generations": "1"}, "num_generations"),
-    ({"loss_agg_mode": "mean"}, "loss_agg_mode"),
-    ({"algo": "ppo"}, "algo"),
-    ({"lam": "0.5"}, "lam"),
-])
+@pytest.mark.parametrize(
+    "params, named",
+    [
+        ({"epsilon_high": "abc"}, "epsilon_high"),
+        ({"epsilon_high": "-1"}, "epsilon_high"),
+        ({"num_generations": "1"}, "num_generations"),
+        ({"loss_agg_mode": "mean"}, "loss_agg_mode"),
+        ({"algo": "ppo"}, "algo"),
+        ({"lam": "0.5"}, "lam"),
+    ],
+)
 def test_a_bad_url_value_is_refused_by_name_and_not_applied(params, named):
     preset, values, refused = read(params)
     assert len(refused) == 1 and named in refused[0]
@@ -446,7 +505,9 @@ def test_prediction_answers_come_from_the_records():
     # A mean that rounds to zero reads without a sign: (−0.0003 + 0.0001) / 2 = −0.0001
     tiny = [{"step": 1, "advantage_mean": -0.0003}, {"step": 2, "advantage_mean": 0.0001}]
     assert mean_near_zero("advantage_mean", "advantage", 0.05)(tiny) == (
-        "about 0", "the advantage averaged 0.000 over 2 steps")
+        "about 0",
+        "the advantage averaged 0.000 over 2 steps",
+    )
 
 
 def test_a_series_lying_on_another_stays_visible():
@@ -461,11 +522,21 @@ def test_a_series_lying_on_another_stays_visible():
 def test_a_kl_spike_of_one_overlaid_run_puts_the_kl_chart_on_a_log_axis_and_says_so():
     kl = CHART["KL to the reference"]
     near = {"kl_exact": 0.01, "kl_k1": -0.002, "kl_k2": 0.01, "kl_k3": 0.01}
-    grpo = ChartRun("#1 · grpo", [{"step": s, **{k: v * s / 10 for k, v in near.items()}} for s in range(1, 11)],
-                    get_preset("grpo"), tag="#1", colour=run_colour(1))
+    grpo = ChartRun(
+        "#1 · grpo",
+        [{"step": s, **{k: v * s / 10 for k, v in near.items()}} for s in range(1, 11)],
+        get_preset("grpo"),
+        tag="#1",
+        colour=run_colour(1),
+    )
     # DAPO (β = 0) drifts 300 times further: peak 3.0 against GRPO's 0.01
-    dapo = ChartRun("#2 · dapo", [{"step": s, **{k: 300 * v * s / 10 for k, v in near.items()}} for s in range(1, 11)],
-                    get_preset("dapo"), tag="#2", colour=run_colour(2))
+    dapo = ChartRun(
+        "#2 · dapo",
+        [{"step": s, **{k: 300 * v * s / 10 for k, v in near.items()}} for s in range(1, 11)],
+        get_preset("dapo"),
+        tag="#2",
+        colour=run_colour(2),
+    )
     drawn = figure(kl, [grpo, dapo])
     go.Figure(drawn.to_dict())
     assert drawn.layout.yaxis.type == "log"
@@ -474,7 +545,8 @@ def test_a_kl_spike_of_one_overlaid_run_puts_the_kl_chart_on_a_log_axis_and_says
     assert caption(kl, [grpo, dapo]).endswith(
         "Log axis: #2's peak (3) is 300 times #1's (0.01), which a linear axis would flatten to 0. It starts at "
         "0.0001, 100 times below the lower peak: smaller values and those at or below 0 (k1's negative means) are "
-        "not drawn.")
+        "not drawn."
+    )
     # Runs within 10-fold of each other (peaks 0.01 and 0.05), and one run alone, keep the linear axis and the
     # plain caption.
     closer = [{"step": 1, **{k: 5 * v for k, v in near.items()}}]
@@ -485,16 +557,20 @@ def test_a_kl_spike_of_one_overlaid_run_puts_the_kl_chart_on_a_log_axis_and_says
 
 
 def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
-    runs = [FakeJob(1), FakeJob(2, beta=0.1),
-            FakeJob(3, variant="DAPO", seed=1, epsilon_high=0.28, loss_agg_mode="token-mean", dynamic_sampling=True)]
+    runs = [
+        FakeJob(1),
+        FakeJob(2, beta=0.1),
+        FakeJob(3, variant="DAPO", seed=1, epsilon_high=0.28, loss_agg_mode="token-mean", dynamic_sampling=True),
+    ]
     names = labels(runs)
     assert names[3] == "#3 · variant=DAPO, seed=1, epsilon_high=0.28, loss_agg_mode=token-mean, dynamic_sampling=True"
     assert short_label(names[3]) == "#3 · variant=DAPO, seed=1 +3 more"
     assert len(short_label(names[3]).split(" +")[0]) <= SHORT_LABEL
     assert short_label(names[2]) == "#2 · beta=0.1", "a short label stays whole"
     # one setting longer than the pill: cut to 31 characters and "…" (32)
-    assert short_label("#4 · loss_agg_mode=seq-mean-token-sum-norm, seed=2") == \
-        "#4 · loss_agg_mode=seq-mean-tok… +1 more"
+    assert (
+        short_label("#4 · loss_agg_mode=seq-mean-token-sum-norm, seed=2") == "#4 · loss_agg_mode=seq-mean-tok… +1 more"
+    )
     help_text = full_labels([1, 2, 3], names)
     assert help_text.endswith(f"- {names[3]}") and "#2" not in help_text, "only the cut labels, in full"
     assert full_labels([1, 2], names) == ""
@@ -517,8 +593,7 @@ def test_captions_follow_a_teachers_per_token_signal_and_a_batch_without_groups(
 def test_a_distillation_runs_reward_is_named_as_measured_not_trained_on():
     """On-policy distillation never trains on the verifier's reward; its chart must not read as if it did."""
     chart = CHART["Reward and success rate"]
-    assert [t.name for t in figure(chart, [run("opd")]).data] == [
-        "reward (measured, not trained on)", "success rate"]
+    assert [t.name for t in figure(chart, [run("opd")]).data] == ["reward (measured, not trained on)", "success rate"]
     assert [t.name for t in figure(chart, [run("grpo")]).data] == ["reward", "success rate"]
 
 

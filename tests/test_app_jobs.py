@@ -16,9 +16,14 @@ from rl_core.config import RunConfig
 from rl_core.runs.limits import ServerLimits, estimated_seconds
 from rl_core.runs.store import RunStore
 from ui.jobs import (
-    Job, LiveLoop, MetricHistory, SampleHistory, TrainingSlots, planned_seconds_left, token_view_responses,
+    Job,
+    LiveLoop,
+    MetricHistory,
+    SampleHistory,
+    TrainingSlots,
+    planned_seconds_left,
+    token_view_responses,
 )
-
 
 LONG = ServerLimits().max_steps  # the longest run the app allows by default: far longer than a test waits
 
@@ -222,9 +227,8 @@ def test_a_sweep_holds_one_slot_per_worker_and_queued_requests_learn_their_place
     wait_for(lambda: events == ["sweep", "job"])
     release_job.set()
     wait_for(lambda: events == ["sweep", "job", "later"])
-    with pytest.raises(ValueError, match="workers=3 is out of range; allowed: 1 to 2"):
-        with slots.hold(never, slots=3):
-            pass
+    with pytest.raises(ValueError, match="workers=3 is out of range; allowed: 1 to 2"), slots.hold(never, slots=3):
+        pass
 
 
 def test_a_queued_job_reports_its_place(jobs):

@@ -84,14 +84,20 @@ def chart_points(at: AppTest) -> dict[str, int]:
 
 
 def chart_spec(at: AppTest, title: str) -> dict:
-    return next(spec for spec in map(json.loads, (chart.proto.spec for chart in at.get("plotly_chart")))
-                if spec["layout"]["title"]["text"] == title)
+    return next(
+        spec
+        for spec in map(json.loads, (chart.proto.spec for chart in at.get("plotly_chart")))
+        if spec["layout"]["title"]["text"] == title
+    )
 
 
 def training_charts(at: AppTest) -> list[str]:
     """The titles of the charts drawn against the training step (not the chat's charts of tokens)."""
-    return [title for title in chart_points(at)
-            if chart_spec(at, title)["layout"].get("xaxis", {}).get("title", {}).get("text") == "step"]
+    return [
+        title
+        for title in chart_points(at)
+        if chart_spec(at, title)["layout"].get("xaxis", {}).get("title", {}).get("text") == "step"
+    ]
 
 
 def test_overview_renders_the_pipeline_and_the_four_models(open_page):
@@ -104,8 +110,10 @@ def test_overview_renders_the_pipeline_and_the_four_models(open_page):
     order = [node.type for node in at.main if node.type in ("page_link", "graphviz_chart")]
     assert order[:3] == ["page_link", "page_link", "graphviz_chart"], order
     links = [link.proto.label for link in at.get("page_link")]
-    assert links[:2] == ["Start at the beginning: the policy gradient",
-                         "Or train GRPO now: press Train at the top of its page"]
+    assert links[:2] == [
+        "Start at the beginning: the policy gradient",
+        "Or train GRPO now: press Train at the top of its page",
+    ]
     assert "ends in a lab" not in text and "ⓘ" not in text, "no false promise and no glyph without a font"
     assert '<abbr title="β, the KL coefficient' in text, "a formula's symbols are explained on hover"
 
@@ -227,8 +235,12 @@ def test_a_training_beyond_the_cap_waits_in_the_queue_and_says_so(open_page, one
     long_run(first, "grpo")
     long_run(second, "ppo")
     second.run()
-    assert any(note.value.startswith("queued: 1 run is training") and "you are number 1 in the queue" in note.value
-               and re.search(r"about \d+ s to wait", note.value) for note in second.info)
+    assert any(
+        note.value.startswith("queued: 1 run is training")
+        and "you are number 1 in the queue" in note.value
+        and re.search(r"about \d+ s to wait", note.value)
+        for note in second.info
+    )
     second.button(key="ppo:stop").click().run()
     job = second.session_state["ppo:runs"][-1]
     assert job.join(1.0) and job.snapshot().status == "stopped"
@@ -265,9 +277,9 @@ def test_a_link_sets_the_knobs_and_the_page_writes_its_settings_back():
     assert at.select_slider(key="grpo:seed").value == 1
     assert at.select_slider(key="grpo:beta").value == 0.0, "the rest is DAPO's preset"
     at.select_slider(key="grpo:beta").set_value(0.1).run()
-    assert dict(at.query_params) == {"algo": ["dapo"], "seed": ["1"], "epsilon_high": ["0.31"], "beta": ["0.1"]} or \
-        {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()} == \
-        {"algo": "dapo", "seed": "1", "epsilon_high": "0.31", "beta": "0.1"}
+    assert dict(at.query_params) == {"algo": ["dapo"], "seed": ["1"], "epsilon_high": ["0.31"], "beta": ["0.1"]} or {
+        k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()
+    } == {"algo": "dapo", "seed": "1", "epsilon_high": "0.31", "beta": "0.1"}
 
 
 def test_a_query_string_the_page_wrote_a_few_moves_ago_does_not_move_the_sliders_back():
@@ -316,8 +328,9 @@ def pick_first_token(at, page: str) -> None:
 
 
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
-@pytest.mark.parametrize("variant, loss", [("CISPO", r"\mathrm{sg}[\min(\rho_t, 5)]"), ("SAPO", r"g_\tau(\rho_t)"),
-                                           ("DPPO", r"-m_t\,A")])
+@pytest.mark.parametrize(
+    "variant, loss", [("CISPO", r"\mathrm{sg}[\min(\rho_t, 5)]"), ("SAPO", r"g_\tau(\rho_t)"), ("DPPO", r"-m_t\,A")]
+)
 def test_the_token_view_shows_the_runs_own_loss(open_page, variant, loss):
     at = open_page("beyond_grpo")
     at.radio(key="beyond_grpo:variant").set_value(variant).run()
@@ -360,10 +373,12 @@ def test_a_click_on_an_overlaid_trace_opens_that_runs_samples():
 
         st.session_state["lab:trace_runs:Reward and success rate"] = [1, 1, 2, 2]  # traces of runs #1 and #2
         st.session_state[_chart_key("lab", "Reward and success rate")] = {
-            "selection": {"points": [{"x": 7, "curve_number": 1}]}}
+            "selection": {"points": [{"x": 7, "curve_number": 1}]}
+        }
         _follow_chart_click("lab")
         st.session_state[_chart_key("lab", "Reward and success rate")] = {
-            "selection": {"points": [{"x": 9, "curve_number": 3}]}}
+            "selection": {"points": [{"x": 9, "curve_number": 3}]}
+        }
         _follow_chart_click("lab")
 
     at = AppTest.from_function(page).run()
@@ -381,8 +396,9 @@ def test_the_token_view_shows_every_group_of_its_step_names_its_run_and_every_ch
     assert [len(samples) for samples in snap.samples.values()] == [64, 64]
     # Every chart marks the step the token view shows: the newest, 2, until the learner chooses another.
     step_charts = training_charts(at)
-    marks = {title: [shape["x0"] for shape in chart_spec(at, title)["layout"].get("shapes", [])]
-             for title in step_charts}
+    marks = {
+        title: [shape["x0"] for shape in chart_spec(at, title)["layout"].get("shapes", [])] for title in step_charts
+    }
     assert marks and set(map(tuple, marks.values())) == {(2,)}, marks
     at.session_state["grpo:tab"] = "Tokens"
     at.run()
@@ -436,5 +452,6 @@ def test_a_run_without_a_prediction_still_gets_the_answer():
         reveal("lab", SimpleNamespace(number=1), SimpleNamespace(active=False, records=[]), question)
 
     at = AppTest.from_function(page).run()
-    assert [i.value for i in at.info] == ["Will it rise? The run says **yes**: 0.1 → 0.9. Answer before the next "
-                                          "Train to test your intuition."]
+    assert [i.value for i in at.info] == [
+        "Will it rise? The run says **yes**: 0.1 → 0.9. Answer before the next Train to test your intuition."
+    ]

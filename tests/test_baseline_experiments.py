@@ -18,7 +18,6 @@ from rl_core.formulas.advantages import reinforce_pp_advantages, reinforce_pp_ba
 from rl_core.formulas.metrics import equal_group_weight_share
 from ui.experiments_panel import experiments_for
 
-
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = {"policy_gradient": "pg_baseline", "rloo": "rloo_leave_one_out", "reinforce_pp": "reinforce_pp_grouping"}
 
@@ -71,8 +70,13 @@ def test_batch_normalisation_weighs_a_solved_prompt_and_the_group_baseline_does_
 def test_the_trainer_records_the_share_from_the_advantages_it_trained_on():
     """Recomputed from the step's own sample views (every response of the batch, each with its reward and token
     advantages); absent with one response per prompt, where there are no groups."""
-    run = RunConfig(algo=get_preset("reinforce_pp", prompts_per_step=4, num_generations=4, beta=0.0),
-                    task="caesar", steps=1, seed=0, samples_per_record=16)
+    run = RunConfig(
+        algo=get_preset("reinforce_pp", prompts_per_step=4, num_generations=4, beta=0.0),
+        task="caesar",
+        steps=1,
+        seed=0,
+        samples_per_record=16,
+    )
     record = next(Trainer(run).steps())
     samples = record["samples"]
     assert len(samples) == 16

@@ -35,8 +35,12 @@ from app_driver import (
 from ui.compare import band_figure
 
 # Every test here needs the browser; without it they are skipped with the reason (a laptop without Chromium).
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM),
+]
 
 LAPTOP = {"width": 1366, "height": 768}
 QUICK = "algo=grpo&seed=0&steps=10&sft_steps=50"  # ten RL steps after a 50-step SFT warm start
@@ -126,8 +130,9 @@ def test_the_instrument_fits_a_laptop_screen_and_links_charts_tokens_and_formula
     seconds = first_point_latency(page)
     point = page.evaluate(FIRST_POINT)
     assert 0 <= point["x"] <= LAPTOP["width"] and 0 <= point["y"] <= LAPTOP["height"], point
-    assert page.get_by_role("button", name="Train", exact=True).bounding_box() == pytest.approx(train, abs=2), \
+    assert page.get_by_role("button", name="Train", exact=True).bounding_box() == pytest.approx(train, abs=2), (
         "the controls stay put while the charts fill in"
+    )
     finished(page)
     page.wait_for_timeout(1000)
     screenshot(page, screenshots() / "grpo-trained-first-screen.png", LAPTOP, full=False)
@@ -171,8 +176,10 @@ def test_six_overlaid_runs_keep_their_legends_outside_the_plot_area(app_url, pag
 
 
 def test_seed_band_legends_list_the_groups_in_their_order(page, tmp_path):
-    groups = {label: [[{"step": 1, "entropy": level}, {"step": 2, "entropy": level}]] * 2
-              for label, level in (("first", 1.0), ("second", 1.2), ("third", 1.4))}
+    groups = {
+        label: [[{"step": 1, "entropy": level}, {"step": 2, "entropy": level}]] * 2
+        for label, level in (("first", 1.0), ("second", 1.2), ("third", 1.4))
+    }
     path = tmp_path / "bands.html"
     band_figure("entropy", groups).write_html(path, include_plotlyjs=True)
     page.goto(path.as_uri())
@@ -182,8 +189,9 @@ def test_seed_band_legends_list_the_groups_in_their_order(page, tmp_path):
 
 def test_a_link_carries_the_settings_and_a_bad_value_is_refused(app_url, page):
     open_page(page, f"{app_url}/grpo?algo=dapo&epsilon_high=0.31&seed=1", PAGES["grpo"])
-    page.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue") \
-        .get_by_text("0.31", exact=True).wait_for(timeout=30_000)
+    page.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue").get_by_text(
+        "0.31", exact=True
+    ).wait_for(timeout=30_000)
     set_slider(page, "KL coefficient β", "ArrowRight", "0.001")
     page.wait_for_function("() => location.search.includes('beta=0.001')", timeout=30_000)
     link = page.url
@@ -191,14 +199,16 @@ def test_a_link_carries_the_settings_and_a_bad_value_is_refused(app_url, page):
     other = page.context.browser.new_context(viewport=LAPTOP).new_page()  # someone else opens the link
     open_page(other, link, PAGES["grpo"])
     for label, shown in (("ε_high", "0.31"), ("KL coefficient β", "0.001")):
-        other.get_by_test_id("stSlider").filter(has_text=label).get_by_test_id("stSliderThumbValue") \
-            .get_by_text(shown, exact=True).wait_for(timeout=30_000)
+        other.get_by_test_id("stSlider").filter(has_text=label).get_by_test_id("stSliderThumbValue").get_by_text(
+            shown, exact=True
+        ).wait_for(timeout=30_000)
     assert other.get_by_role("radio", name="DAPO").is_checked()
     other.context.close()
     open_page(page, f"{app_url}/grpo?epsilon_high=abc", PAGES["grpo"])
     page.get_by_text("refused").filter(has_text="epsilon_high").wait_for(timeout=30_000)
-    page.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue") \
-        .get_by_text("0.2", exact=True).wait_for(timeout=30_000)
+    page.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue").get_by_text(
+        "0.2", exact=True
+    ).wait_for(timeout=30_000)
 
 
 def test_under_load_the_dashboard_says_finished_soon_after_the_run_ends(app_url):

@@ -8,12 +8,16 @@ class-learner-banner.png, class-present.png, class-instructor-present.png.
 """
 
 import pytest
-
-from app_driver import CHROMIUM, LAUNCH_FLAGS, NO_CHROMIUM, PAGES, open_page, press_train, screenshot, serve_app
 from test_browser import LAPTOP, finished, screenshots
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
+from app_driver import CHROMIUM, LAUNCH_FLAGS, NO_CHROMIUM, PAGES, open_page, press_train, screenshot, serve_app
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM),
+]
 
 TOKEN = "class-instructor-token"
 QUICK = "algo=grpo&seed={seed}&steps=6&sft_steps=50"
@@ -48,13 +52,18 @@ def test_a_class_of_three_learners_and_their_instructor(tmp_path):
             open_page(instructor, f"{url}/instructor?instructor={TOKEN}", "Instructor")
             assert instructor.get_by_test_id("stMetricValue").first.inner_text().strip() == "3"
             instructor.wait_for_function(CHART, arg=QUESTION, timeout=30_000)
-            bars = {trace["name"].split(" ")[0]: dict(zip(trace["x"], trace["y"]))
-                    for trace in instructor.evaluate(CHART, QUESTION)["traces"]}
+            bars = {
+                trace["name"].split(" ")[0]: dict(zip(trace["x"], trace["y"]))
+                for trace in instructor.evaluate(CHART, QUESTION)["traces"]
+            }
             assert bars["before"] == {"higher": 1, "lower": 2}, bars
             assert sum(bars["after"].values()) == 3, "each learner's run answered"
             runs = instructor.evaluate(CHART, "3 runs of 3 learners")
             assert runs is not None and {t["name"] for t in runs["traces"] if t["name"]} == {
-                "learner 1 · #1", "learner 2 · #1", "learner 3 · #1"}, runs
+                "learner 1 · #1",
+                "learner 2 · #1",
+                "learner 3 · #1",
+            }, runs
             instructor.get_by_role("textbox", name="Settings (as in a share link)").fill("algo=grpo&epsilon_high=0.28")
             instructor.get_by_role("button", name="Pin", exact=True).click()
             instructor.get_by_text("Now open: GRPO, ε_high 0.28").first.wait_for(timeout=30_000)
@@ -69,8 +78,9 @@ def test_a_class_of_three_learners_and_their_instructor(tmp_path):
             screenshot(learner, folder / "class-learner-banner.png", LAPTOP, full=False)
             banner.click()  # the banner's link opens the page with its settings
             learner.wait_for_function("() => location.search.includes('epsilon_high=0.28')", timeout=30_000)
-            learner.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id("stSliderThumbValue") \
-                .get_by_text("0.28", exact=True).wait_for(timeout=30_000)
+            learner.get_by_test_id("stSlider").filter(has_text="ε_high").get_by_test_id(
+                "stSliderThumbValue"
+            ).get_by_text("0.28", exact=True).wait_for(timeout=30_000)
 
             normal = learners[1].evaluate(CHART, "Token entropy")["height"]
             open_page(learners[1], f"{url}/grpo?present=1", PAGES["grpo"])

@@ -9,8 +9,12 @@ from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, ov
 from rl_core.experiments import EXPERIMENTS
 from ui.tokens import token_html
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM),
+]
 
 SMALL = {"width": 1024, "height": 768}
 # Elements whose text is wider than their box: cut, with or without an ellipsis (one pixel of rounding allowed).
@@ -70,14 +74,27 @@ def test_the_clip_lab_legends_clear_their_axis_titles_in_presenter_mode(app_url,
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .legend').length >= 4")
         charts = page.evaluate(LEGENDS_AND_AXIS_TITLES)
         assert len(charts) >= 4, charts  # the clipped surrogate, CISPO, SAPO and DPPO
-        crossing = [(title["text"], chart["legend"]) for chart in charts for title in chart["titles"]
-                    if overlap(chart["legend"], title)]
+        crossing = [
+            (title["text"], chart["legend"])
+            for chart in charts
+            for title in chart["titles"]
+            if overlap(chart["legend"], title)
+        ]
         assert crossing == []
 
 
 def test_token_grid_rows_start_their_tiles_in_one_column():
-    sample = {"prompt": "abc", "tokens": ["b", "c", "d"], "advantages": [0.5, 0.5, 0.5], "ratios": [1.0] * 3,
-              "entropies": [0.1] * 3, "clipped": [False] * 3, "success": True, "truncated": False, "reward": 1.0}
+    sample = {
+        "prompt": "abc",
+        "tokens": ["b", "c", "d"],
+        "advantages": [0.5, 0.5, 0.5],
+        "ratios": [1.0] * 3,
+        "entropies": [0.1] * 3,
+        "clipped": [False] * 3,
+        "success": True,
+        "truncated": False,
+        "reward": 1.0,
+    }
     # Rows 1 to 12: "9." and "10." differ by one character in a monospace font.
     grid = token_html([sample] * 12, "advantage")
     with browser_page(SMALL) as page:

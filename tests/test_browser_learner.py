@@ -11,12 +11,16 @@ learner-tokens-pg.png, learner-compare-reloaded.png, learner-banner-present.png.
 import re
 
 import pytest
-
-from app_driver import CHROMIUM, LAUNCH_FLAGS, NO_CHROMIUM, PAGES, open_page, press_train, screenshot, serve_app
 from test_browser import LAPTOP, POINT_OF_CHART, finished, screenshots
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
+from app_driver import CHROMIUM, LAUNCH_FLAGS, NO_CHROMIUM, PAGES, open_page, press_train, screenshot, serve_app
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM),
+]
 
 TOKEN = "learner-walk-instructor-token"
 QUICK = "seed=0&steps=2&sft_steps=20"

@@ -39,9 +39,13 @@ def under_the_legend(boxes: dict) -> list[str]:
 @pytest.mark.parametrize("width", [430, 600])  # half the main column at 1024 and at 1366 px
 def test_a_band_charts_legend_of_long_group_labels_clears_the_step_axis_title(width):
     seeds = [[{"step": step, "success_rate": 0.1 * step + 0.01 * seed} for step in range(1, 11)] for seed in range(3)]
-    labels = ("clip_higher: symmetric clip ε 0.2", "clip_higher: Clip-Higher ε_high 0.28",
-              "clip_higher: Clip-Higher with dynamic sampling", "clip_higher: Clip-Higher, token-mean loss")
-    figure = band_figure("success_rate", {label: seeds for label in labels})
+    labels = (
+        "clip_higher: symmetric clip ε 0.2",
+        "clip_higher: Clip-Higher ε_high 0.28",
+        "clip_higher: Clip-Higher with dynamic sampling",
+        "clip_higher: Clip-Higher, token-mean loss",
+    )
+    figure = band_figure("success_rate", dict.fromkeys(labels, seeds))
     assert figure.layout.xaxis.title.text == "step"
     assert texts_under_the_legend(figure, width) == []
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 import torch
-from app_driver import app_test_on
 
+from app_driver import app_test_on
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.engine.chat import ChatModels, Probe, answer, check_prompt, example_prompts, prompt_form, top_tokens

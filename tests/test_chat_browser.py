@@ -9,8 +9,12 @@ import pytest
 
 from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, serve_app
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=NO_CHROMIUM),
+]
 
 QUICK = "algo=grpo&seed=0&steps=10&sft_steps=50"
 ANIMATION = """() => {
@@ -61,7 +65,9 @@ def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
 
         prompt.fill("abz")
         prompt.press("Enter")
-        page.get_by_text("prompt 'abz' cannot be asked: task caesar's prompts never hold the character 'z'").wait_for(timeout=30_000)
+        page.get_by_text("prompt 'abz' cannot be asked: task caesar's prompts never hold the character 'z'").wait_for(
+            timeout=30_000
+        )
 
         prompt.fill("abc")
         prompt.press("Enter")
@@ -76,8 +82,12 @@ def test_talk_to_a_run_answers_refuses_by_name_and_animates_the_probe(tmp_path):
         assert len({frame["step"] for frame in seen}) > 1 and seen[-1]["step"] == "10", "it played to the end"
         for frame in seen:
             # The reference is step 0 whatever the slider says; any other step the legend names is the slider's.
-            named = {step for name in frame["legend"] if not name.startswith("reference")
-                     for step in re.findall(r"step (\d+)", name)}
+            named = {
+                step
+                for name in frame["legend"]
+                if not name.startswith("reference")
+                for step in re.findall(r"step (\d+)", name)
+            }
             assert named <= {frame["step"]}, frame
             assert frame["bars"] == frame["expected"], frame
             # Drawn at the slider's step, not on the way to it from the previous one.

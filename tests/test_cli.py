@@ -28,9 +28,27 @@ def test_algos_and_tasks_list_everything(capsys):
 def test_train_writes_one_json_object_per_step_and_a_summary_line(tmp_path):
     out = tmp_path / "metrics.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "rl_core", "train", "--algo", "grpo", "--steps", "3", "--seed", "1",
-         "--set", "prompts_per_step=4", "--set", "beta=0.1", "--metrics-out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "rl_core",
+            "train",
+            "--algo",
+            "grpo",
+            "--steps",
+            "3",
+            "--seed",
+            "1",
+            "--set",
+            "prompts_per_step=4",
+            "--set",
+            "beta=0.1",
+            "--metrics-out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
@@ -59,11 +77,49 @@ def test_bad_input_is_refused_with_the_knob_named(arguments, message, capsys):
 
 
 # ------------------------------------------------------------------------------------------ malformed input
-KNOB_TEXT = st.sampled_from(["beta", "ppo_epochs", "num_minibatches", "use_critic", "kl_estimator", "dual_clip",
-                             "max_new_tokens", "value_pretrain_steps", "name", "title", "bogus", "", " "])
+KNOB_TEXT = st.sampled_from(
+    [
+        "beta",
+        "ppo_epochs",
+        "num_minibatches",
+        "use_critic",
+        "kl_estimator",
+        "dual_clip",
+        "max_new_tokens",
+        "value_pretrain_steps",
+        "name",
+        "title",
+        "bogus",
+        "",
+        " ",
+    ]
+)
 VALUE_TEXT = st.one_of(
-    st.sampled_from(["", "none", "nan", "inf", "-inf", "1e999", "1e-999", "2.5", "-1", "0", "true", "maybe",
-                     "9" * 5000, "0x10", "1_000", "k4", "=", "==1", "[1]", "None", "1,2"]),
+    st.sampled_from(
+        [
+            "",
+            "none",
+            "nan",
+            "inf",
+            "-inf",
+            "1e999",
+            "1e-999",
+            "2.5",
+            "-1",
+            "0",
+            "true",
+            "maybe",
+            "9" * 5000,
+            "0x10",
+            "1_000",
+            "k4",
+            "=",
+            "==1",
+            "[1]",
+            "None",
+            "1,2",
+        ]
+    ),
     st.text(max_size=12),
 )
 
@@ -76,8 +132,13 @@ def malformed_sets(draw):
     return f"{draw(KNOB_TEXT)}{draw(st.sampled_from(['=', ' = ', '==', ':']))}{draw(VALUE_TEXT)}"
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(malformed_sets())
 def test_a_malformed_set_is_one_line_on_its_own_exit_2_and_no_traceback(capsys, monkeypatch, assignment):
     # Accepted values would train: only the refusal path is under test here.
@@ -107,8 +168,12 @@ def test_a_training_error_is_printed_on_a_line_of_its_own_after_the_progress_bar
 
 
 def test_bad_argument_types_are_one_line_with_exit_2():
-    result = subprocess.run([sys.executable, "-m", "rl_core", "train", "--algo", "grpo", "--steps", "abc"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "rl_core", "train", "--algo", "grpo", "--steps", "abc"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr == "error: argument --steps: invalid int value: 'abc' (see python -m rl_core train --help)\n"
 
@@ -120,8 +185,10 @@ def test_a_checkpoint_never_replaces_a_folder_the_lab_did_not_write(tmp_path, ca
     (folder / "table.csv").write_text("a,b\n")
     assert main(["train", "--algo", "grpo", "--steps", "1", "--checkpoint", str(folder)]) == 2
     err = capsys.readouterr().err
-    assert err == ("error: --checkpoint results holds files that are not a lab checkpoint; give a new or empty "
-                   "folder (an existing checkpoint is replaced, nothing else)\n")
+    assert err == (
+        "error: --checkpoint results holds files that are not a lab checkpoint; give a new or empty "
+        "folder (an existing checkpoint is replaced, nothing else)\n"
+    )
     assert sorted(p.name for p in folder.iterdir()) == ["important.txt", "table.csv"]
     assert not (tmp_path / "results.old").exists()
     (tmp_path / "file").write_text("x")
@@ -137,8 +204,10 @@ def test_a_huge_seed_count_is_refused_by_name(tmp_path, capsys):
 
 
 def test_export_unipo_of_a_missing_store_creates_nothing(tmp_path, capsys):
-    assert main(["export-unipo", "--run", "1", "--db", str(tmp_path / "none.sqlite"),
-                 "--out", str(tmp_path / "run.json")]) == 2
+    assert (
+        main(["export-unipo", "--run", "1", "--db", str(tmp_path / "none.sqlite"), "--out", str(tmp_path / "run.json")])
+        == 2
+    )
     assert capsys.readouterr().err == "error: there is no run store none.sqlite there; give an existing file\n"
     assert list(tmp_path.iterdir()) == []
 

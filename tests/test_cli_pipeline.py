@@ -30,21 +30,34 @@ class RecordingBar(tqdm):
     "arguments, phases",
     [
         # On-policy distillation: its teacher is an SFT policy of its own, trained first.
-        (["--algo", "opd", "--set", "teacher_sft_steps=3", "--set", "prompts_per_step=4"],
-         ["teacher 3/3"]),
+        (["--algo", "opd", "--set", "teacher_sft_steps=3", "--set", "prompts_per_step=4"], ["teacher 3/3"]),
         # VAPO pretrains its critic before the first step.
-        (["--algo", "vapo", "--set", "value_pretrain_steps=2", "--set", "prompts_per_step=4"],
-         ["value pretraining 2/2"]),
+        (
+            ["--algo", "vapo", "--set", "value_pretrain_steps=2", "--set", "prompts_per_step=4"],
+            ["value pretraining 2/2"],
+        ),
         # A task with a learned reward model fits it first; the critic here starts from it.
-        (["--algo", "ppo", "--task", "preference", "--set", "critic_init=reward_model",
-          "--set", "prompts_per_step=4"], ["reward model 1/1"]),
+        (
+            [
+                "--algo",
+                "ppo",
+                "--task",
+                "preference",
+                "--set",
+                "critic_init=reward_model",
+                "--set",
+                "prompts_per_step=4",
+            ],
+            ["reward model 1/1"],
+        ),
         (["--algo", "dpo", "--task", "preference", *SMALL_DPO], ["reward model 1/1"]),
         (["--algo", "ipo", "--task", "preference", *SMALL_DPO], ["reward model 1/1"]),
     ],
     ids=["opd", "vapo", "ppo-critic-from-rm", "dpo", "ipo"],
 )
 def test_every_kind_of_preparation_trains_from_the_command_line_with_its_phases_named(
-        arguments, phases, tmp_path, monkeypatch, capsys):
+    arguments, phases, tmp_path, monkeypatch, capsys
+):
     RecordingBar.descriptions = []
     monkeypatch.setattr(cli, "tqdm", RecordingBar)
     out = tmp_path / "metrics.jsonl"
@@ -78,8 +91,25 @@ def test_a_preference_run_refuses_a_checkpoint_and_a_knob_of_the_other_kind(tmp_
 @pytest.mark.slow  # two worker processes, each fitting the task's reward model once
 def test_a_sweep_over_ipo_beta_stores_one_run_per_value_and_answers_a_repeat_from_the_store(tmp_path, capsys):
     db = tmp_path / "runs.sqlite"
-    sweep = ["sweep", "--algos", "ipo", "--seeds", "1", "--task", "preference", *QUICK, *SMALL_DPO,
-             "--grid", "beta=0.1,0.5", "--db", str(db), "--workers", "2", "--out", str(tmp_path / "out")]
+    sweep = [
+        "sweep",
+        "--algos",
+        "ipo",
+        "--seeds",
+        "1",
+        "--task",
+        "preference",
+        *QUICK,
+        *SMALL_DPO,
+        "--grid",
+        "beta=0.1,0.5",
+        "--db",
+        str(db),
+        "--workers",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(sweep) == 0, capsys.readouterr().err
     runs = RunStore(db).runs()
     assert sorted(run.label for run in runs) == ["ipo · beta=0.1", "ipo · beta=0.5"]
@@ -94,8 +124,24 @@ def test_a_sweep_over_ipo_beta_stores_one_run_per_value_and_answers_a_repeat_fro
 
 def test_reward_model_fits_from_the_command_line_and_reports_held_out_accuracy(tmp_path, capsys):
     out = tmp_path / "metrics.jsonl"
-    assert main(["reward-model", "--steps", "3", "--seed", "1", "--set", "per_device_train_batch_size=8",
-                 "--set", "eval_steps=2", "--metrics-out", str(out)]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "reward-model",
+                "--steps",
+                "3",
+                "--seed",
+                "1",
+                "--set",
+                "per_device_train_batch_size=8",
+                "--set",
+                "eval_steps=2",
+                "--metrics-out",
+                str(out),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     # Held out every eval_steps = 2 steps and at the last; a minibatch of 8 pairs has accuracy in eighths.
@@ -111,12 +157,37 @@ def test_reward_model_fits_from_the_command_line_and_reports_held_out_accuracy(t
 @pytest.mark.slow  # two worker processes
 def test_a_sweep_over_the_reward_models_learning_rate_stores_a_run_per_value(tmp_path, capsys):
     db = tmp_path / "runs.sqlite"
-    assert main(["sweep", "--algos", "reward_model", "--seeds", "1", "--task", "preference", "--steps", "2",
-                 "--set", "per_device_train_batch_size=8", "--grid", "learning_rate=0.001,0.003", "--db", str(db),
-                 "--workers", "2", "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "sweep",
+                "--algos",
+                "reward_model",
+                "--seeds",
+                "1",
+                "--task",
+                "preference",
+                "--steps",
+                "2",
+                "--set",
+                "per_device_train_batch_size=8",
+                "--grid",
+                "learning_rate=0.001,0.003",
+                "--db",
+                str(db),
+                "--workers",
+                "2",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     runs = RunStore(db).runs()
-    assert sorted(run.label for run in runs) == ["reward_model · learning_rate=0.001",
-                                                  "reward_model · learning_rate=0.003"]
+    assert sorted(run.label for run in runs) == [
+        "reward_model · learning_rate=0.001",
+        "reward_model · learning_rate=0.003",
+    ]
     assert all(run.status == "finished" and 0 <= run.final["heldout_accuracy"] <= 1 for run in runs)
     assert "held-out accuracy" in capsys.readouterr().err
 

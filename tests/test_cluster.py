@@ -47,9 +47,26 @@ def ray_cluster():
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -r requirements-cluster.txt)")
     port, temp = free_port(), Path(f"/tmp/ray-{os.getpid()}")  # a short path: Ray's socket names must stay short
     command = [sys.executable, "-m", "ray.scripts.scripts"]
-    subprocess.run([*command, "start", "--head", "--num-cpus", "2", "--port", str(port), "--node-ip-address",
-                    "127.0.0.1", "--temp-dir", str(temp), "--include-dashboard=false", "--disable-usage-stats"],
-                   check=True, capture_output=True, timeout=180)
+    subprocess.run(
+        [
+            *command,
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--port",
+            str(port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--temp-dir",
+            str(temp),
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
     try:
         yield f"127.0.0.1:{port}"
     finally:
@@ -77,8 +94,10 @@ def test_a_sweep_on_the_cluster_stores_every_run_and_a_killed_worker_interrupts_
     # A run too long to end during the test and two short ones: once the short ones have finished, the one training
     # task left is the long run's, in whichever order the cluster ran them.
     long, short = 100_000, 20
-    planned = [*plan_sweep(["grpo"], range(1), "reverse", long, overrides=QUICK, sft_steps=20),
-               *plan_sweep(["rloo", "reinforce_pp"], range(1), "reverse", short, overrides=QUICK, sft_steps=20)]
+    planned = [
+        *plan_sweep(["grpo"], range(1), "reverse", long, overrides=QUICK, sft_steps=20),
+        *plan_sweep(["rloo", "reinforce_pp"], range(1), "reverse", short, overrides=QUICK, sft_steps=20),
+    ]
     sweep = Sweep(planned, store, ray_address=ray_cluster)
     assert (sweep.workers, sweep.cap) == (2, 2)  # the cluster's CPUs
     thread = threading.Thread(target=sweep.run, daemon=True)
@@ -121,8 +140,15 @@ def test_a_sweep_on_the_cluster_stores_every_run_and_a_killed_worker_interrupts_
 @pytest.mark.slow
 def test_an_experiment_on_the_cluster_trains_and_stores_every_run(ray_cluster, tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
-    run = ExperimentRun(get_experiment("gspo_clipping"), tmp_path / "out", store, seeds=[0, 1], steps=3,
-                        sft_steps=20, ray_address=ray_cluster)
+    run = ExperimentRun(
+        get_experiment("gspo_clipping"),
+        tmp_path / "out",
+        store,
+        seeds=[0, 1],
+        steps=3,
+        sft_steps=20,
+        ray_address=ray_cluster,
+    )
     summary = run.run()
     assert [(row["status"], row["steps"]) for row in summary["runs"]] == [("finished", 3)] * 4
     assert [len(store.steps(row["run_id"])) for row in summary["runs"]] == [3] * 4
@@ -152,8 +178,11 @@ def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkey
     store = RunStore(tmp_path / "runs.sqlite")
     planned = plan_sweep(["grpo"], range(1), "reverse", 3, overrides=QUICK, sft_steps=0)
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
-    with pytest.raises(ClusterError, match=f"cannot reach the Ray cluster at {address} "
-                                           r"\(--ray-address or RLHF_LAB_RAY_ADDRESS\)"):
+    with pytest.raises(
+        ClusterError,
+        match=f"cannot reach the Ray cluster at {address} "
+        r"\(--ray-address or RLHF_LAB_RAY_ADDRESS\)",
+    ):
         Sweep(planned, store, ray_address=address)
     monkeypatch.setenv("RLHF_LAB_RAY_ADDRESS", address)  # the variable alone sends a sweep to the cluster
     with pytest.raises(ClusterError, match="cannot reach"):
@@ -166,24 +195,44 @@ def test_a_cluster_that_is_not_there_is_a_clear_message(tmp_path, capsys, monkey
     job = Job(planned[0].run, LiveLoop.from_env()).start()
     assert job.join(60)
     assert job.snapshot().status == "failed" and f"cannot reach the Ray cluster at {address}" in job.snapshot().error
-    code = main(["sweep", "--algos", "grpo", "--seeds", "1", "--steps", "3", "--task", "reverse", "--ray-address",
-                 address, "--db", str(tmp_path / "runs.sqlite"), "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "sweep",
+            "--algos",
+            "grpo",
+            "--seeds",
+            "1",
+            "--steps",
+            "3",
+            "--task",
+            "reverse",
+            "--ray-address",
+            address,
+            "--db",
+            str(tmp_path / "runs.sqlite"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     error = capsys.readouterr().err
     assert code == 1 and error.startswith(f"error: cannot reach the Ray cluster at {address}")
     assert len(error.strip().splitlines()) == 1 and "Traceback" not in error
 
 
 def test_without_the_address_ray_is_never_imported(tmp_path):
-    script = ("import sys\n"
-              "from rl_core.runs.store import RunStore\n"
-              "from rl_core.runs.sweep import Sweep, plan_sweep\n"
-              "import rl_core.cli, ui.jobs\n"
-              f"planned = plan_sweep(['grpo'], range(1), 'reverse', 1, sft_steps=0)\n"
-              f"Sweep(planned, RunStore({str(tmp_path / 'runs.sqlite')!r}))\n"
-              "print('ray' in sys.modules)\n")
+    script = (
+        "import sys\n"
+        "from rl_core.runs.store import RunStore\n"
+        "from rl_core.runs.sweep import Sweep, plan_sweep\n"
+        "import rl_core.cli, ui.jobs\n"
+        f"planned = plan_sweep(['grpo'], range(1), 'reverse', 1, sft_steps=0)\n"
+        f"Sweep(planned, RunStore({str(tmp_path / 'runs.sqlite')!r}))\n"
+        "print('ray' in sys.modules)\n"
+    )
     env = {key: value for key, value in os.environ.items() if key != "RLHF_LAB_RAY_ADDRESS"}
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.stdout.strip() == "False", result.stderr[-2000:]
 
 
@@ -191,7 +240,8 @@ def test_joining_a_head_on_a_public_address_warns_in_the_log_and_a_private_one_d
     assert cluster.exposed("10.0.0.5:6379") is None and cluster.exposed("192.168.1.20:6379") is None
     assert cluster.exposed("127.0.0.1:6379") is None and cluster.exposed("[::1]:6379") is None
     assert "8.8.8.8, neither a private nor a loopback address: Ray has no authentication" in cluster.exposed(
-        "8.8.8.8:6379")
+        "8.8.8.8:6379"
+    )
     monkeypatch.setattr(cluster, "check_reachable", lambda address: None)  # as if a head answered there
 
     def no_ray():

@@ -47,9 +47,18 @@ def open_page(session: str = "me") -> AppTest:
     return at
 
 
-SAMPLE = {"prompt": "ab", "response": "ba", "tokens": ["b", "a", "<eos>"], "reward": 1.0, "success": True,
-          "truncated": False, "advantages": [0.5, 0.5, 0.5], "ratios": [1.0, 1.1, 0.9], "clipped": [False] * 3,
-          "entropies": [0.2, 0.1, 0.0]}
+SAMPLE = {
+    "prompt": "ab",
+    "response": "ba",
+    "tokens": ["b", "a", "<eos>"],
+    "reward": 1.0,
+    "success": True,
+    "truncated": False,
+    "advantages": [0.5, 0.5, 0.5],
+    "ratios": [1.0, 1.1, 0.9],
+    "clipped": [False] * 3,
+    "entropies": [0.2, 0.1, 0.0],
+}
 
 
 def table(at: AppTest, column: str):
@@ -57,16 +66,35 @@ def table(at: AppTest, column: str):
     return next(frame.value for frame in at.dataframe if column in frame.value.columns)
 
 
-def stored_run(store: RunStore, algo: str, seed: int, sweep_id: int | None = None, session: str | None = "me",
-               error: str | None = None) -> int:
+def stored_run(
+    store: RunStore,
+    algo: str,
+    seed: int,
+    sweep_id: int | None = None,
+    session: str | None = "me",
+    error: str | None = None,
+) -> int:
     """A finished three-step run, as a sweep of `session` would have written it."""
-    run_id = store.add_run(RunConfig(algo=get_preset(algo), task="reverse", steps=3, seed=seed), algo,
-                           sweep_id=sweep_id, session=session)
+    run_id = store.add_run(
+        RunConfig(algo=get_preset(algo), task="reverse", steps=3, seed=seed), algo, sweep_id=sweep_id, session=session
+    )
     store.start_run(run_id)
     for step in (1, 2, 3):
-        store.add_step(run_id, {"step": step, "success_rate": 0.3 * step, "reward_mean": 0.3 * step,
-                                "entropy": 1.0 / step, "kl_exact": 0.01 * step, "kl_k3": 0.012 * step, "clip_frac": 0.0,
-                                "response_length": 5.0, "elapsed": 0.2 * step, "samples": [SAMPLE]})
+        store.add_step(
+            run_id,
+            {
+                "step": step,
+                "success_rate": 0.3 * step,
+                "reward_mean": 0.3 * step,
+                "entropy": 1.0 / step,
+                "kl_exact": 0.01 * step,
+                "kl_k3": 0.012 * step,
+                "clip_frac": 0.0,
+                "response_length": 5.0,
+                "elapsed": 0.2 * step,
+                "samples": [SAMPLE],
+            },
+        )
     store.finish_run(run_id, "failed" if error else "finished", final={"success_rate": 0.9}, error=error)
     return run_id
 
@@ -124,8 +152,7 @@ def test_stored_runs_are_listed_shown_and_deleted(store):
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
     assert len(titles) == len(CURVES) and "Clip fraction (tokens)" in titles, "no GSPO run, no per-response chart"
     assert any("✓ solved" in m.value for m in at.markdown)  # the latest step's samples of the first run
-    assert [b.label for b in at.get("download_button")] == ["Summary table (CSV)",
-                                                            "Every step's metrics (CSV)"]
+    assert [b.label for b in at.get("download_button")] == ["Summary table (CSV)", "Every step's metrics (CSV)"]
 
     at.multiselect(key="compare:stored").set_value([loose]).run()
     at.button(key="compare:reopen").click().run()
@@ -143,8 +170,9 @@ def test_an_experiments_runs_are_named_as_that_experiment(store):
     plain = store.create_sweep({"algos": ["grpo"]}, session="me")
     stored_run(store, "grpo", 0, plain)
     assert not any("Shown: the runs of the experiment" in c.value for c in open_page().caption)
-    experiment = store.create_sweep({"experiment": "gspo_clipping", "seeds": [0], "arms": ["GRPO", "GSPO"]},
-                                    session="me")
+    experiment = store.create_sweep(
+        {"experiment": "gspo_clipping", "seeds": [0], "arms": ["GRPO", "GSPO"]}, session="me"
+    )
     for algo in ("grpo", "gspo"):
         stored_run(store, algo, 0, experiment)
     captions = [c.value for c in open_page().caption]
@@ -157,21 +185,28 @@ def test_a_group_keeps_its_colour_on_a_chart_that_leaves_others_out(store):
     for algo in ("rloo", "grpo"):
         stored_run(store, algo, 0, sweep_id)
     at = open_page()
-    specs = {spec["layout"]["title"]["text"]: spec
-             for spec in (json.loads(chart.proto.spec) for chart in at.get("plotly_chart"))}
+    specs = {
+        spec["layout"]["title"]["text"]: spec
+        for spec in (json.loads(chart.proto.spec) for chart in at.get("plotly_chart"))
+    }
 
     def colour(title: str, name: str) -> str:
         return next(trace["line"]["color"] for trace in specs[title]["data"] if trace.get("name") == name)
 
     assert [t.get("name") for t in specs["Clip fraction (tokens)"]["data"] if t.get("name")] == ["grpo"]
-    assert colour("Clip fraction (tokens)", "grpo") == colour(CURVES["entropy"], "grpo") != colour(CURVES["entropy"],
-                                                                                                    "rloo")
+    assert (
+        colour("Clip fraction (tokens)", "grpo")
+        == colour(CURVES["entropy"], "grpo")
+        != colour(CURVES["entropy"], "rloo")
+    )
     assert any("Not on a clip chart: rloo, whose loss has no ratio clip." in c.value for c in at.caption)
 
 
 def test_the_band_figures_pass_plotly_validation():
-    groups = {"grpo": [[{"step": 1, "entropy": 1.0}, {"step": 2, "entropy": 0.8}], [{"step": 1, "entropy": 0.9}]],
-              "rloo": [[{"step": 1, "entropy": 1.1}]]}
+    groups = {
+        "grpo": [[{"step": 1, "entropy": 1.0}, {"step": 2, "entropy": 0.8}], [{"step": 1, "entropy": 0.9}]],
+        "rloo": [[{"step": 1, "entropy": 1.1}]],
+    }
     figure = band_figure("entropy", groups)
     go.Figure(figure.to_dict())  # validates every property
     mean = [t for t in figure.data if t.name == "grpo"][0]
@@ -224,12 +259,42 @@ def test_the_router_opens_the_compare_page(store):
 def test_a_sweep_killed_mid_way_leaves_finished_runs_intact_and_the_rest_marked(store, tmp_path):
     """The coordinator and its workers die at once (SIGKILL to the whole process group, as when the app is killed);
     the next session finds the finished run whole and every other run marked interrupted, none left 'running'."""
-    command = [sys.executable, "-m", "rl_core", "sweep", "--algos", "grpo,rloo", "--seeds", "2", "--steps", "300",
-               "--workers", "1", "--db", os.environ["RLHF_LAB_DB"], "--out", str(tmp_path / "out"),
-               "--set", "prompts_per_step=2", "--set", "num_generations=2", "--set", "ppo_epochs=1",
-               "--set", "num_minibatches=1", "--sft-steps", "20"]
-    sweep = subprocess.Popen(command, cwd=ROOT, env=os.environ | {"RLHF_LAB_CACHE": str(tmp_path / "cache")},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "rl_core",
+        "sweep",
+        "--algos",
+        "grpo,rloo",
+        "--seeds",
+        "2",
+        "--steps",
+        "300",
+        "--workers",
+        "1",
+        "--db",
+        os.environ["RLHF_LAB_DB"],
+        "--out",
+        str(tmp_path / "out"),
+        "--set",
+        "prompts_per_step=2",
+        "--set",
+        "num_generations=2",
+        "--set",
+        "ppo_epochs=1",
+        "--set",
+        "num_minibatches=1",
+        "--sft-steps",
+        "20",
+    ]
+    sweep = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=os.environ | {"RLHF_LAB_CACHE": str(tmp_path / "cache")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     try:
         while True:
@@ -273,8 +338,11 @@ def test_a_sweep_killed_mid_way_leaves_finished_runs_intact_and_the_rest_marked(
 # ---------------------------------------------------------------------------------------------- serving a class
 def page_text(at: AppTest) -> str:
     """Everything the page shows as text, tables included."""
-    parts = [e.value for kind in ("title", "header", "markdown", "caption", "error", "info", "warning")
-             for e in getattr(at, kind)]
+    parts = [
+        e.value
+        for kind in ("title", "header", "markdown", "caption", "error", "info", "warning")
+        for e in getattr(at, kind)
+    ]
     parts += [frame.value.to_csv() for frame in at.dataframe]
     return "\n".join(map(str, parts))
 
@@ -324,8 +392,13 @@ def test_a_session_has_at_most_its_worker_cap(store, monkeypatch):
 
 def test_no_server_path_or_traceback_reaches_the_page(store, tmp_path):
     cache = os.environ["RLHF_LAB_CACHE"]
-    stored_run(store, "grpo", 0, store.create_sweep({}, session="me"),
-               error=f"OSError: [Errno 28] No space left on device: '{cache}/sft/x/model.bin'")
+    stored_run(
+        store,
+        "grpo",
+        0,
+        store.create_sweep({}, session="me"),
+        error=f"OSError: [Errno 28] No space left on device: '{cache}/sft/x/model.bin'",
+    )
     at = open_page()
     at.text_area(key="compare:extra").set_value("name=foo").run()  # once a traceback on the page
     assert not at.exception and any("name names the preset and is not a knob" in e.value for e in at.error)
@@ -346,12 +419,15 @@ def test_a_store_that_cannot_be_opened_is_reported_without_its_path(tmp_path, mo
 
 def test_a_live_lab_run_without_elapsed_is_shown_and_a_choice_survives_its_status_changing(store):
     # A live-lab run as the lab stored them before its records carried `elapsed`: one that reached 90 % success.
-    old = store.add_run(RunConfig(algo=get_preset("grpo"), task="reverse", steps=2), "GRPO · grpo page #1",
-                        session="me")
+    old = store.add_run(
+        RunConfig(algo=get_preset("grpo"), task="reverse", steps=2), "GRPO · grpo page #1", session="me"
+    )
     store.start_run(old)
     for step in (1, 2):
-        store.add_step(old, {"step": step, "success_rate": 0.95, "reward_mean": 0.95, "entropy": 0.5,
-                             "kl_exact": 0.01, "samples": []})
+        store.add_step(
+            old,
+            {"step": step, "success_rate": 0.95, "reward_mean": 0.95, "entropy": 0.5, "kl_exact": 0.01, "samples": []},
+        )
     store.finish_run(old, "finished", final={"success_rate": 0.9})
     training = store.add_run(RunConfig(algo=get_preset("rloo"), task="reverse", steps=3), "rloo", session="me")
     store.start_run(training)
@@ -381,8 +457,13 @@ def test_presets_that_differ_in_several_knobs_are_flagged_and_one_knob_is_one_cl
     # DAPO is GRPO with ε_high 0.28, dynamic sampling, token-mean and the overlong penalty, and β = 0 (the spec's
     # DAPO preset): five knobs, each named with both values.
     listed = " ".join(c.value for c in at.caption)
-    for change in ("`beta` 0.04 → 0", "`epsilon_high` 0.2 → 0.28", "`dynamic_sampling` False → True",
-                   "`loss_agg_mode` seq-mean-token-mean → token-mean", "`overlong_punishment` False → True"):
+    for change in (
+        "`beta` 0.04 → 0",
+        "`epsilon_high` 0.2 → 0.28",
+        "`dynamic_sampling` False → True",
+        "`loss_agg_mode` seq-mean-token-mean → token-mean",
+        "`overlong_punishment` False → True",
+    ):
         assert change in listed
     assert any("dapo differs from grpo in 5 knobs" in w.value for w in at.warning)
     at.selectbox(key="compare:confound_knob").set_value("epsilon_high").run()

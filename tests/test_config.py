@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from transformers.utils import logging as transformers_logging
 
 from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import (
@@ -28,7 +29,6 @@ from rl_core.config import (
     parse_overrides,
 )
 from rl_core.engine.trainer import Trainer, TrainingError
-from transformers.utils import logging as transformers_logging
 
 transformers_logging.disable_progress_bar()
 HINTS = get_type_hints(AlgoConfig)
@@ -76,9 +76,14 @@ def test_every_preset_is_valid_and_identity_fields_are_not_knobs():
         ({"use_critic": 1}, "use_critic=1 is not a boolean"),
         ({"name": "foo"}, "name names the preset and is not a knob"),
         ({"ppo_epochs": 100000000}, "ppo_epochs=100000000 is out of range; allowed: an integer from 1 to 64"),
-        ({"ppo_epochs": 64, "num_minibatches": 8}, "ppo_epochs=64 is out of range; allowed: ppo_epochs × "
-                                                   "num_minibatches ≤ 256"),
-        ({"value_pretrain_steps": 10**400}, "value_pretrain_steps=100000000000000000000000… (401 characters) is out of range; allowed: an integer from 0 to 200"),
+        (
+            {"ppo_epochs": 64, "num_minibatches": 8},
+            "ppo_epochs=64 is out of range; allowed: ppo_epochs × num_minibatches ≤ 256",
+        ),
+        (
+            {"value_pretrain_steps": 10**400},
+            "value_pretrain_steps=100000000000000000000000… (401 characters) is out of range; allowed: an integer from 0 to 200",
+        ),
         ({"prompts_per_step": 256, "num_generations": 8}, f"allowed: prompts_per_step × num_generations ≤ {MAX_BATCH}"),
         ({"critic_learning_rate": 1e6}, "critic_learning_rate=1000000.0 is out of range"),
     ],
@@ -134,8 +139,27 @@ def test_parsed_text_is_refused_by_name(assignment, message):
 
 
 # ------------------------------------------------------------------------------------------ the property test
-JUNK = [True, False, None, "", "abc", "1", [], [1], {}, float("nan"), float("inf"), -float("inf"), 0, -1, 2.5,
-        1e300, -1e-300, 10**20, 10**400]
+JUNK = [
+    True,
+    False,
+    None,
+    "",
+    "abc",
+    "1",
+    [],
+    [1],
+    {},
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    0,
+    -1,
+    2.5,
+    1e300,
+    -1e-300,
+    10**20,
+    10**400,
+]
 
 
 def knob_values(name: str, hint, ranges) -> st.SearchStrategy:
@@ -152,7 +176,8 @@ def knob_values(name: str, hint, ranges) -> st.SearchStrategy:
         valid = small | st.sampled_from([int(allowed.high), int(allowed.high) + 1, int(allowed.low) - 1])
     else:
         valid = st.floats(allowed.low, allowed.high) | st.sampled_from(
-            [allowed.low, allowed.high, allowed.high * 1.5 + 1, allowed.low - 1e-9])
+            [allowed.low, allowed.high, allowed.high * 1.5 + 1, allowed.low - 1e-9]
+        )
     return st.one_of(valid, st.none() if optional else valid, st.sampled_from(JUNK))
 
 
@@ -163,8 +188,10 @@ NAMES = [*KNOB_NAMES, "name", "bogus"]
 def override_sets(draw):
     preset = draw(st.sampled_from(list(PRESETS)))
     names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=5, unique=True))
-    overrides = {n: draw(knob_values(n, HINTS[n], KNOB_RANGES)) if n in KNOB_NAMES else draw(st.sampled_from(JUNK))
-                 for n in names}
+    overrides = {
+        n: draw(knob_values(n, HINTS[n], KNOB_RANGES)) if n in KNOB_NAMES else draw(st.sampled_from(JUNK))
+        for n in names
+    }
     return preset, overrides
 
 
@@ -175,6 +202,7 @@ class Hang(Exception):
 @contextmanager
 def time_limit(seconds: float):
     """Raise Hang in the test's thread if the block runs longer than `seconds`."""
+
     def expire(signum, frame):
         raise Hang(f"no outcome after {seconds} s")
 
@@ -192,8 +220,13 @@ EXAMPLE_SECONDS = 120
 
 
 @pytest.mark.timeout(1800)
-@settings(max_examples=2000, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=2000,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(override_sets())
 def test_every_override_set_is_refused_by_name_or_trains_cleanly(example):
     """2,000 override sets (fixed seed) over every preset; accepted ones train 2 steps on caesar / tiny with a
@@ -206,8 +239,9 @@ def test_every_override_set_is_refused_by_name_or_trains_cleanly(example):
         except ValueError as refused:
             message = str(refused)
             named = message.split("=")[0].split(" ")[0]
-            assert (named in overrides or message.startswith(("unknown knob", "name names"))
-                    or named in KNOB_NAMES), message
+            assert named in overrides or message.startswith(("unknown knob", "name names")) or named in KNOB_NAMES, (
+                message
+            )
             event("refused")
             return
         try:
@@ -268,20 +302,42 @@ def test_a_number_no_builtin_holds_exactly_or_a_float32_cannot_use_is_refused(kn
 
 def test_converted_overrides_train(tmp_path):
     """Values the conversion made builtin run: the Fraction once crashed at step 1."""
-    run = RunConfig(algo=get_preset("sapo", beta=Fraction(1, 4), ppo_epochs=np.int64(1), epsilon=np.float32(0.25)),
-                    task="caesar", steps=1, sft_steps=np.int64(0), seed=np.uint8(1))
+    run = RunConfig(
+        algo=get_preset("sapo", beta=Fraction(1, 4), ppo_epochs=np.int64(1), epsilon=np.float32(0.25)),
+        task="caesar",
+        steps=1,
+        sft_steps=np.int64(0),
+        seed=np.uint8(1),
+    )
     run.validate()
     assert [r["step"] for r in Trainer(run, cache_dir=tmp_path).steps()] == [1]
 
 
-OTHER_NUMBERS = [Fraction(1, 4), Fraction(1, 3), Decimal("0.5"), Decimal("1e-400"), np.float32(0.5), np.float16(2.0),
-                 np.int64(2), np.int8(-1), np.uint64(2**63), np.bool_(True), np.str_("k1"), np.float64("nan"),
-                 complex(1, 0), 5e-324, math.nextafter(0.0, 1.0), -0.0]
+OTHER_NUMBERS = [
+    Fraction(1, 4),
+    Fraction(1, 3),
+    Decimal("0.5"),
+    Decimal("1e-400"),
+    np.float32(0.5),
+    np.float16(2.0),
+    np.int64(2),
+    np.int8(-1),
+    np.uint64(2**63),
+    np.bool_(True),
+    np.str_("k1"),
+    np.float64("nan"),
+    complex(1, 0),
+    5e-324,
+    math.nextafter(0.0, 1.0),
+    -0.0,
+]
 
 
 @settings(max_examples=1000, deadline=None, derandomize=True, database=None)
-@given(st.sampled_from(list(PRESETS)),
-       st.dictionaries(st.sampled_from(KNOB_NAMES), st.sampled_from(OTHER_NUMBERS), min_size=1, max_size=4))
+@given(
+    st.sampled_from(list(PRESETS)),
+    st.dictionaries(st.sampled_from(KNOB_NAMES), st.sampled_from(OTHER_NUMBERS), min_size=1, max_size=4),
+)
 def test_every_accepted_override_is_a_builtin_int_float_bool_or_str(preset, overrides):
     """1,000 sets of numbers of other types: each is refused by name, or every field ends up a builtin."""
     try:

@@ -19,11 +19,14 @@ MASK = torch.tensor([[1.0, 1.0, 0.0]])
 E_HALF, E_MINUS_ONE = math.exp(0.5), math.exp(-1.0)
 
 
-@pytest.mark.parametrize(("mode", "expected"), [
-    ("k1", [0.5, -1.0, 0.0]),  # log π_T − log π_θ
-    ("k2", [-0.125, -0.5, 0.0]),  # −½ (log r)²
-    ("k3", [-(E_HALF - 1.5), -E_MINUS_ONE, 0.0]),  # −(r − 1 − log r): e^0.5 − 1.5 and e^−1 − 1 + 1
-])
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("k1", [0.5, -1.0, 0.0]),  # log π_T − log π_θ
+        ("k2", [-0.125, -0.5, 0.0]),  # −½ (log r)²
+        ("k3", [-(E_HALF - 1.5), -E_MINUS_ONE, 0.0]),  # −(r − 1 − log r): e^0.5 − 1.5 and e^−1 − 1 + 1
+    ],
+)
 def test_reverse_kl_advantages_by_hand(mode, expected):
     logp = LOGP.clone().requires_grad_()
     advantages = reverse_kl_advantages(logp, TEACHER, MASK, mode)
@@ -40,11 +43,14 @@ def test_the_k1_advantage_averages_to_minus_the_exact_reverse_kl():
     torch.testing.assert_close((logp.exp() * advantages).sum(), expected)
 
 
-@pytest.mark.parametrize(("mode", "value", "gradient"), [
-    ("k1", [-0.5, 1.0], [1.0, 1.0]),  # log π_θ − log π_T; ∂/∂log π_θ = 1
-    ("k2", [0.125, 0.5], [-0.5, 1.0]),  # ½ (log r)²; ∂ = log π_θ − log π_T
-    ("k3", [E_HALF - 1.5, E_MINUS_ONE], [1 - E_HALF, 1 - E_MINUS_ONE]),  # r − 1 − log r; ∂ = 1 − r
-])
+@pytest.mark.parametrize(
+    ("mode", "value", "gradient"),
+    [
+        ("k1", [-0.5, 1.0], [1.0, 1.0]),  # log π_θ − log π_T; ∂/∂log π_θ = 1
+        ("k2", [0.125, 0.5], [-0.5, 1.0]),  # ½ (log r)²; ∂ = log π_θ − log π_T
+        ("k3", [E_HALF - 1.5, E_MINUS_ONE], [1 - E_HALF, 1 - E_MINUS_ONE]),  # r − 1 − log r; ∂ = 1 − r
+    ],
+)
 def test_distillation_loss_values_and_gradients_by_hand(mode, value, gradient):
     logp = LOGP[:, :2].clone().requires_grad_()
     loss = distillation_loss(logp, TEACHER[:, :2], mode)
@@ -56,19 +62,26 @@ def test_distillation_loss_values_and_gradients_by_hand(mode, value, gradient):
 def test_opd_preset_takes_its_signal_from_the_teacher_only():
     opd = get_preset("opd")
     assert (opd.teacher_model, opd.use_task_rewards, opd.use_policy_gradient, opd.distillation_loss_mode) == (
-        "tiny", False, True, "k1")
+        "tiny",
+        False,
+        True,
+        "k1",
+    )
     assert opd.beta == 0.0
     grpo = get_preset("grpo")
     assert grpo.teacher_model is None and grpo.use_task_rewards, "other presets train without a teacher"
 
 
-@pytest.mark.parametrize(("knobs", "named"), [
-    (dict(teacher_model=None, use_task_rewards=False), "use_task_rewards"),
-    (dict(teacher_model="gpt2"), "teacher_model"),
-    (dict(teacher_sft_steps=0), "teacher_sft_steps"),
-    (dict(distillation_loss_mode="k4"), "distillation_loss_mode"),
-    (dict(distillation_loss_coef=-1.0), "distillation_loss_coef"),
-])
+@pytest.mark.parametrize(
+    ("knobs", "named"),
+    [
+        (dict(teacher_model=None, use_task_rewards=False), "use_task_rewards"),
+        (dict(teacher_model="gpt2"), "teacher_model"),
+        (dict(teacher_sft_steps=0), "teacher_sft_steps"),
+        (dict(distillation_loss_mode="k4"), "distillation_loss_mode"),
+        (dict(distillation_loss_coef=-1.0), "distillation_loss_coef"),
+    ],
+)
 def test_refused_distillation_knobs_are_named(knobs, named):
     with pytest.raises(ValueError, match=rf"^{named}="):
         get_preset("opd", **knobs)

@@ -5,8 +5,8 @@ refused combination names the knob and disables Train."""
 import time
 
 import pytest
-from app_driver import app_test_on
 
+from app_driver import app_test_on
 from ui import share
 
 TIMEOUT = 300  # seconds: the first Train of a process also trains the warm start and the teacher

@@ -5,9 +5,9 @@ a message, with nothing trained; after a fit, its policy and reference answer a 
 import json
 
 import pytest
-from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
+from app_driver import app_test_on
 from toy_tasks.preference import gold_success
 from ui.dpo import EVAL_EVERY, summary
 
@@ -37,7 +37,12 @@ def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
     fit = at.session_state["dpo:fit"]
     assert fit["status"] == "finished" and fit["held_out"] == 200  # a fifth of the 1000 pairs
     assert fit["settings"] | {"beta": round(fit["settings"]["beta"], 6)} == {
-        "loss_type": "ipo", "beta": 0.25, "learning_rate": 5e-4, "max_steps": 20, "seed": 1}
+        "loss_type": "ipo",
+        "beta": 0.25,
+        "learning_rate": 5e-4,
+        "max_steps": 20,
+        "seed": 1,
+    }
     records = fit["records"]
     assert [r["step"] for r in records] == list(range(21))
     assert [r["step"] for r in records if "eval_loss" in r] == list(range(0, 21, EVAL_EVERY))
@@ -45,10 +50,19 @@ def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
     assert records[0]["eval_loss"] == pytest.approx(4.0)
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     # The fit's charts, drawn against the step (the chat's, after the fit, are drawn against tokens).
-    charts = {spec["layout"]["title"]["text"]: spec for spec in specs
-              if spec["layout"].get("xaxis", {}).get("title", {}).get("text") == "step"}
-    assert set(charts) == {"Loss", "Implicit rewards, held out", "log π_θ(y|x), held out", "Reward accuracy",
-                           "Gold success of samples", "KL to π_ref, k3 per token"}
+    charts = {
+        spec["layout"]["title"]["text"]: spec
+        for spec in specs
+        if spec["layout"].get("xaxis", {}).get("title", {}).get("text") == "step"
+    }
+    assert set(charts) == {
+        "Loss",
+        "Implicit rewards, held out",
+        "log π_θ(y|x), held out",
+        "Reward accuracy",
+        "Gold success of samples",
+        "KL to π_ref, k3 per token",
+    }
     assert all(len(title) <= 27 for title in charts), "a title fits a third of a 1024-pixel screen"
     logps = charts["log π_θ(y|x), held out"]["data"]
     assert logps[0]["x"] == list(range(0, 21, EVAL_EVERY))
@@ -57,12 +71,18 @@ def test_train_runs_the_chosen_loss_from_the_knobs_and_draws_every_chart():
     # A line for the every-step minibatch series; the held-out evaluations every EVAL_EVERY steps are marked.
     assert [trace["mode"] for trace in charts["Loss"]["data"]] == ["lines", "lines+markers"]
     assert any(c.value == summary(records[0], records[-1]) for c in at.caption)
-    assert any("ipo (IPO) with β = 0.25 on 1000 pairs (200 held out), 20 steps: finished." in c.value
-               for c in at.caption)
+    assert any(
+        "ipo (IPO) with β = 0.25 on 1000 pairs (200 held out), 20 steps: finished." in c.value for c in at.caption
+    )
 
 
-@pytest.mark.parametrize("beta, message", [(0.0, "beta=0.0 is out of range; allowed: 0 < beta ≤ 10"),
-                                           (12.0, "beta=12.0 is out of range; allowed: 0 < beta ≤ 10")])
+@pytest.mark.parametrize(
+    "beta, message",
+    [
+        (0.0, "beta=0.0 is out of range; allowed: 0 < beta ≤ 10"),
+        (12.0, "beta=12.0 is out of range; allowed: 0 < beta ≤ 10"),
+    ],
+)
 def test_a_refused_beta_is_named_and_nothing_trains(beta, message):
     at = open_page()
     at.number_input(key="dpo:beta").set_value(beta).run()
@@ -93,12 +113,18 @@ def test_after_a_fit_the_page_answers_a_prompt_before_and_after_and_animates_the
     prompt = at.text_input(key="dpo:chat_prompt").value
     titles = [spec["layout"]["title"]["text"] for spec in specs if spec["data"][0]["type"] == "heatmap"]
     # Each side's greedy answer, recomputed from the fit's own models, marked by the gold judge.
-    for title, heading, said in zip(titles, ("Before: the reference (SFT)", "After the sigmoid (DPO) fit: the policy"),
-                                    models.answers(prompt)):
+    for title, heading, said in zip(
+        titles, ("Before: the reference (SFT)", "After the sigmoid (DPO) fit: the policy"), models.answers(prompt)
+    ):
         mark = "✓" if said.ended and gold_success(prompt, said.text) else "✗"
         assert title.startswith(f"{heading} answers <b>{said.text or '(nothing)'}</b> {mark}")
     at.text_input(key="dpo:chat_prompt").set_value("m4x").run()
-    assert any(e.value.startswith("prompt 'm4x' cannot be asked: task preference's prompts never hold the "
-                                  "character '4'; allowed: characters from") for e in at.error)
+    assert any(
+        e.value.startswith(
+            "prompt 'm4x' cannot be asked: task preference's prompts never hold the "
+            "character '4'; allowed: characters from"
+        )
+        for e in at.error
+    )
     at.text_input(key="dpo:chat_prompt").set_value("ivy").run()
     assert not at.error and not at.exception

@@ -90,7 +90,9 @@ def test_the_effect_is_worked_out_on_hand_made_records():
 def test_the_experiments_arms_are_grpo_with_the_reward_model_and_dpo_and_the_dpo_page_offers_it():
     experiment = get_experiment("dpo_vs_rl")
     assert {label: arm_variant(experiment, arm) for label, arm in zip((GRPO, DPO), experiment.arms)} == {
-        GRPO: {"algo": "grpo"}, DPO: {"algo": "dpo"}}
+        GRPO: {"algo": "grpo"},
+        DPO: {"algo": "dpo"},
+    }
     assert experiment.task == "preference" and "logps/chosen" in experiment.charts
     assert experiment in experiments_for("dpo")
 
@@ -98,8 +100,9 @@ def test_the_experiments_arms_are_grpo_with_the_reward_model_and_dpo_and_the_dpo
 def test_the_dpo_pages_panel_offers_the_experiment_with_each_arms_run_kind(tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
     experiment = get_experiment("dpo_vs_rl")
-    at = AppTest.from_string("from ui.experiments_panel import see_it_happen\nsee_it_happen('dpo')\n",
-                             default_timeout=60).run()
+    at = AppTest.from_string(
+        "from ui.experiments_panel import see_it_happen\nsee_it_happen('dpo')\n", default_timeout=60
+    ).run()
     assert not at.exception, at.exception
     assert experiment.title in [h.value for h in at.subheader]
     captions = " ".join(c.value for c in at.caption)

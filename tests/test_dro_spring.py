@@ -15,8 +15,12 @@ def test_the_effect_is_vanilla_s_mean_approx_kl_minus_dro_s():
     vanilla, dro = (arm.label for arm in EXPERIMENT.arms)
     runs = {
         # (0.0 + 0.9) / 2 = 0.45: step 3's NaN and step 4's missing value are left out.
-        vanilla: [{"step": 1, "approx_kl": 0.0}, {"step": 2, "approx_kl": 0.9}, {"step": 3, "approx_kl": math.nan},
-                  {"step": 4}],
+        vanilla: [
+            {"step": 1, "approx_kl": 0.0},
+            {"step": 2, "approx_kl": 0.9},
+            {"step": 3, "approx_kl": math.nan},
+            {"step": 4},
+        ],
         dro: [{"step": 1, "approx_kl": 0.0}, {"step": 2, "approx_kl": 0.1}, {"step": 3, "approx_kl": 0.2}],  # 0.1
     }
     assert EXPERIMENT.effect(runs) == pytest.approx(0.35)

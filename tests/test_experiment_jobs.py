@@ -9,8 +9,14 @@ import pytest
 from ui.jobs import TrainingSlots
 
 
-def holder(slots: TrainingSlots, count: int, owner: str, entered: dict, release: threading.Event,
-           stop: threading.Event | None = None) -> threading.Thread:
+def holder(
+    slots: TrainingSlots,
+    count: int,
+    owner: str,
+    entered: dict,
+    release: threading.Event,
+    stop: threading.Event | None = None,
+) -> threading.Thread:
     def hold():
         with slots.hold(stop or threading.Event(), count, ticket=owner) as acquired:
             entered[owner] = acquired

@@ -72,7 +72,9 @@ def test_skip_no_signal_keeps_the_policy_where_adam_momentum_would_move_it(monke
     for skip in (True, False):
         run = RunConfig(
             algo=get_preset("grpo", prompts_per_step=4, beta=0.0, skip_no_signal_updates=skip),
-            task="caesar", steps=2, seed=0,
+            task="caesar",
+            steps=2,
+            seed=0,
         )
         trainer = Trainer(run)
         trainer.prepare()
@@ -93,7 +95,10 @@ def test_critic_from_the_reward_model_is_a_trainable_copy(monkeypatch):
     monkeypatch.setattr(PreferenceTask, "n_pairs", 64)
     monkeypatch.setattr(PreferenceTask, "rm_steps", 2)
     run = RunConfig(
-        algo=get_preset("ppo", prompts_per_step=8, critic_init="reward_model"), task="preference", steps=1, seed=0,
+        algo=get_preset("ppo", prompts_per_step=8, critic_init="reward_model"),
+        task="preference",
+        steps=1,
+        seed=0,
         sft_steps=5,
     )
     trainer = Trainer(run)

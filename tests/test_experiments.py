@@ -71,12 +71,15 @@ def test_the_verdict_is_recomputed_from_the_stored_json_lines(name, tmp_path):
     processes; then the effect and verdict are computed again from the files, not taken from summary.json."""
     experiment = EXPERIMENTS[name]
     steps = 2
-    run = ExperimentRun(experiment, tmp_path / "out", RunStore(tmp_path / "runs.sqlite"), seeds=[0], steps=steps,
-                        sft_steps=5, workers=2)
+    run = ExperimentRun(
+        experiment, tmp_path / "out", RunStore(tmp_path / "runs.sqlite"), seeds=[0], steps=steps, sft_steps=5, workers=2
+    )
     summary = run.run()
     written = read_summary(tmp_path / "out")
     assert written["experiment"] == name and written["seeds"] == [0]
-    assert all(row["status"] == "finished" for row in written["runs"]), [(r["status"], r["error"]) for r in written["runs"]]
+    assert all(row["status"] == "finished" for row in written["runs"]), [
+        (r["status"], r["error"]) for r in written["runs"]
+    ]
     by_arm = {arm.label: read_jsonl(tmp_path / "out" / records_file(arm, 0)) for arm in experiment.arms}
     for label, records in by_arm.items():
         assert [r["step"] for r in records] == list(range(1, steps + 1)), label
@@ -95,9 +98,17 @@ def read_summary(folder: Path) -> dict:
 
 # ------------------------------------------------------------------------------------------ the summary's numbers
 TOY = Experiment(
-    name="toy", title="toy", claim="b beats a", source="none", task="reverse", steps=3, metric="x, b minus a",
-    arms=(Arm("a", "grpo", {"beta": 0.0}), Arm("b", "grpo", {"beta": 0.1})), knobs=("beta",),
-    effect=lambda runs: runs["b"][-1]["x"] - runs["a"][-1]["x"], expected="positive",
+    name="toy",
+    title="toy",
+    claim="b beats a",
+    source="none",
+    task="reverse",
+    steps=3,
+    metric="x, b minus a",
+    arms=(Arm("a", "grpo", {"beta": 0.0}), Arm("b", "grpo", {"beta": 0.1})),
+    knobs=("beta",),
+    effect=lambda runs: runs["b"][-1]["x"] - runs["a"][-1]["x"],
+    expected="positive",
 )
 
 
@@ -119,15 +130,18 @@ def test_effects_mean_spread_and_verdict_worked_by_hand():
     low, high = summary["effect_interval"]
     assert (low, high) == (pytest.approx(1 / 6 - 0.94865, abs=1e-4), pytest.approx(1 / 6 + 0.94865, abs=1e-4))
     assert summary["seeds_needed"] == 3
-    assert sentence.endswith("2 of 3 positive as the claim expects (3 needed) and its 95 % interval [−0.782, +1.12] "
-                             "does not exclude 0, so the claim is weak.")
+    assert sentence.endswith(
+        "2 of 3 positive as the claim expects (3 needed) and its 95 % interval [−0.782, +1.12] "
+        "does not exclude 0, so the claim is weak."
+    )
 
 
 def test_the_plain_verdict_says_what_was_compared_what_happened_and_on_how_many_seeds():
     effects = seed_effects(TOY, {0: toy_records(0.0, 0.5), 1: toy_records(0.25, 0.5), 2: toy_records(0.5, 0.25)})
     weak = summarise_effects(TOY, effects)  # 2 of 3 the expected way, 3 needed (the test above)
-    assert plain_verdict(TOY, weak) == ("Weak, comparing a with b: the claim's way on average, but on only 2 of 3 "
-                                        "seeds (3 needed). The claim: toy.")
+    assert plain_verdict(TOY, weak) == (
+        "Weak, comparing a with b: the claim's way on average, but on only 2 of 3 seeds (3 needed). The claim: toy."
+    )
     plain = dataclasses.replace(TOY, plain="Arm b beats arm a.")
     shown = summarise_effects(plain, {seed: 0.5 + seed / 10 for seed in range(8)})
     assert plain_verdict(plain, shown) == "Shown on 8 of 8 seeds, comparing a with b: arm b beats arm a."
@@ -215,8 +229,23 @@ def test_a_value_argparse_refuses_is_one_line_too(capsys):
 
 def test_the_command_runs_an_experiment_and_prints_its_verdict(tmp_path, capsys):
     name = "gspo_clipping"  # no reward model to train: the quickest of today's
-    assert main(["experiment", name, "--seeds", "0", "--steps", "2", "--db", str(tmp_path / "runs.sqlite"),
-                 "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                name,
+                "--seeds",
+                "0",
+                "--steps",
+                "2",
+                "--db",
+                str(tmp_path / "runs.sqlite"),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     written = read_summary(tmp_path / "out")
     assert f"seed 0: effect {written['effects']['0']:+.4g}" in out

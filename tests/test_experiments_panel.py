@@ -29,10 +29,15 @@ from rl_core.experiments.runner import (
 from rl_core.runs.records import read_jsonl
 from rl_core.runs.reuse import recorded_when, run_key
 from rl_core.runs.store import RunStore
-from ui.experiment_jobs import ExperimentJob
 from ui.compare import band_figure
+from ui.experiment_jobs import ExperimentJob
 from ui.experiments_panel import (
-    RECORD_UNITS, chart_panels, end_window, experiments_for, record_title, what_happened,
+    RECORD_UNITS,
+    chart_panels,
+    end_window,
+    experiments_for,
+    record_title,
+    what_happened,
 )
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.lab import training_slots
@@ -70,23 +75,35 @@ def test_each_arm_states_its_values_of_the_knobs_the_arms_differ_in():
     at = panel(experiment.pages[0]).run()
     captions = " ".join(c.value for c in at.caption)
     # GSPO's preset clips sequence ratios at 1 ± 3e-4 / 4e-4 (the spec's GSPO preset), GRPO's token ratios at 0.2.
-    assert ("**GRPO** (`policy_loss` clip, `epsilon` 0.2, `epsilon_high` 0.2) · **GSPO** (`policy_loss` gspo, "
-            "`epsilon` 0.0003, `epsilon_high` 0.0004), differing only in") in captions
+    assert (
+        "**GRPO** (`policy_loss` clip, `epsilon` 0.2, `epsilon_high` 0.2) · **GSPO** (`policy_loss` gspo, "
+        "`epsilon` 0.0003, `epsilon_high` 0.0004), differing only in"
+    ) in captions
 
 
 def test_the_panel_names_what_every_arm_sets_away_from_its_presets_defaults():
     experiment = get_experiment("rloo_leave_one_out")
     # RLOO's preset samples 16 prompts × 4 with β 0.05 as k1 in the reward; the experiment, 32 × 2 with β 0.1 as k3 in
     # the loss. The rest of what it spells out (vanilla loss, one update, lr 1e-3, …) is the preset's own.
-    assert shared_departures(experiment) == {"prompts_per_step": 32, "num_generations": 2, "beta": 0.1,
-                                             "kl_estimator": "k3", "kl_in": "loss"}
+    assert shared_departures(experiment) == {
+        "prompts_per_step": 32,
+        "num_generations": 2,
+        "beta": 0.1,
+        "kl_estimator": "k3",
+        "kl_in": "loss",
+    }
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert ("Every arm also sets, unlike its preset: `prompts_per_step` 32, "
-            "`num_generations` 2, `beta` 0.1, `kl_estimator` k3, `kl_in` loss.") in captions
+    assert (
+        "Every arm also sets, unlike its preset: `prompts_per_step` 32, "
+        "`num_generations` 2, `beta` 0.1, `kl_estimator` k3, `kl_in` loss."
+    ) in captions
     # Run fields count too where they leave a run's defaults: dynamic_sampling's warm start. Its 8 prompts a step are
     # DAPO's preset's own; its groups of 4 are not (the preset samples 8).
-    assert shared_departures(get_experiment("dynamic_sampling")) == {"num_generations": 4, "sft_steps": 500,
-                                                                    "demo_noise": 0.8}
+    assert shared_departures(get_experiment("dynamic_sampling")) == {
+        "num_generations": 4,
+        "sft_steps": 500,
+        "demo_noise": 0.8,
+    }
     assert shared_departures(get_experiment("gspo_clipping")) == {}, "GRPO's and GSPO's presets as they are"
 
 
@@ -100,8 +117,10 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     # A server whose trainings have measured nothing steps at the reference CPU's step times (speed 1).
     reference = planned_seconds_left([r.planned.run for r in plan_experiment(experiment)], 1, TrainingSlots(1))(0.0)
     shown = f"{reference:.0f} s" if reference < 90 else f"{reference / 60:.0f} min"
-    assert (f"Not run on this server yet: up to about {shown} for 16 runs, 1 at a time (each run's steps at "
-            "the step times measured on the reference CPU:") in first
+    assert (
+        f"Not run on this server yet: up to about {shown} for 16 runs, 1 at a time (each run's steps at "
+        "the step times measured on the reference CPU:"
+    ) in first
     assert first.index("about ") < first.index("Any warm start this server has not cached yet")
     # A live training that stepped twelve times slower than the reference (a busy machine) leaves it as it was.
     training_slots().observe_speed(12.0, 1.0)
@@ -120,15 +139,19 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     # The two arms of a seed train as one batch, each run as long as the batch: the median of 10 s and 30 s for
     # each of 8 batches, one at a time: 160 s, shown as 3 min.
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert ("About 3 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
-            "earlier runs on this server).") in captions
+    assert (
+        "About 3 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
+        "earlier runs on this server)."
+    ) in captions
     # On a loaded machine, load average 7 on 2 cores: the batch's process is one of 8 runnable on 2 cores, so
     # 160 s × (7 + 1) / 2 = 640 s, shown as 11 min.
     load[0] = 7.0
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
-    assert ("About 11 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
-            "earlier runs on this server). At this server's load now (load average 7.0 on 2 cores) that is 4.0 "
-            "times as long as on an idle machine.") in captions
+    assert (
+        "About 11 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
+        "earlier runs on this server). At this server's load now (load average 7.0 on 2 cores) that is 4.0 "
+        "times as long as on an idle machine."
+    ) in captions
 
 
 def test_run_says_it_answers_at_once_once_the_server_has_recorded_every_run():
@@ -153,11 +176,14 @@ def test_what_happened_puts_each_arms_start_and_end_in_words():
     steps = lambda values: [{"entropy": v, "clip_frac": 0.1} for v in values]  # noqa: E731
     # GRPO: seeds start at 1.0 and 1.2 (first 5 steps), end at 0.4 and 0.6 (last 10): 1.1 → 0.5.
     # GSPO: 1.0 → 1.02 over the seeds, within 5 %: "stayed". clip_frac is constant; kl_k3 is beyond the first two.
-    groups = {"GRPO": [steps([1.0] * 5 + [0.4] * 10), steps([1.2] * 5 + [0.6] * 10)],
-              "GSPO": [steps([1.0] * 5 + [1.02] * 10)]}
+    groups = {
+        "GRPO": [steps([1.0] * 5 + [0.4] * 10), steps([1.2] * 5 + [0.6] * 10)],
+        "GSPO": [steps([1.0] * 5 + [1.02] * 10)],
+    }
     assert what_happened(experiment, groups) == (
         "Token entropy fell from 1.1 to 0.5 with GRPO; stayed near 1.02 with GSPO. "
-        f"{record_title('clip_frac')} stayed near 0.1 with GRPO; stayed near 0.1 with GSPO.")
+        f"{record_title('clip_frac')} stayed near 0.1 with GRPO; stayed near 0.1 with GSPO."
+    )
 
 
 def test_in_a_run_shorter_than_fifteen_steps_the_end_is_the_steps_after_the_start():
@@ -209,8 +235,9 @@ def test_a_finished_experiment_is_drawn_with_seed_bands_and_its_effect_stated():
         cell = table.loc[table["arm"] == arm.label, record_title(experiment.charts[0])].item()
         assert cell == f"{mean:.3g} → {mean:.3g}"
     # The same runs drawn as if still training: the page says how many seeds each line holds and states no effect.
-    midrun = SimpleNamespace(active=False, seeds=job.seeds,
-                             snapshot=lambda: dataclasses.replace(job.snapshot(), status="training"))
+    midrun = SimpleNamespace(
+        active=False, seeds=job.seeds, snapshot=lambda: dataclasses.replace(job.snapshot(), status="training")
+    )
     at = panel(page)
     at.session_state[f"experiment:{NAME}"] = midrun
     at.run()
@@ -292,13 +319,15 @@ def test_k1_and_k3_spreads_share_one_chart_arm_by_arm():
     title, together = next(panel for panel in panels if "kl_k1_std" in panel[1])
     assert together == ("kl_k1_std", "kl_k3_std") and len(panels) == len(experiment.charts) - 1
     groups = {arm.label: [[{"step": 1, "kl_k1_std": 0.1, "kl_k3_std": 0.015}]] for arm in experiment.arms}
-    drawn = band_figure(together, groups, title, RECORD_UNITS["kl_k1_std"], log=True,
-                        names={key: record_title(key) for key in together})
+    drawn = band_figure(
+        together, groups, title, RECORD_UNITS["kl_k1_std"], log=True, names={key: record_title(key) for key in together}
+    )
     # one curve per arm and estimator: the colour names the arm, the dash the estimator
     assert [(t.name, t.line.color, t.line.dash) for t in drawn.data] == [
         (f"{arm.label} · {record_title(key)}", colour, dash)
         for arm, colour in zip(experiment.arms, ("#1f77b4", "#d62728"))
-        for key, dash in zip(together, ("solid", "dash"))]
+        for key, dash in zip(together, ("solid", "dash"))
+    ]
     assert [t.y[0] for t in drawn.data] == [0.1, 0.015, 0.1, 0.015] and drawn.layout.yaxis.type == "log"
 
 
@@ -315,8 +344,10 @@ def test_every_experiment_chart_names_its_y_axis():
         for key in experiment.charts:
             assert RECORD_UNITS.get(key), (experiment.name, key)
     groups = {"arm": [[{"step": 1, "kl_sequence": 0.5}]]}
-    assert band_figure("kl_sequence", groups, "KL", RECORD_UNITS["kl_sequence"]).layout.yaxis.title.text == \
-        "nats per response"
+    assert (
+        band_figure("kl_sequence", groups, "KL", RECORD_UNITS["kl_sequence"]).layout.yaxis.title.text
+        == "nats per response"
+    )
 
 
 def test_a_recorded_request_answers_at_once_with_re_run_live_and_new_seeds():

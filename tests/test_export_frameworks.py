@@ -8,13 +8,13 @@ import subprocess
 
 import pytest
 
+from released_packages import openrlhf_parser, trl_built, trl_class_names, verl_config_keys, verl_registered
 from rl_core.algorithms import PRESETS, get_preset, get_run_algo
 from rl_core.bridge.export_frameworks import FRAMEWORKS, Set, export_config, knob_lines, knob_values, settings
 from rl_core.bridge.export_pairs import export_pair_config, pair_knob_lines, pair_settings
 from rl_core.bridge.trl_env import trl_python
 from rl_core.cli import main
 from rl_core.config import AlgoConfig
-from released_packages import openrlhf_parser, trl_built, trl_class_names, verl_config_keys, verl_registered
 
 TASK = "caesar"
 
@@ -87,10 +87,21 @@ def test_dr_grpo_gspo_and_ppo_map_their_defining_knobs():
 
 def _successor(**knobs) -> dict:
     """GRPO's knobs plus the 2025–26 knobs of the successors' presets (read as a dict, before they exist)."""
-    defaults = dict(sapo_tau_pos=1.0, sapo_tau_neg=1.05, dppo_delta_low=0.15, dppo_delta_high=0.15,
-                    dppo_ratio_cap=20.0, cispo_two_sided=False, kl_gradient="plain", rollout_staleness=0,
-                    rollout_is_mode="none", rollout_is_level="token", rollout_is_threshold=2.0,
-                    adv_norm_mean="group", adv_norm_std="group")
+    defaults = dict(
+        sapo_tau_pos=1.0,
+        sapo_tau_neg=1.05,
+        dppo_delta_low=0.15,
+        dppo_delta_high=0.15,
+        dppo_ratio_cap=20.0,
+        cispo_two_sided=False,
+        kl_gradient="plain",
+        rollout_staleness=0,
+        rollout_is_mode="none",
+        rollout_is_level="token",
+        rollout_is_threshold=2.0,
+        adv_norm_mean="group",
+        adv_norm_std="group",
+    )
     return dataclasses.asdict(PRESETS["grpo"]) | defaults | knobs
 
 
@@ -109,7 +120,10 @@ def test_the_successor_knobs_map_by_name():
     dppo = _successor(policy_loss="dppo_tv", dppo_delta_low=0.1, dppo_delta_high=0.3)
     verl = settings(dppo, "verl", TASK)
     assert verl["actor_rollout_ref.actor.policy_loss.loss_mode"] == "dppo_tv"
-    assert (verl["actor_rollout_ref.actor.clip_ratio_low"], verl["actor_rollout_ref.actor.clip_ratio_high"]) == (0.1, 0.3)
+    assert (verl["actor_rollout_ref.actor.clip_ratio_low"], verl["actor_rollout_ref.actor.clip_ratio_high"]) == (
+        0.1,
+        0.3,
+    )
     assert verl["actor_rollout_ref.actor.clip_ratio_c"] == 20.0
     assert dict(knob_lines(dppo, "trl", TASK))["policy_loss"] == ["does not map: TRL has no dppo_tv loss"]
     mis = _successor(rollout_is_mode="mask", rollout_is_level="sequence", rollout_is_threshold=3.0)
@@ -134,8 +148,12 @@ def test_the_verl_script_parses_and_passes_each_override_once(tmp_path):
     script = tmp_path / "verl.sh"
     assert main(["export", "--algo", "dapo", "--set", "beta=0.1", "--format", "verl", "--out", str(script)]) == 0
     # A stand-in for verl's entry point prints the arguments the script passes.
-    done = subprocess.run(["bash", "-c", f'python3() {{ printf "%s\\n" "$@"; }}; source {script}'],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", f'python3() {{ printf "%s\\n" "$@"; }}; source {script}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     arguments = done.stdout.splitlines()
     assert arguments[:2] == ["-m", "verl.trainer.main_ppo"]  # verl 0.9's trainer filters groups itself
     overrides = dict(a.split("=", 1) for a in arguments[2:])
@@ -173,17 +191,28 @@ def _script_arguments(text: str, tmp_path, launcher: str = "python3") -> list[st
     """The arguments a bash export passes to its `launcher` (a stand-in that prints them)."""
     script = tmp_path / "export.sh"
     script.write_text(text)
-    done = subprocess.run(["bash", "-c", f'{launcher}() {{ printf "%s\\n" "$@"; }}; source {script}'],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", f'{launcher}() {{ printf "%s\\n" "$@"; }}; source {script}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.splitlines()
 
 
 VARIANTS = {  # knobs the presets leave off, so that their rules are checked against the releases too
     "dapo, beta=0.1, 4 minibatches": get_preset("dapo", beta=0.1, num_minibatches=4),
     "grpo, TIS per token": get_preset("grpo", rollout_staleness=2, rollout_is_mode="truncate"),
-    "grpo, MIS geometric": get_preset("grpo", rollout_staleness=2, rollout_is_mode="mask", rollout_is_level="geometric"),
-    "grpo, binary-KL gate per response": get_preset("grpo", rollout_staleness=2, rollout_is_mode="mask",
-                                                    rollout_is_level="sequence", is_correction_gating="binary_kl"),
+    "grpo, MIS geometric": get_preset(
+        "grpo", rollout_staleness=2, rollout_is_mode="mask", rollout_is_level="geometric"
+    ),
+    "grpo, binary-KL gate per response": get_preset(
+        "grpo",
+        rollout_staleness=2,
+        rollout_is_mode="mask",
+        rollout_is_level="sequence",
+        is_correction_gating="binary_kl",
+    ),
     "grpo, bfloat16 sampler": get_preset("grpo", rollout_dtype="bfloat16"),
     "grpo, dro": get_preset("grpo", policy_loss="dro", dro_beta=0.5),
     "grpo, is_corrected KL": get_preset("grpo", kl_gradient="is_corrected"),
@@ -232,12 +261,18 @@ def test_openrlhf_values_by_hand():
     assert ppo["--algo.advantage.lambd"] == 0.95 and ppo["--reward.clip_range"] == (-5.0, 5.0)
     assert ppo["--train.max_epochs"] == 4 and ppo["--train.batch_size"] == 16  # 64 completions in 4 minibatches
     tis = settings(VARIANTS["grpo, TIS per token"], "openrlhf", TASK)
-    assert (tis["--algo.advantage.is_correction_level"], tis["--algo.advantage.is_correction_mode"]) == ("token", "clip")
+    assert (tis["--algo.advantage.is_correction_level"], tis["--algo.advantage.is_correction_mode"]) == (
+        "token",
+        "clip",
+    )
     assert tis["--algo.advantage.is_correction_threshold"] == (2.0,)  # one number: the upper bound C, min(w, C)
     assert settings(VARIANTS["grpo, is_corrected KL"], "openrlhf", TASK)["--algo.kl.unbiased_gradient"] is True
     gate = settings(VARIANTS["grpo, binary-KL gate per response"], "openrlhf", TASK)
-    assert (gate["--algo.advantage.is_correction_level"], gate["--algo.advantage.is_correction_mode"],
-            gate["--algo.advantage.is_correction_gating"]) == ("seq", "mask", "binary_kl")
+    assert (
+        gate["--algo.advantage.is_correction_level"],
+        gate["--algo.advantage.is_correction_mode"],
+        gate["--algo.advantage.is_correction_gating"],
+    ) == ("seq", "mask", "binary_kl")
     assert gate["--algo.advantage.is_correction_threshold"] == (0.005,)  # δ, not the ratio's C
     verl_lines = dict(knob_lines(VARIANTS["grpo, binary-KL gate per response"], "verl", TASK))
     assert verl_lines["is_correction_gating"][0].startswith("does not map: verl gates")
@@ -266,8 +301,11 @@ def test_no_export_names_a_class_the_releases_lack():
 
 
 # ------------------------------------------------------------------ the runs fitted to preference pairs
-PAIR_CASES = {"dpo": get_run_algo("dpo"), "ipo, beta=0.5": get_run_algo("ipo", beta=0.5),
-              "reward_model": get_run_algo("reward_model", learning_rate=1e-3)}
+PAIR_CASES = {
+    "dpo": get_run_algo("dpo"),
+    "ipo, beta=0.5": get_run_algo("ipo", beta=0.5),
+    "reward_model": get_run_algo("reward_model", learning_rate=1e-3),
+}
 OPENRLHF_SCRIPTS = {"dpo": "train_dpo", "ipo, beta=0.5": "train_dpo", "reward_model": "train_rm"}
 
 
@@ -276,8 +314,9 @@ OPENRLHF_SCRIPTS = {"dpo": "train_dpo", "ipo, beta=0.5": "train_dpo", "reward_mo
 def test_every_pair_knob_gets_a_setting_or_a_comment(case, framework):
     algo = PAIR_CASES[case]
     lines = pair_knob_lines(algo, framework)
-    assert [knob for knob, _, _ in lines] == [k for k in dataclasses.asdict(algo) if k not in ("name", "title",
-                                                                                                 "summary")]
+    assert [knob for knob, _, _ in lines] == [
+        k for k in dataclasses.asdict(algo) if k not in ("name", "title", "summary")
+    ]
     assert all(xs for _, _, xs in lines)
     text = export_pair_config(algo, framework)
     for knob, value, _ in lines:
@@ -330,5 +369,7 @@ def test_trl_builds_dpo_and_reward_configs_from_the_pair_exports(tmp_path):
     values it set."""
     expected = {name: pair_settings(algo, "trl") for name, algo in PAIR_CASES.items()}
     sources = {name: export_pair_config(algo, "trl") for name, algo in PAIR_CASES.items()}
-    assert trl_built(trl_python(), sources, {name: list(fields) for name, fields in expected.items()},
-                     tmp_path) == expected
+    assert (
+        trl_built(trl_python(), sources, {name: list(fields) for name, fields in expected.items()}, tmp_path)
+        == expected
+    )

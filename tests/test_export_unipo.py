@@ -29,9 +29,27 @@ def _responses(document):
 def test_train_writes_a_valid_jsonl_log_whose_token_series_agree_by_hand(tmp_path):
     out = tmp_path / "run.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "rl_core", "train", "--algo", "grpo", "--steps", "2", "--seed", "3",
-         "--set", "prompts_per_step=4", "--set", "beta=0.1", "--unipo-out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "rl_core",
+            "train",
+            "--algo",
+            "grpo",
+            "--steps",
+            "2",
+            "--seed",
+            "3",
+            "--set",
+            "prompts_per_step=4",
+            "--set",
+            "beta=0.1",
+            "--unipo-out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     lines = out.read_text().splitlines()
@@ -56,8 +74,12 @@ def test_train_writes_a_valid_jsonl_log_whose_token_series_agree_by_hand(tmp_pat
         assert tokens["rewards"][:-1] == [0.0] * (len(tokens["ids"]) - 1)
         assert tokens["rewards"][-1] == response["reward"]
         for logp, old, ref, advantage, kl, objective in zip(
-            tokens["log_probs"], tokens["old_log_probs"], tokens["ref_log_probs"], tokens["advantages"],
-            tokens["token_kl"], tokens["token_objective"],
+            tokens["log_probs"],
+            tokens["old_log_probs"],
+            tokens["ref_log_probs"],
+            tokens["advantages"],
+            tokens["token_kl"],
+            tokens["token_objective"],
         ):
             assert advantage == response["advantage"]  # GRPO: one advantage per response
             log_r = ref - logp
@@ -69,8 +91,13 @@ def test_train_writes_a_valid_jsonl_log_whose_token_series_agree_by_hand(tmp_pat
 
 def test_a_stored_critic_run_exports_values_and_returns(tmp_path):
     db, out = tmp_path / "runs.sqlite", tmp_path / "ppo.json"
-    run = RunConfig(algo=get_preset("ppo", prompts_per_step=8, ppo_epochs=1, num_minibatches=1), task="caesar",
-                    steps=2, seed=0, samples_per_record=3)
+    run = RunConfig(
+        algo=get_preset("ppo", prompts_per_step=8, ppo_epochs=1, num_minibatches=1),
+        task="caesar",
+        steps=2,
+        seed=0,
+        samples_per_record=3,
+    )
     store = RunStore(db)
     run_id = store.add_run(run, label="ppo")
     store.start_run(run_id)
@@ -108,18 +135,34 @@ def test_invalid_logs_are_refused_with_the_place_named(tmp_path):
     record = {"step": 1, "reward_mean": 0.5, "samples": []}  # no policy loss: no policy_objective
     with pytest.raises(ValueError, match="entries/0/metrics: 'policy_objective' is a required property"):
         validate_unipo(unipo_document(dataclasses.asdict(run), [record]))
-    document = {"header": {"algorithm": "grpo"}, "entries": [{"step": 1, "metrics": {"reward": 1.0, "policy_objective": 0.0},
-                "prompts": [{"prompt": "a>", "responses": [{"id": "x", "reward": 1.0,
-                                                            "tokens": {"ids": [1, 2], "strings": ["a"]}}]}]}]}
+    document = {
+        "header": {"algorithm": "grpo"},
+        "entries": [
+            {
+                "step": 1,
+                "metrics": {"reward": 1.0, "policy_objective": 0.0},
+                "prompts": [
+                    {
+                        "prompt": "a>",
+                        "responses": [{"id": "x", "reward": 1.0, "tokens": {"ids": [1, 2], "strings": ["a"]}}],
+                    }
+                ],
+            }
+        ],
+    }
     with pytest.raises(ValueError, match="response x: per-token series of different lengths"):
         validate_unipo(document)
-    assert main(["export-unipo", "--run", "1", "--db", str(tmp_path / "empty.sqlite"), "--out",
-                 str(tmp_path / "x.json")]) == 2
+    assert (
+        main(["export-unipo", "--run", "1", "--db", str(tmp_path / "empty.sqlite"), "--out", str(tmp_path / "x.json")])
+        == 2
+    )
 
 
 def test_train_writes_a_json_document_and_refuses_another_suffix(tmp_path):
     out = tmp_path / "run.json"
-    assert main(["train", "--algo", "grpo", "--steps", "1", "--set", "prompts_per_step=2", "--unipo-out", str(out)]) == 0
+    assert (
+        main(["train", "--algo", "grpo", "--steps", "1", "--set", "prompts_per_step=2", "--unipo-out", str(out)]) == 0
+    )
     document = json.loads(out.read_text())
     validate_unipo(document)
     assert [e["step"] for e in document["entries"]] == [1]

@@ -138,8 +138,10 @@ def test_a_learner_with_as_many_runs_as_allowed_cannot_press_train_on_another_pa
     at.session_state["lab:session"] = "me"
     at.run()
     at.switch_page("app_pages/grpo.py").run()
-    assert any("you have 2 runs training and 2 waiting; allowed: at most 2 training and 2 waiting" in w.value
-               for w in at.warning), [w.value for w in at.warning]
+    assert any(
+        "you have 2 runs training and 2 waiting; allowed: at most 2 training and 2 waiting" in w.value
+        for w in at.warning
+    ), [w.value for w in at.warning]
     assert at.button(key="grpo:train").disabled
 
 
@@ -172,4 +174,5 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now(tmp_path, monke
     seconds = estimated_seconds(RunConfig(algo=get_preset("grpo"), task="caesar", steps=DEFAULT_STEPS)) * 4
     assert at.button(key="grpo:train").help.endswith(
         f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on "
-        "2 cores), after any warm start it has not built yet.")
+        "2 cores), after any warm start it has not built yet."
+    )

@@ -9,17 +9,21 @@ def shown(latex: str) -> list[str]:
 
 
 def test_the_clipped_surrogate_uses_the_ratio_the_advantage_and_the_clip_range():
-    latex = (r"\ell_{i,t} = -\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon_{low}, "
-             r"1+\varepsilon_{high})\hat A_i\big)")
+    latex = (
+        r"\ell_{i,t} = -\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon_{low}, "
+        r"1+\varepsilon_{high})\hat A_i\big)"
+    )
     assert shown(latex) == ["ρ", "Â", "ε_low · ε_high"]
 
 
 def test_look_alikes_are_not_mistaken_for_the_glossarys_symbols():
     assert shown(r"A_t = G_t - b") == [], "G_t is a return, not the group size"
-    assert shown(r"A_{i,t} = \frac{G_{i,t} - \mathrm{mean}(G)}{\mathrm{std}(G) + \epsilon}") == [], \
+    assert shown(r"A_{i,t} = \frac{G_{i,t} - \mathrm{mean}(G)}{\mathrm{std}(G) + \epsilon}") == [], (
         "a return again, and the ε that keeps a division finite is not the clip range"
-    assert shown(r"\mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}") == [], \
+    )
+    assert shown(r"\mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}") == [], (
         "VAPO's μ weighs the NLL term; only μ(·), the behaviour policy, is the glossary's"
+    )
     assert shown(r"\gamma\delta_t") == []
 
 

@@ -8,9 +8,9 @@ import sqlite3
 import time
 
 import pytest
-from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
+from app_driver import app_test_on
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.runs.store import MIGRATIONS, RunStore
@@ -85,9 +85,11 @@ def test_a_v3_store_is_migrated_and_its_runs_belong_to_no_page(store_path):
         for migration in MIGRATIONS[:3]:
             for statement in migration:
                 db.execute(statement)
-        db.execute("INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
-                   "heartbeat_at, owner_pid, owner_host, session) VALUES ('old', 'caesar', 'grpo', 0, '{}', '{}', "
-                   "'finished', 3, 0, 0, 1, 'elsewhere', 'learner')")
+        db.execute(
+            "INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
+            "heartbeat_at, owner_pid, owner_host, session) VALUES ('old', 'caesar', 'grpo', 0, '{}', '{}', "
+            "'finished', 3, 0, 0, 1, 'elsewhere', 'learner')"
+        )
         db.execute("PRAGMA user_version = 3")
     store = RunStore(store_path)
     (run,) = store.runs()
@@ -104,20 +106,37 @@ def test_a_v5_store_moves_the_policy_gradient_labs_runs_and_answers_to_its_page(
         for migration in MIGRATIONS[:5]:
             for statement in migration:
                 db.execute(statement)
-        for label, session, page, number in (("a-old-1", "a", "pg", 1), ("a-old-2", "a", "pg", 2),
-                                             ("a-new-1", "a", "policy_gradient", 1), ("b-old-1", "b", "pg", 1),
-                                             ("a-grpo-1", "a", "grpo", 1)):
-            db.execute("INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
-                       "heartbeat_at, owner_pid, owner_host, session, page, page_run) VALUES (?, 'caesar', 'pg', 0, "
-                       "'{}', '{}', 'finished', 3, 0, 0, 1, 'elsewhere', ?, ?, ?)", (label, session, page, number))
-        for session, page, phase, answer in (("a", "pg", "before", "about 0"), ("a", "policy_gradient", "before",
-                                              "clearly positive"), ("b", "pg", "after", "about 0")):
-            db.execute("INSERT INTO predictions VALUES (?, ?, ?, 'Will it average 0?', '[\"about 0\", \"clearly "
-                       "positive\"]', ?, 0)", (session, page, phase, answer))
+        for label, session, page, number in (
+            ("a-old-1", "a", "pg", 1),
+            ("a-old-2", "a", "pg", 2),
+            ("a-new-1", "a", "policy_gradient", 1),
+            ("b-old-1", "b", "pg", 1),
+            ("a-grpo-1", "a", "grpo", 1),
+        ):
+            db.execute(
+                "INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
+                "heartbeat_at, owner_pid, owner_host, session, page, page_run) VALUES (?, 'caesar', 'pg', 0, "
+                "'{}', '{}', 'finished', 3, 0, 0, 1, 'elsewhere', ?, ?, ?)",
+                (label, session, page, number),
+            )
+        for session, page, phase, answer in (
+            ("a", "pg", "before", "about 0"),
+            ("a", "policy_gradient", "before", "clearly positive"),
+            ("b", "pg", "after", "about 0"),
+        ):
+            db.execute(
+                "INSERT INTO predictions VALUES (?, ?, ?, 'Will it average 0?', '[\"about 0\", \"clearly "
+                "positive\"]', ?, 0)",
+                (session, page, phase, answer),
+            )
         db.execute("PRAGMA user_version = 5")
     store = RunStore(store_path)
     assert [(r.label, r.page_run) for r in store.runs(page="policy_gradient")] == [
-        ("a-old-1", 1), ("a-old-2", 2), ("a-new-1", 3), ("b-old-1", 1)]
+        ("a-old-1", 1),
+        ("a-old-2", 2),
+        ("a-new-1", 3),
+        ("b-old-1", 1),
+    ]
     assert store.runs(page="pg") == []
     assert [(r.label, r.page_run) for r in store.runs(page="grpo")] == [("a-grpo-1", 1)]
     (count,) = store.answer_counts()
@@ -125,18 +144,25 @@ def test_a_v5_store_moves_the_policy_gradient_labs_runs_and_answers_to_its_page(
     assert count.counts == {"before": {"clearly positive": 1}, "after": {"about 0": 1}}
 
 
-def stored_page_run(store: RunStore, session: str, number: int, steps: int = 3, samples: bool = False,
-                    page: str = "grpo") -> int:
+def stored_page_run(
+    store: RunStore, session: str, number: int, steps: int = 3, samples: bool = False, page: str = "grpo"
+) -> int:
     """A finished run of the GRPO page (or `page`), as a live lab writes it (with a stand-in sample at each step if
     `samples`)."""
     run = RunConfig(algo=get_preset("grpo", beta=0.01 * number), task="caesar", steps=steps, seed=number)
     settings = {"variant": "GRPO", "beta": 0.01 * number, "seed": number}
-    run_id = store.add_run(run, f"GRPO · {page} page #{number}", settings, session=session, page=page,
-                           page_run=number)
+    run_id = store.add_run(run, f"GRPO · {page} page #{number}", settings, session=session, page=page, page_run=number)
     store.start_run(run_id)
     for step in range(1, steps + 1):
-        store.add_step(run_id, {"step": step, "entropy": 1.0 - 0.1 * step, "success_rate": 0.2 * step,
-                                "samples": [{"text": f"step {step}"}] if samples else []})
+        store.add_step(
+            run_id,
+            {
+                "step": step,
+                "entropy": 1.0 - 0.1 * step,
+                "success_rate": 0.2 * step,
+                "samples": [{"text": f"step {step}"}] if samples else [],
+            },
+        )
     store.finish_run(run_id, "finished")
     return run_id
 
@@ -163,8 +189,10 @@ def test_after_a_restart_a_learner_finds_their_page_runs_and_reset_lets_them_go(
     stored_page_run(store, other, 1)
     _learners().clear()  # what a restarted server holds: no learner's live objects
     at = open_app("grpo", token)
-    assert [(job.number, job.snapshot().status) for job in at.session_state["grpo:runs"]] == [(1, "finished"),
-                                                                                              (2, "finished")]
+    assert [(job.number, job.snapshot().status) for job in at.session_state["grpo:runs"]] == [
+        (1, "finished"),
+        (2, "finished"),
+    ]
     assert at.get("plotly_chart"), "their charts are drawn again"
     assert any("#2" in str(label) for label in at.button_group[0].proto.options), "labelled as before"
     assert open_app("grpo", secrets.token_urlsafe(18)).session_state["grpo:runs"] == [], "another learner: none"
@@ -255,13 +283,17 @@ def test_a_pinned_banner_shows_on_every_learner_page_until_unpinned(monkeypatch)
 
 def test_a_banner_link_is_checked_like_a_share_link():
     assert banner_link("grpo", "algo=dapo&epsilon_high=0.28") == (
-        "/grpo?algo=dapo&epsilon_high=0.28", {"algo": "dapo", "epsilon_high": 0.28})
+        "/grpo?algo=dapo&epsilon_high=0.28",
+        {"algo": "dapo", "epsilon_high": 0.28},
+    )
     assert banner_link("ppo", "") == ("/ppo", {})
     assert banner_text("grpo", {"algo": "grpo", "beta": 0.0}) == "Now open: GRPO, KL coefficient β 0"
-    for page, settings, refused in (("nowhere", "", "page='nowhere' is not a page"),
-                                    ("grpo", "algo=nope", "algo='nope' is not a preset"),
-                                    ("grpo", "epsilon_high=abc", "epsilon_high='abc' is not a number"),
-                                    ("grpo", "colour=red", "colour is not a knob")):
+    for page, settings, refused in (
+        ("nowhere", "", "page='nowhere' is not a page"),
+        ("grpo", "algo=nope", "algo='nope' is not a preset"),
+        ("grpo", "epsilon_high=abc", "epsilon_high='abc' is not a number"),
+        ("grpo", "colour=red", "colour is not a knob"),
+    ):
         with pytest.raises(ValueError, match=refused):
             banner_link(page, settings)
 
@@ -277,8 +309,9 @@ def test_the_presenter_switch_enlarges_text_and_charts_and_stays_in_the_url(stor
     at = open_app("grpo", token, present="1")
     assert f"html{{font-size:{FONT_PX}px}}" in html_bodies(at)
     assert at.query_params["present"] == "1"
-    heights = [(spec["layout"]["height"], big["layout"]["height"])
-               for spec, big in zip(chart_specs(normal), chart_specs(at))]
+    heights = [
+        (spec["layout"]["height"], big["layout"]["height"]) for spec, big in zip(chart_specs(normal), chart_specs(at))
+    ]
     assert heights and all(big == round(small * CHART_SCALE) for small, big in heights)
     at.switch_page("app_pages/ppo.py").run()
     assert "present" in at.query_params, "kept across a page switch"
@@ -308,5 +341,6 @@ def test_the_warm_up_runs_experiments_in_turn_and_stop_ends_it_while_it_waits():
         warm_up.stop()
         assert warm_up.join(30)
     snap = warm_up.snapshot()
-    assert (snap.status, snap.done, snap.current) == ("stopped", {first.name: "stopped"}, None), \
+    assert (snap.status, snap.done, snap.current) == ("stopped", {first.name: "stopped"}, None), (
         "the second experiment never started"
+    )

@@ -34,7 +34,7 @@ def test_k1_can_be_negative_while_k2_and_k3_never_are():
 
 
 def test_registry():
-    assert KL_ESTIMATORS == {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+    assert {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3} == KL_ESTIMATORS
 
 
 def test_exact_kl_by_hand():

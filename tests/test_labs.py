@@ -10,7 +10,6 @@ import torch
 from ui.labs import advantages, aggregation, clip, gae, kl
 from ui.labs.figures import log_ticks
 
-
 # --- Clip lab -----------------------------------------------------------------------------------------------
 
 
@@ -24,7 +23,7 @@ def test_surrogate_curves_match_the_clipped_objective_and_its_slope():
         np.testing.assert_allclose(curve["unclipped"], rho * a, atol=1e-12)
         # Away from the kinks the slope is A where the unclipped term is the minimum, 0 where the clip is.
         unclipped_wins = (rho * a < np.clip(rho, 0.8, 1.28) * a - 1e-9) | ((rho > 0.8 + 1e-9) & (rho < 1.28 - 1e-9))
-        clipped_wins = (np.clip(rho, 0.8, 1.28) * a < rho * a - 1e-9)
+        clipped_wins = np.clip(rho, 0.8, 1.28) * a < rho * a - 1e-9
         np.testing.assert_allclose(curve["gradient"][unclipped_wins], a)
         np.testing.assert_allclose(curve["gradient"][clipped_wins], 0.0)
 
@@ -129,7 +128,8 @@ def test_the_gae_summary_claims_the_advantage_grows_towards_the_start_only_where
     assert "γλ = 0" in summary and "grows towards the start" not in summary
     # γ = 0 does the same whatever λ.
     assert "grows towards the start" not in gae.gae_summary(
-        gae.gae_table(REWARD_AT_END, RM_CRITIC, gamma=0.0, lam_actor=0.9, lam_critic=1.0), 0.0, 0.9)
+        gae.gae_table(REWARD_AT_END, RM_CRITIC, gamma=0.0, lam_actor=0.9, lam_critic=1.0), 0.0, 0.9
+    )
     # A zero critic makes δ_t = r_t; rewards 0.1, 0.1, 1 then 0 with γλ = 0.5: A = 0.4, 0.6, 1, 0, every early δ
     # positive yet the advantage grows towards the end.
     late = gae.gae_table([0.1, 0.1, 1.0, 0.0], gae.CRITICS[0], gamma=1.0, lam_actor=0.5, lam_critic=1.0)
@@ -242,11 +242,16 @@ def test_kl_histograms_mark_the_exact_value_on_every_panel():
     assert solid == [0.123] * 3
     assert [list(trace.x) for trace in fig.data] == [samples[name].tolist() for name in ("k1", "k2", "k3")]
     # Both lines are named once in the legend; every panel says what its axes count.
-    assert [(shape.name, shape.showlegend) for shape in fig.layout.shapes[:2]] == [("exact KL", True),
-                                                                                   ("mean of the samples", True)]
+    assert [(shape.name, shape.showlegend) for shape in fig.layout.shapes[:2]] == [
+        ("exact KL", True),
+        ("mean of the samples", True),
+    ]
     assert not any(shape.showlegend for shape in fig.layout.shapes[2:]) and fig.layout.showlegend
     assert [fig.layout[f"xaxis{k}"].title.text for k in ("", "2", "3")] == [
-        "k1 of one sampled token", "k2 of one sampled token", "k3 of one sampled token"]
+        "k1 of one sampled token",
+        "k2 of one sampled token",
+        "k3 of one sampled token",
+    ]
     assert fig.layout.yaxis.title.text == "samples"
     go.Figure(fig.to_dict())  # valid with plotly's validation on
 
@@ -345,8 +350,10 @@ def test_aggregation_summary_and_figure():
     # Named as the sliders number them, also once the first response is the longer one.
     swapped = aggregation.aggregation_summary(aggregation.aggregation_table([2000, 1000], [1.0, -1.0]))
     # seq-mean-token-mean: a token weighs 1/(B·|y|), so y2's 1/2000 is 2× y1's 1/4000, and y1's push is 2000/4000.
-    assert ("seq-mean-token-mean: one token of y2 (1000 tokens) weighs 2× one of y1 (2000 tokens), whose tokens get "
-            "a total push of +0.500") in swapped
+    assert (
+        "seq-mean-token-mean: one token of y2 (1000 tokens) weighs 2× one of y1 (2000 tokens), whose tokens get "
+        "a total push of +0.500"
+    ) in swapped
     fig = aggregation.aggregation_figure(table)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
     # Weights 1/4000 to 1/2, over three decades: the powers of ten alone, labelled in full.

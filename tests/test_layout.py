@@ -57,12 +57,19 @@ def offending_imports(files: list[Path], *packages: str) -> dict[str, list[str]]
 
 def test_the_import_reader_sees_lazy_relative_and_package_imports():
     assert "torch" in imported_modules(RL_CORE / "formulas" / "kl.py")
-    text = ("def f():\n    from rl_core.runs.store import RunStore\n"
-            "from rl_core import engine\nimport rl_core.bridge.parity as p\nfrom .. import runs\n"
-            "from .masking import masked_mean\n")
+    text = (
+        "def f():\n    from rl_core.runs.store import RunStore\n"
+        "from rl_core import engine\nimport rl_core.bridge.parity as p\nfrom .. import runs\n"
+        "from .masking import masked_mean\n"
+    )
     names = imports_in(text, "rl_core.formulas")
     assert offending(names, "rl_core.engine", "rl_core.runs", "rl_core.bridge") == [
-        "rl_core.bridge.parity", "rl_core.engine", "rl_core.runs", "rl_core.runs.store", "rl_core.runs.store.RunStore"]
+        "rl_core.bridge.parity",
+        "rl_core.engine",
+        "rl_core.runs",
+        "rl_core.runs.store",
+        "rl_core.runs.store.RunStore",
+    ]
     assert "rl_core.formulas.masking" in names and offending(imports_in("import torch\n", "rl_core"), "rl_core") == []
 
 
@@ -92,4 +99,4 @@ def test_the_top_level_holds_what_every_part_reads_and_each_module_sits_in_a_sub
 def test_the_engine_version_hashes_the_sources_of_every_sub_package():
     # engine_version hashes ROOT/rl_core and ROOT/toy_tasks recursively (tests/test_reuse.py): ROOT must be the
     # repository, two levels above rl_core/runs/reuse.py
-    assert reuse.ROOT == RL_CORE.parent and set(reuse.ENGINE_PACKAGES) == {"rl_core", "toy_tasks"}
+    assert RL_CORE.parent == reuse.ROOT and set(reuse.ENGINE_PACKAGES) == {"rl_core", "toy_tasks"}

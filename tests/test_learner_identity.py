@@ -6,8 +6,8 @@ import secrets
 import time
 
 import pytest
-from app_driver import app_test_on
 
+from app_driver import app_test_on
 from ui.session import KEY, TOKEN, _learners
 
 TIMEOUT = 300
@@ -40,8 +40,10 @@ def test_new_learners_from_one_address_past_the_hours_limit_may_read_but_not_tra
     for at in (first, second):
         assert not at.button(key="grpo:train").disabled
     assert third.button(key="grpo:train").disabled
-    assert any("this address has started 2 new learners in the last hour; allowed: at most 2 an hour per address"
-               in w.value for w in third.warning), [w.value for w in third.warning]
+    assert any(
+        "this address has started 2 new learners in the last hour; allowed: at most 2 an hour per address" in w.value
+        for w in third.warning
+    ), [w.value for w in third.warning]
     again = open_as(None, me=first.session_state[KEY])  # an issued identity is not a new learner
     assert not again.button(key="grpo:train").disabled
 

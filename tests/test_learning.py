@@ -28,9 +28,13 @@ def test_preset_lifts_the_sft_policy_on_the_default_task(algo, seed):
     assert 0.2 <= before <= 0.5, f"the SFT policy should succeed 20–50 % of the time, got {before:.2f}"
     # A policy near its ceiling still wobbles by a few points from step to step (a 256-prompt evaluation alone has
     # a standard error of about 2 points), so "reaches 90 %" is judged on the evaluations along the way.
-    evaluations = [trainer.evaluate()["success_rate"] for record in trainer.steps() if record["step"] % EVALUATE_EVERY == 0]
+    evaluations = [
+        trainer.evaluate()["success_rate"] for record in trainer.steps() if record["step"] % EVALUATE_EVERY == 0
+    ]
     assert len(evaluations) == STEPS // EVALUATE_EVERY
     after = evaluations[-1]
     assert after >= before + 0.30, f"{algo} seed {seed}: success {before:.2f} → {after:.2f} after {STEPS} steps"
     if algo in SOLVERS:
-        assert max(evaluations) >= 0.9, f"{algo} seed {seed}: success {before:.2f} → {', '.join(f'{e:.2f}' for e in evaluations)}"
+        assert max(evaluations) >= 0.9, (
+            f"{algo} seed {seed}: success {before:.2f} → {', '.join(f'{e:.2f}' for e in evaluations)}"
+        )

@@ -36,17 +36,23 @@ def test_the_step_estimate_matches_the_measured_figures_it_comes_from():
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"steps": 1_000_000},
-         "steps=1000000 is out of range; allowed: at most 2000 on this server (RLHF_LAB_MAX_STEPS)"),
+        (
+            {"steps": 1_000_000},
+            "steps=1000000 is out of range; allowed: at most 2000 on this server (RLHF_LAB_MAX_STEPS)",
+        ),
         ({"sft_steps": 20_000}, "sft_steps=20000 is out of range; allowed: at most 2000 on this server"),
         ({"model": "gpt2"}, "model='gpt2' needs a GPU, and this server has none"),
-        ({"steps": 50, "algo": get_preset("grpo", **HUGE)},
-         "this run would take about 639 s (50 steps × 12.79 s, from prompts_per_step × num_generations = 1024 "
-         "responses, ppo_epochs=64 and model=tiny); allowed: at most 600 s a run on this server"),
+        (
+            {"steps": 50, "algo": get_preset("grpo", **HUGE)},
+            "this run would take about 639 s (50 steps × 12.79 s, from prompts_per_step × num_generations = 1024 "
+            "responses, ppo_epochs=64 and model=tiny); allowed: at most 600 s a run on this server",
+        ),
         # 12.786 s × 6.6 = 84.4 s a step on the small model: past the 15 s ceiling whatever its number of steps
-        ({"steps": 2, "model": "small", "algo": get_preset("grpo", **HUGE)},
-         "one step of this run would take about 84.4 s (prompts_per_step × num_generations = 1024 responses, "
-         "ppo_epochs=64 and model=small); allowed: at most 15 s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)"),
+        (
+            {"steps": 2, "model": "small", "algo": get_preset("grpo", **HUGE)},
+            "one step of this run would take about 84.4 s (prompts_per_step × num_generations = 1024 responses, "
+            "ppo_epochs=64 and model=small); allowed: at most 15 s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)",
+        ),
     ],
 )
 def test_a_run_beyond_the_limits_is_refused_naming_the_knob_and_the_limit(fields, message):
@@ -73,7 +79,8 @@ def test_a_learner_may_have_two_runs_training_and_two_waiting_by_default():
         limits.check_learner_runs(live=2, queued=2)
     assert str(refused.value).startswith(
         "you have 2 runs training and 2 waiting; allowed: at most 2 training and 2 waiting per learner on this "
-        "server (RLHF_LAB_MAX_LEARNER_LIVE_RUNS, RLHF_LAB_MAX_LEARNER_QUEUED_RUNS)")
+        "server (RLHF_LAB_MAX_LEARNER_LIVE_RUNS, RLHF_LAB_MAX_LEARNER_QUEUED_RUNS)"
+    )
     ServerLimits.from_env({"RLHF_LAB_MAX_LEARNER_QUEUED_RUNS": "5"}).check_learner_runs(live=2, queued=4)
 
 
@@ -89,12 +96,18 @@ def test_every_experiment_a_panel_offers_is_within_the_default_limits():
 def test_a_learners_training_seconds_are_counted_over_the_last_hour(tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
     now = time.time()
-    for started, finished, session in ((now - 7200, now - 5400, "me"), (now - 4200, now - 1800, "me"),
-                                       (now - 600, None, "me"), (now - 600, now, "other")):
+    for started, finished, session in (
+        (now - 7200, now - 5400, "me"),
+        (now - 4200, now - 1800, "me"),
+        (now - 600, None, "me"),
+        (now - 600, now, "other"),
+    ):
         run_id = store.add_run(RunConfig(algo=get_preset("grpo"), task="caesar"), "grpo", session=session)
         with store._write() as db:
-            db.execute("UPDATE runs SET status = ?, started_at = ?, finished_at = ? WHERE id = ?",
-                       ("running" if finished is None else "finished", started, finished, run_id))
+            db.execute(
+                "UPDATE runs SET status = ?, started_at = ?, finished_at = ? WHERE id = ?",
+                ("running" if finished is None else "finished", started, finished, run_id),
+            )
     # the second run's last 1,800 s of its 2,400, and the running one's 600 s so far; not the first, nor others'
     assert store.training_seconds("me", since=now - 3600) == pytest.approx(2400, abs=2)
     with pytest.raises(ValueError, match="your runs have trained 2,400 s in the last hour; allowed: 2,000 s"):
@@ -111,11 +124,14 @@ def open_with_url(page: str, **params) -> AppTest:
     return at.run()
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("steps", "1000000", "steps=1000000 is out of range; allowed: at most 2000 on this server"),
-    ("sft_steps", "20000", "sft_steps=20000 is out of range; allowed: at most 2000"),
-    ("model", "gpt2", "model='gpt2' is not one of: tiny, small"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("steps", "1000000", "steps=1000000 is out of range; allowed: at most 2000 on this server"),
+        ("sft_steps", "20000", "sft_steps=20000 is out of range; allowed: at most 2000"),
+        ("model", "gpt2", "model='gpt2' is not one of: tiny, small"),
+    ],
+)
 def test_a_link_cannot_lift_a_limit(name, value, message, monkeypatch, tmp_path):
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
     if name == "model" and torch.cuda.is_available():
@@ -141,8 +157,9 @@ def test_the_compare_page_refuses_a_sweep_beyond_the_limits(monkeypatch, tmp_pat
     at.session_state["lab:session"] = "me"
     at.run()
     at.number_input(key="compare:steps").set_value(50).run()
-    at.text_area(key="compare:extra").set_value("prompts_per_step=256\nnum_generations=4\nppo_epochs=64\n"
-                                                "num_minibatches=1").run()
+    at.text_area(key="compare:extra").set_value(
+        "prompts_per_step=256\nnum_generations=4\nppo_epochs=64\nnum_minibatches=1"
+    ).run()
     assert any("this run would take about 639 s" in e.value for e in at.error), [e.value for e in at.error]
     assert at.button(key="compare:run").disabled
 

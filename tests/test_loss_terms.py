@@ -31,16 +31,26 @@ def test_grpo_total_is_policy_plus_beta_times_k3():
     x = _inputs(algo)
     parts = loss_parts(x)
     assert list(parts) == ["policy_loss", "kl_loss"]
-    policy = aggregate_loss(clipped_surrogate_loss(x.logp, x.old_logp, x.advantages, 0.2, 0.2), x.mask, "seq-mean-token-mean")
+    policy = aggregate_loss(
+        clipped_surrogate_loss(x.logp, x.old_logp, x.advantages, 0.2, 0.2), x.mask, "seq-mean-token-mean"
+    )
     kl = aggregate_loss(kl_k3(x.logp, x.ref_logp), x.mask, "seq-mean-token-mean")
     torch.testing.assert_close(parts["policy_loss"], policy)
     torch.testing.assert_close(parts["kl_loss"], 0.04 * kl)
 
 
 def test_every_term_enters_with_its_coefficient():
-    algo = get_preset("grpo", entropy_coef=0.01, positive_nll_coef=0.2, cov_mode="kl_cov", cov_fraction=0.5,
-                      teacher_model="tiny", use_policy_gradient=False, distillation_loss_mode="k2",
-                      distillation_loss_coef=0.5)
+    algo = get_preset(
+        "grpo",
+        entropy_coef=0.01,
+        positive_nll_coef=0.2,
+        cov_mode="kl_cov",
+        cov_fraction=0.5,
+        teacher_model="tiny",
+        use_policy_gradient=False,
+        distillation_loss_mode="k2",
+        distillation_loss_coef=0.5,
+    )
     positive = torch.tensor([True, False, False, False])
     x = _inputs(algo, positive=positive)
     x.teacher_logp = x.logp.detach() + 0.2  # the teacher likes every sampled token more: log r = 0.2
@@ -90,8 +100,14 @@ def test_trainer_records_the_active_terms_and_their_sum():
 def test_token_views_mark_the_tokens_the_loss_silences(loss):
     """PPO's clip silences exactly the tokens it clips; CISPO (same range, two-sided) silences none of them."""
     algo = get_preset(
-        "grpo", prompts_per_step=4, policy_loss=loss, cispo_two_sided=True, epsilon_high=0.2, learning_rate=1e-2,
-        ppo_epochs=4, num_minibatches=2,
+        "grpo",
+        prompts_per_step=4,
+        policy_loss=loss,
+        cispo_two_sided=True,
+        epsilon_high=0.2,
+        learning_rate=1e-2,
+        ppo_epochs=4,
+        num_minibatches=2,
     )
     records = list(Trainer(RunConfig(algo=algo, task=DEFAULT_TASK, steps=3, seed=3, samples_per_record=16)).steps())
     views = [v for r in records for v in r["samples"]]

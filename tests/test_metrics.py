@@ -140,7 +140,8 @@ def test_dppo_clip_fraction_is_the_masked_share_of_all_valid_tokens():
     mask = torch.ones(4, 2)
     logp, old_logp = p.log().requires_grad_(True), p_old.log()
     clips = dppo_clip_fractions(logp.detach(), old_logp, advantages, mask, 0.15, 0.15)
-    assert clips == pytest.approx({"clip_frac": 0.375, "clip_frac_low": 0.25, "clip_frac_high": 0.125,
-                                   "dual_clip_frac": 0.0})
+    assert clips == pytest.approx(
+        {"clip_frac": 0.375, "clip_frac_low": 0.25, "clip_frac_high": 0.125, "dual_clip_frac": 0.0}
+    )
     silenced = silenced_tokens(dppo_loss(logp, old_logp, advantages, 0.15, 0.15, 20.0), logp, advantages)
     assert silenced.float().mean().item() == 0.125

@@ -13,15 +13,19 @@ from ui.charts import CHARTS, ChartRun, caption, figure
 MISMATCH = next(chart for chart in CHARTS if chart.title == "Sampler–trainer mismatch")
 K1 = [6e-4, -5e-4, 4e-4, -6e-4, 0.0]  # a batch where k1 is exactly 0 has no place on a log axis
 K3 = [1.0e-5, 1.2e-5, 0.9e-5, 1.1e-5, 1.0e-5]
-RECORDS = [{"step": step, "rollout_corr/kl": k1, "rollout_corr/k3_kl": k3}
-           for step, (k1, k3) in enumerate(zip(K1, K3), start=1)]
+RECORDS = [
+    {"step": step, "rollout_corr/kl": k1, "rollout_corr/k3_kl": k3}
+    for step, (k1, k3) in enumerate(zip(K1, K3), start=1)
+]
 
 
 def test_k1_and_k3_are_drawn_as_magnitudes_on_a_log_axis_with_k1_s_sign_on_hover():
     chart = figure(MISMATCH, [ChartRun("#1 · GRPO", RECORDS, get_preset("grpo"))])
     go.Figure(chart.to_dict())  # plotly's own validation accepts the layout
-    k1, k3 = ({trace.name: trace for trace in chart.data}[name] for name in ("k1 · rollout_corr/kl",
-                                                                            "k3 · rollout_corr/k3_kl"))
+    k1, k3 = (
+        {trace.name: trace for trace in chart.data}[name]
+        for name in ("k1 · rollout_corr/kl", "k3 · rollout_corr/k3_kl")
+    )
     assert list(k1.y) == [6e-4, 5e-4, 4e-4, 6e-4, None] and list(k1.customdata) == K1
     assert list(k3.y) == K3
     axis = chart.layout.yaxis

@@ -31,7 +31,7 @@ def test_the_effect_reads_only_the_unpenalised_arm():
     held = records([0.0] * 15, [0.9] * 15)
     by_arm = {arm.label: free if arm.label == FREE else held for arm in EXPERIMENT.arms}
     assert proxy_rise_and_gold_fall(by_arm) == pytest.approx(0.4)
-    assert EXPERIMENT.arms[0].overrides["beta"] == 0.0 and FREE == EXPERIMENT.arms[0].label
+    assert EXPERIMENT.arms[0].overrides["beta"] == 0.0 and EXPERIMENT.arms[0].label == FREE
 
 
 def test_sqrt_kl_curve_averages_over_seeds_step_by_step():

@@ -15,7 +15,9 @@ def batch_of(prompts: list[list[int]], responses: list[list[int]]) -> TokenBatch
     """Rows `[left-padded prompt | right-padded response]` from token lists."""
     width, columns = max(map(len, prompts)), max(map(len, responses))
     sequences = [[PAD] * (width - len(p)) + p + r + [PAD] * (columns - len(r)) for p, r in zip(prompts, responses)]
-    mask = [[0] * (width - len(p)) + [1] * (len(p) + len(r)) + [0] * (columns - len(r)) for p, r in zip(prompts, responses)]
+    mask = [
+        [0] * (width - len(p)) + [1] * (len(p) + len(r)) + [0] * (columns - len(r)) for p, r in zip(prompts, responses)
+    ]
     return TokenBatch(
         sequences=torch.tensor(sequences),
         attention_mask=torch.tensor(mask),
@@ -56,8 +58,11 @@ def shared_prompts_batch():
 
 def padded_logits(model, batch: TokenBatch) -> torch.Tensor:
     """The independent route: the whole padded batch with its 2-D mask, logits read at columns P − 1 … P + T − 2."""
-    out = model(input_ids=batch.sequences, attention_mask=batch.attention_mask,
-                position_ids=position_ids_from_mask(batch.attention_mask))
+    out = model(
+        input_ids=batch.sequences,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids_from_mask(batch.attention_mask),
+    )
     start = batch.prompt_length - 1
     return out.logits[:, start : start + batch.response_mask.shape[1]]
 

@@ -15,12 +15,29 @@ from rl_core.runs.store import RunStore
 
 
 def test_trl_logs_become_lab_records_under_the_lab_names():
-    logs = [{"reward": 0.5, "kl": 0.01, "entropy": 1.2, "clip_ratio/region_mean": 0.03, "clip_ratio/low_mean": 0.02,
-             "clip_ratio/high_mean": 0.01, "loss": 0.7, "learning_rate": 1e-3},
-            {"reward": 0.75, "kl": None, "entropy": 1.0}]  # TRL logs None where a metric had no value
+    logs = [
+        {
+            "reward": 0.5,
+            "kl": 0.01,
+            "entropy": 1.2,
+            "clip_ratio/region_mean": 0.03,
+            "clip_ratio/low_mean": 0.02,
+            "clip_ratio/high_mean": 0.01,
+            "loss": 0.7,
+            "learning_rate": 1e-3,
+        },
+        {"reward": 0.75, "kl": None, "entropy": 1.0},
+    ]  # TRL logs None where a metric had no value
     assert parity.trl_records(logs) == [
-        {"step": 1, "reward_mean": 0.5, "kl_k3": 0.01, "entropy": 1.2, "clip_frac": 0.03, "clip_frac_low": 0.02,
-         "clip_frac_high": 0.01},
+        {
+            "step": 1,
+            "reward_mean": 0.5,
+            "kl_k3": 0.01,
+            "entropy": 1.2,
+            "clip_frac": 0.03,
+            "clip_frac_low": 0.02,
+            "clip_frac_high": 0.01,
+        },
         {"step": 2, "reward_mean": 0.75, "entropy": 1.0},
     ]
 
@@ -34,11 +51,14 @@ def test_the_trl_run_is_as_long_as_ours_and_logs_once_per_generated_batch(tmp_pa
     assert added["shuffle_dataset"] is False and added["use_cpu"] is True
 
 
-@pytest.mark.parametrize(("algo", "task", "message"), [
-    ("dapo", "caesar", "algo='dapo' uses DAPO's sampling or shaping"),
-    ("ppo", "caesar", "num_generations=1 does not map to TRL's GRPOConfig"),
-    ("grpo", "preference", "task='preference' is not an exact-answer task"),
-])
+@pytest.mark.parametrize(
+    ("algo", "task", "message"),
+    [
+        ("dapo", "caesar", "algo='dapo' uses DAPO's sampling or shaping"),
+        ("ppo", "caesar", "num_generations=1 does not map to TRL's GRPOConfig"),
+        ("grpo", "preference", "task='preference' is not an exact-answer task"),
+    ],
+)
 def test_what_trl_cannot_train_as_the_lab_does_is_refused(algo, task, message):
     with pytest.raises(ValueError, match=message):
         parity.check_parity_run(algo, task)
@@ -57,8 +77,10 @@ def stored(store: RunStore, side: str, seed: int, rewards: list[float], sweep: i
 def test_the_parity_table_by_hand(tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
     sweep = store.create_sweep({"parity": {}})
-    ids = {parity.LAB: [stored(store, parity.LAB, 0, [0.2, 0.4], sweep), stored(store, parity.LAB, 1, [0.4, 0.8], sweep)],
-           parity.TRL: [stored(store, parity.TRL, 0, [0.2, 0.2], sweep), stored(store, parity.TRL, 1, [0.2, 0.6], sweep)]}
+    ids = {
+        parity.LAB: [stored(store, parity.LAB, 0, [0.2, 0.4], sweep), stored(store, parity.LAB, 1, [0.4, 0.8], sweep)],
+        parity.TRL: [stored(store, parity.TRL, 0, [0.2, 0.2], sweep), stored(store, parity.TRL, 1, [0.2, 0.6], sweep)],
+    }
     reward = parity.parity_table(store, ids)[0]
     # Lab: run means 0.3 and 0.6 → 0.45 ± √((0.15² + 0.15²)/1) = 0.2121; TRL: 0.2 and 0.4 → 0.3 ± 0.1414.
     # Seed means per step: lab 0.3, 0.6; TRL 0.2, 0.4: the largest gap 0.2.
@@ -80,8 +102,9 @@ def test_the_compare_page_overlays_both_sides_with_seed_bands(tmp_path, monkeypa
     at.multiselect(key="compare:stored").set_value(ids).run()  # the command line's runs, reopened
     at.button(key="compare:reopen").click().run()
     assert not at.exception, at.exception
-    charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
-              for c in at.get("plotly_chart")}
+    charts = {
+        json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")
+    }
     kl = charts["KL to the reference (k3 per token; TRL's kl)"]
     names = {trace.get("name") for trace in kl["data"]}
     assert {f"{parity.LAB} · grpo", f"{parity.TRL} · grpo"} <= names
@@ -99,7 +122,12 @@ def test_a_short_parity_run_stores_both_sides(tmp_path):
         records = store.steps(run_id)
         assert [r["step"] for r in records] == [1, 2]
         assert all(0 <= r["reward_mean"] <= 1 and r["entropy"] > 0 and r["clip_frac"] >= 0 for r in records)
-    assert {row["metric"] for row in parity.parity_table(store, ids)} >= {"reward_mean", "kl_k3", "entropy", "clip_frac"}
+    assert {row["metric"] for row in parity.parity_table(store, ids)} >= {
+        "reward_mean",
+        "kl_k3",
+        "entropy",
+        "clip_frac",
+    }
 
 
 def test_the_trl_dpo_dataset_is_the_labs_own_minibatches_in_order():
@@ -119,8 +147,9 @@ def test_the_trl_dpo_dataset_is_the_labs_own_minibatches_in_order():
     task = get_task("reverse")
     pairs = [PreferencePair(p, task.answer(p), p[:-1]) for p in task.sample_prompts(40, random.Random(0))]
     torch.manual_seed(0)
-    training = DPOTraining(build_policy("tiny", build_char_tokenizer()), pairs, task, steps=3, batch_size=4,
-                           n_eval_prompts=2, seed=0)
+    training = DPOTraining(
+        build_policy("tiny", build_char_tokenizer()), pairs, task, steps=3, batch_size=4, n_eval_prompts=2, seed=0
+    )
     planned = lab_minibatches(SimpleNamespace(training=training, run=SimpleNamespace(steps=3)))
     drawn = []
     choices = training.rng.choices

@@ -24,8 +24,9 @@ def test_arms_differ_in_exactly_the_named_knobs(name):
     if any(a.keys() != arms[0].keys() for a in arms):  # run kinds (RL against DPO): the whole algorithm differs
         differing = {"algo"}
     else:
-        differing = {k for k in arms[0]
-                     if k not in ("name", "title", "summary") and any(a[k] != arms[0][k] for a in arms)}
+        differing = {
+            k for k in arms[0] if k not in ("name", "title", "summary") and any(a[k] != arms[0][k] for a in arms)
+        }
     assert differing == set(experiment.knobs)
     assert len({arm.label for arm in experiment.arms}) == len(experiment.arms) >= 2
 
@@ -42,8 +43,13 @@ def test_runs_are_valid(name):
     assert experiment.task in TASKS and experiment.model in MODEL_PRESETS
     assert len(experiment.seeds) >= 3 and experiment.expected in ("positive", "negative")
     for arm in experiment.arms:
-        RunConfig(algo=arm_config(arm), task=experiment.task, model=experiment.model,
-                  steps=experiment.steps, **experiment.run_fields).validate()
+        RunConfig(
+            algo=arm_config(arm),
+            task=experiment.task,
+            model=experiment.model,
+            steps=experiment.steps,
+            **experiment.run_fields,
+        ).validate()
 
 
 def ramp(key, start, stop, steps=10, **constant):
@@ -53,8 +59,10 @@ def ramp(key, start, stop, steps=10, **constant):
 def test_clip_higher_effect_reads_the_high_side_clip_share():
     effect = get_experiment("clip_higher").effect
     # means 0.05 and 0.035; the entropy, which the arms also record, must not enter
-    runs = {"ε_high 0.2": ramp("clip_frac_high", 0.06, 0.04, entropy=0.5),
-            "ε_high 0.28": ramp("clip_frac_high", 0.04, 0.03, entropy=1.5)}
+    runs = {
+        "ε_high 0.2": ramp("clip_frac_high", 0.06, 0.04, entropy=0.5),
+        "ε_high 0.28": ramp("clip_frac_high", 0.04, 0.03, entropy=1.5),
+    }
     assert effect(runs) == pytest.approx(-0.015)
 
 
@@ -68,8 +76,11 @@ def test_length_bias_effect_against_the_longer_of_the_other_two():
     # ln((0.1 + 0.01) / (0.06 + 0.01)) = ln(11 / 7) = 0.4520
     assert effect(runs) == pytest.approx(0.4520, abs=1e-4)
     # Two negligible shares: the floor keeps their ratio near 1 (ln(0.011 / 0.0105) = 0.0465), not ln(0.001/0.0005)
-    runs = {"seq-mean-token-mean": ramp("truncated_frac", 0.001, 0.001),
-            "token-mean": ramp("truncated_frac", 0.0005, 0.0005), "seq-mean-token-sum-norm": ramp("truncated_frac", 0, 0)}
+    runs = {
+        "seq-mean-token-mean": ramp("truncated_frac", 0.001, 0.001),
+        "token-mean": ramp("truncated_frac", 0.0005, 0.0005),
+        "seq-mean-token-sum-norm": ramp("truncated_frac", 0, 0),
+    }
     assert effect(runs) == pytest.approx(0.0465, abs=1e-4)
 
 
@@ -77,7 +88,9 @@ def test_dynamic_sampling_compares_success_per_step():
     effect = get_experiment("dynamic_sampling").effect
     # Success per training step, whatever the rounds drawn: on's mean 0.3 minus off's 0.1.
     off = [{"success_rate": 0.1, "dynamic_sampling_rounds": 1}] * 10
-    on = [{"success_rate": 0.2, "dynamic_sampling_rounds": 3}] * 5 + [{"success_rate": 0.4, "dynamic_sampling_rounds": 1}] * 5
+    on = [{"success_rate": 0.2, "dynamic_sampling_rounds": 3}] * 5 + [
+        {"success_rate": 0.4, "dynamic_sampling_rounds": 1}
+    ] * 5
     assert effect({"dynamic sampling off": off, "dynamic sampling on": on}) == pytest.approx(0.2)
 
 

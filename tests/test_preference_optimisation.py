@@ -58,11 +58,13 @@ def test_ipo_loss_by_hand_on_per_token_log_ratios_as_trl():
     # TRL 1.16's `loss_type="ipo"`: each response's log-ratio over its token count. Chosen log-ratios [1, 0] over
     # [2, 4] tokens: [0.5, 0]; rejected [−1, 1] over [1, 2]: [−1, 0.5]; h̄ = [1.5, −0.5].
     # β = 0.5, target 1/(2β) = 1: (0.5² + 1.5²) / 2 = (0.25 + 2.25) / 2 = 1.25.
-    assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, CHOSEN_LENGTHS,
-                    REJECTED_LENGTHS).item() == pytest.approx(1.25, abs=1e-6)
+    assert ipo_loss(
+        CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, CHOSEN_LENGTHS, REJECTED_LENGTHS
+    ).item() == pytest.approx(1.25, abs=1e-6)
     # β = 0.1, target 5: ((1.5 − 5)² + (−0.5 − 5)²) / 2 = (12.25 + 30.25) / 2 = 21.25.
-    assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.1, CHOSEN_LENGTHS,
-                    REJECTED_LENGTHS).item() == pytest.approx(21.25, abs=1e-6)
+    assert ipo_loss(
+        CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.1, CHOSEN_LENGTHS, REJECTED_LENGTHS
+    ).item() == pytest.approx(21.25, abs=1e-6)
     # One-token responses: h̄ = h = [2, −1], as the summed form: ((2 − 1)² + (−1 − 1)²) / 2 = 2.5 at β = 0.5.
     ones = torch.ones(2)
     assert ipo_loss(CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, ones, ones).item() == pytest.approx(2.5)
@@ -93,7 +95,8 @@ def test_at_the_reference_dpo_costs_log_2_and_ipo_its_squared_target():
         assert dpo_loss(logps, logps - 1, logps, logps - 1, beta).item() == pytest.approx(math.log(2))
         lengths = torch.tensor([3.0, 5.0, 1.0])
         assert ipo_loss(logps, logps - 1, logps, logps - 1, beta, lengths, lengths).item() == pytest.approx(
-            1 / (4 * beta**2))
+            1 / (4 * beta**2)
+        )
 
 
 def _gradients(loss_fn, h_chosen: float, beta: float) -> tuple[float, float]:
@@ -120,8 +123,9 @@ def test_beta_makes_dpo_push_misordered_pairs_harder_and_ordered_ones_less():
     assert -_gradients(dpo_loss, -1.0, 0.5)[0] == pytest.approx(0.311230, abs=1e-6)
     assert -_gradients(dpo_loss, -1.0, 2.0)[0] == pytest.approx(1.761594, abs=1e-6)
     # The loss of the ordered pair: −log σ(1) = 0.313262 at β = 0.5, −log σ(4) = 0.018150 at β = 2.
-    assert dpo_loss(torch.tensor([0.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-3.0]),
-                    2.0).item() == pytest.approx(0.018150, abs=1e-6)
+    assert dpo_loss(
+        torch.tensor([0.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-3.0]), 2.0
+    ).item() == pytest.approx(0.018150, abs=1e-6)
 
 
 def test_ipo_gradient_pulls_h_to_its_target_from_either_side():
@@ -142,9 +146,17 @@ def test_preference_metrics_by_hand():
     # β = 0.5: implicit rewards chosen [0.5, 0], rejected [−0.5, 0.5]; means 0.25 and 0; the first pair is ordered,
     # the second not: accuracy 0.5; margins [1, −0.5], mean 0.25. Mean log-probs: chosen −1.5, rejected −2.
     metrics = preference_metrics(torch.tensor(0.7), CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5)
-    assert metrics == pytest.approx({"loss": 0.7, "rewards/chosen": 0.25, "rewards/rejected": 0.0,
-                                     "rewards/accuracies": 0.5, "rewards/margins": 0.25,
-                                     "logps/chosen": -1.5, "logps/rejected": -2.0})
+    assert metrics == pytest.approx(
+        {
+            "loss": 0.7,
+            "rewards/chosen": 0.25,
+            "rewards/rejected": 0.0,
+            "rewards/accuracies": 0.5,
+            "rewards/margins": 0.25,
+            "logps/chosen": -1.5,
+            "logps/rejected": -2.0,
+        }
+    )
 
 
 def test_sequence_logprobs_match_a_plain_pass_over_each_unpadded_sequence():
@@ -155,7 +167,9 @@ def test_sequence_logprobs_match_a_plain_pass_over_each_unpadded_sequence():
     for prompt, response, value in zip(prompts, responses, batched.tolist()):
         # bos + prompt + response + eos, one sequence, no padding: the response tokens (EOS included) are
         # predicted by the logits one position earlier.
-        ids = [TOKENIZER.bos_token_id] + TOKENIZER.encode(prompt) + TOKENIZER.encode(response) + [TOKENIZER.eos_token_id]
+        ids = (
+            [TOKENIZER.bos_token_id] + TOKENIZER.encode(prompt) + TOKENIZER.encode(response) + [TOKENIZER.eos_token_id]
+        )
         with torch.no_grad():
             logp = torch.log_softmax(policy(torch.tensor([ids])).logits[0], dim=-1)
         start = 1 + len(prompt)
@@ -215,8 +229,9 @@ def test_records_follow_the_schedule_and_train_the_policy_but_not_the_reference(
     with torch.no_grad():
         chosen, rejected = pair_logprobs(training.policy, TOKENIZER, training.held_out)
         ref_chosen, ref_rejected = pair_logprobs(training.reference, TOKENIZER, training.held_out)
-    assert records[-1]["eval_loss"] == pytest.approx(dpo_loss(chosen, rejected, ref_chosen, ref_rejected, 0.1).item(),
-                                                     abs=1e-5)
+    assert records[-1]["eval_loss"] == pytest.approx(
+        dpo_loss(chosen, rejected, ref_chosen, ref_rejected, 0.1).item(), abs=1e-5
+    )
     assert records[-1]["kl_k3"] > 0 and len(training.held_out) == 8
 
 
@@ -226,13 +241,27 @@ def test_the_trainers_ipo_step_is_on_per_token_log_ratios():
     task = get_task("reverse")
     pairs = [PreferencePair(p, task.answer(p), p[:-1]) for p in task.sample_prompts(40, random.Random(0))]
     torch.manual_seed(0)
-    training = DPOTraining(build_policy("tiny", TOKENIZER), pairs, task, loss_type="ipo", beta=0.5, steps=3,
-                           batch_size=8, n_eval_prompts=4, seed=0)
+    training = DPOTraining(
+        build_policy("tiny", TOKENIZER),
+        pairs,
+        task,
+        loss_type="ipo",
+        beta=0.5,
+        steps=3,
+        batch_size=8,
+        n_eval_prompts=4,
+        seed=0,
+    )
     records = list(training.steps())
     assert records[0]["eval_loss"] == pytest.approx(1.0)  # π_θ = π_ref: (0 − 1/(2β))² = 1
     with torch.no_grad():
-        logps = [t.tolist() for t in (*pair_logprobs(training.policy, TOKENIZER, training.held_out),
-                                      *pair_logprobs(training.reference, TOKENIZER, training.held_out))]
+        logps = [
+            t.tolist()
+            for t in (
+                *pair_logprobs(training.policy, TOKENIZER, training.held_out),
+                *pair_logprobs(training.reference, TOKENIZER, training.held_out),
+            )
+        ]
     squares = []
     for pair, c, r, ref_c, ref_r in zip(training.held_out, *logps):
         h = (c - ref_c) / (len(pair.chosen) + 1) - (r - ref_r) / (len(pair.rejected) + 1)
@@ -255,14 +284,16 @@ def test_a_short_run_orders_held_out_pairs_while_both_log_probabilities_fall(see
     task = get_task("preference")
     policy = preference_warm_start(task, seed)
     pairs = task.preference_pairs(1000, random.Random(seed), label_noise=0.1)
-    training = DPOTraining(policy, pairs, task, loss_type=loss_type, beta=0.1, learning_rate=5e-4, steps=30,
-                           seed=seed)
+    training = DPOTraining(policy, pairs, task, loss_type=loss_type, beta=0.1, learning_rate=5e-4, steps=30, seed=seed)
     records = list(training.steps())
     start, end = records[0], records[-1]
     assert end["eval_rewards/accuracies"] >= 0.65
     assert end["eval_rewards/margins"] > 0
     # The well-known surprise: the chosen responses also become less likely; only the rejected fall further.
     assert end["eval_logps/chosen"] < start["eval_logps/chosen"] - 0.3
-    assert end["eval_logps/rejected"] - start["eval_logps/rejected"] < end["eval_logps/chosen"] - start["eval_logps/chosen"]
+    assert (
+        end["eval_logps/rejected"] - start["eval_logps/rejected"]
+        < end["eval_logps/chosen"] - start["eval_logps/chosen"]
+    )
     assert end["eval_rewards/chosen"] < 0
     assert start["kl_k3"] == pytest.approx(0, abs=1e-9) and end["kl_k3"] > 0.01

@@ -32,9 +32,20 @@ def tiny_run(**changes) -> RunConfig:
 # ---------------------------------------------------------------------------------------------------- the key
 def test_equal_runs_have_equal_keys_and_any_knob_seed_or_field_changes_it():
     assert run_key(tiny_run()) == run_key(tiny_run())
-    keys = {run_key(run) for run in (tiny_run(), tiny_run(seed=1), tiny_run(knobs={"beta": 0.01}),
-                                     tiny_run(steps=4), tiny_run(sft_steps=199), tiny_run(model="small"),
-                                     tiny_run(demo_noise=0.5), tiny_run(task="caesar"), tiny_run(samples_per_record=2))}
+    keys = {
+        run_key(run)
+        for run in (
+            tiny_run(),
+            tiny_run(seed=1),
+            tiny_run(knobs={"beta": 0.01}),
+            tiny_run(steps=4),
+            tiny_run(sft_steps=199),
+            tiny_run(model="small"),
+            tiny_run(demo_noise=0.5),
+            tiny_run(task="caesar"),
+            tiny_run(samples_per_record=2),
+        )
+    }
     assert len(keys) == 9
 
 
@@ -94,7 +105,11 @@ def test_a_request_of_a_finished_key_is_a_finished_row_of_its_own_showing_the_re
     row, original = store.run(reused), store.run(source)
     assert row.status == "finished" and row.reused and row.records_from == source and row.session == "b"
     assert (row.steps_done, row.final, row.finished_at, row.wall_time) == (
-        original.steps_done, original.final, original.finished_at, original.wall_time)
+        original.steps_done,
+        original.final,
+        original.finished_at,
+        original.wall_time,
+    )
     assert store.steps(reused) == store.steps(source) and store.samples(reused, 2) == [{"response": "r2"}]
     assert store.training_seconds("b", since=0) == 0.0, "b trained nothing"
     # another key, or fresh, is queued to train
@@ -175,9 +190,11 @@ def test_a_v2_store_is_migrated_and_its_runs_have_no_key(tmp_path):
         for statement in MIGRATIONS[0] + MIGRATIONS[1]:
             db.execute(statement)
         db.execute("PRAGMA user_version = 2")
-        db.execute("INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
-                   "heartbeat_at, owner_pid, owner_host) VALUES ('old', 'reverse', 'grpo', 0, '{}', '{}', "
-                   "'finished', 3, 0, 0, 1, 'elsewhere')")
+        db.execute(
+            "INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
+            "heartbeat_at, owner_pid, owner_host) VALUES ('old', 'reverse', 'grpo', 0, '{}', '{}', "
+            "'finished', 3, 0, 0, 1, 'elsewhere')"
+        )
     store = RunStore(path)
     [old] = store.runs()
     assert old.run_key is None and not old.reused
@@ -252,8 +269,7 @@ def test_two_identical_requests_in_flight_train_once(tmp_path):
 @pytest.mark.slow
 def test_a_watcher_trains_what_it_watched_when_that_request_stops(tmp_path):
     db = tmp_path / "runs.sqlite"
-    first, second = (ExperimentRun(get_experiment(NAME), tmp_path / f"out{i}", RunStore(db), **QUICK)
-                     for i in range(2))
+    first, second = (ExperimentRun(get_experiment(NAME), tmp_path / f"out{i}", RunStore(db), **QUICK) for i in range(2))
     first.stop()  # its runs end as stopped without training
     assert {run.status for run in first.sweep.run()} == {"stopped"}
     summary = second.run()
@@ -261,9 +277,20 @@ def test_a_watcher_trains_what_it_watched_when_that_request_stops(tmp_path):
     assert [run.id for run in trained_here(RunStore(db))] == second.sweep.run_ids
 
 
-TWO_ARMS = dict(name="two_arms", title="two arms", claim="b beats a", source="none", task="reverse", steps=2,
-                metric="x", effect=lambda runs: 0.0, expected="positive", knobs=("beta",), seeds=(0,),
-                run_fields={"sft_steps": 5})
+TWO_ARMS = dict(
+    name="two_arms",
+    title="two arms",
+    claim="b beats a",
+    source="none",
+    task="reverse",
+    steps=2,
+    metric="x",
+    effect=lambda runs: 0.0,
+    expected="positive",
+    knobs=("beta",),
+    seeds=(0,),
+    run_fields={"sft_steps": 5},
+)
 
 
 @pytest.mark.slow
@@ -279,10 +306,13 @@ def test_a_changed_knob_trains_only_the_changed_runs(tmp_path):
     assert len(trained_here(RunStore(db))) == 3
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ([NAME, "--all"], f"--all runs every experiment; drop the name '{NAME}' or --all"),
-    ([], "or pass --all or --list"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ([NAME, "--all"], f"--all runs every experiment; drop the name '{NAME}' or --all"),
+        ([], "or pass --all or --list"),
+    ],
+)
 def test_all_with_a_name_or_neither_is_refused_in_one_line(arguments, message, tmp_path, capsys):
     assert main(["experiment", *arguments, "--db", str(tmp_path / "runs.sqlite")]) == 2
     err = capsys.readouterr().err
@@ -295,12 +325,24 @@ def test_all_runs_every_experiment_in_turn_and_warms_the_store(tmp_path, capsys,
 
     two_arms = Experiment(arms=(Arm("a", "grpo", {"beta": 0.0}), Arm("b", "grpo", {"beta": 0.1})), **TWO_ARMS)
     monkeypatch.setattr(cli, "EXPERIMENTS", {NAME: get_experiment(NAME), two_arms.name: two_arms})
-    command = ["experiment", "--all", "--seeds", "0", "--steps", "2", "--db", str(tmp_path / "runs.sqlite"),
-               "--out", str(tmp_path / "out")]
+    command = [
+        "experiment",
+        "--all",
+        "--seeds",
+        "0",
+        "--steps",
+        "2",
+        "--db",
+        str(tmp_path / "runs.sqlite"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(command) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [NAME, "two_arms"]
     assert all(", reused 0 of 2 runs, " in line for line in lines)
-    assert (tmp_path / "out" / NAME / SUMMARY_FILE).is_file() and (tmp_path / "out" / "two_arms" / SUMMARY_FILE).is_file()
+    assert (tmp_path / "out" / NAME / SUMMARY_FILE).is_file() and (
+        tmp_path / "out" / "two_arms" / SUMMARY_FILE
+    ).is_file()
     assert main(command) == 0
     assert all(", reused 2 of 2 runs (recorded " in line for line in capsys.readouterr().out.splitlines())

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from app_driver import app_test_on
-from test_chat import A, B, EOS, TOKENIZER, constant_model
+from test_chat import EOS, TOKENIZER, A, B, constant_model
 
+from app_driver import app_test_on
 from rl_core.engine.models import build_value_model
 from rl_core.engine.reward_chat import (
     PairJudgement,
@@ -74,8 +74,9 @@ def test_a_tie_prefers_neither_at_one_half():
 def test_the_verdict_says_whether_the_gold_judge_agrees():
     prefers_b = PairJudgement("ivy>", ("Ivy!!", "Ivy!!!!"), (0.5, 2.5))  # B shouts: gold 0 against 6
     text = pair_verdict(prefers_b)
-    assert text.startswith("The reward model prefers B: r_B − r_A = 2.000, so under Bradley-Terry P(B ≻ A) = "
-                           "σ(2.000) = 0.881.")
+    assert text.startswith(
+        "The reward model prefers B: r_B − r_A = 2.000, so under Bradley-Terry P(B ≻ A) = σ(2.000) = 0.881."
+    )
     assert text.endswith("The gold judge prefers A (quality 6 against 0): the model disagrees.")
 
 
@@ -89,28 +90,31 @@ def test_a_policy_s_samples_are_counted_scored_and_ranked():
     ranked = rank_policy_samples(model, constant_model({A: 1.0}), TOKENIZER, "max>", 4, seed=0, n=3)
     assert [(r.response, r.count, r.truncated) for r in ranked] == [("aaaa", 3, True)]
     # A mixed one: the distinct responses, their counts summing to n, scored each alone, best first.
-    ranked = rank_policy_samples(model, constant_model({A: 0.4, B: 0.3, EOS: 0.3}), TOKENIZER, "max>", 3, seed=1,
-                                 n=16)
+    ranked = rank_policy_samples(model, constant_model({A: 0.4, B: 0.3, EOS: 0.3}), TOKENIZER, "max>", 3, seed=1, n=16)
     assert sum(r.count for r in ranked) == 16 and len({r.response for r in ranked}) == len(ranked) > 2
     assert [r.score for r in ranked] == sorted((r.score for r in ranked), reverse=True)
     for r in ranked:
         assert r.score == pytest.approx(alone(model, "max>", r.response), abs=1e-5)
         assert set(r.response) <= {"a", "b"} and r.truncated == (len(r.response) == 3)
-    assert [r.score for r in ranked] == pytest.approx(score_responses(model, TOKENIZER, "max>",
-                                                                      [r.response for r in ranked]))
+    assert [r.score for r in ranked] == pytest.approx(
+        score_responses(model, TOKENIZER, "max>", [r.response for r in ranked])
+    )
 
 
 def test_a_response_is_held_to_the_tokenizer_and_the_length_limit():
-    allowed = ("allowed: printable ASCII characters (letters, digits, punctuation, space), at most 12 of them "
-               "(task preference's length limit), e.g. ")
+    allowed = (
+        "allowed: printable ASCII characters (letters, digits, punctuation, space), at most 12 of them "
+        "(task preference's length limit), e.g. "
+    )
     assert check_response("preference", "Max!!") == "Max!!"
     assert check_response("preference", "") == ""  # EOS alone: an answer a policy can give
     assert check_response("preference", "M" * 12) == "M" * 12
     with pytest.raises(ValueError, match="is 13 characters long; allowed") as error:
         check_response("preference", "M" * 13)
     assert allowed in str(error.value)
-    with pytest.raises(ValueError, match="response 'Max€é' cannot be scored: the tokenizer reads no characters "
-                                         "'é', '€'; allowed"):
+    with pytest.raises(
+        ValueError, match="response 'Max€é' cannot be scored: the tokenizer reads no characters 'é', '€'; allowed"
+    ):
         check_response("preference", "Max€é")
 
 
@@ -126,7 +130,10 @@ def test_the_page_talks_to_the_fitted_reward_model():
     fit = at.session_state["reward_model:fit"]
     first = fit["pairs"][0]  # the boxes start with the first held-out pair, chosen as A
     assert [at.text_input(key=f"reward_model:chat_{k}").value for k in ("prompt", "response_A", "response_B")] == [
-        first.prompt, first.chosen, first.rejected]
+        first.prompt,
+        first.chosen,
+        first.rejected,
+    ]
     table = at.dataframe[1].value  # after the ranking of policy-like responses
     expected = [alone(fit["model"], first.prompt, r) for r in (first.chosen, first.rejected)]
     assert table["reward model score r"].tolist() == pytest.approx(expected, abs=1e-3)
@@ -138,9 +145,14 @@ def test_the_page_talks_to_the_fitted_reward_model():
     at.text_input(key="reward_model:chat_response_B").set_value("Max!!!!!!").run()
     scores = [alone(fit["model"], "max>", r) for r in ("Max!!", "Max!!!!!!")]
     winner = "A" if scores[0] > scores[1] else "B"
-    assert any(c.value.startswith(f"The reward model prefers {winner}: ") and
-               c.value.endswith("The gold judge prefers A (quality 6 against 0): the model "
-                                + ("agrees." if winner == "A" else "disagrees.")) for c in at.caption)
+    assert any(
+        c.value.startswith(f"The reward model prefers {winner}: ")
+        and c.value.endswith(
+            "The gold judge prefers A (quality 6 against 0): the model "
+            + ("agrees." if winner == "A" else "disagrees.")
+        )
+        for c in at.caption
+    )
     assert not any(c.value.startswith("The labeller chose") for c in at.caption)
     at.text_input(key="reward_model:chat_response_B").set_value("Max" + "!" * 10).run()
     assert any(e.value.startswith("response 'Max!!!!!!!!!!' is 13 characters long; allowed") for e in at.error)

@@ -115,15 +115,23 @@ def test_step_records_evaluate_the_held_out_pairs_on_schedule():
     assert [r["step"] for r in records if "heldout_accuracy" in r] == [3, 6, 7]  # every 3 steps, and the last
     assert len(training.held_out) == 8 and not training.model.training
     # The last record's held-out numbers are those of the finished model, scored by the independent route.
-    assert records[-1]["heldout_accuracy"] == pytest.approx(preference_accuracy(training.model, TOKENIZER,
-                                                                                training.held_out))
+    assert records[-1]["heldout_accuracy"] == pytest.approx(
+        preference_accuracy(training.model, TOKENIZER, training.held_out)
+    )
     with torch.no_grad():
-        chosen, rejected = (reward_scores(training.model, TOKENIZER, [p.prompt for p in training.held_out],
-                                          [getattr(p, side) for p in training.held_out])
-                            for side in ("chosen", "rejected"))
+        chosen, rejected = (
+            reward_scores(
+                training.model,
+                TOKENIZER,
+                [p.prompt for p in training.held_out],
+                [getattr(p, side) for p in training.held_out],
+            )
+            for side in ("chosen", "rejected")
+        )
     assert records[-1]["heldout_margin"] == pytest.approx((chosen - rejected).mean().item(), abs=1e-5)
     assert preference_stats(training.model, TOKENIZER, training.held_out)["loss"] == pytest.approx(
-        records[-1]["heldout_loss"])
+        records[-1]["heldout_loss"]
+    )
     # The step-wise fit is the one train_reward_model returns for the same arguments.
     model, accuracy = train_reward_model(pairs, TOKENIZER, steps=7, batch_size=8, seed=1)
     assert accuracy == pytest.approx(records[-1]["heldout_accuracy"])

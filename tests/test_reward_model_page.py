@@ -8,9 +8,9 @@ import math
 
 import pytest
 import torch
-from app_driver import app_test_on
 from streamlit.testing.v1 import AppTest
 
+from app_driver import app_test_on
 from rl_core.engine.reward_model import reward_scores
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import records_file
@@ -62,8 +62,10 @@ def test_train_fits_from_the_controls_and_ranks_with_the_fitted_model():
     # The sentence under the table counts, in the model's order, what comes before the judge's favourite.
     favourite = table["response"].tolist().index("Max!!!")  # gold quality 7, the judge's best
     zeros = sum(q == 0 for q in table["gold quality"].tolist()[:favourite])
-    assert any(f"ranks {favourite} response(s) above the gold judge's favourite (Max!!!), {zeros} of them" in c.value
-               for c in at.caption)
+    assert any(
+        f"ranks {favourite} response(s) above the gold judge's favourite (Max!!!), {zeros} of them" in c.value
+        for c in at.caption
+    )
 
 
 @pytest.mark.slow  # trains the experiment's two arms for real (two steps each, one seed): about a minute
@@ -72,14 +74,18 @@ def test_a_finished_overoptimisation_experiment_is_drawn_against_sqrt_kl(tmp_pat
     experiment = get_experiment("overoptimisation")
     job = ExperimentJob(experiment, TrainingSlots(2), workers=2, seeds=[0], steps=2, sft_steps=5).start()
     assert job.join(600) and job.snapshot().status == "finished", job.snapshot().error
-    at = AppTest.from_string("from ui.reward_model import overoptimisation_curves\n"
-                             "overoptimisation_curves('reward_model')\n", default_timeout=120)
+    at = AppTest.from_string(
+        "from ui.reward_model import overoptimisation_curves\noveroptimisation_curves('reward_model')\n",
+        default_timeout=120,
+    )
     at.session_state["experiment:overoptimisation"] = job
     at.run()
     assert not at.exception, at.exception
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    assert [c["layout"]["title"]["text"] for c in charts] == ["Proxy reward (the learned model)",
-                                                               "Gold success (the hidden judge)"]
+    assert [c["layout"]["title"]["text"] for c in charts] == [
+        "Proxy reward (the learned model)",
+        "Gold success (the hidden judge)",
+    ]
     for chart, key in zip(charts, ("reward_mean", "success_rate")):
         assert [trace["name"] for trace in chart["data"]] == [arm.label for arm in experiment.arms]
         for trace, arm in zip(chart["data"], experiment.arms):
@@ -87,6 +93,8 @@ def test_a_finished_overoptimisation_experiment_is_drawn_against_sqrt_kl(tmp_pat
             assert trace["x"] == pytest.approx([math.sqrt(max(r["kl_exact"], 0.0)) for r in records])
             assert trace["y"] == pytest.approx([r[key] for r in records])
     # Before the experiment has run, the page draws nothing here.
-    empty = AppTest.from_string("from ui.reward_model import overoptimisation_curves\n"
-                                "overoptimisation_curves('reward_model')\n", default_timeout=120).run()
+    empty = AppTest.from_string(
+        "from ui.reward_model import overoptimisation_curves\noveroptimisation_curves('reward_model')\n",
+        default_timeout=120,
+    ).run()
     assert not empty.exception and not empty.get("plotly_chart")

@@ -60,18 +60,24 @@ def test_soft_overlong_punishment_rejects_a_bad_buffer(cache_length):
 def test_the_trainer_counts_the_eos_in_the_overlong_length():
     """Reverse task, L_max 8, L_cache 2 (DAPO's 0.2 of 8, rounded): |y| counts the EOS, as verl's
     `valid_response_length` does, so an EOS answer of 7 tokens gets (6 − 7)/2 = −0.5 and one of 6 tokens 0."""
-    from rl_core.engine import trainer as trainer_module
     from rl_core.algorithms import get_preset
     from rl_core.config import RunConfig
+    from rl_core.engine import trainer as trainer_module
     from rl_core.engine.rollout import Rollout
 
     lengths, ended = [7, 6, 8, 4], [True, True, False, True]  # the third hit the limit without EOS
     B, T, V = len(lengths), 8, 5
     mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).float()
     rollout = Rollout(
-        sequences=torch.zeros(B, T + 1, dtype=torch.long), attention_mask=torch.ones(B, T + 1, dtype=torch.long),
-        prompt_length=1, response_mask=mask, logits=torch.zeros(B, T, V), old_logp=torch.zeros(B, T),
-        entropy=torch.zeros(B, T), ended_with_eos=torch.tensor(ended), prompts=["a1A>"] * B,
+        sequences=torch.zeros(B, T + 1, dtype=torch.long),
+        attention_mask=torch.ones(B, T + 1, dtype=torch.long),
+        prompt_length=1,
+        response_mask=mask,
+        logits=torch.zeros(B, T, V),
+        old_logp=torch.zeros(B, T),
+        entropy=torch.zeros(B, T),
+        ended_with_eos=torch.tensor(ended),
+        prompts=["a1A>"] * B,
         responses=["zzz"] * B,  # wrong answers: the task's reward is 0, what remains is the punishment
     )
     trainer = trainer_module.Trainer(RunConfig(algo=get_preset("dapo"), task="reverse"))

@@ -22,7 +22,11 @@ def sampled():
     eos_bias[tokenizer.eos_token_id] = 2.0
     policy.lm_head.register_forward_hook(lambda module, inputs, output: output + eos_bias)
     generator = torch.Generator().manual_seed(1)
-    return policy, tokenizer, sample(policy, tokenizer, PROMPTS, 6, temperature=0.7, generator=generator, num_generations=G)
+    return (
+        policy,
+        tokenizer,
+        sample(policy, tokenizer, PROMPTS, 6, temperature=0.7, generator=generator, num_generations=G),
+    )
 
 
 def test_sampled_log_probs_and_entropies_match_a_teacher_forced_pass():
@@ -31,7 +35,9 @@ def test_sampled_log_probs_and_entropies_match_a_teacher_forced_pass():
     with torch.no_grad():
         logits = response_logits(policy, rollout, temperature=0.7)
     mask = rollout.response_mask
-    torch.testing.assert_close(token_logprobs(logits, rollout.response_ids) * mask, rollout.old_logp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        token_logprobs(logits, rollout.response_ids) * mask, rollout.old_logp, atol=1e-5, rtol=1e-5
+    )
     entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1) * mask
     torch.testing.assert_close(entropy, rollout.entropy, atol=1e-5, rtol=1e-5)
 
@@ -40,7 +46,9 @@ def test_the_response_mask_ends_at_eos_and_truncated_rows_have_none():
     _, tokenizer, rollout = sampled()
     lengths = set(rollout.lengths.tolist())
     assert len(lengths) >= 3 and 6 in lengths, lengths  # early ends at several steps, and some rows truncated
-    for row, length, ended in zip(rollout.response_ids.tolist(), rollout.lengths.tolist(), rollout.ended_with_eos.tolist()):
+    for row, length, ended in zip(
+        rollout.response_ids.tolist(), rollout.lengths.tolist(), rollout.ended_with_eos.tolist()
+    ):
         response = row[: int(length)]
         assert (tokenizer.eos_token_id in response) == ended
         if ended:

@@ -73,9 +73,16 @@ def test_the_mismatch_metrics_by_hand_in_any_float_dtype(dtype):
     behaviour_logp = torch.zeros_like(old_logp)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]], dtype=dtype)  # the 100 is padding
     token = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "token", 2.0)
-    expected = {"rollout_corr/kl": -math.log(4) / 5, "rollout_corr/k3_kl": (3.5 - math.log(4)) / 5,
-                "rollout_corr/rollout_is_eff_sample_size": 1.3**2 / 2.05, "rollout_is_weight_min": 0.5, "rollout_is_weight_max": 4.0,
-                "rollout_is_weight_p50": 1.0, "rollout_is_weight_p95": 3.6, "rollout_is_capped_frac": 0.2}
+    expected = {
+        "rollout_corr/kl": -math.log(4) / 5,
+        "rollout_corr/k3_kl": (3.5 - math.log(4)) / 5,
+        "rollout_corr/rollout_is_eff_sample_size": 1.3**2 / 2.05,
+        "rollout_is_weight_min": 0.5,
+        "rollout_is_weight_max": 4.0,
+        "rollout_is_weight_p50": 1.0,
+        "rollout_is_weight_p95": 3.6,
+        "rollout_is_capped_frac": 0.2,
+    }
     assert token == pytest.approx(expected, rel=1e-6)
     sequence = rollout_mismatch_metrics(old_logp, behaviour_logp, mask, "sequence", 2.0)
     assert (sequence["rollout_is_weight_min"], sequence["rollout_is_weight_max"]) == pytest.approx((1.0, 4.0))
@@ -163,8 +170,9 @@ def test_the_gate_per_token_and_per_response():
     assert divergence_gate(Q.log(), P.log(), mask, "tv", "token", 0.26)[0].tolist() == [True, True, False]
     assert divergence_gate(Q.log(), P.log(), mask, "tv", "sequence", 0.19)[0].tolist() == [True] * 3
     assert divergence_gate(Q.log(), P.log(), mask, "tv", "sequence", 0.18)[0].tolist() == [False] * 3
-    torch.testing.assert_close(gated_is(Q.log(), P.log(), mask, "tv", "token", 0.26),
-                               torch.tensor([[1.0, 0.5, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        gated_is(Q.log(), P.log(), mask, "tv", "token", 0.26), torch.tensor([[1.0, 0.5, 0.0]], dtype=torch.float64)
+    )
 
 
 def test_a_response_divergence_is_the_mean_over_its_valid_tokens_only():
@@ -178,15 +186,23 @@ def test_correction_weights_for_every_gate():
     mask = torch.ones_like(P)
     assert correction_weights(Q.log(), P.log(), mask, "none", "token", 2.0) is None
     # ratio gate: w = 1, ½, ⅔ — none above C = 0.6 except 1 (capped by TIS, dropped by MIS)
-    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "truncate", "token", 0.6),
-                               torch.tensor([[0.6, 0.5, 0.6]], dtype=torch.float64))
-    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "mask", "token", 0.6),
-                               torch.tensor([[0.0, 0.5, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        correction_weights(Q.log(), P.log(), mask, "truncate", "token", 0.6),
+        torch.tensor([[0.6, 0.5, 0.6]], dtype=torch.float64),
+    )
+    torch.testing.assert_close(
+        correction_weights(Q.log(), P.log(), mask, "mask", "token", 0.6),
+        torch.tensor([[0.0, 0.5, 0.0]], dtype=torch.float64),
+    )
     # sequence level: one weight [B, 1], the product ⅓
-    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "truncate", "sequence", 2.0),
-                               torch.tensor([[1 / 3]], dtype=torch.float64))
-    torch.testing.assert_close(correction_weights(Q.log(), P.log(), mask, "mask", "token", 2.0, "binary_kl", 0.15),
-                               torch.tensor([[1.0, 0.5, 0.0]], dtype=torch.float64))  # KLs 0, 0.144, 0.226
+    torch.testing.assert_close(
+        correction_weights(Q.log(), P.log(), mask, "truncate", "sequence", 2.0),
+        torch.tensor([[1 / 3]], dtype=torch.float64),
+    )
+    torch.testing.assert_close(
+        correction_weights(Q.log(), P.log(), mask, "mask", "token", 2.0, "binary_kl", 0.15),
+        torch.tensor([[1.0, 0.5, 0.0]], dtype=torch.float64),
+    )  # KLs 0, 0.144, 0.226
 
 
 def test_the_masked_fraction_counts_the_valid_tokens_dropped():
@@ -207,14 +223,20 @@ def test_bad_gates_are_refused_naming_the_knob():
         divergence_gate(Q.log(), P.log(), mask, "tv", "geometric", 0.1)
 
 
-@pytest.mark.parametrize("overrides, knob", [
-    (dict(is_correction_gating="tv", rollout_is_mode="truncate"), "rollout_is_mode"),
-    (dict(is_correction_gating="binary_kl", rollout_is_mode="mask", rollout_is_level="geometric"), "rollout_is_level"),
-    (dict(is_correction_gating="chi2"), "is_correction_gating"),
-    (dict(is_correction_threshold=0.0), "is_correction_threshold"),
-    (dict(is_correction_threshold=1.0), "is_correction_threshold"),
-    (dict(rollout_dtype="float16"), "rollout_dtype"),
-])
+@pytest.mark.parametrize(
+    "overrides, knob",
+    [
+        (dict(is_correction_gating="tv", rollout_is_mode="truncate"), "rollout_is_mode"),
+        (
+            dict(is_correction_gating="binary_kl", rollout_is_mode="mask", rollout_is_level="geometric"),
+            "rollout_is_level",
+        ),
+        (dict(is_correction_gating="chi2"), "is_correction_gating"),
+        (dict(is_correction_threshold=0.0), "is_correction_threshold"),
+        (dict(is_correction_threshold=1.0), "is_correction_threshold"),
+        (dict(rollout_dtype="float16"), "rollout_dtype"),
+    ],
+)
 def test_the_config_refuses_gates_that_do_not_exist(overrides, knob):
     with pytest.raises(ValueError, match=f"^{knob}="):
         get_preset("grpo").replace(**overrides)

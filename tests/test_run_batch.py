@@ -25,8 +25,7 @@ DEVICE = os.environ.get("RLHF_LAB_TEST_DEVICE", "auto")
 
 
 def run(preset: str, seed: int, task: str = DEFAULT_TASK, **knobs) -> RunConfig:
-    return RunConfig(algo=get_run_algo(preset, **knobs), task=task, steps=STEPS, seed=seed, sft_steps=40,
-                     device=DEVICE)
+    return RunConfig(algo=get_run_algo(preset, **knobs), task=task, steps=STEPS, seed=seed, sft_steps=40, device=DEVICE)
 
 
 # GRPO, GSPO and CISPO share one group (same G, prompts and schedule) with other seeds, learning rates and clip
@@ -120,16 +119,22 @@ def test_the_first_update_of_a_run_in_a_group_equals_its_first_update_alone(cach
     """One update (1 epoch × 1 minibatch): the loss parts and the gradient of a run beside others of other seeds,
     learning rates, clip ranges and losses equal its own alone to 1e-5."""
     once = {"ppo_epochs": 1, "num_minibatches": 1}
-    configs = [run("grpo", 0, **once), run("grpo", 1, epsilon=0.1, learning_rate=5e-4, **once),
-               run("grpo", 0, policy_loss="cispo", epsilon_high=4.0, **once)]
+    configs = [
+        run("grpo", 0, **once),
+        run("grpo", 1, epsilon=0.1, learning_rate=5e-4, **once),
+        run("grpo", 0, policy_loss="cispo", epsilon_high=4.0, **once),
+    ]
     alone = Trainer(configs[0], cache_dir=cache)
     group = [Trainer(config, cache_dir=cache) for config in configs]
     for trainer in (alone, *group):
         trainer.prepare()
     record_alone, record = step_together([alone])[0], step_together(group)[0]
-    close({k: v for k, v in record.items() if k not in TIMING}, {k: v for k, v in record_alone.items() if k not in TIMING})
-    torch.testing.assert_close(group[0].group.policy.buffer.grad[0], alone.group.policy.buffer.grad[0],
-                               rtol=1e-5, atol=1e-8)
+    close(
+        {k: v for k, v in record.items() if k not in TIMING}, {k: v for k, v in record_alone.items() if k not in TIMING}
+    )
+    torch.testing.assert_close(
+        group[0].group.policy.buffer.grad[0], alone.group.policy.buffer.grad[0], rtol=1e-5, atol=1e-8
+    )
 
 
 def test_the_same_group_twice_gives_identical_records(cache, together):

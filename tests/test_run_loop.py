@@ -31,8 +31,14 @@ class Counting:
         yield  # a coroutine, as a trainer's step is
 
 
-def train_in_thread(loop: RunLoop, trainer: Counting, on_record=None, outcome: dict | None = None,
-                    learner=None, step_seconds: float = 0.0) -> dict:
+def train_in_thread(
+    loop: RunLoop,
+    trainer: Counting,
+    on_record=None,
+    outcome: dict | None = None,
+    learner=None,
+    step_seconds: float = 0.0,
+) -> dict:
     """Start `loop.train(trainer)` (for `learner`, its step estimated at `step_seconds`) in a thread; what it
     returned or raised and the records it was handed land in `outcome` (a new dict unless given), which is
     returned."""
@@ -44,6 +50,7 @@ def train_in_thread(loop: RunLoop, trainer: Counting, on_record=None, outcome: d
             outcome["records"].append(record)
             if on_record is not None:
                 on_record(record)
+
         try:
             loop.train(trainer, take, learner=learner, step_seconds=step_seconds)
             outcome["ended"] = "returned"
@@ -98,7 +105,7 @@ def test_a_records_elapsed_sums_its_own_step_times():
     a = train_in_thread(loop, Counting("A", 4, log))
     joined(a)
     times = [r["step_time"] for r in a["records"]]
-    assert [r["elapsed"] for r in a["records"]] == pytest.approx([sum(times[:i + 1]) for i in range(4)])
+    assert [r["elapsed"] for r in a["records"]] == pytest.approx([sum(times[: i + 1]) for i in range(4)])
 
 
 def test_a_run_whose_step_raises_ends_alone_and_its_caller_gets_the_error():
@@ -201,8 +208,21 @@ def test_a_learner_with_three_runs_steps_as_often_as_a_learner_with_one(declared
         waiting_for_runs(loop, n + 2)
     others_in.set()
     joined(first, *outcomes)
-    assert log == [("Y0", 1), ("X0", 1), ("Y", 1), ("X1", 1), ("Y", 2), ("X2", 1), ("Y", 3),
-                   ("X0", 2), ("Y", 4), ("X1", 2), ("Y", 5), ("X2", 2), ("Y", 6)]
+    assert log == [
+        ("Y0", 1),
+        ("X0", 1),
+        ("Y", 1),
+        ("X1", 1),
+        ("Y", 2),
+        ("X2", 1),
+        ("Y", 3),
+        ("X0", 2),
+        ("Y", 4),
+        ("X1", 2),
+        ("Y", 5),
+        ("X2", 2),
+        ("Y", 6),
+    ]
 
 
 def test_a_learner_whose_steps_cost_twice_its_share_steps_every_other_turn(declared_costs):
@@ -238,8 +258,9 @@ def test_a_run_measured_slower_than_a_turn_moves_to_a_lane(declared_costs):
     # so its third step is taken in a lane.
     loop, log = RunLoop(turn_seconds=1.0), []
     threads = []
-    slow = train_in_thread(loop, Counting("S", 4, log, cost=2.0),
-                           lambda record: threads.append(threading.current_thread().name))
+    slow = train_in_thread(
+        loop, Counting("S", 4, log, cost=2.0), lambda record: threads.append(threading.current_thread().name)
+    )
     joined(slow)
     assert threads == ["training-loop", "training-loop", "training-loop-lane", "training-loop-lane"]
 

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from app_driver import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,10 @@ def test_lab_sh_run_listens_on_loopback_unless_told_otherwise(extra, expected):
     port = free_port()
     server = subprocess.Popen(
         [str(ROOT / "lab.sh"), "run", "--server.headless", "true", "--server.port", str(port), *extra],
-        cwd=ROOT, env={**os.environ, "LAB_VENV": str(venv)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, "LAB_VENV": str(venv)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60

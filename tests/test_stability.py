@@ -12,8 +12,8 @@ from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import GROUP_ESTIMATORS, RunConfig
 from rl_core.engine import sft
 from rl_core.engine.rollout import sample
-from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.run_group import VALUE_PRETRAIN_TARGET
+from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.trainer import Trainer
 from rl_core.formulas.estimators import effective_reward_clip
 from rl_core.formulas.kl import clamped_kl, kl_k3
@@ -49,8 +49,13 @@ def test_a_zero_advantage_batch_leaves_the_policy_where_it_is(monkeypatch, tmp_p
 
     def run_with(skip: bool) -> tuple[list[dict], list[torch.Tensor]]:
         trainer = Trainer(
-            RunConfig(algo=get_preset("grpo", beta=0.0, prompts_per_step=4, skip_no_signal_updates=skip),
-                      task=DEFAULT_TASK, steps=4, seed=0, sft_steps=40),
+            RunConfig(
+                algo=get_preset("grpo", beta=0.0, prompts_per_step=4, skip_no_signal_updates=skip),
+                task=DEFAULT_TASK,
+                steps=4,
+                seed=0,
+                sft_steps=40,
+            ),
             cache_dir=tmp_path,
         )
         trainer.prepare()
@@ -92,12 +97,16 @@ def test_overlong_buffer_is_a_fraction_of_the_limit_unless_given():
 def test_dapo_never_punishes_an_answer_that_ends_within_the_limit(tmp_path):
     """On `shift` (limit 8, answers of 4 letters + EOS = 5 tokens) only responses of 7 or more tokens, their EOS
     counted in |y| as verl's `valid_response_length` does, pay."""
-    trainer = Trainer(RunConfig(algo=get_preset("dapo"), task="shift", steps=1, seed=0, sft_steps=30), cache_dir=tmp_path)
+    trainer = Trainer(
+        RunConfig(algo=get_preset("dapo"), task="shift", steps=1, seed=0, sft_steps=30), cache_dir=tmp_path
+    )
     trainer.prepare()
     prompts = trainer.task.sample_prompts(64, trainer.prompt_rng)
     rollout = sample(trainer.policy, trainer.tokenizer, prompts, trainer.max_new_tokens, 1.0, trainer.generator)
     rewards, _ = trainer.rewards(rollout)
-    task_rewards = torch.tensor(trainer.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist()).rewards)
+    task_rewards = torch.tensor(
+        trainer.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist()).rewards
+    )
     penalty = rewards - task_rewards
     free = rollout.lengths <= 8 - 2
     assert free.any() and (~free).any()
@@ -141,8 +150,12 @@ def test_the_kl_guard_stops_only_the_exploding_pull_towards_the_reference():
 
 def test_value_pretraining_stops_at_the_target_or_the_budget(tmp_path):
     trainer = Trainer(
-        RunConfig(algo=get_preset("vapo", prompts_per_step=4, value_pretrain_steps=3), task=DEFAULT_TASK, steps=1,
-                  sft_steps=40),
+        RunConfig(
+            algo=get_preset("vapo", prompts_per_step=4, value_pretrain_steps=3),
+            task=DEFAULT_TASK,
+            steps=1,
+            sft_steps=40,
+        ),
         cache_dir=tmp_path,
     )
     setup = trainer.prepare()
@@ -169,8 +182,9 @@ def test_every_tasks_sft_policy_lands_in_its_band_for_seeds_0_to_4(name, tmp_pat
     tokenizer = build_char_tokenizer()
     for seed in range(5):
         task.prepare(tmp_path, torch.device("cpu"), seed)
-        policy, report = sft.sft_policy(task, tokenizer, "tiny", seed, task.default_demo_noise, sft.DEFAULT_SFT_STEPS,
-                                        torch.device("cpu"), tmp_path)
+        policy, report = sft.sft_policy(
+            task, tokenizer, "tiny", seed, task.default_demo_noise, sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path
+        )
         # Measured again here, on the policy as the trainer gets it (loaded from the checkpoint).
         success = sft.sft_success_rate(policy, tokenizer, task)
         assert success == report["success_rate"]
@@ -193,15 +207,31 @@ def test_an_sft_warm_start_outside_its_band_trains_on_or_restarts_and_says_so(
     monkeypatch.setattr(sft, "sft_success_rate", lambda *a: next(measured))
     task = get_task("reverse")
     task.sft_success_band = (0.25, 0.55)
-    policy, report = sft.sft_policy(task, build_char_tokenizer(), "tiny", 0, task.default_demo_noise,
-                                    sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path)
+    policy, report = sft.sft_policy(
+        task,
+        build_char_tokenizer(),
+        "tiny",
+        0,
+        task.default_demo_noise,
+        sft.DEFAULT_SFT_STEPS,
+        torch.device("cpu"),
+        tmp_path,
+    )
     assert [a is b for a, b in zip(trained, trained[1:])] == same_weights
     assert report["success_rate"] == final and report["attempts"] == len(successes)
     assert "reverse" in report["note"] and report["note"] in caplog.text
     assert ("still outside" in report["note"]) == (not 0.25 <= final <= 0.55)
     # The cache holds the kept policy and its report.
-    _, cached = sft.sft_policy(task, build_char_tokenizer(), "tiny", 0, task.default_demo_noise,
-                               sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path)
+    _, cached = sft.sft_policy(
+        task,
+        build_char_tokenizer(),
+        "tiny",
+        0,
+        task.default_demo_noise,
+        sft.DEFAULT_SFT_STEPS,
+        torch.device("cpu"),
+        tmp_path,
+    )
     assert cached == report
 
 

@@ -15,8 +15,10 @@ def test_each_row_steps_as_its_own_adamw_and_a_run_that_skips_keeps_its_state():
     stacked = start.clone().requires_grad_()
     optimiser = StackedAdamW(stacked, torch.tensor(LEARNING_RATES), torch.tensor(EPSILONS))
     alone = [start[r].clone().requires_grad_() for r in range(3)]
-    torch_optimisers = [torch.optim.AdamW([p], lr=lr, eps=eps, weight_decay=0.0, foreach=False)
-                        for p, lr, eps in zip(alone, LEARNING_RATES, EPSILONS)]
+    torch_optimisers = [
+        torch.optim.AdamW([p], lr=lr, eps=eps, weight_decay=0.0, foreach=False)
+        for p, lr, eps in zip(alone, LEARNING_RATES, EPSILONS)
+    ]
     for step in range(6):
         gradient = torch.randn(3, 50) * torch.tensor([1.0, 1e-3, 10.0])[:, None]
         gradient[1, :5] = 0.0  # coordinates whose gradient is 0

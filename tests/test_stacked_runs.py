@@ -75,7 +75,20 @@ def test_a_stacked_pass_gives_each_run_its_own_logits_and_gradients():
     sampled = sample_runs(stacked(models)[1], tokenizer, PROMPTS, MAX_NEW_TOKENS, TEMPERATURES, generators(), G)
     # The third run's batch has one response per prompt: its layout is the padded batch with a 2-D mask, not a
     # prefix tree, and the stack pads both kinds to one shape.
-    prompts = ["ab>", "q>", "hgfed>", "x>", "yz>", "abc>", "k>", "lm>", "nop>", "r>", "st>", "uvw>"]  # 12 rows, as theirs
+    prompts = [
+        "ab>",
+        "q>",
+        "hgfed>",
+        "x>",
+        "yz>",
+        "abc>",
+        "k>",
+        "lm>",
+        "nop>",
+        "r>",
+        "st>",
+        "uvw>",
+    ]  # 12 rows, as theirs
     single = encode_pairs(tokenizer, prompts, [p[:-1][::-1] for p in prompts], torch.device("cpu"))
     batches = [sampled[0], sampled[1], single]
     assert [b.prefix_tree.attention_mask.dim() for b in batches] == [4, 4, 2]

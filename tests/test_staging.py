@@ -137,15 +137,26 @@ def torch_load_calls(text: str) -> list[str]:
 
 def test_every_torch_load_in_the_lab_is_weights_only():
     root = Path(__file__).resolve().parents[1]
-    calls = {f"{path.relative_to(root)}: {call}" for folder in ("rl_core", "toy_tasks", "ui", "app_pages", "bench")
-             for path in (root / folder).rglob("*.py") for call in torch_load_calls(path.read_text())}
+    calls = {
+        f"{path.relative_to(root)}: {call}"
+        for folder in ("rl_core", "toy_tasks", "ui", "app_pages", "bench")
+        for path in (root / folder).rglob("*.py")
+        for call in torch_load_calls(path.read_text())
+    }
     assert len(calls) >= 2, "the lab loads trainer state and critics with torch.load: the scan is broken"
     assert all("weights_only=True" in call for call in calls), sorted(calls)
 
 
 def test_a_diverging_critic_is_named_not_the_policy(tmp_path):
-    trainer = Trainer(RunConfig(algo=get_preset("ppo", prompts_per_step=4, ppo_epochs=1, num_minibatches=1),
-                                task="caesar", steps=2, sft_steps=2), cache_dir=tmp_path)
+    trainer = Trainer(
+        RunConfig(
+            algo=get_preset("ppo", prompts_per_step=4, ppo_epochs=1, num_minibatches=1),
+            task="caesar",
+            steps=2,
+            sft_steps=2,
+        ),
+        cache_dir=tmp_path,
+    )
     trainer.prepare()
     with torch.no_grad():
         trainer.critic.value_head.weight.fill_(float("inf"))  # what a huge critic step leaves behind

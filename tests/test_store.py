@@ -35,7 +35,10 @@ def writer(db, steps: int, pause: float = 0.0) -> subprocess.Popen:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, str(db), str(steps), str(pause)],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -84,14 +87,26 @@ def test_a_run_is_written_as_it_goes_and_read_back(tmp_path):
 
     store.start_run(run_id)
     for step in (1, 2, 3):
-        store.add_step(run_id, {"step": step, "reward_mean": step / 3, "response_length_correct": float("nan"),
-                                "samples": [{"prompt": "ab", "response": f"r{step}"}]})
+        store.add_step(
+            run_id,
+            {
+                "step": step,
+                "reward_mean": step / 3,
+                "response_length_correct": float("nan"),
+                "samples": [{"prompt": "ab", "response": f"r{step}"}],
+            },
+        )
         assert store.run(run_id).steps_done == step
     store.finish_run(run_id, "finished", final={"success_rate": 0.75})
 
     run = store.run(run_id)
-    assert (run.status, run.label, run.algo, run.seed, run.variant) == ("finished", "rloo · beta=0.1", "rloo", 0,
-                                                                        {"beta": 0.1})
+    assert (run.status, run.label, run.algo, run.seed, run.variant) == (
+        "finished",
+        "rloo · beta=0.1",
+        "rloo",
+        0,
+        {"beta": 0.1},
+    )
     assert run.final == {"success_rate": 0.75} and run.error is None and not run.active
     assert run.config["algo"]["beta"] == 0.1 and run.config["steps"] == 3
     assert run.wall_time >= 0
@@ -201,9 +216,11 @@ def test_a_v1_store_is_migrated_and_its_runs_become_shared(tmp_path):
         for statement in MIGRATIONS[0]:
             db.execute(statement)
         db.execute("PRAGMA user_version = 1")
-        db.execute("INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
-                   "heartbeat_at, owner_pid, owner_host) VALUES ('old', 'reverse', 'grpo', 0, '{}', '{}', "
-                   "'finished', 3, 0, 0, 1, 'elsewhere')")
+        db.execute(
+            "INSERT INTO runs (label, task, algo, seed, variant, config, status, steps_total, created_at, "
+            "heartbeat_at, owner_pid, owner_host) VALUES ('old', 'reverse', 'grpo', 0, '{}', '{}', "
+            "'finished', 3, 0, 0, 1, 'elsewhere')"
+        )
     store = RunStore(path)
     [old] = store.runs()
     assert old.session is None and store.runs(visible_to="anyone") == [old]
@@ -226,8 +243,12 @@ def test_sessions_see_and_delete_only_their_own_runs_and_sweeps(tmp_path):
 # A record the size of a real one (measured on a GRPO step, caesar / tiny, 8 samples: 1.3 kB of scalars, 12 kB
 # of samples): 60 scalars, and 8 samples of 30 tokens with five per-token series.
 def sized_record(step: int) -> dict:
-    sample = {"prompt": "abcd", "response": "x" * 30, "tokens": ["x"] * 30,
-              **{series: [0.123456789] * 30 for series in ("advantages", "ratios", "entropies", "log_probs", "kl")}}
+    sample = {
+        "prompt": "abcd",
+        "response": "x" * 30,
+        "tokens": ["x"] * 30,
+        **{series: [0.123456789] * 30 for series in ("advantages", "ratios", "entropies", "log_probs", "kl")},
+    }
     return {"step": step, **{f"metric_{i}": 0.123456789 * i for i in range(60)}, "samples": [sample] * 8}
 
 
@@ -263,6 +284,7 @@ def test_a_store_limited_to_1_mb_stays_within_it_and_says_why_it_refuses(tmp_pat
 
 def test_the_samples_of_a_run_are_kept_for_its_latest_steps_only(tmp_path):
     from rl_core.runs.store import SAMPLE_WINDOW
+
     store = RunStore(tmp_path / "runs.sqlite")
     run_id = store.add_run(tiny_run(steps=SAMPLE_WINDOW + 5), "grpo")
     for step in range(1, SAMPLE_WINDOW + 6):

@@ -10,8 +10,8 @@ from rl_core.config import RunConfig
 from rl_core.engine.trainer import Trainer
 from rl_core.formulas.estimators import policy_loss
 from rl_core.formulas.losses import (
-    clipped_surrogate_loss,
     cispo_loss,
+    clipped_surrogate_loss,
     dppo_loss,
     dppo_tv_mask,
     dro_loss,
@@ -49,7 +49,9 @@ def test_cispo_two_sided_clamps_the_weight_to_the_ppo_range(ratio, weight):
     assert grad == pytest.approx(-weight)
 
 
-@pytest.mark.parametrize("ratio, advantage", [(0.5, 1.0), (1.1, 1.0), (1.5, 1.0), (0.5, -1.0), (1.1, -1.0), (1.5, -1.0)])
+@pytest.mark.parametrize(
+    "ratio, advantage", [(0.5, 1.0), (1.1, 1.0), (1.5, 1.0), (0.5, -1.0), (1.1, -1.0), (1.5, -1.0)]
+)
 def test_cispo_moves_every_token_ppo_moves_the_same_and_the_ones_ppo_clips_too(ratio, advantage):
     _, ppo_grad = _one_token(clipped_surrogate_loss, ratio, advantage, 0.2, 0.2)
     _, cispo_grad = _one_token(cispo_loss, ratio, advantage, 5.0)

@@ -14,26 +14,49 @@ from pathlib import Path
 import pytest
 
 from rl_core.cli import main
-from rl_core.runs.store import RunStore, process_alive
-from rl_core.runs.summary import format_table, run_outcome, summarise
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import plan_experiment
+from rl_core.runs.store import RunStore, process_alive
+from rl_core.runs.summary import format_table, run_outcome, summarise
 from rl_core.runs.sweep import Sweep, batch_count, batches, parse_grid, plan_sweep, warm_start_key
 from rl_core.runs.workers import trains_in_local_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two prompts × two responses, one update per step, a short warm start: a run takes seconds.
-QUICK = ["--set", "prompts_per_step=2", "--set", "num_generations=2", "--set", "ppo_epochs=1",
-         "--set", "num_minibatches=1", "--sft-steps", "20"]
+QUICK = [
+    "--set",
+    "prompts_per_step=2",
+    "--set",
+    "num_generations=2",
+    "--set",
+    "ppo_epochs=1",
+    "--set",
+    "num_minibatches=1",
+    "--sft-steps",
+    "20",
+]
 
 
 def sweep_command(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
     """`python -m rl_core sweep …` in a subprocess with its own model cache and run store under tmp_path."""
     env = {**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}
     return subprocess.run(
-        [sys.executable, "-m", "rl_core", "sweep", "--db", str(tmp_path / "runs.sqlite"), "--out",
-         str(tmp_path / "out"), *arguments],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "rl_core",
+            "sweep",
+            "--db",
+            str(tmp_path / "runs.sqlite"),
+            "--out",
+            str(tmp_path / "out"),
+            *arguments,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -45,17 +68,31 @@ def read_csv(path: Path) -> list[dict]:
 def test_grid_values_are_typed_per_knob_and_refused_by_name():
     assert parse_grid(["beta=0, 0.1", "dual_clip=none,3"]) == {"beta": [0.0, 0.1], "dual_clip": [None, 3.0]}
     assert parse_grid(["loss_agg_mode=token-mean,seq-mean-token-mean"])["loss_agg_mode"][1] == "seq-mean-token-mean"
-    for bad, message in [("beta", "not of the form"), ("bogus=1,2", "unknown knob 'bogus'"),
-                         ("use_critic=maybe", "use_critic='maybe' is not a boolean"), ("beta=0.1,0.1", "repeats")]:
+    for bad, message in [
+        ("beta", "not of the form"),
+        ("bogus=1,2", "unknown knob 'bogus'"),
+        ("use_critic=maybe", "use_critic='maybe' is not a boolean"),
+        ("beta=0.1,0.1", "repeats"),
+    ]:
         with pytest.raises(ValueError, match=message):
             parse_grid([bad])
 
 
 def test_a_plan_crosses_presets_grid_values_and_seeds():
-    planned = plan_sweep(["grpo", "rloo"], range(2), "reverse", 5, overrides={"prompts_per_step": 4},
-                         grid={"beta": [0.0, 0.1]}, sft_steps=10)
-    assert [(p.label, p.run.seed) for p in planned][:3] == [("grpo · beta=0.0", 0), ("grpo · beta=0.0", 1),
-                                                            ("grpo · beta=0.1", 0)]
+    planned = plan_sweep(
+        ["grpo", "rloo"],
+        range(2),
+        "reverse",
+        5,
+        overrides={"prompts_per_step": 4},
+        grid={"beta": [0.0, 0.1]},
+        sft_steps=10,
+    )
+    assert [(p.label, p.run.seed) for p in planned][:3] == [
+        ("grpo · beta=0.0", 0),
+        ("grpo · beta=0.0", 1),
+        ("grpo · beta=0.1", 0),
+    ]
     assert len(planned) == 8 and all(p.run.algo.prompts_per_step == 4 and p.run.sft_steps == 10 for p in planned)
     assert [p.run.algo.beta for p in planned if p.run.algo.name == "rloo"] == [0.0, 0.0, 0.1, 0.1]
     assert len({warm_start_key(p.run) for p in planned}) == 2  # one SFT checkpoint per seed, shared by all
@@ -70,8 +107,11 @@ def test_a_plan_crosses_presets_grid_values_and_seeds():
         (["grpo"], {"overrides": {"beta": 0.1}, "grid": {"beta": [0.0]}}, "beta is both set and swept"),
         (["grpo"], {"model": "huge"}, "model='huge' is unknown"),
         ([], {}, "algos is empty"),
-        (["grpo", "rloo"], {"grid": {"beta": [0.0, 0.1]}, "seeds": range(251)},
-         r"the sweep has 1004 runs \(presets × grid values × seeds\); allowed: at most 1000"),
+        (
+            ["grpo", "rloo"],
+            {"grid": {"beta": [0.0, 0.1]}, "seeds": range(251)},
+            r"the sweep has 1004 runs \(presets × grid values × seeds\); allowed: at most 1000",
+        ),
     ],
 )
 def test_a_plan_refuses_bad_input_by_name(algos, kwargs, message):
@@ -86,8 +126,10 @@ def test_outcomes_and_their_summary_across_seeds(tmp_path):
     for index, p in enumerate(planned):
         run_id = store.add_run(p.run, p.label)
         store.start_run(run_id)
-        records = [{"step": s, "success_rate": (s + index) / 4, "elapsed": 0.5 * s, "kl_exact": 0.1 * index,
-                    "entropy": 1.0} for s in (1, 2, 3)]
+        records = [
+            {"step": s, "success_rate": (s + index) / 4, "elapsed": 0.5 * s, "kl_exact": 0.1 * index, "entropy": 1.0}
+            for s in (1, 2, 3)
+        ]
         for record in records:
             store.add_step(run_id, record)
         store.finish_run(run_id, "finished", final={"success_rate": 0.8 + 0.1 * (index == 2)})
@@ -141,7 +183,11 @@ def test_batches_group_the_runs_of_one_shape_over_seeds_whatever_the_workers():
     # critic) apart.
     planned = plan_sweep(["grpo", "ppo"], [0, 1, 2, 3, 4], "caesar", 5, grid={"epsilon": [0.1, 0.2]})
     assert batches(dict(enumerate(p.run for p in planned))) == [
-        [0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]
+        [0, 1, 2, 3, 4],
+        [5, 6, 7, 8, 9],
+        [10, 11, 12, 13, 14],
+        [15, 16, 17, 18, 19],
+    ]
     assert batch_count([p.run for p in planned]) == 4
 
 
@@ -154,7 +200,11 @@ def test_the_sweep_command_writes_csvs_and_prints_the_summary(tmp_path):
         steps = read_csv(out / "runs" / f"{name}.csv")
         assert [row["step"] for row in steps] == ["1", "2", "3"] and "kl_exact" in steps[0] and "elapsed" in steps[0]
     assert [(r["label"], r["status"]) for r in read_csv(out / "runs.csv")] == [
-        ("grpo", "finished"), ("grpo", "finished"), ("rloo", "finished"), ("rloo", "finished")]
+        ("grpo", "finished"),
+        ("grpo", "finished"),
+        ("rloo", "finished"),
+        ("rloo", "finished"),
+    ]
     summary = read_csv(out / "summary.csv")
     assert [(r["label"], r["seeds"]) for r in summary] == [("grpo", "2"), ("rloo", "2")]
     assert all(0 <= float(r["final_success_mean"]) <= 1 and float(r["wall_time_mean"]) > 0 for r in summary)
@@ -179,15 +229,23 @@ def test_a_grid_sweep_runs_every_value_of_the_knob(tmp_path):
         assert {row["beta"] for row in steps} == {value}
     summary = read_csv(tmp_path / "out" / "summary.csv")
     assert [r["label"] for r in summary] == ["rloo · beta=0.0", "rloo · beta=0.3"]
-    assert [line.split()[:3] for line in result.stdout.splitlines()[2:]] == [["rloo", "·", "beta=0.0"],
-                                                                           ["rloo", "·", "beta=0.3"]]
+    assert [line.split()[:3] for line in result.stdout.splitlines()[2:]] == [
+        ["rloo", "·", "beta=0.0"],
+        ["rloo", "·", "beta=0.3"],
+    ]
 
 
 @pytest.mark.slow
 def test_stop_ends_every_run_between_steps(tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
-    planned = plan_sweep(["grpo", "rloo", "reinforce_pp"], range(1), "reverse", 100_000, sft_steps=0,
-                         overrides={"prompts_per_step": 2, "num_generations": 2})
+    planned = plan_sweep(
+        ["grpo", "rloo", "reinforce_pp"],
+        range(1),
+        "reverse",
+        100_000,
+        sft_steps=0,
+        overrides={"prompts_per_step": 2, "num_generations": 2},
+    )
     sweep = Sweep(planned, store, workers=2)
     thread = threading.Thread(target=sweep.run, daemon=True)
     thread.start()
@@ -212,8 +270,9 @@ def test_workers_never_run_the_callers_main_script(tmp_path, monkeypatch):
     page.__file__ = str(script)
     monkeypatch.setitem(sys.modules, "__main__", page)
     store = RunStore(tmp_path / "runs.sqlite")
-    planned = plan_sweep(["grpo"], range(1), "reverse", 1, sft_steps=0,
-                         overrides={"prompts_per_step": 2, "num_generations": 2})
+    planned = plan_sweep(
+        ["grpo"], range(1), "reverse", 1, sft_steps=0, overrides={"prompts_per_step": 2, "num_generations": 2}
+    )
     runs = Sweep(planned, store, workers=1).run()
     assert [(run.status, run.error) for run in runs] == [("finished", None)]
     assert sys.modules["__main__"] is page
@@ -236,8 +295,13 @@ while not any(run.steps_done for run in store.runs()):
 
 def test_a_process_that_exits_during_a_sweep_stops_its_runs_instead_of_training_them_out(tmp_path):
     db = tmp_path / "runs.sqlite"
-    subprocess.run([sys.executable, "-c", EXIT_DURING_A_SWEEP, str(db)], cwd=ROOT, check=True, timeout=180,
-                   env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")})
+    subprocess.run(
+        [sys.executable, "-c", EXIT_DURING_A_SWEEP, str(db)],
+        cwd=ROOT,
+        check=True,
+        timeout=180,
+        env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")},
+    )
     runs = RunStore(db).runs()
     assert [run.status for run in runs] == ["stopped"] and 0 < runs[0].steps_done < 100_000
 
@@ -257,18 +321,43 @@ def children(pid: int) -> list[int]:
 
 # `python -m rl_core` with Ctrl+C at its default, as a terminal's foreground job has it: a suite run as a background
 # job (`… &` in a script) starts every child with SIGINT ignored, and Python then installs no KeyboardInterrupt.
-PYTHON_M_RL_CORE = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-                    "runpy.run_module('rl_core', run_name='__main__', alter_sys=True)")
+PYTHON_M_RL_CORE = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('rl_core', run_name='__main__', alter_sys=True)"
+)
 
 
 def start_endless_sweep(tmp_path: Path, db: Path, **popen) -> subprocess.Popen:
     """`python -m rl_core sweep` of two 100 000-step runs (grpo and rloo) on two workers, in the background."""
     return subprocess.Popen(
-        [sys.executable, "-c", PYTHON_M_RL_CORE, "sweep", "--algos", "grpo,rloo", "--seeds", "1", "--steps", "100000",
-         "--workers", "2", "--task", "reverse", "--db", str(db), "--out", str(tmp_path / "out"), *QUICK,
-         "--sft-steps", "0"],
-        env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")}, cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen,
+        [
+            sys.executable,
+            "-c",
+            PYTHON_M_RL_CORE,
+            "sweep",
+            "--algos",
+            "grpo,rloo",
+            "--seeds",
+            "1",
+            "--steps",
+            "100000",
+            "--workers",
+            "2",
+            "--task",
+            "reverse",
+            "--db",
+            str(db),
+            "--out",
+            str(tmp_path / "out"),
+            *QUICK,
+            "--sft-steps",
+            "0",
+        ],
+        env={**os.environ, "RLHF_LAB_CACHE": str(tmp_path / "cache")},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **popen,
     )
 
 
@@ -303,20 +392,23 @@ def test_workers_end_within_10_s_of_their_coordinator_being_killed(tmp_path):
     assert {run.error for run in runs} == {"the sweep's coordinator process ended"}
 
 
-@pytest.mark.parametrize("argv, environ, expected", [
-    (["experiment", "pg_baseline"], {}, True),
-    (["sweep", "--algos", "grpo", "--out", "o"], {}, True),
-    (["experiment", "--all", "--seeds", "0"], {}, True),
-    (["experiment", "--list"], {}, False),
-    (["sweep", "--help"], {}, False),
-    (["experiment", "pg_baseline", "-h"], {}, False),
-    (["experiment", "pg_baseline", "--ray-address", "head:6379"], {}, False),
-    (["experiment", "pg_baseline", "--ray-address=head:6379"], {}, False),
-    (["experiment", "pg_baseline"], {"RLHF_LAB_RAY_ADDRESS": "head:6379"}, False),
-    (["experiment", "pg_baseline"], {"RLHF_LAB_RAY_ADDRESS": ""}, True),
-    (["train", "--algo", "grpo"], {}, False),
-    ([], {}, False),
-])
+@pytest.mark.parametrize(
+    "argv, environ, expected",
+    [
+        (["experiment", "pg_baseline"], {}, True),
+        (["sweep", "--algos", "grpo", "--out", "o"], {}, True),
+        (["experiment", "--all", "--seeds", "0"], {}, True),
+        (["experiment", "--list"], {}, False),
+        (["sweep", "--help"], {}, False),
+        (["experiment", "pg_baseline", "-h"], {}, False),
+        (["experiment", "pg_baseline", "--ray-address", "head:6379"], {}, False),
+        (["experiment", "pg_baseline", "--ray-address=head:6379"], {}, False),
+        (["experiment", "pg_baseline"], {"RLHF_LAB_RAY_ADDRESS": "head:6379"}, False),
+        (["experiment", "pg_baseline"], {"RLHF_LAB_RAY_ADDRESS": ""}, True),
+        (["train", "--algo", "grpo"], {}, False),
+        ([], {}, False),
+    ],
+)
 def test_the_command_line_starts_a_fork_server_only_when_it_will_train_here(argv, environ, expected):
     assert trains_in_local_workers(argv, environ) is expected
 
@@ -331,8 +423,9 @@ def test_the_fork_server_started_ahead_imports_the_engine_before_any_sweep(tmp_p
         deadline = time.monotonic() + 120
         while True:
             assert time.monotonic() < deadline and parent.poll() is None
-            servers = [pid for pid in children(parent.pid)
-                       if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            servers = [
+                pid for pid in children(parent.pid) if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            ]
             if servers and "libtorch" in Path(f"/proc/{servers[0]}/maps").read_text():
                 break
             time.sleep(0.5)

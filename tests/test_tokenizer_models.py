@@ -1,5 +1,6 @@
 import threading
 
+import pytest
 import torch
 from transformers import AutoTokenizer, GPT2LMHeadModel
 
@@ -14,8 +15,6 @@ from rl_core.engine.models import (
     select_device,
 )
 from rl_core.engine.tokenizer import build_char_tokenizer
-
-import pytest
 
 
 def test_char_tokenizer_round_trips_text_and_saves_like_any_hf_tokenizer(tmp_path):
@@ -128,8 +127,9 @@ def test_device_selection():
             select_device("cuda")
 
 
-@pytest.mark.parametrize("model, on_a_gpu_machine",
-                         [("tiny", "cpu"), ("small", "cpu"), ("gpt2", "cuda"), (None, "cuda")])
+@pytest.mark.parametrize(
+    "model, on_a_gpu_machine", [("tiny", "cpu"), ("small", "cpu"), ("gpt2", "cuda"), (None, "cuda")]
+)
 def test_auto_puts_only_gpt2_on_the_gpu(monkeypatch, model, on_a_gpu_machine):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert select_device("auto", model).type == on_a_gpu_machine

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import torch
 
-TASKS: dict[str, type["ToyTask"]] = {}
+TASKS: dict[str, type[ToyTask]] = {}
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,12 @@ def policy_like_responses(prompt: str, rng: random.Random) -> list[str]:
     cheer with 0 to 12 marks (shouting from 4 on), the lowercase name, a typo, and junk of the name's letters."""
     name = _name(prompt)
     cheers = [name.capitalize() + MARK * marks for marks in (0, 1, 2, 3, 4, 6, 9, 12)]
-    return [*cheers, name + MARK * 2, typo(name, rng).capitalize() + MARK * 2,
-            "".join(rng.choices(name + name.upper() + MARK, k=8))]
+    return [
+        *cheers,
+        name + MARK * 2,
+        typo(name, rng).capitalize() + MARK * 2,
+        "".join(rng.choices(name + name.upper() + MARK, k=8)),
+    ]
 
 
 class PreferenceTask(ToyTask):
@@ -173,8 +177,18 @@ class PreferenceTask(ToyTask):
 
     def _cache_folder(self, cache_dir: Path, seed: int) -> Path:
         settings = json.dumps(
-            [self.reward_model_preset, self.n_pairs, self.label_noise, self.distractor_fraction, self.rm_steps,
-             self.rm_batch_size, self.rm_learning_rate, self.default_demo_noise, NAMES, MAX_MARKS]
+            [
+                self.reward_model_preset,
+                self.n_pairs,
+                self.label_noise,
+                self.distractor_fraction,
+                self.rm_steps,
+                self.rm_batch_size,
+                self.rm_learning_rate,
+                self.default_demo_noise,
+                NAMES,
+                MAX_MARKS,
+            ]
         )
         digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
         return Path(cache_dir) / "reward_models" / f"{self.name}-{self.reward_model_preset}-seed{seed}-{digest}"
@@ -186,8 +200,12 @@ class PreferenceTask(ToyTask):
             try:
                 return self._load(folder, device)
             except Exception as error:  # noqa: BLE001 - truncated, emptied, deleted: whatever the reader says
-                log.warning("the cached reward model %s is unreadable (%s: %s); training it again",
-                            folder.name, type(error).__name__, error)
+                log.warning(
+                    "the cached reward model %s is unreadable (%s: %s); training it again",
+                    folder.name,
+                    type(error).__name__,
+                    error,
+                )
                 shutil.rmtree(folder, ignore_errors=True)
         self._train_and_save(folder, device, seed)
         self._load(folder, device)

@@ -13,8 +13,11 @@ from rl_core.bridge.export_unipo import unipo_document
 from rl_core.config import RunConfig
 from ui.jobs import Job
 
-FORMATS = {"TRL GRPOConfig (Python)": ("trl", "python", "py"), "verl overrides (bash)": ("verl", "bash", "sh"),
-           "OpenRLHF flags (bash)": ("openrlhf", "bash", "sh")}
+FORMATS = {
+    "TRL GRPOConfig (Python)": ("trl", "python", "py"),
+    "verl overrides (bash)": ("verl", "bash", "sh"),
+    "OpenRLHF flags (bash)": ("openrlhf", "bash", "sh"),
+}
 
 
 def scale_exports(page: str, run: RunConfig) -> None:
@@ -31,8 +34,9 @@ def scale_exports(page: str, run: RunConfig) -> None:
         return
     st.caption("Every knob appears once: as a setting, or as a comment saying why it does not map.")
     st.code(text, language=language)
-    st.download_button(f"Download {choice}", text, file_name=f"{run.algo.name}-{framework}.{suffix}",
-                       key=f"{page}:export_download")
+    st.download_button(
+        f"Download {choice}", text, file_name=f"{run.algo.name}-{framework}.{suffix}", key=f"{page}:export_download"
+    )
 
 
 def job_unipo(job: Job) -> dict | None:
@@ -51,7 +55,10 @@ def unipo_download(page: str, job: Job) -> None:
     if document is None:
         return
     st.download_button(
-        "Download run (UNIPO log, JSON)", json.dumps(document), file_name=f"{page}-{job.run.algo.name}-unipo.json",
-        mime="application/json", key=f"{page}:unipo",
+        "Download run (UNIPO log, JSON)",
+        json.dumps(document),
+        file_name=f"{page}-{job.run.algo.name}-unipo.json",
+        mime="application/json",
+        key=f"{page}:unipo",
         help="UNIPO's canonical schema: every step's metrics and its sampled responses token by token.",
     )

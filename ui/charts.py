@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 from rl_core.config import GROUP_ESTIMATORS, AlgoConfig
 from rl_core.formulas.loss_terms import LOSS_TERMS
 from rl_core.numbers import number
-from ui.present import chart_layout
 from ui.labs.figures import log_scale
+from ui.present import chart_layout
 
 MAX_POINTS = 400  # per trace: enough to see the shape, small enough to redraw every second
 LONG_TRACE = 30  # points from which a trace's markers are invisible (they would hide the line)
@@ -103,20 +103,26 @@ def _teacher_per_token(algo: AlgoConfig) -> bool:
 
 def _advantage_note(algo: AlgoConfig) -> str:
     if _teacher_per_token(algo):
-        return ("Per token: the teacher's signal log π_T − log π_θ (minus k1) is added to each sampled token's "
-                + ("advantage from the task's reward" if algo.use_task_rewards else "advantage, the only signal")
-                + ". Its mean is minus the KL to the teacher, so it sits below 0, far below where the teacher rules "
-                "a sampled token out.")
+        return (
+            "Per token: the teacher's signal log π_T − log π_θ (minus k1) is added to each sampled token's "
+            + ("advantage from the task's reward" if algo.use_task_rewards else "advantage, the only signal")
+            + ". Its mean is minus the KL to the teacher, so it sits below 0, far below where the teacher rules "
+            "a sampled token out."
+        )
     if algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline") or algo.whiten_advantages:
         return "Whitened over the batch: mean 0 and std 1 by construction, so watch the extremes."
     if _centred_per_response(algo):
         # The mean drawn is over tokens: a response weighs by its length, so unequal lengths move it off 0.
-        return ("One advantage per response, centred over the responses of each group (or of the batch): the mean "
-                "drawn here is over tokens, so it is 0 only where the responses are equally long, and negative "
-                "when the wrong ones run longer. Watch the spread and the extremes.")
+        return (
+            "One advantage per response, centred over the responses of each group (or of the batch): the mean "
+            "drawn here is over tokens, so it is 0 only where the responses are equally long, and negative "
+            "when the wrong ones run longer. Watch the spread and the extremes."
+        )
     if algo.advantage_estimator in GROUP_ESTIMATORS:
-        return (f"Not centred per response (adv_norm_mean = {algo.adv_norm_mean}, adv_norm_std = "
-                f"{algo.adv_norm_std}): a mean away from 0 is expected.")
+        return (
+            f"Not centred per response (adv_norm_mean = {algo.adv_norm_mean}, adv_norm_std = "
+            f"{algo.adv_norm_std}): a mean away from 0 is expected."
+        )
     if algo.advantage_estimator == "gae":
         return "GAE advantages come from the critic: a mean far from 0 means its values are biased."
     return "Without a baseline every advantage of a rewarded response is positive: compare with the baseline on."
@@ -125,8 +131,11 @@ def _advantage_note(algo: AlgoConfig) -> str:
 def _returns_are_the_reward(algo: AlgoConfig) -> bool:
     """The critic's target at every token is its response's final reward: γ = λ_critic = 1 (GAE with λ = 1 is the
     Monte-Carlo return) and no per-token KL penalty in the reward."""
-    return (algo.lam_critic == 1 and algo.gamma == 1
-            and (algo.kl_in == "loss" or (algo.beta == 0 and algo.target_kl is None)))
+    return (
+        algo.lam_critic == 1
+        and algo.gamma == 1
+        and (algo.kl_in == "loss" or (algo.beta == 0 and algo.target_kl is None))
+    )
 
 
 # Measured on the GRPO page's default run (caesar, tiny model, 50 steps), seeds 0, 1 and 2, steps 11–50.
@@ -141,35 +150,45 @@ K3_SKEW = (
 def _explained_variance_note(algo: AlgoConfig) -> str:
     if not _returns_are_the_reward(algo):
         # Measured on the PPO page's default run (caesar, tiny model, 50 steps), seeds 0, 1 and 2.
-        return ("Why it stays near 0: on the PPO page's default run (caesar, 50 steps, seeds 0–2) the last ten "
-                "steps averaged −0.16, +0.17 and +0.05, the highest step reached +0.26 and the lowest −9.2, while "
-                "success rose to 0.93–0.97. The critic loss falls all the same: as success nears 1 the returns "
-                "themselves vary less, which lowers any critic's squared error; explained variance divides that "
-                "out. In 50 steps this critic learns about the batch's mean return, not which answers are right.")
+        return (
+            "Why it stays near 0: on the PPO page's default run (caesar, 50 steps, seeds 0–2) the last ten "
+            "steps averaged −0.16, +0.17 and +0.05, the highest step reached +0.26 and the lowest −9.2, while "
+            "success rose to 0.93–0.97. The critic loss falls all the same: as success nears 1 the returns "
+            "themselves vary less, which lowers any critic's squared error; explained variance divides that "
+            "out. In 50 steps this critic learns about the batch's mean return, not which answers are right."
+        )
     # Measured on the VAPO page's default run (caesar, tiny model, seed 0, 10 steps), every critic minibatch of it.
-    return ("Why it stays near 0 here: every token's return is its response's final reward (γ = λ_critic = 1, no "
-            "KL in the reward), and the critic predicts about the batch's mean reward at every token. On the "
-            "default task (seed 0, 10 steps, with 20 and with 0 pretraining batches) its values spread over a "
-            "batch's tokens with a fifth of the returns' standard deviation (median ratios 0.15 and 0.20), and even "
-            "at the end-of-answer token, whose state already holds the deciding last letter, its explained "
-            "variance stayed between −0.14 and +0.22.")
+    return (
+        "Why it stays near 0 here: every token's return is its response's final reward (γ = λ_critic = 1, no "
+        "KL in the reward), and the critic predicts about the batch's mean reward at every token. On the "
+        "default task (seed 0, 10 steps, with 20 and with 0 pretraining batches) its values spread over a "
+        "batch's tokens with a fifth of the returns' standard deviation (median ratios 0.15 and 0.20), and even "
+        "at the end-of-answer token, whose state already holds the deciding last letter, its explained "
+        "variance stayed between −0.14 and +0.22."
+    )
 
 
 def _centred_per_token(algo: AlgoConfig) -> bool:
     """Advantages with mean 0 over the batch's tokens: whitened, or returns less their token mean."""
     if _teacher_per_token(algo):  # the teacher's per-token signal is added after any centring
         return False
-    return (algo.whiten_advantages or algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline")
-            or (algo.advantage_estimator == "reward_to_go" and algo.use_baseline and algo.baseline == "batch_mean"))
+    return (
+        algo.whiten_advantages
+        or algo.advantage_estimator in ("reinforce_pp", "reinforce_pp_baseline")
+        or (algo.advantage_estimator == "reward_to_go" and algo.use_baseline and algo.baseline == "batch_mean")
+    )
 
 
 def _centred_per_response(algo: AlgoConfig) -> bool:
     """One advantage per response, with mean 0 over the responses of each group (or of the batch)."""
-    if algo.whiten_advantages or _teacher_per_token(algo):  # whitening re-centres over tokens, which weighs a response by its length
+    if algo.whiten_advantages or _teacher_per_token(
+        algo
+    ):  # whitening re-centres over tokens, which weighs a response by its length
         return False
     if algo.advantage_estimator == "grpo":  # b_i, then a divisor s_i that must be the same across a centring
         return algo.adv_norm_mean in ("group", "leave_one_out") or (
-            algo.adv_norm_mean == "batch" and algo.adv_norm_std != "group")
+            algo.adv_norm_mean == "batch" and algo.adv_norm_std != "group"
+        )
     return algo.advantage_estimator in ("dr_grpo", "rloo", "maxrl")
 
 
@@ -190,24 +209,32 @@ def policy_term_cancels(algo: AlgoConfig) -> bool:
 
 def _loss_note(algo: AlgoConfig) -> str:
     if algo.policy_loss in ("vanilla", "cispo", "dppo_tv"):
-        return ("This policy term is −w·A·log π_θ per token: its value mixes the advantages with the tokens' "
-                "log-probabilities, far from 0 even with centred advantages (most negative when the tokens with "
-                "A < 0 are unlikely), and says nothing about learning: watch the reward.")
+        return (
+            "This policy term is −w·A·log π_θ per token: its value mixes the advantages with the tokens' "
+            "log-probabilities, far from 0 even with centred advantages (most negative when the tokens with "
+            "A < 0 are unlikely), and says nothing about learning: watch the reward."
+        )
     if policy_term_cancels(algo):
-        return (f"Its advantages are centred with the weights {algo.loss_agg_mode} gives them, so the policy term "
-                "of a whole batch is exactly 0 before the first update; a minibatch holds only part of the batch, "
-                "and the ratios move off 1 after that update, so the term drawn sits near, not at, 0. A falling "
-                "total says nothing about learning: watch the reward.")
+        return (
+            f"Its advantages are centred with the weights {algo.loss_agg_mode} gives them, so the policy term "
+            "of a whole batch is exactly 0 before the first update; a minibatch holds only part of the batch, "
+            "and the ratios move off 1 after that update, so the term drawn sits near, not at, 0. A falling "
+            "total says nothing about learning: watch the reward."
+        )
     if algo.loss_agg_mode == "seq-mean-token-mean":
         reason = "its advantages are not centred response by response"
     elif _centred_per_response(algo):
-        reason = (f"{algo.loss_agg_mode} weighs a response by its length, so advantages centred per response do "
-                  "not cancel over unequal lengths")
+        reason = (
+            f"{algo.loss_agg_mode} weighs a response by its length, so advantages centred per response do "
+            "not cancel over unequal lengths"
+        )
     else:
         reason = "its advantages are not centred"
-    return (f"The policy term is minus the advantages' mean as {algo.loss_agg_mode} weighs them (at ρ = 1"
-            f"{', times 2/τ by the sign of A' if algo.policy_loss == 'sapo' else ''}), not 0 here: {reason}. Its size "
-            "is not progress: watch the reward.")
+    return (
+        f"The policy term is minus the advantages' mean as {algo.loss_agg_mode} weighs them (at ρ = 1"
+        f"{', times 2/τ by the sign of A' if algo.policy_loss == 'sapo' else ''}), not 0 here: {reason}. Its size "
+        "is not progress: watch the reward."
+    )
 
 
 CHARTS: tuple[Chart, ...] = (
@@ -239,8 +266,11 @@ CHARTS: tuple[Chart, ...] = (
         unit="nats per token",
         emphasise=_kl_in_use,
         log_when_apart=True,
-        notes=lambda algo: ("The estimator in the loss is drawn thick." if _kl_in_use(algo)
-                            else "β = 0: no KL term acts on this run; the curves only measure the drift."),
+        notes=lambda algo: (
+            "The estimator in the loss is drawn thick."
+            if _kl_in_use(algo)
+            else "β = 0: no KL term acts on this run; the curves only measure the drift."
+        ),
     ),
     Chart(
         "KL to the teacher",
@@ -336,9 +366,12 @@ CHARTS: tuple[Chart, ...] = (
         "Look for: the share of groups whose members all got the same reward (zero advantage, no gradient) "
         "growing as the policy gets good, or stuck.",
         unit="share",
-        notes=lambda algo: ("" if algo.num_generations > 1 else
-                            "With one response per prompt there are no groups: only the share of responses cut at "
-                            "the length limit is drawn."),
+        notes=lambda algo: (
+            ""
+            if algo.num_generations > 1
+            else "With one response per prompt there are no groups: only the share of responses cut at "
+            "the length limit is drawn."
+        ),
     ),
     Chart(
         "Policy change per step",
@@ -414,8 +447,9 @@ def shown_runs(chart: Chart, runs: list[ChartRun]) -> list[ChartRun]:
 
 
 def has_data(chart: Chart, runs: list[ChartRun]) -> bool:
-    return any(_value(r, s.key) is not None for run in shown_runs(chart, runs) for r in run.records
-               for s in chart.series)
+    return any(
+        _value(r, s.key) is not None for run in shown_runs(chart, runs) for r in run.records for s in chart.series
+    )
 
 
 def caption(chart: Chart, runs: list[ChartRun]) -> str:
@@ -431,10 +465,12 @@ def caption(chart: Chart, runs: list[ChartRun]) -> str:
     peaks = run_peaks(chart, runs)
     if log_axis(chart, runs):
         high, low = max(peaks, key=peaks.get), min(peaks, key=peaks.get)
-        notes.append(f"Log axis: {high}'s peak ({peaks[high]:.3g}) is {peaks[high] / peaks[low]:,.0f} times {low}'s "
-                     f"({peaks[low]:.3g}), which a linear axis would flatten to 0. It starts at "
-                     f"{log_range(peaks)[0]:.2g}, {LOG_FLOOR} times below the lower peak: smaller values and those at "
-                     "or below 0 (k1's negative means) are not drawn.")
+        notes.append(
+            f"Log axis: {high}'s peak ({peaks[high]:.3g}) is {peaks[high] / peaks[low]:,.0f} times {low}'s "
+            f"({peaks[low]:.3g}), which a linear axis would flatten to 0. It starts at "
+            f"{log_range(peaks)[0]:.2g}, {LOG_FLOOR} times below the lower peak: smaller values and those at "
+            "or below 0 (k1's negative means) are not drawn."
+        )
     return " ".join([chart.caption, *notes])
 
 
@@ -481,8 +517,7 @@ PLOT_PX, AXIS_PX, LEGEND_ROW_PX = 210, 55, 20
 LEGEND_WIDTH_PX, LEGEND_SAMPLE_PX, LEGEND_CHAR_PX = 260, 40, 6.5
 
 
-def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marked_step: int | None = None
-           ) -> go.Figure:
+def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marked_step: int | None = None) -> go.Figure:
     """The chart for these runs. One run: a colour per series. Several (or `by_run`, where the page shows
     several runs): a colour per run, a dash per series, so that a colour means one run on every chart of the
     page, also on a chart that holds only one of them (e.g. GSPO's clip fraction beside a GRPO run).
@@ -509,10 +544,30 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
             colour, _ = style(run, [s.key for s in chart.series].index(mean))
             upper = [None if _value(r, mean) is None else r[mean] + (_value(r, std) or 0) for r in records]
             lower = [None if _value(r, mean) is None else r[mean] - (_value(r, std) or 0) for r in records]
-            traces.append(dict(type="scatter", x=steps, y=upper, mode="lines", line=dict(width=0),
-                               showlegend=False, hoverinfo="skip"))
-            traces.append(dict(type="scatter", x=steps, y=lower, mode="lines", line=dict(width=0), fill="tonexty",
-                               fillcolor=_translucent(colour), name=f"{prefix}mean ± std", hoverinfo="skip"))
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=steps,
+                    y=upper,
+                    mode="lines",
+                    line=dict(width=0),
+                    showlegend=False,
+                    hoverinfo="skip",
+                )
+            )
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=steps,
+                    y=lower,
+                    mode="lines",
+                    line=dict(width=0),
+                    fill="tonexty",
+                    fillcolor=_translucent(colour),
+                    name=f"{prefix}mean ± std",
+                    hoverinfo="skip",
+                )
+            )
         emphasised = chart.emphasise(run.algo) if chart.emphasise else None
         # The thick series in use first, underneath: a thin one lying on it (the exact KL on k3) stays visible.
         for series_index, series in sorted(enumerate(chart.series), key=lambda item: item[1].key != emphasised):
@@ -521,24 +576,26 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
                 continue
             colour, dash = style(run, series_index)
             shown_markers = len(steps) < LONG_TRACE or None in values
-            traces.append(dict(
-                type="scatter",
-                x=steps,
-                y=[_drawn(chart, v) for v in values],
-                customdata=values,
-                # The value as the pages write numbers (plotly's own format would write -0.5 and 2e-05).
-                text=[None if v is None else number(v, ".4g") for v in values],
-                hovertemplate=f"{run.label}<br>{series.name}: %{{text}} at step %{{x}}<extra></extra>",
-                # Always markers: plotly selects (and Streamlit's on_select reports) only points drawn as markers,
-                # and a click on a step opens it in the token view. Seen on short runs and where NaN gaps would
-                # leave isolated values without a line to draw; on long runs they would bury the line, so they
-                # are invisible there but still catch the click.
-                mode="lines+markers",
-                cliponaxis=False,  # the axis ends at the first and last step: their markers drawn whole
-                name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
-                line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
-                marker=dict(size=5, opacity=1) if shown_markers else dict(size=8, opacity=0),
-            ))
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=steps,
+                    y=[_drawn(chart, v) for v in values],
+                    customdata=values,
+                    # The value as the pages write numbers (plotly's own format would write -0.5 and 2e-05).
+                    text=[None if v is None else number(v, ".4g") for v in values],
+                    hovertemplate=f"{run.label}<br>{series.name}: %{{text}} at step %{{x}}<extra></extra>",
+                    # Always markers: plotly selects (and Streamlit's on_select reports) only points drawn as markers,
+                    # and a click on a step opens it in the token view. Seen on short runs and where NaN gaps would
+                    # leave isolated values without a line to draw; on long runs they would bury the line, so they
+                    # are invisible there but still catch the click.
+                    mode="lines+markers",
+                    cliponaxis=False,  # the axis ends at the first and last step: their markers drawn whole
+                    name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
+                    line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
+                    marker=dict(size=5, opacity=1) if shown_markers else dict(size=8, opacity=0),
+                )
+            )
         for trace in traces[first_trace:]:  # which run drew it: a click on it opens that run's samples
             trace["meta"] = run.tag
     drawn = [y for trace in traces for y in trace["y"] if y is not None]
@@ -552,10 +609,13 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
         showlegend=show_legend,
         xaxis=x_axis,
         # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
-        yaxis=dict(title=dict(text=chart.unit), exponentformat="e",
-                   **({"range": list(chart.y_range)} if chart.y_range else {}),
-                   **(log_scale(log_range(run_peaks(chart, runs)), headroom=1) if log else {}),
-                   **(log_scale(drawn) if chart.magnitude else {})),
+        yaxis=dict(
+            title=dict(text=chart.unit),
+            exponentformat="e",
+            **({"range": list(chart.y_range)} if chart.y_range else {}),
+            **(log_scale(log_range(run_peaks(chart, runs)), headroom=1) if log else {}),
+            **(log_scale(drawn) if chart.magnitude else {}),
+        ),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
         **(step_marker(marked_step, x_axis.get("range")) if marked_step is not None else {}),
     )
@@ -587,11 +647,32 @@ def step_marker(step: int, span: Sequence[float] | None = None) -> dict:
     towards the middle of the axis, so that it stays inside the plot at the last step."""
     right = span is not None and step > (span[0] + span[1]) / 2
     return dict(
-        shapes=[dict(type="line", xref="x", yref="paper", x0=step, x1=step, y0=0, y1=1,
-                     line=dict(color=MARKER_COLOUR, width=1.5, dash="dot"))],
-        annotations=[dict(x=step, xref="x", y=1, yref="paper", text=f"tokens: step {step}", showarrow=False,
-                          xanchor="right" if right else "left", yanchor="top", bgcolor="rgba(255,255,255,0.7)",
-                          font=dict(size=10, color=MARKER_COLOUR))],
+        shapes=[
+            dict(
+                type="line",
+                xref="x",
+                yref="paper",
+                x0=step,
+                x1=step,
+                y0=0,
+                y1=1,
+                line=dict(color=MARKER_COLOUR, width=1.5, dash="dot"),
+            )
+        ],
+        annotations=[
+            dict(
+                x=step,
+                xref="x",
+                y=1,
+                yref="paper",
+                text=f"tokens: step {step}",
+                showarrow=False,
+                xanchor="right" if right else "left",
+                yanchor="top",
+                bgcolor="rgba(255,255,255,0.7)",
+                font=dict(size=10, color=MARKER_COLOUR),
+            )
+        ],
     )
 
 
@@ -602,9 +683,11 @@ def legend_below(names: Sequence[str], plot_px: int = PLOT_PX, top_px: int = 40)
     legend_px = LEGEND_ROW_PX * _legend_rows([LEGEND_SAMPLE_PX + LEGEND_CHAR_PX * len(n) for n in names]) + 14
     legend_px = legend_px if names else 0
     # 4 px between the axis title's descenders and the legend's first row
-    return dict(height=top_px + plot_px + AXIS_PX + legend_px,
-                margin=dict(l=10, r=10, t=top_px, b=AXIS_PX + legend_px),
-                legend=dict(orientation="h", yanchor="top", y=-(AXIS_PX + 4) / plot_px, x=0, font=dict(size=11)))
+    return dict(
+        height=top_px + plot_px + AXIS_PX + legend_px,
+        margin=dict(l=10, r=10, t=top_px, b=AXIS_PX + legend_px),
+        legend=dict(orientation="h", yanchor="top", y=-(AXIS_PX + 4) / plot_px, x=0, font=dict(size=11)),
+    )
 
 
 def _legend_rows(widths: list[float]) -> int:

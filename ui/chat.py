@@ -39,14 +39,25 @@ def talk_to_run(page: str) -> None:
     key = f"{page}:chat_run"
     follow_newest(key, [job.number for job in ended])
     if len(ended) > 1:
-        st.selectbox("run", [job.number for job in ended], key=key, format_func=lambda n: names[n],
-                     help="Which ended run to ask; its reference is its own SFT warm start.")
+        st.selectbox(
+            "run",
+            [job.number for job in ended],
+            key=key,
+            format_func=lambda n: names[n],
+            help="Which ended run to ask; its reference is its own SFT warm start.",
+        )
     job = next(job for job in ended if job.number == st.session_state[key])
     talk(page, job.chat_models, ("Before RL: the reference (SFT)", f"After RL: run #{job.number}"), *job.probe())
 
 
-def talk(page: str, models: Callable[[], ChatModels | None], titles: tuple[str, str], probe: Probe | None,
-         history: list[tuple[int, list[float]]], judge: Callable[[str, str], bool] | None = None) -> None:
+def talk(
+    page: str,
+    models: Callable[[], ChatModels | None],
+    titles: tuple[str, str],
+    probe: Probe | None,
+    history: list[tuple[int, list[float]]],
+    judge: Callable[[str, str], bool] | None = None,
+) -> None:
     """A prompt and what the reference and the trained policy (`models()`, read at each redraw: the server may let
     them go) answer, headed by `titles` (before, after), in a fragment; then the probe's animation over `history`.
     For a task without one right answer, `judge(prompt, text)` marks the answers its gold judge accepts."""
@@ -59,17 +70,21 @@ def shown(token: str) -> str:
     return "⏎" if token == EOS_TOKEN else "␣" if token == " " else token
 
 
-def _talk(page: str, kept: Callable[[], ChatModels | None], titles: tuple[str, str],
-          judge: Callable[[str, str], bool] | None) -> None:
+def _talk(
+    page: str, kept: Callable[[], ChatModels | None], titles: tuple[str, str], judge: Callable[[str, str], bool] | None
+) -> None:
     models = kept()
     if models is None:  # let go by the server between the list above and now
         st.info("This run's models are no longer kept on the server; train it again to talk to it.")
         return
     typed_column, examples_column, decoding_column, seed_column = st.columns([3, 4, 2, 1])
     decoding = decoding_column.radio(
-        "decoding", DECODING, key=f"{page}:chat_decoding", horizontal=True,
+        "decoding",
+        DECODING,
+        key=f"{page}:chat_decoding",
+        horizontal=True,
         help="Greedy takes the likeliest token at every position; sampled draws from the policy at the run's "
-             "temperature, with the seed, as the run's sampler draws.",
+        "temperature, with the seed, as the run's sampler draws.",
     )
     seed = seed_column.number_input("seed", 0, 10_000, 0, key=f"{page}:chat_seed", disabled=decoding == "greedy")
     prompt_key = f"{page}:chat_prompt"
@@ -77,10 +92,17 @@ def _talk(page: str, kept: Callable[[], ChatModels | None], titles: tuple[str, s
     if st.session_state.get(f"{page}:chat_task") != models.task:  # a run of another task: one of its prompts
         st.session_state[f"{page}:chat_task"] = models.task
         st.session_state[prompt_key] = examples[0]
-    typed = typed_column.text_input("prompt", key=prompt_key,
-                                    help=f"A prompt of task {models.task}, like the ones it trained on.")
-    examples_column.pills("examples", examples, key=f"{page}:chat_example", on_change=_use_example,
-                          args=(page,), help="Put an example prompt of the task in the box.")
+    typed = typed_column.text_input(
+        "prompt", key=prompt_key, help=f"A prompt of task {models.task}, like the ones it trained on."
+    )
+    examples_column.pills(
+        "examples",
+        examples,
+        key=f"{page}:chat_example",
+        on_change=_use_example,
+        args=(page,),
+        help="Put an example prompt of the task in the box.",
+    )
     try:
         prompt = check_prompt(models.task, typed)
     except ValueError as error:
@@ -96,8 +118,14 @@ def _use_example(page: str) -> None:
         st.session_state[f"{page}:chat_example"] = None  # so that the same example can be picked again later
 
 
-def _answers(page: str, models: ChatModels, prompt: str, seed: int | None, titles: tuple[str, str],
-             judge: Callable[[str, str], bool] | None) -> None:
+def _answers(
+    page: str,
+    models: ChatModels,
+    prompt: str,
+    seed: int | None,
+    titles: tuple[str, str],
+    judge: Callable[[str, str], bool] | None,
+) -> None:
     reference, policy = models.answers(prompt, seed)
     task = get_task(models.task)
     right = task.answer(prompt) if isinstance(task, ExactAnswerTask) else None
@@ -105,8 +133,10 @@ def _answers(page: str, models: ChatModels, prompt: str, seed: int | None, title
         st.caption(f"The right answer to `{prompt}` is `{right}`.")
         judge = lambda _, text: text == right  # noqa: E731 - the task's one right answer is its judge
     elif judge is not None:
-        st.caption("✓ marks an answer the task's gold judge accepts, ✗ one it rejects (an answer cut at the length "
-                   "limit never counts).")
+        st.caption(
+            "✓ marks an answer the task's gold judge accepts, ✗ one it rejects (an answer cut at the length "
+            "limit never counts)."
+        )
     sides = (("reference", titles[0], reference), ("policy", titles[1], policy))
     for column, (side, title, said) in zip(st.columns(2), sides):
         with column:
@@ -114,10 +144,13 @@ def _answers(page: str, models: ChatModels, prompt: str, seed: int | None, title
             cut = "" if said.ended else " (cut at the length limit)"
             heading = f"{title} answers <b>{html.escape(said.text) or '(nothing)'}</b>{verdict}{cut}"
             # A key of its own: before and after RL can answer alike, and two equal charts need two keys.
-            st.plotly_chart(top_tokens_figure(said, heading), key=f"{page}:chat_top:{side}",
-                            config={"displayModeBar": False})
-    st.caption("Each column is one position of the answer; its cells are the likeliest tokens there, likeliest on "
-               "top, coloured by probability. The first row is the token taken unless the answer was sampled.")
+            st.plotly_chart(
+                top_tokens_figure(said, heading), key=f"{page}:chat_top:{side}", config={"displayModeBar": False}
+            )
+    st.caption(
+        "Each column is one position of the answer; its cells are the likeliest tokens there, likeliest on "
+        "top, coloured by probability. The first row is the token taken unless the answer was sampled."
+    )
 
 
 def top_tokens_figure(said: Answer, title: str) -> go.Figure:
@@ -125,21 +158,40 @@ def top_tokens_figure(said: Answer, title: str) -> go.Figure:
     k = len(said.top[0])
     columns = [f"{t + 1}: {shown(token)}" for t, token in enumerate(said.tokens)]
     z = [[said.top[t][rank][1] for t in range(len(said.tokens))] for rank in range(k)]
-    text = [[f"{shown(said.top[t][rank][0])} {said.top[t][rank][1]:.2f}" for t in range(len(said.tokens))]
-            for rank in range(k)]
-    trace = {"type": "heatmap", "x": columns, "y": [f"#{rank + 1}" for rank in range(k)], "z": z, "text": text,
-             "texttemplate": "%{text}", "zmin": 0, "zmax": 1, "colorscale": [[0, "#f7fbff"], [1, "#2166ac"]],
-             "showscale": False, "hovertemplate": "position %{x}<br>%{text}<extra></extra>"}
-    layout = {"title": {"text": title}, "height": 100 + 34 * k, "margin": {"l": 40, "r": 10, "t": 50, "b": 40},
-              "yaxis": {"autorange": "reversed"}, "xaxis": {"type": "category"}}
+    text = [
+        [f"{shown(said.top[t][rank][0])} {said.top[t][rank][1]:.2f}" for t in range(len(said.tokens))]
+        for rank in range(k)
+    ]
+    trace = {
+        "type": "heatmap",
+        "x": columns,
+        "y": [f"#{rank + 1}" for rank in range(k)],
+        "z": z,
+        "text": text,
+        "texttemplate": "%{text}",
+        "zmin": 0,
+        "zmax": 1,
+        "colorscale": [[0, "#f7fbff"], [1, "#2166ac"]],
+        "showscale": False,
+        "hovertemplate": "position %{x}<br>%{text}<extra></extra>",
+    }
+    layout = {
+        "title": {"text": title},
+        "height": 100 + 34 * k,
+        "margin": {"l": 40, "r": 10, "t": 50, "b": 40},
+        "yaxis": {"autorange": "reversed"},
+        "xaxis": {"type": "category"},
+    }
     return go.Figure(data=[trace], layout=layout, _validate=False)
 
 
 def _probe_animation(page: str, probe: Probe | None, history: list[tuple[int, list[float]]]) -> None:
     if probe is None or len(history) < 2:
         return
-    st.markdown(f"**One decision over the run.** After `{probe.prompt}{probe.context}` the reference was least sure "
-                "of its next token; press ▶ to watch the policy's distribution there move, step by step.")
+    st.markdown(
+        f"**One decision over the run.** After `{probe.prompt}{probe.context}` the reference was least sure "
+        "of its next token; press ▶ to watch the policy's distribution there move, step by step."
+    )
     st.plotly_chart(probe_figure(probe, history), key=f"{page}:chat_probe", config={"displayModeBar": False})
 
 
@@ -154,32 +206,69 @@ def probe_figure(probe: Probe, history: list[tuple[int, list[float]]]) -> go.Fig
     # The slider alone names the policy's step: plotly redraws a frame's legend one frame late, so a legend that
     # named it read step 7 beside the slider's 8 while playing.
     def policy(probabilities: list[float]) -> dict:
-        return {"type": "bar", "x": x, "y": probabilities, "name": "policy at the slider's step",
-                "marker": {"color": "#1f77b4"}, "texttemplate": "%{y:.2f}", "textposition": "outside",
-                "cliponaxis": False}
+        return {
+            "type": "bar",
+            "x": x,
+            "y": probabilities,
+            "name": "policy at the slider's step",
+            "marker": {"color": "#1f77b4"},
+            "texttemplate": "%{y:.2f}",
+            "textposition": "outside",
+            "cliponaxis": False,
+        }
 
     slider = {
         # The grip jumps to each step, as the value above it does: plotly's default glide left it a tick behind.
-        "active": len(frames) - 1, "currentvalue": {"prefix": "step "}, "transition": {"duration": 0},
-        "x": 0.08, "len": 0.92, "y": 0,
-        "yanchor": "top", "pad": {"t": 40},
-        "steps": [{"label": str(step), "method": "animate",
-                   "args": [[str(step)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
-                  for step, _ in frames],
+        "active": len(frames) - 1,
+        "currentvalue": {"prefix": "step "},
+        "transition": {"duration": 0},
+        "x": 0.08,
+        "len": 0.92,
+        "y": 0,
+        "yanchor": "top",
+        "pad": {"t": 40},
+        "steps": [
+            {
+                "label": str(step),
+                "method": "animate",
+                "args": [[str(step)], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}],
+            }
+            for step, _ in frames
+        ],
     }
     # No transition between frames: plotly's default one (500 ms) outlasts a frame, so the bars would lag the slider.
-    play = {"type": "buttons", "showactive": False, "x": 0.07, "y": 0, "xanchor": "right", "yanchor": "top",
-            "pad": {"t": 75},
-            "buttons": [{"label": "▶", "method": "animate",
-                         "args": [None, {"frame": {"duration": 120, "redraw": True}, "transition": {"duration": 0},
-                                         "fromcurrent": False}]}]}
-    layout = {"height": 440, "barmode": "group", "margin": {"l": 50, "r": 10, "t": 60, "b": 110},
-              "title": {"text": f"The next token after {probe.prompt}{probe.context}"},
-              "yaxis": {"range": [0, 1.1], "title": {"text": "probability"}},
-              "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
-              "sliders": [slider], "updatemenus": [play]}
+    play = {
+        "type": "buttons",
+        "showactive": False,
+        "x": 0.07,
+        "y": 0,
+        "xanchor": "right",
+        "yanchor": "top",
+        "pad": {"t": 75},
+        "buttons": [
+            {
+                "label": "▶",
+                "method": "animate",
+                "args": [
+                    None,
+                    {"frame": {"duration": 120, "redraw": True}, "transition": {"duration": 0}, "fromcurrent": False},
+                ],
+            }
+        ],
+    }
+    layout = {
+        "height": 440,
+        "barmode": "group",
+        "margin": {"l": 50, "r": 10, "t": 60, "b": 110},
+        "title": {"text": f"The next token after {probe.prompt}{probe.context}"},
+        "yaxis": {"range": [0, 1.1], "title": {"text": "probability"}},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        "sliders": [slider],
+        "updatemenus": [play],
+    }
     return go.Figure(
         data=[before, policy(frames[-1][1])],
         frames=[{"name": str(step), "data": [before, policy(probabilities)]} for step, probabilities in frames],
-        layout=layout, _validate=False,
+        layout=layout,
+        _validate=False,
     )

@@ -59,6 +59,8 @@ def pinned_banner() -> None:
 
 def banner_html(text: str, link: str) -> str:
     """The banner: one line, the whole of it a link (to a page of this server, opened in the same tab)."""
-    return (f'<a href="{html.escape(link)}" target="_self" style="display:block;padding:0.5rem 1rem;'
-            'border-radius:0.5rem;background:#fff3cd;color:#664d03;font-weight:600;text-decoration:none">'
-            f"{html.escape(text)} →</a>")
+    return (
+        f'<a href="{html.escape(link)}" target="_self" style="display:block;padding:0.5rem 1rem;'
+        'border-radius:0.5rem;background:#fff3cd;color:#664d03;font-weight:600;text-decoration:none">'
+        f"{html.escape(text)} →</a>"
+    )

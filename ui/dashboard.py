@@ -109,8 +109,11 @@ def reveal(page: str, job: Job, snap: JobSnapshot, prediction: Prediction) -> No
         record_answer(page, prediction, "after", answer[0])
     if said is None:  # no prediction: the answer still, and the invitation for the next run
         if answer is not None:
-            st.info(f"{prediction.question} The run says **{answer[0]}**: {answer[1]}. Answer before the next "
-                    "Train to test your intuition.", icon=":material/quiz:")
+            st.info(
+                f"{prediction.question} The run says **{answer[0]}**: {answer[1]}. Answer before the next "
+                "Train to test your intuition.",
+                icon=":material/quiz:",
+            )
         return
     if answer is None:
         st.info(f"You predicted **{said}**; this run is too short to tell.")
@@ -125,16 +128,19 @@ def _chart_key(page: str, title: str) -> str:
     return f"{page}:chart:{title}"
 
 
-def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str], by_run: bool,
-            step: int | None) -> None:
+def _charts(
+    page: str, shown: list[Job], names: dict[int, str], focus: Sequence[str], by_run: bool, step: int | None
+) -> None:
     chart_runs = [
-        ChartRun(names[job.number], job.snapshot().records, job.run.algo, tag=f"#{job.number}",
-                 colour=run_colour(job.number))
+        ChartRun(
+            names[job.number], job.snapshot().records, job.run.algo, tag=f"#{job.number}", colour=run_colour(job.number)
+        )
         for job in shown
     ]
     number_of = {run.tag: job.number for run, job in zip(chart_runs, shown)}
-    ordered = sorted(CHARTS, key=lambda chart: (chart.title not in focus, focus.index(chart.title)
-                                                 if chart.title in focus else 0))
+    ordered = sorted(
+        CHARTS, key=lambda chart: (chart.title not in focus, focus.index(chart.title) if chart.title in focus else 0)
+    )
     charts = [chart for chart in ordered if has_data(chart, chart_runs)]
     for row in range(0, len(charts), 2):
         for column, chart in zip(st.columns(2), charts[row : row + 2]):
@@ -143,12 +149,17 @@ def _charts(page: str, shown: list[Job], names: dict[int, str], focus: Sequence[
                 # Which run each trace draws (its meta is the run's tag), so that a click opens that run's samples.
                 st.session_state[f"{page}:trace_runs:{chart.title}"] = [number_of[trace.meta] for trace in drawn.data]
                 st.plotly_chart(
-                    drawn, key=_chart_key(page, chart.title), on_select="rerun",
-                    selection_mode="points", config={"displayModeBar": False},
+                    drawn,
+                    key=_chart_key(page, chart.title),
+                    on_select="rerun",
+                    selection_mode="points",
+                    config={"displayModeBar": False},
                 )
                 st.caption(caption(chart, chart_runs))
-    st.caption("Click a point on a chart to see that step's sampled responses in the Tokens tab; the dotted line "
-               "on every chart marks the step the Tokens tab shows.")
+    st.caption(
+        "Click a point on a chart to see that step's sampled responses in the Tokens tab; the dotted line "
+        "on every chart marks the step the Tokens tab shows."
+    )
 
 
 def _follow_chart_click(page: str) -> None:
@@ -179,10 +190,16 @@ def _token_run_picker(page: str, runs: list[Job], names: dict[int, str]) -> None
     def chosen() -> None:
         st.session_state[f"{page}:token_run"] = st.session_state[key]
 
-    st.selectbox("samples of run", numbers, index=numbers.index(shown), key=key, on_change=chosen,
-                 format_func=lambda n: short_label(names[n]),
-                 help="Whose sampled responses to show; clicking a run's point on a chart chooses it too."
-                      + full_labels(numbers, names))
+    st.selectbox(
+        "samples of run",
+        numbers,
+        index=numbers.index(shown),
+        key=key,
+        on_change=chosen,
+        format_func=lambda n: short_label(names[n]),
+        help="Whose sampled responses to show; clicking a run's point on a chart chooses it too."
+        + full_labels(numbers, names),
+    )
 
 
 def _token_job(page: str, runs: list[Job]) -> Job:
@@ -224,8 +241,10 @@ def token_view(page: str, job: Job, snap: JobSnapshot, name: str, newest: bool) 
     then the step's responses, group by group where the algorithm samples groups."""
     swatch = f'<span style="color:{run_colour(job.number)};font-weight:700">━</span>'
     why = "the newest run" if newest else "the run you chose"
-    st.markdown(f'<div style="font-size:0.9rem">{swatch} samples of run <b>{html.escape(name)}</b> ({why})</div>',
-                unsafe_allow_html=True)
+    st.markdown(
+        f'<div style="font-size:0.9rem">{swatch} samples of run <b>{html.escape(name)}</b> ({why})</div>',
+        unsafe_allow_html=True,
+    )
     steps = sorted(snap.samples)
     if not steps:
         st.caption("No sampled responses recorded for this run.")
@@ -236,7 +255,10 @@ def token_view(page: str, job: Job, snap: JobSnapshot, name: str, newest: bool) 
     else:
         step_column, colour_column = st.columns(2)
     step = step_column.select_slider(
-        "step", steps, key=f"{page}:token_step", help="Scrub through the run: every step's samples are kept "
+        "step",
+        steps,
+        key=f"{page}:token_step",
+        help="Scrub through the run: every step's samples are kept "
         "(evenly thinned on long runs, the latest always kept); the charts mark the step shown.",
     )
     by_group = groups(snap.samples[step], job.run.algo.num_generations)
@@ -247,12 +269,18 @@ def token_view(page: str, job: Job, snap: JobSnapshot, name: str, newest: bool) 
         if st.session_state.get(group_key) not in options:
             st.session_state[group_key] = ALL_GROUPS
         group = group_column.selectbox(
-            "group", options, key=group_key, disabled=len(by_group) < 2,
+            "group",
+            options,
+            key=group_key,
+            disabled=len(by_group) < 2,
             format_func=lambda g: f"all {len(by_group)} groups" if g == ALL_GROUPS else group_summary(g, by_group[g]),
             help="The step's groups (one prompt, its G responses each): all of them, or one.",
         )
     colour_by = colour_column.radio(
-        "colour tokens by", list(COLOURINGS), key=f"{page}:colour_by", horizontal=True,
+        "colour tokens by",
+        list(COLOURINGS),
+        key=f"{page}:colour_by",
+        horizontal=True,
         help="Hover a token for all its numbers.",
     )
     shown = by_group if group == ALL_GROUPS else [by_group[group]]
@@ -277,13 +305,19 @@ def _token_formula(shown: str, job: Job, samples: list[dict], beta: float | None
     indexes (page, run, step, group)."""
     algo = job.run.algo
     row_column, token_column = st.columns([1, 4])
-    row = row_column.selectbox("response", range(len(samples)), key=f"{shown}:token_row",
-                               format_func=lambda i: f"{i + 1}. {samples[i]['prompt']}",
-                               help="The numbered responses listed below.")
+    row = row_column.selectbox(
+        "response",
+        range(len(samples)),
+        key=f"{shown}:token_row",
+        format_func=lambda i: f"{i + 1}. {samples[i]['prompt']}",
+        help="The numbered responses listed below.",
+    )
     sample = samples[row]
     tokens = sample["tokens"]
     index = token_column.pills(
-        "token", range(len(tokens)), key=f"{shown}:{row}:token_index",
+        "token",
+        range(len(tokens)),
+        key=f"{shown}:{row}:token_index",
         format_func=lambda i: f"{'⏎' if tokens[i] == EOS_TOKEN else tokens[i]} ({i})",
     )
     if index is None or index >= len(tokens):

@@ -33,29 +33,53 @@ EVAL_EVERY = 5  # steps between evaluations: held-out pairs, and 128 samples of 
 LOSS_TYPES = {"sigmoid": "sigmoid (DPO)", "ipo": "ipo (IPO)"}  # TRL's loss_type → its label
 SLIDERS = {  # key → (label, options, default, help); names as TRL's DPOConfig
     "learning_rate": ("learning rate (learning_rate)", LEARNING_RATES, 5e-4, "AdamW's step size."),
-    "max_steps": ("training steps (max_steps)", (20, 50, 100, 200, 300), 100,
-                  f"Optimiser steps, each on {BATCH_SIZE} pairs drawn with replacement."),
-    "seed": ("seed", tuple(range(10)), 0, "Picks the SFT warm start, the pairs, the held-out split and the batches. "
-             "A new seed trains its warm start first (about 15 s), once."),
+    "max_steps": (
+        "training steps (max_steps)",
+        (20, 50, 100, 200, 300),
+        100,
+        f"Optimiser steps, each on {BATCH_SIZE} pairs drawn with replacement.",
+    ),
+    "seed": (
+        "seed",
+        tuple(range(10)),
+        0,
+        "Picks the SFT warm start, the pairs, the held-out split and the batches. "
+        "A new seed trains its warm start first (about 15 s), once.",
+    ),
 }
 
 
 def dpo_lab(page: str) -> dict | None:
     """Knobs, Train and Stop on the left, the live fit on the right; returns the latest fit (None before the
     first): `{"records", "settings", "status", "held_out"}`."""
-    return fit_lab(page, lambda: _knobs(page), lambda settings, charts: _train(page, settings, charts), _draw,
-                   "Press **Train**: the loss, the implicit rewards, both log-probabilities, the accuracy, and "
-                   "the gold success and KL of the policy's samples fill in here live.")
+    return fit_lab(
+        page,
+        lambda: _knobs(page),
+        lambda settings, charts: _train(page, settings, charts),
+        _draw,
+        "Press **Train**: the loss, the implicit rewards, both log-probabilities, the accuracy, and "
+        "the gold success and KL of the policy's samples fill in here live.",
+    )
 
 
 def _knobs(page: str) -> dict:
-    loss_type = st.radio("loss (loss_type)", list(LOSS_TYPES), format_func=LOSS_TYPES.get, horizontal=True,
-                         key=f"{page}:loss_type",
-                         help="sigmoid: DPO's −log σ(β h). ipo: IPO's (h̄ − 1/(2β))², h̄ per token as in TRL, which "
-                         "stops at a margin.")
-    beta = st.number_input("β (beta)", min_value=0.0, value=0.1, step=0.05, format="%.3f", key=f"{page}:beta",
-                           help=f"The KL coefficient the implicit reward assumes: 0 < β ≤ {MAX_BETA:g}. "
-                                "TRL's default is 0.1.")
+    loss_type = st.radio(
+        "loss (loss_type)",
+        list(LOSS_TYPES),
+        format_func=LOSS_TYPES.get,
+        horizontal=True,
+        key=f"{page}:loss_type",
+        help="sigmoid: DPO's −log σ(β h). ipo: IPO's (h̄ − 1/(2β))², h̄ per token as in TRL, which stops at a margin.",
+    )
+    beta = st.number_input(
+        "β (beta)",
+        min_value=0.0,
+        value=0.1,
+        step=0.05,
+        format="%.3f",
+        key=f"{page}:beta",
+        help=f"The KL coefficient the implicit reward assumes: 0 < β ≤ {MAX_BETA:g}. TRL's default is 0.1.",
+    )
     return {"loss_type": loss_type, "beta": beta} | select_sliders(page, SLIDERS)
 
 
@@ -73,10 +97,18 @@ def _train(page: str, settings: dict, charts) -> None:
     def begin():
         fit["status"] = "preparing the SFT warm start (the policy and its frozen reference)"
         _draw(charts, fit)
-        training = DPOTraining(preference_warm_start(task, settings["seed"]), pairs, task,
-                               loss_type=settings["loss_type"], beta=settings["beta"],
-                               learning_rate=settings["learning_rate"], steps=settings["max_steps"],
-                               batch_size=BATCH_SIZE, seed=settings["seed"], eval_every=EVAL_EVERY)
+        training = DPOTraining(
+            preference_warm_start(task, settings["seed"]),
+            pairs,
+            task,
+            loss_type=settings["loss_type"],
+            beta=settings["beta"],
+            learning_rate=settings["learning_rate"],
+            steps=settings["max_steps"],
+            batch_size=BATCH_SIZE,
+            seed=settings["seed"],
+            eval_every=EVAL_EVERY,
+        )
         fit["held_out"], fit["status"] = len(training.held_out), "training"
         # The chat's probe, as an RL run records it: its probabilities before the first step, then after each.
         probe = Probe.of(task.name, training.reference, training.tokenizer, task.max_new_tokens)
@@ -90,12 +122,20 @@ def _train(page: str, settings: dict, charts) -> None:
 def chat_models(training: DPOTraining) -> ChatModels:
     """The fit's policy (trained in place as it goes) and frozen reference, as the chat reads them; answers sampled
     at temperature 1, as the fit's own samples for the gold success and KL are."""
-    return ChatModels(training.policy, training.reference, training.tokenizer, MODEL_PRESET, training.task.name,
-                      training.task.max_new_tokens, temperature=1.0)
+    return ChatModels(
+        training.policy,
+        training.reference,
+        training.tokenizer,
+        MODEL_PRESET,
+        training.task.name,
+        training.task.max_new_tokens,
+        temperature=1.0,
+    )
 
 
-def probed(records: Iterable[dict], probe: Probe, policy: GPT2LMHeadModel,
-           history: list[tuple[int, list[float]]]) -> Iterator[dict]:
+def probed(
+    records: Iterable[dict], probe: Probe, policy: GPT2LMHeadModel, history: list[tuple[int, list[float]]]
+) -> Iterator[dict]:
     """`records` passed on, appending `(step, probe.probabilities(policy))` to `history` after each trained step."""
     for record in records:
         if record["step"] > 0:
@@ -104,14 +144,20 @@ def probed(records: Iterable[dict], probe: Probe, policy: GPT2LMHeadModel,
 
 
 def talk_to_fit(page: str, fit: dict | None) -> None:
-    """"Talk to this fit": once a fit has trained a step, a prompt answered by its reference (the SFT warm start)
+    """ "Talk to this fit": once a fit has trained a step, a prompt answered by its reference (the SFT warm start)
     and its policy, marked by the gold judge, and the probe's decision animated over the steps."""
     if fit is None or "chat" not in fit or len(fit["probe_history"]) < 2:
         return
     st.subheader("Talk to this fit")
     after = f"After the {LOSS_TYPES[fit['settings']['loss_type']]} fit: the policy"
-    talk(page, lambda: fit["chat"], ("Before: the reference (SFT)", after), fit["probe"], fit["probe_history"],
-         judge=gold_success)
+    talk(
+        page,
+        lambda: fit["chat"],
+        ("Before: the reference (SFT)", after),
+        fit["probe"],
+        fit["probe_history"],
+        judge=gold_success,
+    )
 
 
 CHARTS = (  # title → the (record key, label) of its series; "eval_" series are the held-out pairs'. Titles fit a
@@ -131,25 +177,31 @@ def _draw(charts, fit: dict) -> None:
     fit["draws"] = fit.get("draws", 0) + 1  # a key per chart per redraw: one script run draws them many times
     with charts.container():
         held_out = "" if fit["held_out"] is None else f" ({fit['held_out']} held out)"
-        st.caption(f"{LOSS_TYPES[settings['loss_type']]} with β = {settings['beta']:g} on {N_PAIRS} pairs{held_out}, "
-                   f"{total} steps: {status_text(fit, total)}.")
+        st.caption(
+            f"{LOSS_TYPES[settings['loss_type']]} with β = {settings['beta']:g} on {N_PAIRS} pairs{held_out}, "
+            f"{total} steps: {status_text(fit, total)}."
+        )
         st.progress(sum(1 for r in records if r["step"] > 0) / total)
         for row in (CHARTS[:3], CHARTS[3:]):
             for column, (title, series) in zip(st.columns(3), row):
-                column.plotly_chart(step_figure(title, records, series), config=PLOT_CONFIG,
-                                    key=f"dpo:chart:{title}:{fit['draws']}")
+                column.plotly_chart(
+                    step_figure(title, records, series), config=PLOT_CONFIG, key=f"dpo:chart:{title}:{fit['draws']}"
+                )
         if len(records) > 1 and "eval_loss" in records[-1]:
             st.caption(summary(records[0], records[-1]))
 
 
 def summary(start: dict, end: dict) -> str:
     """What the held-out pairs and the samples say at the `end` record, against the warm start's `start` record."""
+
     def moved(key: str) -> str:
         change = end[key] - start[key]
         return f"{start[key]:.2f} → {end[key]:.2f} ({'fell' if change < 0 else 'rose'} by {abs(change):.2f})"
 
-    return (f"Step {end['step']}, held-out pairs: accuracy {end['eval_rewards/accuracies']:.2f} (a coin scores 0.5; "
-            f"at step 0 every implicit reward is 0, a tie, counted wrong), margin {end['eval_rewards/margins']:.2f}. "
-            f"log π(y_w): {moved('eval_logps/chosen')}; log π(y_l): {moved('eval_logps/rejected')}. "
-            f"Gold success of the policy's samples: {moved('success_rate')}; KL to the reference "
-            f"{end['kl_k3']:.3f} per token.")
+    return (
+        f"Step {end['step']}, held-out pairs: accuracy {end['eval_rewards/accuracies']:.2f} (a coin scores 0.5; "
+        f"at step 0 every implicit reward is 0, a tie, counted wrong), margin {end['eval_rewards/margins']:.2f}. "
+        f"log π(y_w): {moved('eval_logps/chosen')}; log π(y_l): {moved('eval_logps/rejected')}. "
+        f"Gold success of the policy's samples: {moved('success_rate')}; KL to the reference "
+        f"{end['kl_k3']:.3f} per token."
+    )

@@ -54,8 +54,9 @@ class ExperimentJob(BackgroundJob):
         self.options = options  # ExperimentRun's: seeds, steps, sft_steps, fresh, …
         # What `plan_experiment` takes besides the seeds: steps, model, sft_steps, …
         self.plan_options = {k: v for k, v in options.items() if k not in ("session", "cache_dir", "fresh", "seeds")}
-        self.runs = [arm_run.planned.run
-                     for arm_run in plan_experiment(experiment, options.get("seeds"), **self.plan_options)]
+        self.runs = [
+            arm_run.planned.run for arm_run in plan_experiment(experiment, options.get("seeds"), **self.plan_options)
+        ]
         self.seeds = tuple(dict.fromkeys(run.seed for run in self.runs))
         self.from_store = not options.get("fresh") and self._reusable()
         self.out = Path(default_cache_dir()) / "experiments" / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -117,8 +118,9 @@ class ExperimentJob(BackgroundJob):
     def _experiment(self) -> tuple[str, dict]:
         """Run the experiment (its slots held, or none needed); its status and summary."""
         # The runs enter the store only now: queued runs there would need a heartbeat while waiting.
-        run = ExperimentRun(self.experiment, self.out, RunStore(), workers=self.workers, cap=self.slots.limit,
-                            **self.options)
+        run = ExperimentRun(
+            self.experiment, self.out, RunStore(), workers=self.workers, cap=self.slots.limit, **self.options
+        )
         with self._lock:
             self._run, self._status, self._training_started = run, "training", time.monotonic()
         if self.stop_event.is_set():  # Stop pressed while the runs were being written
@@ -171,7 +173,9 @@ class WarmUp(BackgroundJob):
         with self._lock:
             current = self._current
             return WarmUpSnapshot(
-                status=self._status, done=dict(self._done), total=len(self.experiments),
+                status=self._status,
+                done=dict(self._done),
+                total=len(self.experiments),
                 current=None if current is None else current.experiment.name,
                 current_status=None if current is None else current.snapshot().status,
             )

@@ -1,4 +1,4 @@
-""""See it happen": under a page, the experiments that back its claims. One click runs one (its arms over its
+""" "See it happen": under a page, the experiments that back its claims. One click runs one (its arms over its
 seeds, in worker processes, inside the app's training cap); the arms are drawn with seed bands on the metrics
 that matter, and the measured effect is stated in one sentence.
 
@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from rl_core.config import RunConfig
-from rl_core.experiments import Arm, EXPERIMENTS, Experiment
+from rl_core.experiments import EXPERIMENTS, Arm, Experiment
 from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import (
     arm_variant,
@@ -40,8 +40,8 @@ from rl_core.runs.store import RunStore, StoredRun, StoreError
 from rl_core.runs.sweep import batch_count, default_workers
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
-from ui.knobs import knob_text
 from ui.jobs import reference_seconds, time_left
+from ui.knobs import knob_text
 from ui.lab import training_slots
 from ui.limits import check_learner, check_runs
 from ui.session import learner_state, session_token, session_worker_cap
@@ -134,9 +134,11 @@ def see_it_happen(page: str) -> None:
     if not experiments:
         return
     st.header("See it happen", anchor="see-it-happen")
-    st.caption("Each experiment trains two or more arms that differ only in the knobs the claim is about, over "
-               "several seeds, side by side. Lines are the mean over seeds, bands span the lowest to the highest "
-               "seed.")
+    st.caption(
+        "Each experiment trains two or more arms that differ only in the knobs the claim is about, over "
+        "several seeds, side by side. Lines are the mean over seeds, bands span the lowest to the highest "
+        "seed."
+    )
     for experiment in experiments:
         job = _job(experiment)
         _controls(page, experiment, job)
@@ -154,20 +156,27 @@ def _arm_knobs(experiment: Experiment, arm: Arm) -> str:
 def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> None:
     st.subheader(experiment.title)
     labels = [f"**{arm.label}**" for arm in experiment.arms]
-    st.markdown(f"**Claim.** {experiment.plain or experiment.title}  \nRun trains {labels[0]} and "
-                f"{' and '.join(labels[1:])} side by side on {len(experiment.seeds)} seeds, {experiment.steps} steps "
-                "each, alike in everything else.")
+    st.markdown(
+        f"**Claim.** {experiment.plain or experiment.title}  \nRun trains {labels[0]} and "
+        f"{' and '.join(labels[1:])} side by side on {len(experiment.seeds)} seeds, {experiment.steps} steps "
+        "each, alike in everything else."
+    )
     with st.expander("How sure are we? The claim in full, its measure, seed sets and history"):
         st.markdown(f"{experiment.claim}  \n*Source:* {experiment.source}")
         arms = " · ".join(f"**{arm.label}** ({_arm_knobs(experiment, arm)})" for arm in experiment.arms)
-        st.caption(f"Arms: {arms}, differing only in {', '.join(f'`{k}`' for k in experiment.knobs)}. Task "
-                   f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
-                   f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
-                   f"(expected {experiment.expected}).")
+        st.caption(
+            f"Arms: {arms}, differing only in {', '.join(f'`{k}`' for k in experiment.knobs)}. Task "
+            f"`{experiment.task}`, model `{experiment.model}`, {experiment.steps} steps, seeds "
+            f"{', '.join(map(str, experiment.seeds))}. Measured: {experiment.metric} "
+            f"(expected {experiment.expected})."
+        )
         settings = shared_departures(experiment)
         if settings:
-            st.caption("Every arm also sets, unlike its preset: "
-                       + ", ".join(f"`{k}` {knob_text(k, v)}" for k, v in settings.items()) + ".")
+            st.caption(
+                "Every arm also sets, unlike its preset: "
+                + ", ".join(f"`{k}` {knob_text(k, v)}" for k, v in settings.items())
+                + "."
+            )
     if job is not None and tuple(job.seeds) != tuple(experiment.seeds):  # New seeds, or a request with others
         st.caption(f"The runs below: seeds {', '.join(map(str, job.seeds))}.")
     active = job is not None and job.active
@@ -178,20 +187,42 @@ def _controls(page: str, experiment: Experiment, job: ExperimentJob | None) -> N
     # A row that wraps, each button as wide as its label: columns put a column's width between Run and Stop.
     buttons = st.container(horizontal=True)
     key = f"{page}:experiment:{experiment.name}"
-    buttons.button("Run", key=f"{key}:run", type="primary", disabled=active or refusal is not None,
-                   on_click=_start, args=(experiment,),
-                   help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs, or show them at once if this "
-                        "server has recorded them; a run of the page's lab or of another learner may make it wait its "
-                        "turn.")
-    buttons.button("Stop", key=f"{key}:stop", disabled=not active,
-                   on_click=job.stop if active else None, help="End every run after its current step.")
+    buttons.button(
+        "Run",
+        key=f"{key}:run",
+        type="primary",
+        disabled=active or refusal is not None,
+        on_click=_start,
+        args=(experiment,),
+        help=f"Train {len(experiment.arms) * len(experiment.seeds)} runs, or show them at once if this "
+        "server has recorded them; a run of the page's lab or of another learner may make it wait its "
+        "turn.",
+    )
+    buttons.button(
+        "Stop",
+        key=f"{key}:stop",
+        disabled=not active,
+        on_click=job.stop if active else None,
+        help="End every run after its current step.",
+    )
     if job is not None and not active and job.snapshot().recorded:
-        buttons.button("Re-run live", key=f"{key}:rerun", disabled=refusal is not None, on_click=_start,
-                       args=(experiment,), kwargs={**job.plan_options, "seeds": list(job.seeds), "fresh": True},
-                       help="Train these runs again and watch them learn, instead of the recorded ones.")
-        buttons.button("New seeds", key=f"{key}:new_seeds", disabled=refusal is not None, on_click=_start_new_seeds,
-                       args=(experiment, job),
-                       help="Run the experiment on seeds this server has not run it with yet.")
+        buttons.button(
+            "Re-run live",
+            key=f"{key}:rerun",
+            disabled=refusal is not None,
+            on_click=_start,
+            args=(experiment,),
+            kwargs={**job.plan_options, "seeds": list(job.seeds), "fresh": True},
+            help="Train these runs again and watch them learn, instead of the recorded ones.",
+        )
+        buttons.button(
+            "New seeds",
+            key=f"{key}:new_seeds",
+            disabled=refusal is not None,
+            on_click=_start_new_seeds,
+            args=(experiment, job),
+            help="Run the experiment on seeds this server has not run it with yet.",
+        )
     refused = st.session_state.pop(f"experiment:{experiment.name}:error", None)
     if refused:
         st.error(refused)
@@ -213,34 +244,41 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     try:
         store = RunStore(recover=False)
         if every_run_reusable(store, planned):
-            return ("This server has these runs, recorded or training now: Run shows them without training them "
-                    "again.")
+            return "This server has these runs, recorded or training now: Run shows them without training them again."
         past = past_run_seconds(experiment, store)
     except StoreError:
         past = []
     at_once = min(experiment_workers(), len(planned))
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     slower = contention(load, cores, at_once)
-    busy = (f" At this server's load now (load average {load:.1f} on {cores} cores) that is {slower:.1f} times "
-            "as long as on an idle machine." if slower > 1 else "")
+    busy = (
+        f" At this server's load now (load average {load:.1f} on {cores} cores) that is {slower:.1f} times "
+        "as long as on an idle machine."
+        if slower > 1
+        else ""
+    )
     if past:
         # The runs of a batch train together, each as long as the batch: time the batches, not the runs.
         batches = batch_count(planned)
         at_once = min(at_once, batches)
         seconds = batches * statistics.median(past) / at_once * slower
-        return (f"About {_seconds(seconds)} for {len(planned)} runs, trained as {batches} batches, {at_once} at a "
-                f"time (a batch as long as the median of its {len(past)} earlier runs on this server).{busy}")
+        return (
+            f"About {_seconds(seconds)} for {len(planned)} runs, trained as {batches} batches, {at_once} at a "
+            f"time (a batch as long as the median of its {len(past)} earlier runs on this server).{busy}"
+        )
     seconds = reference_seconds(planned, at_once) * slower
     # The step times are the server limits' estimate, meant not to fall short: on the reference CPU (2 cores,
     # bench/experiments_speed.py) every experiment at its 8 seeds took 1.0 to 7.4 times less (critic_from_rm
     # 14.3 s against 14.6, dynamic_sampling 23.2 s against 171), so the caption gives it as a bound.
     # They leave out what a first run also pays: starting the workers and training the SFT warm starts.
     # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).
-    return (f"Not run on this server yet: up to about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a "
-            "time (each run's steps at the step times measured on the reference CPU: there the experiments took "
-            f"from about this long down to a seventh of it).{busy} "
-            "Any warm start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is "
-            "trained first, often taking several times the training itself.")
+    return (
+        f"Not run on this server yet: up to about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a "
+        "time (each run's steps at the step times measured on the reference CPU: there the experiments took "
+        f"from about this long down to a seventh of it).{busy} "
+        "Any warm start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is "
+        "trained first, often taking several times the training itself."
+    )
 
 
 def _seconds(seconds: float) -> str:
@@ -280,8 +318,9 @@ def _job(experiment: Experiment) -> ExperimentJob | None:
 def _start_new_seeds(experiment: Experiment, job: ExperimentJob) -> None:
     """`job`'s request on as many seeds as it had, the first after them that the store has no runs of."""
     try:
-        seeds = unused_seeds(experiment, RunStore(recover=False), len(job.seeds), after=max(job.seeds),
-                             **job.plan_options)
+        seeds = unused_seeds(
+            experiment, RunStore(recover=False), len(job.seeds), after=max(job.seeds), **job.plan_options
+        )
     except StoreError as error:
         st.session_state[f"experiment:{experiment.name}:error"] = brief(str(error))
         return
@@ -310,23 +349,33 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
     done = sum(run.steps_done for run in runs)
     total = sum(run.steps_total for run in runs)
     left = time_left(snapshot.training_for, done, total) if snapshot.active and snapshot.training_for else None
-    st.progress(done / total if total else 0.0,
-                text=f"{done} of {total} steps" + (f" · about {_seconds(left)} left" if left is not None else ""))
+    st.progress(
+        done / total if total else 0.0,
+        text=f"{done} of {total} steps" + (f" · about {_seconds(left)} left" if left is not None else ""),
+    )
     if snapshot.active and done == total:  # every step trained: the runs' evaluations and the summary remain
         st.caption("Every step is trained; the runs' last evaluations and the summary are being written.")
     elif snapshot.active and any(records for seeds in groups.values() for records in seeds):
-        counts = ", ".join(f"{label} {sum(bool(records) for records in seeds)} of {len(seeds)}"
-                           for label, seeds in groups.items())
-        st.caption(f"Still training, so each line averages only the seeds with steps so far ({counts}), and a band "
-                   "needs two. Early steps can favour either arm; the effect is measured once every run has "
-                   "finished.")
+        counts = ", ".join(
+            f"{label} {sum(bool(records) for records in seeds)} of {len(seeds)}" for label, seeds in groups.items()
+        )
+        st.caption(
+            f"Still training, so each line averages only the seeds with steps so far ({counts}), and a band "
+            "needs two. Early steps can favour either arm; the effect is measured once every run has "
+            "finished."
+        )
     charts = chart_panels(experiment)
     for row in range(0, len(charts), 2):  # two charts a row, as on the Compare page
         for column, (title, keys) in zip(st.columns(2), charts[row : row + 2]):
-            drawn = band_figure(keys, groups, title, RECORD_UNITS[keys[0]], log=keys[0] in experiment.log_charts,
-                                names={key: record_title(key) for key in keys})
-            column.plotly_chart(drawn, config=PLOT_CONFIG,
-                                key=f"{page}:experiment:{experiment.name}:{'+'.join(keys)}")
+            drawn = band_figure(
+                keys,
+                groups,
+                title,
+                RECORD_UNITS[keys[0]],
+                log=keys[0] in experiment.log_charts,
+                names={key: record_title(key) for key in keys},
+            )
+            column.plotly_chart(drawn, config=PLOT_CONFIG, key=f"{page}:experiment:{experiment.name}:{'+'.join(keys)}")
     finished = {}
     for run in runs:
         if run.status == "finished":
@@ -337,14 +386,19 @@ def _results(page: str, experiment: Experiment, snapshot: ExperimentSnapshot) ->
         with st.expander("How sure are we? The measured effect, seed by seed"):
             st.markdown(effect_sentence(experiment, summary))
             st.markdown(f"**What happened.** {what_happened(experiment, groups)}")
-            st.dataframe(_arm_table(experiment, groups), hide_index=True,
-                         key=f"{page}:experiment:{experiment.name}:table")
+            st.dataframe(
+                _arm_table(experiment, groups), hide_index=True, key=f"{page}:experiment:{experiment.name}:table"
+            )
             steps = max((run.steps_total for run in runs), default=0)
-            st.caption(f"Each charted metric from its mean over the first {START_STEPS} steps to its mean over the "
-                       f"last {end_window(steps)}, averaged over seeds.")
+            st.caption(
+                f"Each charted metric from its mean over the first {START_STEPS} steps to its mean over the "
+                f"last {end_window(steps)}, averaged over seeds."
+            )
         # The server's folder stays unnamed (a learner has no use for a server path); the command writes its own.
-        st.caption(f"The same on your own machine, with every record and summary.json in DIR: "
-                   f"`python -m rl_core experiment {experiment.name} --out DIR`.")
+        st.caption(
+            f"The same on your own machine, with every record and summary.json in DIR: "
+            f"`python -m rl_core experiment {experiment.name} --out DIR`."
+        )
 
 
 def chart_panels(experiment: Experiment) -> list[tuple[str, tuple[str, ...]]]:
@@ -355,8 +409,9 @@ def chart_panels(experiment: Experiment) -> list[tuple[str, tuple[str, ...]]]:
     return list(dict.fromkeys(panels))
 
 
-def arm_records(experiment: Experiment, snapshot: ExperimentSnapshot
-                ) -> tuple[list[StoredRun], dict[int, list[dict]], dict[str, list[list[dict]]]] | None:
+def arm_records(
+    experiment: Experiment, snapshot: ExperimentSnapshot
+) -> tuple[list[StoredRun], dict[int, list[dict]], dict[str, list[list[dict]]]] | None:
     """The experiment's runs in the store, their records by run id, and arm label → each seed's records; None (the
     store's message drawn) when the run store cannot be opened."""
     try:
@@ -375,14 +430,20 @@ def arm_records(experiment: Experiment, snapshot: ExperimentSnapshot
 def _status_line(snapshot: ExperimentSnapshot) -> str:
     if snapshot.status == "queued":
         place = snapshot.place or 1
-        return (f"queued, {_ordinal(place)} in line for the training slots ({snapshot.running_elsewhere} in use by "
-                "other trainings); it starts by itself.")
+        return (
+            f"queued, {_ordinal(place)} in line for the training slots ({snapshot.running_elsewhere} in use by "
+            "other trainings); it starts by itself."
+        )
     if snapshot.status == "finished" and snapshot.recorded:
         return f"recorded {snapshot.recorded} on this server."
     if snapshot.status == "finished" and snapshot.summary:
         return f"finished in {snapshot.summary['wall_time']:.0f} s."
-    return {"training": "training…", "finished": "finished.", "stopped": "stopped; the effect needs every run.",
-            "failed": "failed."}[snapshot.status]
+    return {
+        "training": "training…",
+        "finished": "finished.",
+        "stopped": "stopped; the effect needs every run.",
+        "failed": "failed.",
+    }[snapshot.status]
 
 
 def _ordinal(n: int) -> str:
@@ -400,8 +461,10 @@ def end_window(steps: int) -> int:
 def _start_and_end(seeds: list[list[dict]], key: str) -> tuple[float, float]:
     """A metric at the start (its mean over the first START_STEPS steps) and at the end (the last `end_window`),
     over the seeds."""
-    return (mean_over_steps([r for records in seeds for r in records[:START_STEPS]], key),
-            mean_over_steps([r for records in seeds for r in records[-end_window(len(records)):]], key))
+    return (
+        mean_over_steps([r for records in seeds for r in records[:START_STEPS]], key),
+        mean_over_steps([r for records in seeds for r in records[-end_window(len(records)) :]], key),
+    )
 
 
 def _arm_table(experiment: Experiment, groups: dict[str, list[list[dict]]]) -> pd.DataFrame:
@@ -429,8 +492,9 @@ def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -
     """The experiment's first two charted metrics in words, arm by arm, start (the first START_STEPS steps) to end
     (`end_window`), averaged over seeds: what the verdict's number came from."""
     return " ".join(
-        f"{record_title(key)} " + "; ".join(f"{_movement(*_start_and_end(seeds, key))} with {label}"
-                                            for label, seeds in groups.items()) + "."
+        f"{record_title(key)} "
+        + "; ".join(f"{_movement(*_start_and_end(seeds, key))} with {label}" for label, seeds in groups.items())
+        + "."
         for key in experiment.charts[:2]
     )
 
@@ -438,12 +502,25 @@ def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -
 def experiment_list() -> None:
     """Every experiment of the lab, for the Compare page: what it claims and where to run it."""
     st.header("Experiments")
-    st.caption("One-click reproductions of the papers' claims. Each runs from the pages listed (the \"See it "
-               "happen\" panel) or from a terminal with `python -m rl_core experiment NAME --out DIR`.")
+    st.caption(
+        "One-click reproductions of the papers' claims. Each runs from the pages listed (the \"See it "
+        'happen" panel) or from a terminal with `python -m rl_core experiment NAME --out DIR`.'
+    )
     # A static table wraps its cells: the claims run to a few hundred characters, which a data grid's one-line
     # cells would cut.
-    st.table(pd.DataFrame([
-        {"experiment": e.name, "title": e.title, "claim": e.claim, "arms": " · ".join(a.label for a in e.arms),
-         "differing knobs": ", ".join(e.knobs), "task": e.task, "pages": ", ".join(e.pages)}
-        for e in EXPERIMENTS.values()
-    ]).set_index("experiment"))
+    st.table(
+        pd.DataFrame(
+            [
+                {
+                    "experiment": e.name,
+                    "title": e.title,
+                    "claim": e.claim,
+                    "arms": " · ".join(a.label for a in e.arms),
+                    "differing knobs": ", ".join(e.knobs),
+                    "task": e.task,
+                    "pages": ", ".join(e.pages),
+                }
+                for e in EXPERIMENTS.values()
+            ]
+        ).set_index("experiment")
+    )

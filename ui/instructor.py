@@ -70,8 +70,13 @@ def with_instructor_page(navigation: dict[str, list]) -> dict[str, list]:
     if instructor_token() is None:
         return navigation
     visible = authorised()
-    page = st.Page(PAGE_FILE, title="Instructor", icon=":material/school:", url_path="instructor",
-                   visibility="visible" if visible else "hidden")
+    page = st.Page(
+        PAGE_FILE,
+        title="Instructor",
+        icon=":material/school:",
+        url_path="instructor",
+        visibility="visible" if visible else "hidden",
+    )
     if visible:
         return navigation | {"Teach": [page]}
     last = list(navigation)[-1]
@@ -82,10 +87,12 @@ def instructor_page() -> None:
     st.title("Instructor")
     if not authorised():
         given = st.query_params.get(PARAM) is not None
-        st.error(("The instructor's token in this link is wrong. " if given else "")
-                 + "This page is for the class's instructor: open it with the instructor's link "
-                 f"(`?{PARAM}=…`). Learners find every lab page in the navigation above.",
-                 icon=":material/lock:")
+        st.error(
+            ("The instructor's token in this link is wrong. " if given else "")
+            + "This page is for the class's instructor: open it with the instructor's link "
+            f"(`?{PARAM}=…`). Learners find every lab page in the navigation above.",
+            icon=":material/lock:",
+        )
         return
     try:
         store = RunStore(recover=False)
@@ -107,34 +114,50 @@ def instructor_page() -> None:
 def answer_figure(count: AnswerCount) -> go.Figure:
     """Bars per answer: how many learners predicted it, and how many runs showed it."""
     options = list(count.options) + sorted({a for c in count.counts.values() for a in c} - set(count.options))
-    traces = [dict(type="bar", name=PHASE_NAMES[phase], x=options,
-                   y=[count.counts[phase].get(option, 0) for option in options],
-                   marker=dict(color=RUN_COLOURS[index]), text=[count.counts[phase].get(o, 0) for o in options])
-              for index, phase in enumerate(PHASES)]
+    traces = [
+        dict(
+            type="bar",
+            name=PHASE_NAMES[phase],
+            x=options,
+            y=[count.counts[phase].get(option, 0) for option in options],
+            marker=dict(color=RUN_COLOURS[index]),
+            text=[count.counts[phase].get(o, 0) for o in options],
+        )
+        for index, phase in enumerate(PHASES)
+    ]
     lines = [f"<b>{page_title(count.page)}</b>", *textwrap.wrap(count.question, QUESTION_WIDTH)]
     # A 14-px line is about 20 px tall: the top margin holds every line of the title, hung from 10 px below the
     # figure's top (plotly anchors a title of several lines by its first).
     top = 20 + 20 * len(lines)
     height = 260 + top
     title = dict(text="<br>".join(lines), font=dict(size=14), yref="container", y=1 - 10 / height, yanchor="top")
-    layout = dict(title=title, barmode="group",
-                  height=height, margin=dict(l=50, r=10, t=top, b=10), yaxis=dict(title=dict(text="learners"),
-                                                                                      dtick=1),
-                  legend=dict(orientation="h", yanchor="top", y=-0.15))
+    layout = dict(
+        title=title,
+        barmode="group",
+        height=height,
+        margin=dict(l=50, r=10, t=top, b=10),
+        yaxis=dict(title=dict(text="learners"), dtick=1),
+        legend=dict(orientation="h", yanchor="top", y=-0.15),
+    )
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
 
 
 def _predictions(counts: list[AnswerCount]) -> None:
     if not counts:
-        st.info("No learner has answered a page's question yet: each algorithm page asks one before Train.",
-                icon=":material/quiz:")
+        st.info(
+            "No learner has answered a page's question yet: each algorithm page asks one before Train.",
+            icon=":material/quiz:",
+        )
         return
-    st.caption("Each learner's latest answer counts once: what they predicted before Train, and what their latest "
-               "finished run showed.")
+    st.caption(
+        "Each learner's latest answer counts once: what they predicted before Train, and what their latest "
+        "finished run showed."
+    )
     for row in range(0, len(counts), 2):
         for column, count in zip(st.columns(2), counts[row : row + 2]):
-            column.plotly_chart(answer_figure(count), key=f"instructor:answers:{count.page}:{count.question}",
-                                config=PLOT_CONFIG)
+            column.plotly_chart(
+                answer_figure(count), key=f"instructor:answers:{count.page}:{count.question}", config=PLOT_CONFIG
+            )
 
 
 # ---------------------------------------------------------------------------------------------- the class's runs
@@ -153,18 +176,20 @@ def _class_runs(store: RunStore) -> None:
     left, middle, right = st.columns([2, 2, 1])
     page = left.selectbox("Page", pages, format_func=page_title, key="instructor:runs_page")
     key = middle.selectbox("Curve", list(CURVES), format_func=CURVES.get, key="instructor:runs_curve")
-    show_ids = right.toggle("Show the learners' short ids", key="instructor:show_ids",
-                            help="Off: learners are numbered in the order of their first run on the page.")
+    show_ids = right.toggle(
+        "Show the learners' short ids",
+        key="instructor:show_ids",
+        help="Off: learners are numbered in the order of their first run on the page.",
+    )
     runs = store.runs(page=page)
     names = learner_names([run.session for run in runs], show_ids)
     groups = {f"{names[run.session]} · #{run.page_run}": [store.steps(run.id)] for run in runs}
     title = f"{CURVES[key]}: {counted(len(runs), 'run')} of {counted(len(names), 'learner')}"
-    st.plotly_chart(band_figure(key, groups, title, CURVE_UNITS[key]), key="instructor:runs_chart",
-                    config=PLOT_CONFIG)
+    st.plotly_chart(band_figure(key, groups, title, CURVE_UNITS[key]), key="instructor:runs_chart", config=PLOT_CONFIG)
 
 
 def counted(n: int, noun: str) -> str:
-    """"1 run", "2 runs": the count and its noun, plural unless one."""
+    """ "1 run", "2 runs": the count and its noun, plural unless one."""
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
@@ -186,8 +211,9 @@ def banner_link(page: str, settings: str) -> tuple[str, dict]:
             if text not in PRESETS:
                 raise ValueError(f"algo={text!r} is not a preset; allowed: {', '.join(PRESETS)}")
         elif name not in KNOBS and name not in share.RUN_PARAMS:
-            raise ValueError(f"{name} is not a knob; write knob=value pairs joined by &, e.g. "
-                             "algo=dapo&epsilon_high=0.28")
+            raise ValueError(
+                f"{name} is not a knob; write knob=value pairs joined by &, e.g. algo=dapo&epsilon_high=0.28"
+            )
         values[name] = text if name == "algo" else share.parse(name, text)
     if "algo" in values:
         share.check_algo(values["algo"], {k: v for k, v in values.items() if k != "algo"})
@@ -196,10 +222,13 @@ def banner_link(page: str, settings: str) -> tuple[str, dict]:
 
 
 def banner_text(page: str, values: dict) -> str:
-    """"Now open: DAPO, ε_high 0.28": the preset's title (else the page) and each setting as its knob reads."""
+    """ "Now open: DAPO, ε_high 0.28": the preset's title (else the page) and each setting as its knob reads."""
     what = PRESETS[values["algo"]].title if "algo" in values else page
-    settings = ", ".join(f"{KNOBS[k].label.split(' · ')[0] if k in KNOBS else k} {knob_text(k, v)}"
-                         for k, v in values.items() if k != "algo")
+    settings = ", ".join(
+        f"{KNOBS[k].label.split(' · ')[0] if k in KNOBS else k} {knob_text(k, v)}"
+        for k, v in values.items()
+        if k != "algo"
+    )
     return f"Now open: {what}" + (f", {settings}" if settings else "")
 
 
@@ -213,8 +242,10 @@ def _banner_form(store: RunStore) -> None:
         page_column, settings_column = st.columns([1, 2])
         page = page_column.selectbox("Page", lab_pages(), index=lab_pages().index("grpo"), format_func=page_title)
         settings = settings_column.text_input(
-            "Settings (as in a share link)", placeholder="algo=grpo&epsilon_high=0.28",
-            help="knob=value pairs joined by &; algo names the preset.")
+            "Settings (as in a share link)",
+            placeholder="algo=grpo&epsilon_high=0.28",
+            help="knob=value pairs joined by &; algo names the preset.",
+        )
         text = st.text_input("Banner text", placeholder="empty: written from the page and its settings")
         if st.form_submit_button("Pin", type="primary"):
             try:
@@ -237,16 +268,19 @@ def _warm_up() -> None:
     holder = _warm_up_holder()
     job: WarmUp | None = holder.get("job")
     active = job is not None and job.active
-    st.caption(f"Runs every experiment ({len(EXPERIMENTS)}) in turn, as `python -m rl_core experiment --all` does, "
-               "within the server's training cap, so that a learner's *See it happen* answers at once from the "
-               "recorded runs. Runs already recorded are reused. Measured: about 20 minutes on 2 CPU cores with "
-               "every warm start to train first (9 minutes once they are cached), 4 minutes on 16 cores.")
+    st.caption(
+        f"Runs every experiment ({len(EXPERIMENTS)}) in turn, as `python -m rl_core experiment --all` does, "
+        "within the server's training cap, so that a learner's *See it happen* answers at once from the "
+        "recorded runs. Runs already recorded are reused. Measured: about 20 minutes on 2 CPU cores with "
+        "every warm start to train first (9 minutes once they are cached), 4 minutes on 16 cores."
+    )
     start, stop = st.columns(2)
     if start.button("Warm up every experiment", key="instructor:warm_up", type="primary", disabled=active):
         holder["job"] = WarmUp(list(EXPERIMENTS.values()), training_slots(), experiment_workers()).start()
         st.rerun()
-    stop.button("Stop the warm-up", key="instructor:warm_up_stop", disabled=not active,
-                on_click=job.stop if active else None)
+    stop.button(
+        "Stop the warm-up", key="instructor:warm_up_stop", disabled=not active, on_click=job.stop if active else None
+    )
     if job is not None:
         st.fragment(run_every=REFRESH_SECONDS if active else None)(_warm_up_progress)(job)
 
@@ -256,8 +290,11 @@ def _warm_up_progress(job: WarmUp) -> None:
     current = f"; now {snap.current} ({snap.current_status})" if snap.current else ""
     st.progress(len(snap.done) / snap.total, text=f"{len(snap.done)} of {snap.total} experiments{current}")
     if snap.done:
-        st.dataframe([{"experiment": name, "ended": ended} for name, ended in snap.done.items()], hide_index=True,
-                     key="instructor:warm_up_table")
+        st.dataframe(
+            [{"experiment": name, "ended": ended} for name, ended in snap.done.items()],
+            hide_index=True,
+            key="instructor:warm_up_table",
+        )
     if not snap.active and st.session_state.get("instructor:warm_up_seen") != id(job):
         st.session_state["instructor:warm_up_seen"] = id(job)
         st.rerun()  # re-enables the button and stops this refresh

@@ -38,8 +38,9 @@ from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_t
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
 # What a page says of a run the server stopped with it (a crash, a restart), by whether it had started.
-RESTARTED_WAITING = ("the server stopped while this run was waiting for a place, so it never started: press Train to "
-                     "run it")
+RESTARTED_WAITING = (
+    "the server stopped while this run was waiting for a place, so it never started: press Train to run it"
+)
 RESTARTED_TRAINING = "the server stopped during this run; its steps so far are kept: press Train to run it again"
 
 
@@ -64,7 +65,7 @@ class TrainingSlots:
         self._speeds: deque[float] = deque(maxlen=20)  # measured ÷ estimated step time of the latest runs
 
     @classmethod
-    def from_env(cls) -> "TrainingSlots":
+    def from_env(cls) -> TrainingSlots:
         """RLHF_LAB_MAX_TRAININGS; on a Ray cluster (RLHF_LAB_RAY_ADDRESS) its CPUs. A cluster that cannot be
         reached leaves the local cap: each training then fails with the cluster's message."""
         address = cluster.ray_address()
@@ -91,8 +92,13 @@ class TrainingSlots:
             return self._running
 
     @contextmanager
-    def hold(self, stop_event, slots: int = 1, ticket: object | None = None,
-             seconds_left: Callable[[float | None], float] | None = None) -> Iterator[bool]:
+    def hold(
+        self,
+        stop_event,
+        slots: int = 1,
+        ticket: object | None = None,
+        seconds_left: Callable[[float | None], float] | None = None,
+    ) -> Iterator[bool]:
         """Wait for `slots` free slots; yields False (without them) if `stop_event` is set while waiting.
 
         `ticket` names this request for `queue_place` and `wait_estimate` while it waits. `seconds_left(elapsed)`
@@ -107,9 +113,7 @@ class TrainingSlots:
             if seconds_left is not None:
                 self._left[ticket] = seconds_left
             # A timed wait, so that a Stop pressed while queued is noticed without anyone notifying us.
-            while not stop_event.is_set() and (
-                self._next_up() is not ticket or self._running + slots > self.limit
-            ):
+            while not stop_event.is_set() and (self._next_up() is not ticket or self._running + slots > self.limit):
                 self._condition.wait(timeout=0.1)
             self._waiting.remove((ticket, slots))
             acquired = not stop_event.is_set()
@@ -198,7 +202,7 @@ class LiveLoop(TrainingSlots):
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
 
     @classmethod
-    def from_env(cls) -> "LiveLoop":
+    def from_env(cls) -> LiveLoop:
         """RLHF_LAB_MAX_LIVE_RUNS runs at once (default DEFAULT_LIVE_RUNS), one training under the cap. On a Ray
         cluster (RLHF_LAB_RAY_ADDRESS) each run is a task of its own: as many at once as it has CPUs."""
         per_learner = ServerLimits.from_env().max_learner_live_runs
@@ -212,8 +216,11 @@ class LiveLoop(TrainingSlots):
         run lets the class's next run go first."""
         for ticket, _ in self._waiting:
             learner = getattr(ticket, "session", None)
-            if self.per_learner is None or learner is None or sum(
-                    getattr(holder, "session", None) == learner for holder in self._holders) < self.per_learner:
+            if (
+                self.per_learner is None
+                or learner is None
+                or sum(getattr(holder, "session", None) == learner for holder in self._holders) < self.per_learner
+            ):
                 return ticket
         return None
 
@@ -453,12 +460,19 @@ class Job(BackgroundJob):
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
 
     @classmethod
-    def from_store(cls, stored: StoredRun, store: RunStore, slots: LiveLoop) -> "Job":
+    def from_store(cls, stored: StoredRun, store: RunStore, slots: LiveLoop) -> Job:
         """A page's run as the store kept it, for a server that did not train it (it restarted since): its
         records and latest samples, ended as it ended. A run the store still lists as training (its owner
         another process) shows what it has recorded so far, as stopped; its thread never starts."""
-        job = cls(RunConfig.from_dict(stored.config), slots, settings=stored.variant, number=stored.page_run or 0,
-                  label=stored.label, session=stored.session, page=stored.page)
+        job = cls(
+            RunConfig.from_dict(stored.config),
+            slots,
+            settings=stored.variant,
+            number=stored.page_run or 0,
+            label=stored.label,
+            session=stored.session,
+            page=stored.page,
+        )
         job._status = stored.status if stored.status in ("finished", "failed", "interrupted") else "stopped"
         job._error = stored.error
         if stored.status == "interrupted":  # the server that had it stopped (RunStore.recover): say what was lost
@@ -495,8 +509,9 @@ class Job(BackgroundJob):
                 wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
                 elapsed=(self._ended or time.monotonic()) - self._started,
                 seconds_per_step=statistics.fmean(self._step_walls) if self._step_walls else None,
-                phase_left=None if self._phase is None or self._phase[1] < PACED_AFTER else time_left(
-                    time.monotonic() - self._phase_started, self._phase[1], self._phase[2]),
+                phase_left=None
+                if self._phase is None or self._phase[1] < PACED_AFTER
+                else time_left(time.monotonic() - self._phase_started, self._phase[1], self._phase[2]),
                 learners=self.slots.loop.learners,
             )
 
@@ -607,8 +622,12 @@ class Job(BackgroundJob):
         for item in prepared_items(trainer):
             self._take(item, trainer, store, run_id)
         # The run spends its learner's share of the loop (a run without a session is a learner of its own).
-        self.slots.loop.train(trainer, lambda record: self._take(record, trainer, store, run_id),
-                              learner=self.session, step_seconds=estimated_step_seconds(self.run))
+        self.slots.loop.train(
+            trainer,
+            lambda record: self._take(record, trainer, store, run_id),
+            learner=self.session,
+            step_seconds=estimated_step_seconds(self.run),
+        )
         end = end_item(trainer)
         if FAILED in end:
             raise end[FAILED]
@@ -625,9 +644,14 @@ class Job(BackgroundJob):
             # and a server that dies while it waits leaves a queued row that the next one marks interrupted, for
             # the learner's page to say so.
             store = RunStore()
-            run_id = store.add_run(self.run, self.label or f"{self.run.algo.name} · live lab",
-                                   self.settings, session=self.session, page=self.page,
-                                   page_run=self.number if self.page else None)
+            run_id = store.add_run(
+                self.run,
+                self.label or f"{self.run.algo.name} · live lab",
+                self.settings,
+                session=self.session,
+                page=self.page,
+                page_run=self.number if self.page else None,
+            )
             with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
                     self._set(status="preparing")
@@ -657,7 +681,6 @@ class Job(BackgroundJob):
             finally:
                 self.slots.release(store, run_id)
         self._set(status=status, error=error, phase=None, ended=time.monotonic())
-
 
 
 _upkeep_begun = threading.Event()

@@ -20,13 +20,13 @@ from rl_core.config import (
     KLEstimator,
     KLGradient,
     KLPlacement,
-    TeacherModel,
     LossAggMode,
     PolicyLoss,
     RolloutDtype,
     RolloutISLevel,
     RolloutISMode,
     RunConfig,
+    TeacherModel,
 )
 
 RUN_FIELDS = frozenset(RunConfig.__dataclass_fields__) - {"algo"}
@@ -472,10 +472,24 @@ def render_knob(name: str, key: str, extra=(), disabled: bool = False, on_change
     if knob.kind == "toggle":
         st.toggle(knob.label, key=key, help=knob.help, disabled=disabled, **events)
     elif knob.kind == "choice":
-        st.selectbox(knob.label, option_values(name), key=key, help=knob.help, disabled=disabled,
-                     format_func=knob.format, **events)
+        st.selectbox(
+            knob.label,
+            option_values(name),
+            key=key,
+            help=knob.help,
+            disabled=disabled,
+            format_func=knob.format,
+            **events,
+        )
     else:
         chosen = st.session_state.get(key)
         extra = (*extra, *([] if chosen is None else [chosen]))
-        st.select_slider(knob.label, option_values(name, extra), key=key, help=knob.help, disabled=disabled,
-                         format_func=knob.format, **events)
+        st.select_slider(
+            knob.label,
+            option_values(name, extra),
+            key=key,
+            help=knob.help,
+            disabled=disabled,
+            format_func=knob.format,
+            **events,
+        )

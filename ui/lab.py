@@ -110,8 +110,9 @@ def live_lab(
         variant = _variant_switch(page, variants, all_knobs, busy)
         values = st.session_state.setdefault(f"{page}:values", _defaults(variant, all_knobs))
         # Widgets below the buttons hold this run's choices already; Train must start with them.
-        values.update({name: st.session_state[f"{page}:{name}"]
-                       for name in values if f"{page}:{name}" in st.session_state})
+        values.update(
+            {name: st.session_state[f"{page}:{name}"] for name in values if f"{page}:{name}" in st.session_state}
+        )
         try:
             run = _run_config(variant, values, all_knobs)
         except ValueError:
@@ -121,10 +122,16 @@ def live_lab(
             run = None
         _buttons(page, variants, all_knobs, run, variant, values, current, busy)
         if prediction is not None:
-            st.radio(prediction.question, prediction.options, index=None, key=f"{page}:prediction", horizontal=True,
-                     disabled=busy, help="Answer before you press Train; the run's own numbers answer it at the end.",
-                     on_change=lambda: record_answer(page, prediction, "before",
-                                                     st.session_state[f"{page}:prediction"]))
+            st.radio(
+                prediction.question,
+                prediction.options,
+                index=None,
+                key=f"{page}:prediction",
+                horizontal=True,
+                disabled=busy,
+                help="Answer before you press Train; the run's own numbers answer it at the end.",
+                on_change=lambda: record_answer(page, prediction, "before", st.session_state[f"{page}:prediction"]),
+            )
         extra = {name: [getattr(PRESETS[v], name) for v in variants.values()] for name in all_knobs}
         for name in lesson:
             _knob(page, name, values, extra[name], busy)
@@ -153,8 +160,9 @@ def live_lab(
     with effect:
         # One dashboard fragment per page, registered in every run under the same key, so that a refresh
         # timer still in flight when a run ends always finds it (see docs/ARCHITECTURE.md, "The freeze").
-        fragment = st.fragment(_instrument_dashboard, run_every=REFRESH_SECONDS if busy else None,
-                               key=f"{page}-dashboard")
+        fragment = st.fragment(
+            _instrument_dashboard, run_every=REFRESH_SECONDS if busy else None, key=f"{page}-dashboard"
+        )
         fragment(page, focus, prediction, busy)
     chat.talk_to_run(page)
 
@@ -180,23 +188,38 @@ def _train_estimate(run: RunConfig) -> str:
     sharing = max(sharing, 1)
     seconds = estimated_seconds(run) * sharing * contention(load, cores, 1)
     learners = "you alone in the training loop" if sharing == 1 else f"{sharing} learners sharing the training loop"
-    return (f"About {seconds:,.0f} s at this server's pace now ({learners}, load average {load:.1f} on {cores} "
-            "cores), after any warm start it has not built yet.")
+    return (
+        f"About {seconds:,.0f} s at this server's pace now ({learners}, load average {load:.1f} on {cores} "
+        "cores), after any warm start it has not built yet."
+    )
 
 
 def _buttons(page, variants, knobs, run, variant, values, current, busy) -> None:
     train, stop, reset = st.columns(3)
     train.button(
-        "Train", key=f"{page}:train", type="primary", disabled=busy or run is None, width="stretch",
-        on_click=_start, args=(page, run, variant, values, knobs),
+        "Train",
+        key=f"{page}:train",
+        type="primary",
+        disabled=busy or run is None,
+        width="stretch",
+        on_click=_start,
+        args=(page, run, variant, values, knobs),
         help="Start a run with these settings." + ("" if run is None else f" {_train_estimate(run)}"),
     )
     stop.button(
-        "Stop", key=f"{page}:stop", disabled=not busy, on_click=current.stop if busy else None, width="stretch",
+        "Stop",
+        key=f"{page}:stop",
+        disabled=not busy,
+        on_click=current.stop if busy else None,
+        width="stretch",
         help="End the run after its current step.",
     )
     reset.button(
-        "Reset", key=f"{page}:reset", on_click=_reset, args=(page, variants, knobs), width="stretch",
+        "Reset",
+        key=f"{page}:reset",
+        on_click=_reset,
+        args=(page, variants, knobs),
+        width="stretch",
         help="Stop any run, forget this page's runs and put every knob back to the preset's defaults.",
     )
 
@@ -214,12 +237,14 @@ def _apply_url(page: str, variants: dict[str, str], knobs: Sequence[str]) -> Non
     params = share_state.settings_params()  # not ?me= (whose) nor ?present= (how to draw)
     if not params or params in st.session_state.get(URL_WRITTEN, []):
         return
-    choices = {"task": list(TASKS), "model": _models(),
-               **{name: KNOBS[name].options for name in knobs if KNOBS[name].kind == "choice"}}
+    choices = {
+        "task": list(TASKS),
+        "model": _models(),
+        **{name: KNOBS[name].options for name in knobs if KNOBS[name].kind == "choice"},
+    }
     preset, chosen, refused = share_state.read(params, variants, knobs, _check_link, choices)
     for message in refused:
-        st.warning(f"A setting in the link was refused, the default kept: {brief(message)}",
-                   icon=":material/link_off:")
+        st.warning(f"A setting in the link was refused, the default kept: {brief(message)}", icon=":material/link_off:")
     preset = preset or variants[st.session_state.get(f"{page}:variant", next(iter(variants)))]
     values = _defaults(preset, knobs) | chosen
     st.session_state[f"{page}:values"] = values
@@ -283,11 +308,15 @@ def _variant_switch(page: str, variants: dict[str, str], knobs: Sequence[str], b
     key = f"{page}:variant"
     base = PRESETS[variants[labels[0]]]
     changes = "\n".join(
-        f"- **{label}** changes " + ", ".join(_differences(base, PRESETS[variants[label]]))
-        for label in labels[1:]
+        f"- **{label}** changes " + ", ".join(_differences(base, PRESETS[variants[label]])) for label in labels[1:]
     )
     label = st.radio(
-        "Variant", labels, key=key, horizontal=True, disabled=busy, on_change=_apply_variant,
+        "Variant",
+        labels,
+        key=key,
+        horizontal=True,
+        disabled=busy,
+        on_change=_apply_variant,
         args=(page, variants, knobs),
         help=f"Switching loads that variant's preset defaults into the knobs. From {base.title}:\n{changes}",
     )
@@ -330,17 +359,24 @@ def _task_and_model(page: str, values: dict, disabled: bool) -> None:
     for name in ("task", "model"):
         st.session_state.setdefault(f"{page}:{name}", values[name])
     st.selectbox(
-        "task", list(TASKS), key=f"{page}:task", disabled=disabled,
+        "task",
+        list(TASKS),
+        key=f"{page}:task",
+        disabled=disabled,
         format_func=lambda name: f"{name}: {TASKS[name].description}",
         help="The toy task the policy is trained on; each is small enough to learn on a CPU in minutes.",
     )
     values["task"] = st.session_state[f"{page}:task"]
     st.caption(TASKS[values["task"]].lesson)
     st.selectbox(
-        "model", _models(), key=f"{page}:model", disabled=disabled, format_func=_model_label,
+        "model",
+        _models(),
+        key=f"{page}:model",
+        disabled=disabled,
+        format_func=_model_label,
         help="The policy (the reference and critic copy it): a GPT-2 shape from random weights with the character "
-             "tokenizer, or a pretrained GPT-2 with its own tokenizer (a folder under RLHF_LAB_MODELS_DIR or a Hub id "
-             "the instructor allows in RLHF_LAB_HUB_MODELS).",
+        "tokenizer, or a pretrained GPT-2 with its own tokenizer (a folder under RLHF_LAB_MODELS_DIR or a Hub id "
+        "the instructor allows in RLHF_LAB_HUB_MODELS).",
     )
     values["model"] = st.session_state[f"{page}:model"]
 
@@ -384,8 +420,9 @@ def _start(page: str, run: RunConfig, variant: str, values: dict, knobs: Sequenc
     }
     label = f"{title} · {page} page #{number}"
     st.session_state.setdefault(f"{page}:predictions", {})[number] = st.session_state.get(f"{page}:prediction")
-    job = Job(run, live_loop(), settings=settings, number=number, label=label, session=session_token(),
-              page=page).start()
+    job = Job(
+        run, live_loop(), settings=settings, number=number, label=label, session=session_token(), page=page
+    ).start()
     runs.append(job)
     finished = [j for j in runs if not j.active]
     while len(runs) > KEPT_RUNS and finished:

@@ -20,6 +20,7 @@ from rl_core.runs.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreErr
 from ui.jobs import DEFAULT_LIVE_RUNS, LiveLoop
 from ui.session import session_token, training_refusal
 
+
 def learner() -> str:
     """Whom the per-learner limit counts: the owner of the runs a page starts (the token in the browser)."""
     return session_token()
@@ -58,19 +59,35 @@ def limits_panel() -> None:
     try:
         rows = server_limits().as_table()
         rows.append(("RLHF_LAB_MAX_TRAININGS", str(max_trainings()), "trainings at once, every learner together"))
-        rows.append((LiveLoop.KNOB, str(max_trainings(DEFAULT_LIVE_RUNS, LiveLoop.KNOB)),
-                     "live-lab runs stepping together in one of those trainings"))
+        rows.append(
+            (
+                LiveLoop.KNOB,
+                str(max_trainings(DEFAULT_LIVE_RUNS, LiveLoop.KNOB)),
+                "live-lab runs stepping together in one of those trainings",
+            )
+        )
     except ValueError as error:  # an instructor's typo in a variable: say which
         st.error(brief(str(error)))
         return
-    rows.append(("RLHF_LAB_CLASS_CODE", "set" if os.environ.get("RLHF_LAB_CLASS_CODE") else "not set",
-                 "training needs the class's join link (?class=<code>)"))
-    rows.append(("RLHF_LAB_TRUSTED_PROXY", os.environ.get("RLHF_LAB_TRUSTED_PROXY", "0"),
-                 "1: X-Forwarded-For names the learner's address (behind a proxy of the instructor's)"))
+    rows.append(
+        (
+            "RLHF_LAB_CLASS_CODE",
+            "set" if os.environ.get("RLHF_LAB_CLASS_CODE") else "not set",
+            "training needs the class's join link (?class=<code>)",
+        )
+    )
+    rows.append(
+        (
+            "RLHF_LAB_TRUSTED_PROXY",
+            os.environ.get("RLHF_LAB_TRUSTED_PROXY", "0"),
+            "1: X-Forwarded-For names the learner's address (behind a proxy of the instructor's)",
+        )
+    )
     megabytes = os.environ.get("RLHF_LAB_STORE_MAX_MB", str(DEFAULT_MAX_MB))
     rows.append(("RLHF_LAB_STORE_MAX_MB", f"{megabytes} MB", "the run store on disk (delete old runs on Compare)"))
-    st.dataframe(pd.DataFrame(rows, columns=["variable", "value", "limits"]), hide_index=True,
-                 key="overview:limits")
-    st.caption(f"A run's duration is estimated from measured step times (tiny model, CPU); the run store keeps "
-               f"every step's metrics and each run's sampled tokens for its latest {SAMPLE_WINDOW} steps. The "
-               "instructor sets these variables when starting the server (README, *Serving a class*).")
+    st.dataframe(pd.DataFrame(rows, columns=["variable", "value", "limits"]), hide_index=True, key="overview:limits")
+    st.caption(
+        f"A run's duration is estimated from measured step times (tiny model, CPU); the run store keeps "
+        f"every step's metrics and each run's sampled tokens for its latest {SAMPLE_WINDOW} steps. The "
+        "instructor sets these variables when starting the server (README, *Serving a class*)."
+    )

@@ -22,12 +22,19 @@ REDRAW_EVERY = 5  # steps between redraws, and so the most steps a Stop can take
 
 def select_sliders(page: str, controls: dict) -> dict:
     """One select slider per entry `key → (label, options, default, help)`; returns the chosen values by key."""
-    return {key: st.select_slider(label, options, value=default, key=f"{page}:{key}", help=help_)
-            for key, (label, options, default, help_) in controls.items()}
+    return {
+        key: st.select_slider(label, options, value=default, key=f"{page}:{key}", help=help_)
+        for key, (label, options, default, help_) in controls.items()
+    }
 
 
-def fit_lab(page: str, knobs: Callable[[], dict], train: Callable[[dict, object], None],
-            draw: Callable[[object, dict], None], invitation: str) -> dict | None:
+def fit_lab(
+    page: str,
+    knobs: Callable[[], dict],
+    train: Callable[[dict, object], None],
+    draw: Callable[[object, dict], None],
+    invitation: str,
+) -> dict | None:
     """Train and Stop above the page's `knobs()` (which draws its widgets and returns the settings) on the left,
     the fit on the right: a Train click calls `train(settings, charts)`, which keeps its fit in session state under
     `{page}:fit`; otherwise the latest fit is drawn with `draw(charts, fit)`, or `invitation` before the first.
@@ -37,8 +44,13 @@ def fit_lab(page: str, knobs: Callable[[], dict], train: Callable[[dict, object]
         train_column, stop = st.columns(2)
         start = train_column.button("Train", key=f"{page}:train", type="primary", width="stretch")
         # Live only in the script run that trains: with nothing running, a Stop that looks pressable misleads.
-        stop.button("Stop", key=f"{page}:stop", width="stretch", disabled=not start,
-                    help=f"Ends the fit within {REDRAW_EVERY} steps; the steps done stay on the page.")
+        stop.button(
+            "Stop",
+            key=f"{page}:stop",
+            width="stretch",
+            disabled=not start,
+            help=f"Ends the fit within {REDRAW_EVERY} steps; the steps done stay on the page.",
+        )
         settings = knobs()
     with effect:
         charts = st.empty()
@@ -56,8 +68,9 @@ def fit_lab(page: str, knobs: Callable[[], dict], train: Callable[[dict, object]
     return fit
 
 
-def run_fit(fit: dict, begin: Callable[[], Iterable[dict]], total_steps: int, charts,
-            draw: Callable[[object, dict], None]) -> None:
+def run_fit(
+    fit: dict, begin: Callable[[], Iterable[dict]], total_steps: int, charts, draw: Callable[[object, dict], None]
+) -> None:
     """Wait for a training slot, then append the records of `begin()` (called holding the slot, so its own set-up
     counts as training) to `fit["records"]`, redrawing every REDRAW_EVERY steps and at the end."""
     fit["status"] = "waiting for a training slot"
@@ -76,8 +89,9 @@ def run_fit(fit: dict, begin: Callable[[], Iterable[dict]], total_steps: int, ch
 def status_text(fit: dict, total_steps: int) -> str:
     """The fit's state in words: training (step n of N), stopped (after n steps), or its status as it is."""
     done = sum(1 for r in fit["records"] if r["step"] > 0)
-    return {"training": f"training, step {done} of {total_steps}",
-            "stopped": f"stopped after {done} steps"}.get(fit["status"], fit["status"])
+    return {"training": f"training, step {done} of {total_steps}", "stopped": f"stopped after {done} steps"}.get(
+        fit["status"], fit["status"]
+    )
 
 
 def step_figure(title: str, records: list[dict], series, height: int = 290) -> go.Figure:
@@ -88,12 +102,22 @@ def step_figure(title: str, records: list[dict], series, height: int = 290) -> g
     for index, (key, label) in enumerate(series):
         points = [(r["step"], r[key]) for r in records if key in r]
         every_step = len(points) > 1 and all(key in r for r in records[1:])
-        figure.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], name=label,
-                                    mode="lines" if every_step else "lines+markers", cliponaxis=False,
-                                    line={"color": RUN_COLOURS[index]}))
-    figure.update_layout(title={"text": title, "font": {"size": 13}}, height=height,
-                         # The legend under the axis title (at y = −0.25 it lay on "step"), inside the margin.
-                         margin={"l": 10, "r": 10, "t": 35, "b": 85},
-                         legend={"orientation": "h", "yanchor": "top", "y": -0.3},
-                         xaxis=step_axis([r["step"] for r in records]))
+        figure.add_trace(
+            go.Scatter(
+                x=[p[0] for p in points],
+                y=[p[1] for p in points],
+                name=label,
+                mode="lines" if every_step else "lines+markers",
+                cliponaxis=False,
+                line={"color": RUN_COLOURS[index]},
+            )
+        )
+    figure.update_layout(
+        title={"text": title, "font": {"size": 13}},
+        height=height,
+        # The legend under the axis title (at y = −0.25 it lay on "step"), inside the margin.
+        margin={"l": 10, "r": 10, "t": 35, "b": 85},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.3},
+        xaxis=step_axis([r["step"] for r in records]),
+    )
     return figure

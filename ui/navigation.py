@@ -28,16 +28,18 @@ SECTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {  # section → (file s
         ("labs_advantages", "Advantage lab", ":material/balance:"),
         ("labs_aggregation", "Aggregation lab", ":material/functions:"),
     ),
-    "Compare": (
-        ("compare", "Compare and ablate", ":material/compare_arrows:"),
-    ),
+    "Compare": (("compare", "Compare and ablate", ":material/compare_arrows:"),),
 }
 DEFAULT_PAGE = "overview"
 PAGE_TITLES = {stem: title for pages in SECTIONS.values() for stem, title, _ in pages}
 # What Streamlit's trimming leaves of a page's path where another page's path ends it ("/beyond_" of beyond_grpo,
 # trimmed by grpo): see `mended_address`.
-TRIM_LEFTOVERS = tuple("/" + longer.removesuffix(shorter) for longer in PAGE_TITLES for shorter in PAGE_TITLES
-                       if longer != shorter and longer.endswith(shorter))
+TRIM_LEFTOVERS = tuple(
+    "/" + longer.removesuffix(shorter)
+    for longer in PAGE_TITLES
+    for shorter in PAGE_TITLES
+    if longer != shorter and longer.endswith(shorter)
+)
 
 
 def page_title(stem: str) -> str:
@@ -48,8 +50,10 @@ def page_title(stem: str) -> str:
 def navigation() -> dict[str, list[st.Page]]:
     """The sections of `st.navigation`, one `st.Page` per entry of SECTIONS."""
     return {
-        section: [st.Page(f"app_pages/{stem}.py", title=title, icon=icon, default=stem == DEFAULT_PAGE)
-                  for stem, title, icon in pages]
+        section: [
+            st.Page(f"app_pages/{stem}.py", title=title, icon=icon, default=stem == DEFAULT_PAGE)
+            for stem, title, icon in pages
+        ]
         for section, pages in SECTIONS.items()
     }
 
@@ -71,4 +75,3 @@ def mended_address(url: str) -> str:
 def page_address() -> str:
     """This page's address in the browser, without its query ("" without a browser, as under AppTest)."""
     return mended_address(st.context.url or "")
-

@@ -14,7 +14,6 @@ class Prediction:
     answer: Callable[[list[dict]], tuple[str, str] | None]
 
 
-
 Answer = Callable[[list[dict]], "tuple[str, str] | None"]  # records → (the option that came true, why)
 
 
@@ -35,8 +34,9 @@ def end_versus_start(key: str, name: str, unit: str = "") -> Answer:
         if len(values) < 6:
             return None
         start, end = sum(values[:3]) / 3, sum(values[-3:]) / 3
-        return ("higher" if end > start else "lower"), (f"{name} went from {start:.3f}{unit} to {end:.3f}{unit} "
-                                                         "(the means of its first and last 3 steps)")
+        return ("higher" if end > start else "lower"), (
+            f"{name} went from {start:.3f}{unit} to {end:.3f}{unit} (the means of its first and last 3 steps)"
+        )
 
     return _reading(key, decide)
 
@@ -69,11 +69,21 @@ def mean_near_zero(key: str, name: str, tolerance: float) -> Answer:
 
 def last_at_least(key: str, name: str, threshold: float) -> Answer:
     """'yes' if the last step's value is at least `threshold`."""
-    return _reading(key, lambda records, values: (
-        "yes" if values[-1] >= threshold else "no", f"the {name} at the last step was {values[-1]:.3f}"))
+    return _reading(
+        key,
+        lambda records, values: (
+            "yes" if values[-1] >= threshold else "no",
+            f"the {name} at the last step was {values[-1]:.3f}",
+        ),
+    )
 
 
 def first_at_least(key: str, name: str, threshold: float) -> Answer:
     """'yes' if the first step's value is at least `threshold`."""
-    return _reading(key, lambda records, values: (
-        "yes" if values[0] >= threshold else "no", f"the {name} at step 1 was {values[0]:.3f}"))
+    return _reading(
+        key,
+        lambda records, values: (
+            "yes" if values[0] >= threshold else "no",
+            f"the {name} at step 1 was {values[0]:.3f}",
+        ),
+    )

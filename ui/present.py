@@ -56,7 +56,10 @@ def chart_layout(layout: dict) -> dict:
         "height": round(layout["height"] * CHART_SCALE),
         "margin": margin | {side: round(margin[side] * CHART_SCALE) for side in ("t", "b") if side in margin},
         "font": {"size": round(12 * CHART_SCALE)},
-        **({"title": layout["title"] | {"font": {"size": round(layout["title"]["font"]["size"] * CHART_SCALE)}}}
-           if "font" in layout.get("title", {}) else {}),
+        **(
+            {"title": layout["title"] | {"font": {"size": round(layout["title"]["font"]["size"] * CHART_SCALE)}}}
+            if "font" in layout.get("title", {})
+            else {}
+        ),
         "legend": layout.get("legend", {}) | {"font": {"size": round(11 * CHART_SCALE)}},
     }

@@ -25,8 +25,10 @@ def talk_to_reward_model(page: str, fit: dict | None) -> None:
     if fit is None or not fit["records"]:
         return
     st.subheader("Talk to this reward model")
-    st.caption("A reward model answers nothing; it scores a response to a prompt. Type a prompt and two responses, "
-               "or pick a held-out pair (one the model never trained on).")
+    st.caption(
+        "A reward model answers nothing; it scores a response to a prompt. Type a prompt and two responses, "
+        "or pick a held-out pair (one the model never trained on)."
+    )
     st.fragment(_talk, key=f"{page}-reward-chat")(page, fit)
 
 
@@ -35,13 +37,21 @@ def _talk(page: str, fit: dict) -> None:
     keys = [f"{page}:chat_prompt", *(f"{page}:chat_response_{side}" for side in SIDES)]
     if keys[0] not in st.session_state:
         _fill(page, pairs[0])
-    st.pills("held-out pairs", range(len(pairs)), key=f"{page}:chat_pair", on_change=_use_pair, args=(page, pairs),
-             format_func=lambda i: f"{pairs[i].prompt} {pairs[i].chosen or '∅'} vs {pairs[i].rejected or '∅'}",
-             help="Put a held-out pair in the boxes: the labelled chosen response as A, the rejected one as B.")
+    st.pills(
+        "held-out pairs",
+        range(len(pairs)),
+        key=f"{page}:chat_pair",
+        on_change=_use_pair,
+        args=(page, pairs),
+        format_func=lambda i: f"{pairs[i].prompt} {pairs[i].chosen or '∅'} vs {pairs[i].rejected or '∅'}",
+        help="Put a held-out pair in the boxes: the labelled chosen response as A, the rejected one as B.",
+    )
     prompt_column, *response_columns = st.columns([2, 3, 3])
     typed = prompt_column.text_input("prompt", key=keys[0], help="A name, then '>', as the task's prompts.")
-    responses = [column.text_input(f"response {side}", key=key, help="Scored as typed, EOS appended.")
-                 for column, side, key in zip(response_columns, SIDES, keys[1:])]
+    responses = [
+        column.text_input(f"response {side}", key=key, help="Scored as typed, EOS appended.")
+        for column, side, key in zip(response_columns, SIDES, keys[1:])
+    ]
     try:
         prompt = check_prompt(TASK, typed)
         first, second = (check_response(TASK, text) for text in responses)
@@ -53,8 +63,10 @@ def _talk(page: str, fit: dict) -> None:
     st.caption(pair_verdict(judgement))
     label = next((p for p in pairs if (p.prompt, p.chosen, p.rejected) == (prompt, first, second)), None)
     if label is not None:
-        st.caption(f"The labeller chose A in the data; a share {fit['settings']['label_noise']:g} of the labels "
-                   "was flipped at random, so a label can disagree with the gold judge.")
+        st.caption(
+            f"The labeller chose A in the data; a share {fit['settings']['label_noise']:g} of the labels "
+            "was flipped at random, so a label can disagree with the gold judge."
+        )
     _samples(page, fit, prompt)
 
 
@@ -73,10 +85,18 @@ def _use_pair(page: str, pairs: list[PreferencePair]) -> None:
 
 def pair_table(judgement: PairJudgement) -> pd.DataFrame:
     """One row per response: the reward model's score, the gold judge's quality and verdict."""
-    return pd.DataFrame([{"response": side, "text": response, "reward model score r": round(score, 3),
-                          "gold quality": gold_quality(judgement.prompt, response),
-                          "gold verdict": gold_success(judgement.prompt, response)}
-                         for side, response, score in zip(SIDES, judgement.responses, judgement.scores)])
+    return pd.DataFrame(
+        [
+            {
+                "response": side,
+                "text": response,
+                "reward model score r": round(score, 3),
+                "gold quality": gold_quality(judgement.prompt, response),
+                "gold verdict": gold_success(judgement.prompt, response),
+            }
+            for side, response, score in zip(SIDES, judgement.responses, judgement.scores)
+        ]
+    )
 
 
 def pair_verdict(judgement: PairJudgement) -> str:
@@ -87,31 +107,52 @@ def pair_verdict(judgement: PairJudgement) -> str:
         model = "The reward model scores A and B alike: to it the pair is a coin toss, σ(0) = 0.5."
     else:
         winner, loser = SIDES[judgement.preferred], SIDES[1 - judgement.preferred]
-        model = (f"The reward model prefers {winner}: r_{winner} − r_{loser} = {judgement.margin:.3f}, so under "
-                 f"Bradley-Terry P({winner} ≻ {loser}) = σ({judgement.margin:.3f}) = {judgement.probability:.3f}.")
+        model = (
+            f"The reward model prefers {winner}: r_{winner} − r_{loser} = {judgement.margin:.3f}, so under "
+            f"Bradley-Terry P({winner} ≻ {loser}) = σ({judgement.margin:.3f}) = {judgement.probability:.3f}."
+        )
     if gold is None:
         return f"{model} The gold judge ties them (quality {qualities[0]} each)."
     agreement = "agrees" if gold == judgement.preferred else "disagrees"
-    return (f"{model} The gold judge prefers {SIDES[gold]} (quality {qualities[gold]} against "
-            f"{qualities[1 - gold]}): the model {agreement}.")
+    return (
+        f"{model} The gold judge prefers {SIDES[gold]} (quality {qualities[gold]} against "
+        f"{qualities[1 - gold]}): the model {agreement}."
+    )
 
 
 def _samples(page: str, fit: dict, prompt: str) -> None:
     seed = fit["settings"]["seed"]
-    if not st.toggle(f"Rank {N_SAMPLES} samples of the SFT policy for {prompt}", key=f"{page}:chat_samples",
-                     help=f"The policy RL would start from (seed {seed}); loading it trains it first when it is "
-                          "new, about 15 s, once."):
+    if not st.toggle(
+        f"Rank {N_SAMPLES} samples of the SFT policy for {prompt}",
+        key=f"{page}:chat_samples",
+        help=f"The policy RL would start from (seed {seed}); loading it trains it first when it is "
+        "new, about 15 s, once.",
+    ):
         return
     if fit.get("sft") is None:
         with st.spinner("Loading the SFT policy …"):
             fit["sft"] = preference_warm_start(get_task(TASK), seed)
     task = get_task(TASK)
     ranked = rank_policy_samples(fit["model"], fit["sft"], fit["tokenizer"], prompt, task.max_new_tokens, seed)
-    st.dataframe(pd.DataFrame([
-        {"rank": rank, "response": sample.response + (" (cut)" if sample.truncated else ""), "drawn": sample.count,
-         "reward model score r": round(sample.score, 3), "gold quality": gold_quality(prompt, sample.response),
-         "gold verdict": not sample.truncated and gold_success(prompt, sample.response)}
-        for rank, sample in enumerate(ranked, 1)]), hide_index=True, key=f"{page}:chat_sample_table")
-    st.caption(f"{N_SAMPLES} responses drawn at temperature 1 with seed {seed}, as RL's sampler draws them; each "
-               "distinct one once, best score first. RL pushes the policy toward the top rows: where the gold "
-               "judge rates them lower, that is where over-optimisation starts.")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "rank": rank,
+                    "response": sample.response + (" (cut)" if sample.truncated else ""),
+                    "drawn": sample.count,
+                    "reward model score r": round(sample.score, 3),
+                    "gold quality": gold_quality(prompt, sample.response),
+                    "gold verdict": not sample.truncated and gold_success(prompt, sample.response),
+                }
+                for rank, sample in enumerate(ranked, 1)
+            ]
+        ),
+        hide_index=True,
+        key=f"{page}:chat_sample_table",
+    )
+    st.caption(
+        f"{N_SAMPLES} responses drawn at temperature 1 with seed {seed}, as RL's sampler draws them; each "
+        "distinct one once, best score first. RL pushes the policy toward the top rows: where the gold "
+        "judge rates them lower, that is where over-optimisation starts."
+    )

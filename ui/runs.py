@@ -41,7 +41,7 @@ def short_label(name: str, limit: int = SHORT_LABEL) -> str:
     number, _, settings = name.partition(" · ")
     parts = settings.split(", ")
     kept = [parts[0]]
-    while len(kept) < len(parts) and len(f"{number} · {', '.join(kept + parts[len(kept):len(kept) + 1])}") <= limit:
+    while len(kept) < len(parts) and len(f"{number} · {', '.join(kept + parts[len(kept) : len(kept) + 1])}") <= limit:
         kept.append(parts[len(kept)])
     left = len(parts) - len(kept)
     head = f"{number} · {', '.join(kept)}"
@@ -69,9 +69,13 @@ def picker(page: str, runs: list[Job], names: dict[int, str]) -> list[Job]:
     st.session_state[f"{page}:overlay_offered"] = numbers
     st.session_state[key] = list(dict.fromkeys(chosen))
     selected = st.pills(
-        "Runs on the charts", numbers, selection_mode="multi", key=key, format_func=lambda n: short_label(names[n]),
+        "Runs on the charts",
+        numbers,
+        selection_mode="multi",
+        key=key,
+        format_func=lambda n: short_label(names[n]),
         help="Choose the runs to overlay. Labels name what differs from the page's first run."
-             + full_labels(numbers, names),
+        + full_labels(numbers, names),
     )
     swatches = " ".join(
         f'<span style="color:{run_colour(n)};font-weight:700">━ {html.escape(names[n].split(" · ")[0])}</span>'
@@ -106,7 +110,8 @@ def differences(shown: list[Job]) -> None:
         st.warning(
             f"{'; '.join(confounded)}: a gap between their curves may come from any of them. To see one knob's "
             f"effect, train {first}'s settings again with only that knob changed (or compare one knob's values on "
-            "the Compare page).  \n" + text, icon=":material/compare_arrows:",
+            "the Compare page).  \n" + text,
+            icon=":material/compare_arrows:",
         )
     else:
         st.caption(text)
@@ -120,6 +125,10 @@ def download(page: str, shown: list[Job], names: dict[int, str]) -> None:
     ]
     if rows:
         st.download_button(
-            "Download metrics (CSV)", pd.DataFrame(rows).to_csv(index=False), file_name=f"{page}-metrics.csv",
-            mime="text/csv", key=f"{page}:download", help="Every step's metrics of the runs on the charts.",
+            "Download metrics (CSV)",
+            pd.DataFrame(rows).to_csv(index=False),
+            file_name=f"{page}-metrics.csv",
+            mime="text/csv",
+            key=f"{page}:download",
+            help="Every step's metrics of the runs on the charts.",
         )

@@ -52,8 +52,11 @@ def session_token() -> str:
 
 
 def _identify() -> str:
-    offered = [t for t in (st.query_params.get(PARAM), st.context.cookies.get(COOKIE))
-               if isinstance(t, str) and TOKEN.fullmatch(t)]
+    offered = [
+        t
+        for t in (st.query_params.get(PARAM), st.context.cookies.get(COOKIE))
+        if isinstance(t, str) and TOKEN.fullmatch(t)
+    ]
     token = secrets.token_urlsafe(18)
     try:
         store = RunStore(recover=False)
@@ -104,8 +107,10 @@ def training_refusal() -> str | None:
             return None
     except StoreError:
         return None  # the run itself will fail on the store, and say why
-    return ("training on this server needs the class's join link (the instructor's RLHF_LAB_CLASS_CODE, as "
-            "?class=<code>): ask your instructor for it; the pages and labs stay open to read")
+    return (
+        "training on this server needs the class's join link (the instructor's RLHF_LAB_CLASS_CODE, as "
+        "?class=<code>): ask your instructor for it; the pages and labs stay open to read"
+    )
 
 
 def remember_learner() -> None:
@@ -115,8 +120,10 @@ def remember_learner() -> None:
     if st.context.cookies.get(COOKIE) == token or st.session_state.get(f"{KEY}:cookie") == token:
         return
     st.session_state[f"{KEY}:cookie"] = token
-    st.html(f"<script>document.cookie = '{COOKIE}={token}; path=/; max-age={COOKIE_DAYS * 86400}; "
-            "SameSite=Lax';</script>", unsafe_allow_javascript=True)
+    st.html(
+        f"<script>document.cookie = '{COOKIE}={token}; path=/; max-age={COOKIE_DAYS * 86400}; SameSite=Lax';</script>",
+        unsafe_allow_javascript=True,
+    )
 
 
 def bookmark_link() -> str:

@@ -53,7 +53,10 @@ def text(value) -> str:
 
 
 def read(
-    params: dict[str, str], variants: dict[str, str], knobs: Sequence[str], check: Callable[[str, dict], None],
+    params: dict[str, str],
+    variants: dict[str, str],
+    knobs: Sequence[str],
+    check: Callable[[str, dict], None],
     choices: dict[str, Sequence[str]],
 ) -> tuple[str | None, dict, list[str]]:
     """From a URL's parameters: the preset it names (or None), the knob values it sets, and one message per

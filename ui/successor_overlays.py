@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import torch
 
 from rl_core.formulas.kl import kl_exact, kl_k3, kl_k3_is_corrected, kl_k3_with_k2_grad
-from rl_core.formulas.losses import clipped_surrogate_loss, cispo_loss, dppo_tv_mask, sapo_gate, sapo_loss
+from rl_core.formulas.losses import cispo_loss, clipped_surrogate_loss, dppo_tv_mask, sapo_gate, sapo_loss
 from ui.labs.clip import ADVANTAGE_SIGNS
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE
 from ui.labs.kl import VOCABULARY
@@ -37,15 +37,15 @@ def _columns(titles: list[str], height: int, y_title: str) -> dict:
     n, gap = len(titles), 0.08
     width = (1 - gap * (n - 1)) / n
     # The legend a quarter of the plot's height under it: at −0.2 it touched the x axis titles in presenter mode.
-    layout = {"height": height, "margin": dict(t=50, b=40), "legend": dict(orientation="h", y=-0.25),
-              "annotations": []}
+    layout = {"height": height, "margin": dict(t=50, b=40), "legend": dict(orientation="h", y=-0.25), "annotations": []}
     for i, title in enumerate(titles):
         suffix = "" if i == 0 else str(i + 1)
         start = i * (width + gap)
         layout[f"xaxis{suffix}"] = {"domain": [start, start + width], "anchor": f"y{suffix}"}
         layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "title": {"text": y_title if i == 0 else ""}}
-        layout["annotations"].append(dict(text=title, x=start + width / 2, y=1.08, xref="paper", yref="paper",
-                                          showarrow=False))
+        layout["annotations"].append(
+            dict(text=title, x=start + width / 2, y=1.08, xref="paper", yref="paper", showarrow=False)
+        )
     return layout
 
 
@@ -54,8 +54,9 @@ def _ratio_grid(points: int = 401, ratio_max: float = 3.0) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- CISPO
-def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two_sided: bool = False,
-                  dual_clip: float | None = None) -> pd.DataFrame:
+def cispo_weights(
+    epsilon_low: float, epsilon_high: float, cispo_cap: float, two_sided: bool = False, dual_clip: float | None = None
+) -> pd.DataFrame:
     """Per sign of A and ratio: the weight PPO's clipped surrogate (with the lab's dual clip, if on) and CISPO put
     on A·∇log π.
 
@@ -63,9 +64,11 @@ def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two
     [1 − ε_low, 1 + ε_high] (verl)."""
     ratios = _ratio_grid(ratio_max=max(3.0, cispo_cap + 0.5) if not two_sided else 3.0)
     if two_sided:
+
         def cispo(lp, old, adv):
             return cispo_loss(lp, old, adv, epsilon_high, epsilon_low)
     else:
+
         def cispo(lp, old, adv):
             return cispo_loss(lp, old, adv, cispo_cap)
 
@@ -73,8 +76,14 @@ def cispo_weights(epsilon_low: float, epsilon_high: float, cispo_cap: float, two
         return clipped_surrogate_loss(lp, old, adv, epsilon_low, epsilon_high, dual_clip)
 
     frames = [
-        pd.DataFrame({"sign": sign, "ratio": ratios.numpy(), "PPO": _weight(ppo, ratios, a).numpy(),
-                      "CISPO": _weight(cispo, ratios, a).numpy()})
+        pd.DataFrame(
+            {
+                "sign": sign,
+                "ratio": ratios.numpy(),
+                "PPO": _weight(ppo, ratios, a).numpy(),
+                "CISPO": _weight(cispo, ratios, a).numpy(),
+            }
+        )
         for sign, a in ADVANTAGE_SIGNS.items()
     ]
     return pd.concat(frames, ignore_index=True)
@@ -104,11 +113,15 @@ def cispo_summary(table: pd.DataFrame) -> str:
             continue
         silenced = rows[_silenced(rows)]
         where = " and ".join(f"[{low:.2f}, {high:.2f}]" for low, high in spans)
-        parts.append(f"for {sign}, PPO gives no gradient on ρ ∈ {where} where CISPO still weighs the token by "
-                     f"{silenced['CISPO'].min():.2f} to {silenced['CISPO'].max():.2f}")
+        parts.append(
+            f"for {sign}, PPO gives no gradient on ρ ∈ {where} where CISPO still weighs the token by "
+            f"{silenced['CISPO'].min():.2f} to {silenced['CISPO'].max():.2f}"
+        )
     smallest = table["CISPO"].min()
-    return ("CISPO's weight is never zero (smallest on this grid: " f"{smallest:.3f}); "
-            + ("; ".join(parts) if parts else "PPO's clip is silent nowhere on this grid") + ".")
+    return (
+        "CISPO's weight is never zero (smallest on this grid: "
+        f"{smallest:.3f}); " + ("; ".join(parts) if parts else "PPO's clip is silent nowhere on this grid") + "."
+    )
 
 
 def cispo_figure(table: pd.DataFrame) -> go.Figure:
@@ -117,14 +130,40 @@ def cispo_figure(table: pd.DataFrame) -> go.Figure:
     for col, (sign, rows) in enumerate(table.groupby("sign", sort=False), start=1):
         axis = "" if col == 1 else str(col)
         for low, high in silenced_spans(rows):
-            shapes.append(dict(type="rect", x0=low, x1=high, y0=0, y1=1, xref=f"x{axis}",
-                               yref="paper", fillcolor=MUTED, opacity=0.3, line_width=0, layer="below"))
+            shapes.append(
+                dict(
+                    type="rect",
+                    x0=low,
+                    x1=high,
+                    y0=0,
+                    y1=1,
+                    xref=f"x{axis}",
+                    yref="paper",
+                    fillcolor=MUTED,
+                    opacity=0.3,
+                    line_width=0,
+                    layer="below",
+                )
+            )
         traces += [
-            go.Scatter(x=rows["ratio"], y=rows["PPO"], name="PPO clip", line=dict(color=NEUTRAL, width=2),
-                       showlegend=col == 1, xaxis=f"x{axis}", yaxis=f"y{axis}"),
-            go.Scatter(x=rows["ratio"], y=rows["CISPO"], name="CISPO sg[min(ρ, ε_max)]",
-                       line=dict(color=POSITIVE if col == 1 else NEGATIVE, width=3, dash="dash"),
-                       showlegend=col == 1, xaxis=f"x{axis}", yaxis=f"y{axis}"),
+            go.Scatter(
+                x=rows["ratio"],
+                y=rows["PPO"],
+                name="PPO clip",
+                line=dict(color=NEUTRAL, width=2),
+                showlegend=col == 1,
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+            ),
+            go.Scatter(
+                x=rows["ratio"],
+                y=rows["CISPO"],
+                name="CISPO sg[min(ρ, ε_max)]",
+                line=dict(color=POSITIVE if col == 1 else NEGATIVE, width=3, dash="dash"),
+                showlegend=col == 1,
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+            ),
         ]
         layout[f"xaxis{axis}"]["title"] = {"text": "ratio ρ = π_θ / π_old"}
     layout["shapes"] = shapes
@@ -136,8 +175,9 @@ SUMMARY_RATIOS = (0.5, 1.0, 1.5, 2.5)  # where the SAPO caption reads both weigh
 EDGE = 1e-9  # how far either side of a summary ratio PPO's weight is read, to find a clip edge there
 
 
-def sapo_curves(epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg: float,
-                dual_clip: float | None = None) -> pd.DataFrame:
+def sapo_curves(
+    epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg: float, dual_clip: float | None = None
+) -> pd.DataFrame:
     """Per sign of A and ratio: SAPO's gate g_τ (τ_pos for A > 0, τ_neg for A < 0), its objective −L = A·g_τ,
     and the weights SAPO and PPO (with the lab's dual clip, if on) put on A·∇log π (autograd through `sapo_loss`
     and the clipped surrogate). Besides the grid, each of SUMMARY_RATIOS and the points EDGE either side of it,
@@ -155,10 +195,18 @@ def sapo_curves(epsilon_low: float, epsilon_high: float, tau_pos: float, tau_neg
         def ppo(lp, old, adv):
             return clipped_surrogate_loss(lp, old, adv, epsilon_low, epsilon_high, dual_clip)
 
-        frames.append(pd.DataFrame({
-            "sign": sign, "tau": tau, "ratio": ratios.numpy(), "gate": sapo_gate(ratios, tau).numpy(),
-            "SAPO": _weight(sapo, ratios, a).numpy(), "PPO": _weight(ppo, ratios, a).numpy(),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "sign": sign,
+                    "tau": tau,
+                    "ratio": ratios.numpy(),
+                    "gate": sapo_gate(ratios, tau).numpy(),
+                    "SAPO": _weight(sapo, ratios, a).numpy(),
+                    "PPO": _weight(ppo, ratios, a).numpy(),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -172,12 +220,18 @@ def sapo_summary(table: pd.DataFrame) -> str:
         for r in SUMMARY_RATIOS:
             below, above = weights["PPO"][r * (1 - EDGE)], weights["PPO"][r * (1 + EDGE)]
             below, above = (0.0 if abs(w) <= ZERO else w for w in (below, above))  # no "−0.00"
-            ppo = (f"{below:.2f}" if abs(above - below) < 1e-6
-                   else f"{below:.2f} below, {above:.2f} above (an edge of the clip)")
+            ppo = (
+                f"{below:.2f}"
+                if abs(above - below) < 1e-6
+                else f"{below:.2f} below, {above:.2f} above (an edge of the clip)"
+            )
             readings.append(f"ρ = {r:g} → SAPO {weights['SAPO'][r]:.2f} / PPO {ppo}")
         parts.append(f"{sign} (τ = {rows['tau'].iloc[0]:g}): " + ", ".join(readings))
-    return ("SAPO's weight is exactly 1 on-policy and changes smoothly, never cut to 0; " + "; ".join(parts)
-            + ". A larger τ makes it fall off sooner.")
+    return (
+        "SAPO's weight is exactly 1 on-policy and changes smoothly, never cut to 0; "
+        + "; ".join(parts)
+        + ". A larger τ makes it fall off sooner."
+    )
 
 
 def sapo_figure(table: pd.DataFrame) -> go.Figure:
@@ -187,12 +241,33 @@ def sapo_figure(table: pd.DataFrame) -> go.Figure:
     for col, (sign, rows) in enumerate(table.groupby("sign", sort=False), start=1):
         axis = "" if col == 1 else str(col)
         traces += [
-            go.Scatter(x=rows["ratio"], y=rows["PPO"], name="PPO clip", line=dict(color=NEUTRAL, width=2),
-                       showlegend=col == 1, xaxis=f"x{axis}", yaxis=f"y{axis}"),
-            go.Scatter(x=rows["ratio"], y=rows["SAPO"], name="SAPO ρ·g′_τ(ρ)", showlegend=col == 1,
-                       line=dict(color=POSITIVE if col == 1 else NEGATIVE, width=3), xaxis=f"x{axis}", yaxis=f"y{axis}"),
-            go.Scatter(x=rows["ratio"], y=rows["gate"], name="gate g_τ(ρ)", showlegend=col == 1,
-                       line=dict(color=MUTED, dash="dot"), xaxis=f"x{axis}", yaxis=f"y{axis}"),
+            go.Scatter(
+                x=rows["ratio"],
+                y=rows["PPO"],
+                name="PPO clip",
+                line=dict(color=NEUTRAL, width=2),
+                showlegend=col == 1,
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+            ),
+            go.Scatter(
+                x=rows["ratio"],
+                y=rows["SAPO"],
+                name="SAPO ρ·g′_τ(ρ)",
+                showlegend=col == 1,
+                line=dict(color=POSITIVE if col == 1 else NEGATIVE, width=3),
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+            ),
+            go.Scatter(
+                x=rows["ratio"],
+                y=rows["gate"],
+                name="gate g_τ(ρ)",
+                showlegend=col == 1,
+                line=dict(color=MUTED, dash="dot"),
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+            ),
         ]
         layout[f"xaxis{axis}"]["title"] = {"text": "ratio ρ = π_θ / π_old"}
     return go.Figure(data=traces, layout=chart_layout(layout))
@@ -202,8 +277,9 @@ def sapo_figure(table: pd.DataFrame) -> go.Figure:
 REGIONS = ("both keep", "PPO clips, DPPO keeps", "DPPO masks, PPO keeps", "both silence")
 
 
-def trust_regions(epsilon_low: float, epsilon_high: float, delta_low: float, delta_high: float,
-                  points: int = 121) -> pd.DataFrame:
+def trust_regions(
+    epsilon_low: float, epsilon_high: float, delta_low: float, delta_high: float, points: int = 121
+) -> pd.DataFrame:
     """Over a p_old × p_new grid and each sign of A: whether PPO's clip leaves a gradient (autograd through
     the clipped surrogate) and whether DPPO's `dppo_tv_mask` keeps the token."""
     p = torch.linspace(0.005, 0.995, points, dtype=torch.float64)
@@ -216,10 +292,17 @@ def trust_regions(epsilon_low: float, epsilon_high: float, delta_low: float, del
         (grad,) = torch.autograd.grad(loss.sum(), logp)
         ppo_keeps = grad.abs() > ZERO
         dppo_keeps = dppo_tv_mask(p_new, p_old, advantages, delta_low, delta_high)
-        frames.append(pd.DataFrame({
-            "sign": sign, "p_old": p_old.flatten().numpy(), "p_new": p_new.flatten().numpy(),
-            "PPO keeps": ppo_keeps.flatten().numpy(), "DPPO keeps": dppo_keeps.flatten().numpy(),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "sign": sign,
+                    "p_old": p_old.flatten().numpy(),
+                    "p_new": p_new.flatten().numpy(),
+                    "PPO keeps": ppo_keeps.flatten().numpy(),
+                    "DPPO keeps": dppo_keeps.flatten().numpy(),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -234,13 +317,16 @@ def trust_region_summary(table: pd.DataFrame, epsilon_high: float, delta_high: f
     ppo_share = 1 - rare["PPO keeps"].mean()
     dppo_share = 1 - rare["DPPO keeps"].mean()
     p_old = 0.02
-    return (f"A rare good token at p_old = {p_old}: PPO's gradient stops once p passes {p_old * (1 + epsilon_high):.4f} "
-            f"(ρ = 1 + ε_high), DPPO's only past {p_old + delta_high:.2f} (p − p_old = δ_high). Of the rare-token "
-            f"strip p_old < 0.1 with A > 0, PPO silences {ppo_share:.0%} of the plane, DPPO {dppo_share:.0%}.")
+    return (
+        f"A rare good token at p_old = {p_old}: PPO's gradient stops once p passes {p_old * (1 + epsilon_high):.4f} "
+        f"(ρ = 1 + ε_high), DPPO's only past {p_old + delta_high:.2f} (p − p_old = δ_high). Of the rare-token "
+        f"strip p_old < 0.1 with A > 0, PPO silences {ppo_share:.0%} of the plane, DPPO {dppo_share:.0%}."
+    )
 
 
-def trust_region_figure(table: pd.DataFrame, epsilon_low: float, epsilon_high: float, delta_low: float,
-                        delta_high: float) -> go.Figure:
+def trust_region_figure(
+    table: pd.DataFrame, epsilon_low: float, epsilon_high: float, delta_low: float, delta_high: float
+) -> go.Figure:
     """The four regions per sign of A, with PPO's ratio band (p = (1 ± ε)·p_old) and DPPO's probability band
     (p = p_old ± δ) drawn as lines."""
     layout = _columns(list(ADVANTAGE_SIGNS), 420, "p_new = π_θ(a)")
@@ -253,23 +339,50 @@ def trust_region_figure(table: pd.DataFrame, epsilon_low: float, epsilon_high: f
         n = int(round(len(rows) ** 0.5))
         z = _region(rows).reshape(n, n).T  # rows of z follow p_new, columns p_old
         axis_values = rows["p_old"].to_numpy().reshape(n, n)[:, 0]
-        traces.append(go.Heatmap(x=axis_values, y=axis_values, z=z, zmin=0, zmax=3, colorscale=scale,
-                                 showscale=False, xaxis=f"x{axis}", yaxis=f"y{axis}",
-                                 customdata=np.array(REGIONS)[z], hovertemplate="p_old %{x:.3f}, p_new %{y:.3f}: "
-                                 "%{customdata}<extra></extra>"))
+        traces.append(
+            go.Heatmap(
+                x=axis_values,
+                y=axis_values,
+                z=z,
+                zmin=0,
+                zmax=3,
+                colorscale=scale,
+                showscale=False,
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+                customdata=np.array(REGIONS)[z],
+                hovertemplate="p_old %{x:.3f}, p_new %{y:.3f}: %{customdata}<extra></extra>",
+            )
+        )
         ratio_bound = line * (1 + epsilon_high) if sign == "A > 0" else line * (1 - epsilon_low)
         prob_bound = line + delta_high if sign == "A > 0" else line - delta_low
         traces += [
-            go.Scatter(x=line, y=ratio_bound, name="PPO: ρ = 1 ± ε", line=dict(color=NEUTRAL, dash="dash"),
-                       showlegend=col == 1, xaxis=f"x{axis}", yaxis=f"y{axis}"),
-            go.Scatter(x=line, y=prob_bound, name="DPPO: p − p_old = ±δ", line=dict(color=NEUTRAL, dash="dot"),
-                       showlegend=col == 1, xaxis=f"x{axis}", yaxis=f"y{axis}"),
+            go.Scatter(
+                x=line,
+                y=ratio_bound,
+                name="PPO: ρ = 1 ± ε",
+                line=dict(color=NEUTRAL, dash="dash"),
+                showlegend=col == 1,
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+            ),
+            go.Scatter(
+                x=line,
+                y=prob_bound,
+                name="DPPO: p − p_old = ±δ",
+                line=dict(color=NEUTRAL, dash="dot"),
+                showlegend=col == 1,
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+            ),
         ]
         layout[f"xaxis{axis}"].update(title={"text": "p_old = π_old(a)"}, range=[0, 1])
         layout[f"yaxis{axis}"]["range"] = [0, 1]
     # One legend entry per region colour.
-    traces += [go.Scatter(x=[None], y=[None], mode="markers", marker=dict(color=c, size=10, symbol="square"),
-                          name=name) for name, c in zip(REGIONS, colours)]
+    traces += [
+        go.Scatter(x=[None], y=[None], mode="markers", marker=dict(color=c, size=10, symbol="square"), name=name)
+        for name, c in zip(REGIONS, colours)
+    ]
     return go.Figure(data=traces, layout=chart_layout(layout))
 
 
@@ -289,27 +402,42 @@ def kl_gradients(logits: torch.Tensor, ref_logits: torch.Tensor, old_logits: tor
     truth = kl_exact(theta[None, None], ref_logits[None, None])[0, 0]
     (true_grad,) = torch.autograd.grad(truth, theta)
     old_probs = torch.softmax(old_logits, -1)
-    rows = [{"term": "true KL(π_θ‖π_ref)", "expected value": truth.item(),
-             **{f"∂/∂logit[{v}]": g for v, g in zip(VOCABULARY, true_grad.tolist())}, "gradient error": 0.0}]
+    rows = [
+        {
+            "term": "true KL(π_θ‖π_ref)",
+            "expected value": truth.item(),
+            **{f"∂/∂logit[{v}]": g for v, g in zip(VOCABULARY, true_grad.tolist())},
+            "gradient error": 0.0,
+        }
+    ]
     ref_logp, old_logp = torch.log_softmax(ref_logits, -1)[None], torch.log_softmax(old_logits, -1)[None]
     for name, term in KL_TERMS.items():
         theta = logits.detach().clone().requires_grad_(True)
         logp = torch.log_softmax(theta, -1)[None]
         expected = (old_probs * term(logp, old_logp, ref_logp)[0]).sum()
         (grad,) = torch.autograd.grad(expected, theta)
-        rows.append({"term": name, "expected value": expected.item(),
-                     **{f"∂/∂logit[{v}]": g for v, g in zip(VOCABULARY, grad.tolist())},
-                     "gradient error": (grad - true_grad).norm().item()})
+        rows.append(
+            {
+                "term": name,
+                "expected value": expected.item(),
+                **{f"∂/∂logit[{v}]": g for v, g in zip(VOCABULARY, grad.tolist())},
+                "gradient error": (grad - true_grad).norm().item(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def kl_gradient_summary(table: pd.DataFrame) -> str:
     truth = table.iloc[0]
-    parts = [f"{row['term']}: value {row['expected value']:.4f} (true {truth['expected value']:.4f}), gradient error "
-             f"{row['gradient error']:.4f}" for _, row in table.iloc[1:].iterrows()]
+    parts = [
+        f"{row['term']}: value {row['expected value']:.4f} (true {truth['expected value']:.4f}), gradient error "
+        f"{row['gradient error']:.4f}"
+        for _, row in table.iloc[1:].iterrows()
+    ]
     exact = table.iloc[1:][table.iloc[1:]["gradient error"] < 1e-9]["term"].tolist()
-    verdict = (f"Exactly the true gradient: {', '.join(exact)}." if exact
-               else "None of the terms has the true gradient here.")
+    verdict = (
+        f"Exactly the true gradient: {', '.join(exact)}." if exact else "None of the terms has the true gradient here."
+    )
     return "; ".join(parts) + ". " + verdict
 
 
@@ -317,9 +445,21 @@ def kl_gradient_figure(table: pd.DataFrame) -> go.Figure:
     columns = [c for c in table.columns if c.startswith("∂/∂logit")]
     colours = [NEUTRAL, MUTED, POSITIVE, NEGATIVE]
     return go.Figure(
-        data=[go.Bar(x=[c.removeprefix("∂/∂logit[").removesuffix("]") for c in columns],
-                     y=[row[c] for c in columns], name=row["term"], marker_color=colour)
-              for (_, row), colour in zip(table.iterrows(), colours)],
-        layout=dict(barmode="group", height=340, margin=dict(t=30, b=40), legend=dict(orientation="h", y=-0.2),
-                    yaxis=dict(title="expected gradient w.r.t. the logit"), xaxis=dict(title="token")),
+        data=[
+            go.Bar(
+                x=[c.removeprefix("∂/∂logit[").removesuffix("]") for c in columns],
+                y=[row[c] for c in columns],
+                name=row["term"],
+                marker_color=colour,
+            )
+            for (_, row), colour in zip(table.iterrows(), colours)
+        ],
+        layout=dict(
+            barmode="group",
+            height=340,
+            margin=dict(t=30, b=40),
+            legend=dict(orientation="h", y=-0.2),
+            yaxis=dict(title="expected gradient w.r.t. the logit"),
+            xaxis=dict(title="token"),
+        ),
     )

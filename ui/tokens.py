@@ -101,16 +101,22 @@ def legend_html(samples: list[dict], colour_by: str) -> str:
         colour, mark = FLAGS[colouring.field]
         ends = [(colour, f"{mark}: {colouring.label}"), ("transparent", f"not {colouring.label}")]
     elif colouring.field == "advantages":
-        ends = [(_background(colouring, -scale, scale), f"A = {number(-scale, '+.2f')}"),
-                (_background(colouring, 0.0, scale), "A = 0"),
-                (_background(colouring, scale, scale), f"A = {number(scale, '+.2f')}")]
+        ends = [
+            (_background(colouring, -scale, scale), f"A = {number(-scale, '+.2f')}"),
+            (_background(colouring, 0.0, scale), "A = 0"),
+            (_background(colouring, scale, scale), f"A = {number(scale, '+.2f')}"),
+        ]
     elif colouring.field == "ratios":
-        ends = [(_background(colouring, math.exp(-scale), scale), f"ρ = {number(math.exp(-scale), '.2f')}"),
-                (_background(colouring, 1.0, scale), "ρ = 1"), (_background(colouring, math.exp(scale), scale),
-                                                               f"ρ = {number(math.exp(scale), '.2f')}")]
+        ends = [
+            (_background(colouring, math.exp(-scale), scale), f"ρ = {number(math.exp(-scale), '.2f')}"),
+            (_background(colouring, 1.0, scale), "ρ = 1"),
+            (_background(colouring, math.exp(scale), scale), f"ρ = {number(math.exp(scale), '.2f')}"),
+        ]
     else:
-        ends = [(_background(colouring, 0.0, scale), "H = 0"),
-                (_background(colouring, scale, scale), f"H = {number(scale, '.2f')}")]
+        ends = [
+            (_background(colouring, 0.0, scale), "H = 0"),
+            (_background(colouring, scale, scale), f"H = {number(scale, '.2f')}"),
+        ]
     swatches = "".join(
         f'<span style="background:{colour};border:1px solid #ccc;padding:1px 8px;margin-right:4px;'
         f'border-radius:3px">{html.escape(label)}</span>'
@@ -132,8 +138,10 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
     rows = []
     for row, sample in enumerate(samples, start=1):
         if headings and row - 1 in headings:
-            rows.append('<div style="font-family:sans-serif;font-size:0.85rem;color:#444;margin:8px 0 2px;'
-                        f'border-top:1px solid #ddd;padding-top:4px">{html.escape(headings[row - 1])}</div>')
+            rows.append(
+                '<div style="font-family:sans-serif;font-size:0.85rem;color:#444;margin:8px 0 2px;'
+                f'border-top:1px solid #ddd;padding-top:4px">{html.escape(headings[row - 1])}</div>'
+            )
         spans = []
         for i, token in enumerate(sample["tokens"]):
             value = sample.get(colouring.field, [False] * len(sample["tokens"]))[i]
@@ -156,9 +164,9 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
         rows.append(
             '<div style="font-family:monospace;font-size:1.0rem;margin:3px 0">'
             f'<span style="color:#888;display:inline-block;min-width:{lead}ch;white-space:pre">'
-            f'{row:>{digits}}. {html.escape(sample["prompt"])}</span> {"".join(spans)} '
+            f"{row:>{digits}}. {html.escape(sample['prompt'])}</span> {''.join(spans)} "
             f'<span style="font-family:sans-serif;font-size:0.85rem;color:#666">'
-            f'reward {sample["reward"]:+.2f} · {verdict}</span></div>'
+            f"reward {sample['reward']:+.2f} · {verdict}</span></div>"
         )
     return "".join(rows)
 
@@ -173,8 +181,11 @@ def group_summary(index: int, group: list[dict]) -> str:
     """One group in words: its number, prompt, how many solved it, and whether it teaches anything (A ≠ 0)."""
     solved = sum(sample["success"] for sample in group)
     advantages = [a for sample in group for a in sample["advantages"]]
-    signal = ("A = 0 on every token: no gradient" if not any(advantages) else
-              f"A from {number(min(advantages), '+.2f')} to {number(max(advantages), '+.2f')}")
+    signal = (
+        "A = 0 on every token: no gradient"
+        if not any(advantages)
+        else f"A from {number(min(advantages), '+.2f')} to {number(max(advantages), '+.2f')}"
+    )
     return f"group {index + 1} · {group[0]['prompt']} · {solved} of {len(group)} solved · {signal}"
 
 
@@ -205,22 +216,36 @@ def token_term(sample: dict, index: int, algo: AlgoConfig, beta: float | None = 
     loss = policy_loss(algo, logp, old, token_adv, mask)
     (grad,) = torch.autograd.grad(loss[0, index], logp)
     sequence = algo.policy_loss in ("gspo", "gspo_token")
-    ratio = gspo_sequence_ratio(logp.detach(), old, mask).item() if sequence else math.exp(
-        sample["log_probs"][index] - sample["old_log_probs"][index])
+    ratio = (
+        gspo_sequence_ratio(logp.detach(), old, mask).item()
+        if sequence
+        else math.exp(sample["log_probs"][index] - sample["old_log_probs"][index])
+    )
     advantage = token_adv.mean().item() if sequence else sample["advantages"][index]
     value = loss[0, index].item()
     case, formula = _LOSS_VIEWS.get(algo.policy_loss, _clip_view)(
-        algo, ratio, advantage, sample["log_probs"][index], sample["old_log_probs"][index], value)
+        algo, ratio, advantage, sample["log_probs"][index], sample["old_log_probs"][index], value
+    )
     beta = algo.beta if beta is None else beta
     if algo.kl_in != "loss" or beta <= 0:
         return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula))
     inputs = LossInputs(algo, None, logp, old, ref, token_adv, mask, beta, len(sample["log_probs"]))
     kl = kl_estimators.clamped_kl(KL_IN_LOSS[algo.kl_gradient](inputs), logp, ref)[0, index]
     (kl_grad,) = torch.autograd.grad(beta * kl, logp)
-    formula += (rf" \\ \text{{KL term: }} +\,\beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {tex(beta, 'g')} \cdot "
-                rf"{tex(kl.item(), '.4g')} = {tex(beta * kl.item(), '+.4g')}")  # significant digits: β·k is tiny
-    return TokenTerm(ratio, advantage, case, value, -grad[0, index].item(), _lines(formula), beta * kl.item(),
-                     -kl_grad[0, index].item())
+    formula += (
+        rf" \\ \text{{KL term: }} +\,\beta\,{_KL_SYMBOL[algo.kl_gradient](algo)} = {tex(beta, 'g')} \cdot "
+        rf"{tex(kl.item(), '.4g')} = {tex(beta * kl.item(), '+.4g')}"
+    )  # significant digits: β·k is tiny
+    return TokenTerm(
+        ratio,
+        advantage,
+        case,
+        value,
+        -grad[0, index].item(),
+        _lines(formula),
+        beta * kl.item(),
+        -kl_grad[0, index].item(),
+    )
 
 
 def _lines(formula: str) -> str:
@@ -241,8 +266,10 @@ def _side(advantage: float) -> str:
 
 
 def _vanilla_view(algo, ratio, advantage, logp, old_logp, loss):
-    return ("no clip: vanilla policy gradient, every token keeps its gradient A",
-            rf"\ell_t = -A_t \log\pi_\theta(a_t) = -({advantage:+.4f})({logp:.4f}) = {loss:+.4f}")
+    return (
+        "no clip: vanilla policy gradient, every token keeps its gradient A",
+        rf"\ell_t = -A_t \log\pi_\theta(a_t) = -({advantage:+.4f})({logp:.4f}) = {loss:+.4f}",
+    )
 
 
 def _clip_view(algo, ratio, advantage, logp, old_logp, loss):
@@ -251,9 +278,11 @@ def _clip_view(algo, ratio, advantage, logp, old_logp, loss):
     surrogate = rf"-\min\big({rho} A,\ \mathrm{{clip}}({rho}, 1-{low}, 1+{high})\,A\big)"
     if algo.dual_clip is not None and advantage < 0:  # the dual clip caps a negative token's loss at −c·A
         surrogate = rf"\min\big({surrogate},\ -{tex(algo.dual_clip, 'g')}A\big)"
-    return (clip_case(ratio, advantage, algo),
-            rf"\ell_t = {surrogate} \\ {rho} = {ratio:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
-            rf"\ell_t = {loss:+.4f}")
+    return (
+        clip_case(ratio, advantage, algo),
+        rf"\ell_t = {surrogate} \\ {rho} = {ratio:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
+        rf"\ell_t = {loss:+.4f}",
+    )
 
 
 def _cispo_view(algo, ratio, advantage, logp, old_logp, loss):
@@ -266,13 +295,18 @@ def _cispo_view(algo, ratio, advantage, logp, old_logp, loss):
         weight = min(ratio, algo.epsilon_high)
         bound = rf"\min(\rho_t, {tex(algo.epsilon_high, 'g')})"
         clamped = ratio > algo.epsilon_high
-    how = (f"ρ = {number(ratio, '.4g')} clamped to the weight w = {number(weight, '.4g')}" if clamped
-           else f"weight w = ρ = {number(ratio, '.4g')}")
+    how = (
+        f"ρ = {number(ratio, '.4g')} clamped to the weight w = {number(weight, '.4g')}"
+        if clamped
+        else f"weight w = ρ = {number(ratio, '.4g')}"
+    )
     push = "no push either way" if advantage == 0 else "the gradient flows: CISPO never silences a token"
-    return (f"{_side(advantage)}, {how} (detached): {push}",
-            rf"\ell_t = -\mathrm{{sg}}[{bound}]\,A\log\pi_\theta(a_t) \\ \rho_t = {ratio:.4f},\ "
-            rf"w = {weight:.4f},\ A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f} \;\Rightarrow\; "
-            rf"\ell_t = {loss:+.4f}")
+    return (
+        f"{_side(advantage)}, {how} (detached): {push}",
+        rf"\ell_t = -\mathrm{{sg}}[{bound}]\,A\log\pi_\theta(a_t) \\ \rho_t = {ratio:.4f},\ "
+        rf"w = {weight:.4f},\ A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f} \;\Rightarrow\; "
+        rf"\ell_t = {loss:+.4f}",
+    )
 
 
 def _sapo_view(algo, ratio, advantage, logp, old_logp, loss):
@@ -281,39 +315,54 @@ def _sapo_view(algo, ratio, advantage, logp, old_logp, loss):
     sigma = torch.sigmoid(torch.tensor(tau * (ratio - 1), dtype=torch.float64)).item()
     slope = 4 * sigma * (1 - sigma)  # dg/dρ: the gate's scale on the plain gradient ρ·A
     which = "τ_pos" if advantage > 0 else "τ_neg"
-    push = ("no push either way" if advantage == 0 else
-            f"the gradient ρA is scaled by the gate's slope 4σ(1−σ) = {number(slope, '.4f')}, softly, "
-            "never cut to 0")
-    return (f"{_side(advantage)}, soft gate g = {number(gate, '.4f')} at ρ = {number(ratio, '.4g')} "
-            f"({which} = {number(tau, 'g')}): {push}",
-            rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \\ "
-            rf"\rho_t = {ratio:.4f},\ \tau = {tex(tau, 'g')},\ g = {gate:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
-            rf"\ell_t = {loss:+.4f}")
+    push = (
+        "no push either way"
+        if advantage == 0
+        else f"the gradient ρA is scaled by the gate's slope 4σ(1−σ) = {number(slope, '.4f')}, softly, never cut to 0"
+    )
+    return (
+        f"{_side(advantage)}, soft gate g = {number(gate, '.4f')} at ρ = {number(ratio, '.4g')} "
+        f"({which} = {number(tau, 'g')}): {push}",
+        rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \\ "
+        rf"\rho_t = {ratio:.4f},\ \tau = {tex(tau, 'g')},\ g = {gate:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
+        rf"\ell_t = {loss:+.4f}",
+    )
 
 
 def _dppo_view(algo, ratio, advantage, logp, old_logp, loss):
     p, p_old = math.exp(logp), math.exp(old_logp)
-    kept = bool(dppo_tv_mask(torch.tensor(p), torch.tensor(p_old), torch.tensor(advantage), algo.dppo_delta_low,
-                             algo.dppo_delta_high))
+    kept = bool(
+        dppo_tv_mask(
+            torch.tensor(p), torch.tensor(p_old), torch.tensor(advantage), algo.dppo_delta_low, algo.dppo_delta_high
+        )
+    )
     change = p - p_old
     if advantage > 0:
-        band = (f"p − p_old = {number(change, '+.4f')} {'≤' if kept else '>'} "
-                f"δ_high = {number(algo.dppo_delta_high, 'g')}")
+        band = (
+            f"p − p_old = {number(change, '+.4f')} {'≤' if kept else '>'} δ_high = {number(algo.dppo_delta_high, 'g')}"
+        )
     else:  # A = 0 is checked as A ≤ 0, as in verl
-        band = (f"p − p_old = {number(change, '+.4f')} {'≥' if kept else '<'} "
-                f"−δ_low = {number(-algo.dppo_delta_low, 'g')}")
+        band = (
+            f"p − p_old = {number(change, '+.4f')} {'≥' if kept else '<'} −δ_low = {number(-algo.dppo_delta_low, 'g')}"
+        )
     if advantage == 0:
         verdict = f"{'kept' if kept else 'masked'}, and A = 0: no push either way"
     elif kept:
-        verdict = (f"inside the band, kept (m = 1): gradient with weight min(ρ, c) = "
-                   f"{number(min(ratio, algo.dppo_ratio_cap), '.4g')}")
+        verdict = (
+            f"inside the band, kept (m = 1): gradient with weight min(ρ, c) = "
+            f"{number(min(ratio, algo.dppo_ratio_cap), '.4g')}"
+        )
     else:
-        verdict = ("masked (m = 0), no gradient: its probability already moved more than δ in the direction "
-                   "its advantage pushes")
-    return (f"{_side(advantage)}, {band}: {verdict}",
-            rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {tex(algo.dppo_ratio_cap, 'g')})]\log\pi_\theta(a_t) \\ "
-            rf"p = {p:.4f},\ p_{{old}} = {p_old:.4f},\ m_t = {int(kept)},\ \rho_t = {ratio:.4f},\ "
-            rf"A = {advantage:+.4f} \;\Rightarrow\; \ell_t = {loss:+.4f}")
+        verdict = (
+            "masked (m = 0), no gradient: its probability already moved more than δ in the direction "
+            "its advantage pushes"
+        )
+    return (
+        f"{_side(advantage)}, {band}: {verdict}",
+        rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {tex(algo.dppo_ratio_cap, 'g')})]\log\pi_\theta(a_t) \\ "
+        rf"p = {p:.4f},\ p_{{old}} = {p_old:.4f},\ m_t = {int(kept)},\ \rho_t = {ratio:.4f},\ "
+        rf"A = {advantage:+.4f} \;\Rightarrow\; \ell_t = {loss:+.4f}",
+    )
 
 
 def _dro_view(algo, ratio, advantage, logp, old_logp, loss):
@@ -326,18 +375,24 @@ def _dro_view(algo, ratio, advantage, logp, old_logp, loss):
     elif advantage == 0:
         verdict = f"A = 0, yet the spring pulls it back towards π_old with {number(push, '+.4g')}"
     else:
-        verdict = (f"no clip: the gradient A − β·log(π_θ/π_old) = {number(push, '+.4g')}, smaller the "
-                   "further it moved")
-    return (f"{_side(advantage)}, log π_θ − log π_old = {number(log_ratio, '+.4g')}: {verdict}",
-            rf"\ell_t = -\big[A\log\pi_\theta(a_t) - \tfrac{{\beta}}{{2}}(\log\pi_\theta - \log\pi_{{old}})^2\big] \\ "
-            rf"A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f},\ \log\pi_{{old}} = {old_logp:.4f},\ "
-            rf"\beta = {tex(algo.dro_beta, 'g')} \;\Rightarrow\; \ell_t = {loss:+.4f}")
+        verdict = f"no clip: the gradient A − β·log(π_θ/π_old) = {number(push, '+.4g')}, smaller the further it moved"
+    return (
+        f"{_side(advantage)}, log π_θ − log π_old = {number(log_ratio, '+.4g')}: {verdict}",
+        rf"\ell_t = -\big[A\log\pi_\theta(a_t) - \tfrac{{\beta}}{{2}}(\log\pi_\theta - \log\pi_{{old}})^2\big] \\ "
+        rf"A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f},\ \log\pi_{{old}} = {old_logp:.4f},\ "
+        rf"\beta = {tex(algo.dro_beta, 'g')} \;\Rightarrow\; \ell_t = {loss:+.4f}",
+    )
 
 
 # How each policy loss reads for one token: (the case in words, the formula with its numbers). The clip family
 # (PPO's clip, GSPO, GSPO-token) is the default.
-_LOSS_VIEWS = {"vanilla": _vanilla_view, "cispo": _cispo_view, "sapo": _sapo_view, "dppo_tv": _dppo_view,
-               "dro": _dro_view}
+_LOSS_VIEWS = {
+    "vanilla": _vanilla_view,
+    "cispo": _cispo_view,
+    "sapo": _sapo_view,
+    "dppo_tv": _dppo_view,
+    "dro": _dro_view,
+}
 
 
 def clip_case(ratio: float, advantage: float, algo: AlgoConfig) -> str:

@@ -17,8 +17,22 @@ for _module in pkgutil.iter_modules(__path__):
 
 # The order of the walk-through, then anything added later.
 WALKTHROUGH_ORDER = (
-    "pg", "ppo", "grpo", "dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "vapo",
-    "cispo", "sapo", "dppo", "lite_ppo", "maxrl", "opd",
+    "pg",
+    "ppo",
+    "grpo",
+    "dapo",
+    "dr_grpo",
+    "gspo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "vapo",
+    "cispo",
+    "sapo",
+    "dppo",
+    "lite_ppo",
+    "maxrl",
+    "opd",
 )
 PRESETS = {name: PRESETS[name] for name in WALKTHROUGH_ORDER if name in PRESETS} | PRESETS
 # Everything a run can train: the RL presets, then the kinds fitted to preference pairs (DPO, IPO, reward model).

@@ -7,7 +7,7 @@ PRESET = GRPO.replace(
     name="opd",
     title="On-policy distillation",
     summary="The student samples, a teacher scores every token: advantage sg[log π_T − log π_θ] per token, no "
-            "verifier reward.",
+    "verifier reward.",
     beta=0.0,
     teacher_model="tiny",
     use_task_rewards=False,

@@ -68,11 +68,17 @@ def _trl_batch(k: dict, knob: str) -> Line | list[Line]:
     minibatches = k["num_minibatches"]
     if knob == "prompts_per_step":
         if completions % minibatches:
-            return Set("per_device_train_batch_size", completions,
-                       f"{completions} completions do not split into {minibatches} equal minibatches: one step each")
-        return Set("per_device_train_batch_size", completions // minibatches,
-                   f"{k['prompts_per_step']} prompts × {k['num_generations']} completions in {minibatches} "
-                   "optimiser steps (one process)")
+            return Set(
+                "per_device_train_batch_size",
+                completions,
+                f"{completions} completions do not split into {minibatches} equal minibatches: one step each",
+            )
+        return Set(
+            "per_device_train_batch_size",
+            completions // minibatches,
+            f"{k['prompts_per_step']} prompts × {k['num_generations']} completions in {minibatches} "
+            "optimiser steps (one process)",
+        )
     if completions % minibatches:
         return f"does not map: TRL's minibatches are equal, {completions} completions do not split into {minibatches}"
     return Set("steps_per_generation", minibatches, "optimiser steps per generated batch")
@@ -83,8 +89,11 @@ def _trl_advantages(k: dict, knob: str) -> Line:
     if estimator == "grpo" and "adv_norm_std" in k:
         return "TRL's group-normalised advantage; its mean and scaling are set by adv_norm_mean, adv_norm_std"
     if estimator in ("grpo", "dr_grpo"):
-        return Set("scale_rewards", "group" if estimator == "grpo" else "none",
-                   "(R − group mean) / group std" if estimator == "grpo" else "R − group mean, no std (Dr. GRPO)")
+        return Set(
+            "scale_rewards",
+            "group" if estimator == "grpo" else "none",
+            "(R − group mean) / group std" if estimator == "grpo" else "R − group mean, no std (Dr. GRPO)",
+        )
     if estimator == "rloo":
         return "does not map: TRL trains RLOO with its RLOOTrainer, not GRPOConfig"
     return f"does not map: GRPOConfig's advantage is group-relative; it has no {estimator} estimator"
@@ -95,15 +104,18 @@ def _trl_policy_loss(k: dict, knob: str) -> Line | list[Line]:
     if loss in ("cispo", "sapo"):
         return Set("loss_type", loss)
     if loss in ("gspo", "gspo_token"):
-        note = "GSPO's sequence ratio" + ("; GSPO-token's gradients agree when a response has one advantage"
-                                          if loss == "gspo_token" else "")
+        note = "GSPO's sequence ratio" + (
+            "; GSPO-token's gradients agree when a response has one advantage" if loss == "gspo_token" else ""
+        )
         return Set("importance_sampling_level", "sequence", note)
     if loss == "clip":
         return Set("importance_sampling_level", "token", "PPO's token-level clipped surrogate")
     if loss == "vanilla":
-        return [Set("importance_sampling_level", "token"),
-                "TRL has no plain policy-gradient loss; with one update per batch its surrogate has ρ = 1 and "
-                "the same gradient"]
+        return [
+            Set("importance_sampling_level", "token"),
+            "TRL has no plain policy-gradient loss; with one update per batch its surrogate has ρ = 1 and "
+            "the same gradient",
+        ]
     return f"does not map: TRL has no {loss} loss"
 
 
@@ -116,8 +128,10 @@ def _trl_aggregation(k: dict, knob: str) -> Line:
         return f"does not map: TRL's {loss} loss always aggregates with {fixed}"
     if mode not in GROUP_AGGREGATION_TRL:
         return f"does not map: TRL has no {mode} aggregation"
-    notes = {"bnpo": "token-mean over the minibatch ('dapo' divides by the generation batch's tokens per step)",
-             "dr_grpo": "divides by B × max_completion_length"}
+    notes = {
+        "bnpo": "token-mean over the minibatch ('dapo' divides by the generation batch's tokens per step)",
+        "dr_grpo": "divides by B × max_completion_length",
+    }
     return Set("loss_type", GROUP_AGGREGATION_TRL[mode], notes.get(GROUP_AGGREGATION_TRL[mode], ""))
 
 
@@ -157,17 +171,25 @@ def _trl_kl_gradient(k: dict, knob: str) -> Line | list[Line]:
     mode = k[knob]
     if mode == "is_corrected":
         return Set("use_bias_correction_kl", True, "k3 multiplied by the importance ratio (DeepSeek-V3.2)")
-    lines: list[Line] = [Set("use_bias_correction_kl", False,
-                             "the lab's k3 gradient as it is; TRL 1.16's default True would weight k3 by ρ "
-                             "(gradient ρ·k1, the lab's kl_gradient=is_corrected)")]
+    lines: list[Line] = [
+        Set(
+            "use_bias_correction_kl",
+            False,
+            "the lab's k3 gradient as it is; TRL 1.16's default True would weight k3 by ρ "
+            "(gradient ρ·k1, the lab's kl_gradient=is_corrected)",
+        )
+    ]
     if mode != "plain":
         lines.append(f"does not map: TRL has no {mode} KL gradient (verl: the k3+ estimator)")
     return lines
 
 
 def _trl_entropy(k: dict, knob: str) -> Line:
-    note = "" if k["loss_agg_mode"] == "token-mean" else (
-        f"TRL's bonus is the token-mean entropy; the lab aggregates it with {k['loss_agg_mode']}")
+    note = (
+        ""
+        if k["loss_agg_mode"] == "token-mean"
+        else (f"TRL's bonus is the token-mean entropy; the lab aggregates it with {k['loss_agg_mode']}")
+    )
     return Set("entropy_coef", k[knob], note)
 
 
@@ -193,8 +215,10 @@ def _overlong(lead: Callable[[dict, int], Line | list[Line]]) -> Rule:
 
 
 def _trl_overlong(k: dict, length: int) -> Line:
-    return ("does not map as a field: add trl.rewards.get_soft_overlong_punishment("
-            f"max_completion_len={k['max_new_tokens']}, soft_punish_cache={length}) to the trainer's reward_funcs")
+    return (
+        "does not map as a field: add trl.rewards.get_soft_overlong_punishment("
+        f"max_completion_len={k['max_new_tokens']}, soft_punish_cache={length}) to the trainer's reward_funcs"
+    )
 
 
 def _trl_rollout_is(k: dict, knob: str) -> Line | list[Line]:
@@ -203,8 +227,10 @@ def _trl_rollout_is(k: dict, knob: str) -> Line | list[Line]:
         return Set("vllm_importance_sampling_correction", False)
     if level == "geometric":
         return "does not map: TRL's sampler correction has no geometric-mean level"
-    return [Set("vllm_importance_sampling_correction", True, "TRL corrects the vLLM sampler's mismatch (use_vllm=True)"),
-            Set("vllm_importance_sampling_mode", f"{level}_{mode}")]
+    return [
+        Set("vllm_importance_sampling_correction", True, "TRL corrects the vLLM sampler's mismatch (use_vllm=True)"),
+        Set("vllm_importance_sampling_mode", f"{level}_{mode}"),
+    ]
 
 
 def _divergence_gated(k: dict) -> bool:
@@ -214,9 +240,14 @@ def _divergence_gated(k: dict) -> bool:
 
 def _gating_elsewhere(framework: str) -> Rule:
     """is_correction_gating where the framework gates on the weight only."""
-    return lambda k, knob: (f"does not map: {framework} gates its sampler correction on the importance weight, not "
-                            f"on the {k[knob]} of the sampled token") if _divergence_gated(k) else (
-        f"off here; {framework} gates on the weight too")
+    return lambda k, knob: (
+        (
+            f"does not map: {framework} gates its sampler correction on the importance weight, not "
+            f"on the {k[knob]} of the sampled token"
+        )
+        if _divergence_gated(k)
+        else (f"off here; {framework} gates on the weight too")
+    )
 
 
 def _gate_bound(rule: Rule) -> Rule:
@@ -224,8 +255,11 @@ def _gate_bound(rule: Rule) -> Rule:
 
 
 def _dtype(framework: str) -> Rule:
-    return off_or_no(f"{framework}'s trainer and sampler here share float32 kernels",
-                     f"{framework} sets its sampler's precision outside this configuration", lambda v: v == "float32")
+    return off_or_no(
+        f"{framework}'s trainer and sampler here share float32 kernels",
+        f"{framework} sets its sampler's precision outside this configuration",
+        lambda v: v == "float32",
+    )
 
 
 def _reward_to_go_only(rule: Rule) -> Rule:
@@ -266,8 +300,13 @@ def _distillation(missing: str) -> dict[str, Rule]:
     the framework distils instead): a plain comment while no teacher is set, "does not map" with one."""
     teacher = lambda k: k["teacher_model"] is not None  # noqa: E731 - a predicate read by every rule below
     rules: dict[str, Rule] = {"teacher_model": off_or_no("no teacher", missing, is_off=lambda v: v is None)}
-    for knob in ("teacher_sft_steps", "distillation_loss_mode", "use_policy_gradient", "use_task_rewards",
-                 "distillation_loss_coef"):
+    for knob in (
+        "teacher_sft_steps",
+        "distillation_loss_mode",
+        "use_policy_gradient",
+        "use_task_rewards",
+        "distillation_loss_coef",
+    ):
         rules[knob] = unused_unless(teacher, no(missing), "no teacher")
     return rules
 
@@ -280,8 +319,11 @@ TRL_RULES: dict[str, Rule] = {
     "max_new_tokens": to("max_completion_length"),
     "advantage_estimator": _trl_advantages,
     "use_baseline": _reward_to_go_only(no("GRPOConfig has no reward-to-go estimator")),
-    "gamma": lambda k, knob: "TRL's reward is one undiscounted number per completion (γ = 1)" if k[knob] == 1
-    else "does not map: TRL's reward is undiscounted",
+    "gamma": lambda k, knob: (
+        "TRL's reward is one undiscounted number per completion (γ = 1)"
+        if k[knob] == 1
+        else "does not map: TRL's reward is undiscounted"
+    ),
     "lam": _gae_only(no("GRPOConfig has no GAE")),
     "lam_critic": _gae_only(no("GRPOConfig has no GAE")),
     "length_adaptive_alpha": off_or_no("GRPOConfig has no GAE", "GRPOConfig has no GAE", lambda v: v is None),
@@ -300,9 +342,10 @@ TRL_RULES: dict[str, Rule] = {
     "ppo_epochs": to("num_iterations", note="updates per generated batch (μ)"),
     "learning_rate": to("learning_rate"),
     "max_grad_norm": to("max_grad_norm"),
-    "use_critic": off_or_no("GRPOConfig trains without a critic",
-                            "TRL 1.16 has no trainer with a critic; verl (critic.enable) and OpenRLHF (the gae "
-                            "estimator) train one"),
+    "use_critic": off_or_no(
+        "GRPOConfig trains without a critic",
+        "TRL 1.16 has no trainer with a critic; verl (critic.enable) and OpenRLHF (the gae estimator) train one",
+    ),
     "critic_learning_rate": _critic_only("GRPOConfig has no critic"),
     "cliprange_value": _critic_only("GRPOConfig has no critic"),
     "vf_coef": _critic_only("GRPOConfig has no critic"),
@@ -320,33 +363,44 @@ TRL_RULES: dict[str, Rule] = {
     "kl_cov_coef": _cov_only(no("TRL has no KL-Cov"), ("kl_cov",)),
     "sapo_tau_pos": to("sapo_temperature_pos"),
     "sapo_tau_neg": to("sapo_temperature_neg"),
-    "cispo_two_sided": off_or_no("TRL's cispo caps the weight from above only",
-                                 "TRL's cispo caps the weight from above only"),
+    "cispo_two_sided": off_or_no(
+        "TRL's cispo caps the weight from above only", "TRL's cispo caps the weight from above only"
+    ),
     "dppo_delta_low": _dppo_only(no("TRL has no DPPO loss")),
     "dppo_delta_high": _dppo_only(no("TRL has no DPPO loss")),
     "dppo_ratio_cap": _dppo_only(no("TRL has no DPPO loss")),
     "dro_beta": _dro_only(no("TRL has no dro loss")),
     "kl_gradient": _trl_kl_gradient,
-    "rollout_staleness": off_or_no("TRL samples with the current policy", "TRL has no lagged sampler",
-                                   lambda v: v == 0),
-    "rollout_temperature": off_or_no("TRL samples at the trainer's temperature",
-                                     "TRL samples at the temperature it trains with", lambda v: v is None),
+    "rollout_staleness": off_or_no(
+        "TRL samples with the current policy", "TRL has no lagged sampler", lambda v: v == 0
+    ),
+    "rollout_temperature": off_or_no(
+        "TRL samples at the trainer's temperature", "TRL samples at the temperature it trains with", lambda v: v is None
+    ),
     "rollout_is_mode": _trl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": to("vllm_importance_sampling_clip_max"),
     "is_correction_gating": _gating_elsewhere("TRL"),
     "is_correction_threshold": _gate_bound(no("TRL has no divergence gate")),
     "rollout_dtype": _dtype("TRL"),
-    "adv_norm_mean": _grpo_only(lambda k, knob: "TRL's baseline is the group mean" if k[knob] == "group"
-                                else f"does not map: TRL's baseline is always the group mean, not {k[knob]}"),
+    "adv_norm_mean": _grpo_only(
+        lambda k, knob: (
+            "TRL's baseline is the group mean"
+            if k[knob] == "group"
+            else f"does not map: TRL's baseline is always the group mean, not {k[knob]}"
+        )
+    ),
     "adv_norm_std": _grpo_only(to("scale_rewards")),
-    "skip_no_signal_updates": off_or_no("TRL steps the optimiser on every batch too",
-                                        "TRL steps the optimiser on every batch"),
+    "skip_no_signal_updates": off_or_no(
+        "TRL steps the optimiser on every batch too", "TRL steps the optimiser on every batch"
+    ),
     "baseline": _reward_to_go_only(no("GRPOConfig has no reward-to-go estimator")),
-    **_distillation("GRPOConfig has no teacher; TRL 1.16's DistillationConfig (DistillationTrainer) is no "
-                    "counterpart either: it fits the student to the teacher's whole next-token distributions with a "
-                    "generalized JSD (its beta = 1: reverse KL), where the lab's signal is the sampled token's "
-                    "log π_T − log π_θ as an advantage; verl 0.9.1's distillation.* keys carry it"),
+    **_distillation(
+        "GRPOConfig has no teacher; TRL 1.16's DistillationConfig (DistillationTrainer) is no "
+        "counterpart either: it fits the student to the teacher's whole next-token distributions with a "
+        "generalized JSD (its beta = 1: reverse KL), where the lab's signal is the sampled token's "
+        "log π_T − log π_θ as an advantage; verl 0.9.1's distillation.* keys carry it"
+    ),
 }
 # The lab's optimiser and model, which no knob names but a faithful copy needs.
 TRL_ENGINE = (
@@ -358,16 +412,33 @@ TRL_ENGINE = (
 
 # ------------------------------------------------------------------------------------------------ verl
 ACTOR = "actor_rollout_ref.actor"
-VERL_ESTIMATORS = {"grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo", "gae": "gae",
-                   "reinforce_pp": "reinforce_plus_plus", "reinforce_pp_baseline": "reinforce_plus_plus_baseline"}
-VERL_LOSSES = {"clip": "vanilla", "vanilla": "gpg", "gspo": "gspo", "gspo_token": "gspo", "cispo": "cispo",
-               "sapo": "sapo", "dppo_tv": "dppo_tv", "dro": "dro"}
+VERL_ESTIMATORS = {
+    "grpo": "grpo",
+    "dr_grpo": "grpo",
+    "rloo": "rloo",
+    "gae": "gae",
+    "reinforce_pp": "reinforce_plus_plus",
+    "reinforce_pp_baseline": "reinforce_plus_plus_baseline",
+}
+VERL_LOSSES = {
+    "clip": "vanilla",
+    "vanilla": "gpg",
+    "gspo": "gspo",
+    "gspo_token": "gspo",
+    "cispo": "cispo",
+    "sapo": "sapo",
+    "dppo_tv": "dppo_tv",
+    "dro": "dro",
+}
 VERL_KL_LOSS = {"k1": "k1", "k2": "k2", "k3": "k3"}
 VERL_KL_PENALTY = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 VERL_RS_LEVELS = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1"}
 # verl's gspo and sapo fix their own aggregation.
-LOSS_AGGREGATION_VERL = {"gspo": "seq-mean-token-mean", "gspo_token": "seq-mean-token-mean",
-                         "sapo": "seq-mean-token-mean"}
+LOSS_AGGREGATION_VERL = {
+    "gspo": "seq-mean-token-mean",
+    "gspo_token": "seq-mean-token-mean",
+    "sapo": "seq-mean-token-mean",
+}
 
 
 def _verl_advantages(k: dict, knob: str) -> Line | list[Line]:
@@ -392,10 +463,16 @@ def _verl_whiten(k: dict, knob: str) -> Line:
 def _verl_beta(k: dict, knob: str) -> list[Line]:
     beta = k[knob]
     if k["kl_in"] == "loss":
-        return [Set(f"{ACTOR}.use_kl_loss", beta > 0), Set(f"{ACTOR}.kl_loss_coef", beta),
-                Set("algorithm.use_kl_in_reward", False)]
-    return [Set("algorithm.use_kl_in_reward", beta > 0), Set("algorithm.kl_ctrl.kl_coef", beta),
-            Set(f"{ACTOR}.use_kl_loss", False)]
+        return [
+            Set(f"{ACTOR}.use_kl_loss", beta > 0),
+            Set(f"{ACTOR}.kl_loss_coef", beta),
+            Set("algorithm.use_kl_in_reward", False),
+        ]
+    return [
+        Set("algorithm.use_kl_in_reward", beta > 0),
+        Set("algorithm.kl_ctrl.kl_coef", beta),
+        Set(f"{ACTOR}.use_kl_loss", False),
+    ]
 
 
 def _verl_kl_estimator(k: dict, knob: str) -> Line:
@@ -422,8 +499,14 @@ def _verl_target_kl(k: dict, knob: str) -> Line | list[Line]:
         return Set("algorithm.kl_ctrl.type", "fixed")
     if k["kl_in"] != "reward":
         return "does not map: verl adapts β only for KL in the reward"
-    return [Set("algorithm.kl_ctrl.type", "adaptive"), Set("algorithm.kl_ctrl.target_kl", k[knob],
-            "verl's controller is proportional (kl_ctrl.horizon), not the lab's ×2 / ÷2 rule")]
+    return [
+        Set("algorithm.kl_ctrl.type", "adaptive"),
+        Set(
+            "algorithm.kl_ctrl.target_kl",
+            k[knob],
+            "verl's controller is proportional (kl_ctrl.horizon), not the lab's ×2 / ÷2 rule",
+        ),
+    ]
 
 
 def _verl_policy_loss(k: dict, knob: str) -> Line | list[Line]:
@@ -432,8 +515,10 @@ def _verl_policy_loss(k: dict, knob: str) -> Line | list[Line]:
         return f"does not map: verl has no {loss} loss"
     if k.get("cov_mode", "none") != "none" and loss == "clip":
         return "set with cov_mode (verl's clip_cov / kl_cov losses are the clipped surrogate plus the selection)"
-    notes = {"gspo": "verl's gspo is written in GSPO-token form; with one advantage per response it is GSPO",
-             "vanilla": "verl's gpg loss is −A·log π"}
+    notes = {
+        "gspo": "verl's gspo is written in GSPO-token form; with one advantage per response it is GSPO",
+        "vanilla": "verl's gpg loss is −A·log π",
+    }
     return Set(f"{ACTOR}.policy_loss.loss_mode", VERL_LOSSES[loss], notes.get(loss, ""))
 
 
@@ -443,8 +528,11 @@ def _verl_clip_range(k: dict, knob: str) -> Line:
     if loss in ("clip", "gspo", "gspo_token") or (loss == "cispo" and k.get("cispo_two_sided")):
         return Set(f"{ACTOR}.clip_ratio_{side}", k[knob])
     if loss == "cispo" and side == "high":
-        return Set(f"{ACTOR}.clip_ratio_high", k[knob] - 1,
-                   "verl clamps the weight to [1 − clip_ratio_low, 1 + clip_ratio_high]: cap ε_max = 1 + this")
+        return Set(
+            f"{ACTOR}.clip_ratio_high",
+            k[knob] - 1,
+            "verl clamps the weight to [1 − clip_ratio_low, 1 + clip_ratio_high]: cap ε_max = 1 + this",
+        )
     if loss == "cispo":
         return "unused by the one-sided cap (clip_ratio_low is set by cispo_two_sided)"
     if loss == "dppo_tv":
@@ -495,21 +583,30 @@ def _verl_cov(k: dict, knob: str) -> Line | list[Line]:
         return f"does not map: verl's {mode} replaces the clipped loss, not {k['policy_loss']}"
     loss = f"{ACTOR}.policy_loss"
     if mode == "clip_cov":
-        return [Set(f"{loss}.loss_mode", "clip_cov"), Set(f"{loss}.clip_cov_ratio", k["cov_fraction"]),
-                Set(f"{loss}.clip_cov_lb", 1.0), Set(f"{loss}.clip_cov_ub", 5.0)]
-    return [Set(f"{loss}.loss_mode", "kl_cov"), Set(f"{loss}.kl_cov_ratio", k["cov_fraction"]),
-            Set(f"{loss}.ppo_kl_coef", k["kl_cov_coef"])]
+        return [
+            Set(f"{loss}.loss_mode", "clip_cov"),
+            Set(f"{loss}.clip_cov_ratio", k["cov_fraction"]),
+            Set(f"{loss}.clip_cov_lb", 1.0),
+            Set(f"{loss}.clip_cov_ub", 5.0),
+        ]
+    return [
+        Set(f"{loss}.loss_mode", "kl_cov"),
+        Set(f"{loss}.kl_cov_ratio", k["cov_fraction"]),
+        Set(f"{loss}.ppo_kl_coef", k["kl_cov_coef"]),
+    ]
 
 
 def _verl_overlong(k: dict, length: int) -> list[Line]:
     """verl 0.9's DAPO reward manager reads its buffer from `reward.reward_kwargs`, a group the config lacks."""
     kwargs = "+reward.reward_kwargs"
-    return [Set("reward.reward_manager.name", "dapo", "verl's DAPO reward manager adds the punishment"),
-            Set(f"{kwargs}.overlong_buffer_cfg.enable", True),
-            Set(f"{kwargs}.overlong_buffer_cfg.len", length, "|y| counts the EOS (valid_response_length), as in the lab"),
-            Set(f"{kwargs}.overlong_buffer_cfg.penalty_factor", 1.0),
-            Set(f"{kwargs}.overlong_buffer_cfg.log", False),
-            Set(f"{kwargs}.max_resp_len", k["max_new_tokens"])]
+    return [
+        Set("reward.reward_manager.name", "dapo", "verl's DAPO reward manager adds the punishment"),
+        Set(f"{kwargs}.overlong_buffer_cfg.enable", True),
+        Set(f"{kwargs}.overlong_buffer_cfg.len", length, "|y| counts the EOS (valid_response_length), as in the lab"),
+        Set(f"{kwargs}.overlong_buffer_cfg.penalty_factor", 1.0),
+        Set(f"{kwargs}.overlong_buffer_cfg.log", False),
+        Set(f"{kwargs}.max_resp_len", k["max_new_tokens"]),
+    ]
 
 
 def _verl_rollout_is(k: dict, knob: str) -> Line | list[Line]:
@@ -521,16 +618,24 @@ def _verl_rollout_is(k: dict, knob: str) -> Line | list[Line]:
         if level == "geometric":
             return "does not map: verl truncates token or sequence weights, not their geometric mean"
         return Set(f"{base}.rollout_is", level, "TIS: the weight capped at the threshold")
-    weights = Set(f"{base}.rollout_is", level) if level != "geometric" else (
-        "the geometric-mean weight itself does not map (verl weights tokens or sequences)")
+    weights = (
+        Set(f"{base}.rollout_is", level)
+        if level != "geometric"
+        else ("the geometric-mean weight itself does not map (verl weights tokens or sequences)")
+    )
     return [weights, Set(f"{base}.rollout_rs", VERL_RS_LEVELS[level], "MIS: reject (mask) beyond the threshold")]
 
 
 def _verl_rollout_threshold(k: dict, knob: str) -> Line | list[Line]:
     lines: list[Line] = [Set("algorithm.rollout_correction.rollout_is_threshold", k[knob])]
     if k.get("rollout_is_mode") == "mask":
-        lines.append(Set("algorithm.rollout_correction.rollout_rs_threshold", k[knob],
-                         "one number: verl also rejects weights below its reciprocal, which the lab does not"))
+        lines.append(
+            Set(
+                "algorithm.rollout_correction.rollout_rs_threshold",
+                k[knob],
+                "one number: verl also rejects weights below its reciprocal, which the lab does not",
+            )
+        )
     return lines
 
 
@@ -539,8 +644,11 @@ def _verl_adv_norm(k: dict, knob: str) -> Line:
     if (mean, std) == ("leave_one_out", "none"):
         return "set with advantage_estimator (verl's rloo)"
     if knob == "adv_norm_mean":
-        return "verl's grpo baseline is the group mean" if mean == "group" else (
-            f"does not map: verl's grpo baseline is the group mean, not {mean}")
+        return (
+            "verl's grpo baseline is the group mean"
+            if mean == "group"
+            else (f"does not map: verl's grpo baseline is the group mean, not {mean}")
+        )
     if std == "batch":
         return "does not map: verl's grpo divides by the group's std or by nothing"
     return Set("algorithm.norm_adv_by_std_in_grpo", std == "group")
@@ -559,17 +667,25 @@ def _verl_distillation() -> dict[str, Rule]:
     def teacher_rule(k: dict, knob: str) -> Line | list[Line]:
         if k[knob] is None:
             return "off here; no teacher"
-        return [Set("distillation.enabled", True),
-                f"set distillation.teacher_models.teacher_model.model_path to the teacher's checkpoint (the lab's "
-                f"teacher is an SFT policy of its {k[knob]} preset)"]
+        return [
+            Set("distillation.enabled", True),
+            f"set distillation.teacher_models.teacher_model.model_path to the teacher's checkpoint (the lab's "
+            f"teacher is an SFT policy of its {k[knob]} preset)",
+        ]
 
     return {
         "teacher_model": teacher_rule,
-        "teacher_sft_steps": unused_unless(teacher, lambda k, knob: f"how the lab makes its teacher ({k[knob]} SFT "
-                                           "steps on noise-free demonstrations); verl loads a trained one",
-                                           "no teacher"),
-        "distillation_loss_mode": unused_unless(teacher, to(f"{loss}.loss_mode", note="the estimator of "
-                                                            "KL(π_θ‖π_T) at each sampled token"), "no teacher"),
+        "teacher_sft_steps": unused_unless(
+            teacher,
+            lambda k, knob: (
+                f"how the lab makes its teacher ({k[knob]} SFT "
+                "steps on noise-free demonstrations); verl loads a trained one"
+            ),
+            "no teacher",
+        ),
+        "distillation_loss_mode": unused_unless(
+            teacher, to(f"{loss}.loss_mode", note="the estimator of KL(π_θ‖π_T) at each sampled token"), "no teacher"
+        ),
         "use_policy_gradient": unused_unless(teacher, to(f"{loss}.use_policy_gradient"), "no teacher"),
         "use_task_rewards": unused_unless(teacher, to(f"{loss}.use_task_rewards"), "no teacher"),
         "distillation_loss_coef": unused_unless(teacher, to(f"{loss}.distillation_loss_coef"), "no teacher"),
@@ -586,8 +702,11 @@ VERL_RULES: dict[str, Rule] = {
     "use_baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
     "gamma": to("algorithm.gamma"),
     "lam": to("algorithm.lam"),
-    "lam_critic": off_or_no("verl uses one λ for advantages and critic targets",
-                            "verl uses one λ for advantages and critic targets", lambda v: v is None),
+    "lam_critic": off_or_no(
+        "verl uses one λ for advantages and critic targets",
+        "verl uses one λ for advantages and critic targets",
+        lambda v: v is None,
+    ),
     "length_adaptive_alpha": off_or_no("verl's λ is fixed", "verl has no length-adaptive λ", lambda v: v is None),
     "whiten_advantages": _verl_whiten,
     "beta": _verl_beta,
@@ -603,24 +722,36 @@ VERL_RULES: dict[str, Rule] = {
     "entropy_coef": to(f"{ACTOR}.entropy_coeff"),
     "ppo_epochs": to(f"{ACTOR}.ppo_epochs"),
     "learning_rate": to(f"{ACTOR}.optim.lr"),
-    "max_grad_norm": lambda k, knob: [Set(f"{ACTOR}.grad_clip", k[knob])]
-    + ([Set("critic.grad_clip", k[knob])] if k["use_critic"] else []),
+    "max_grad_norm": lambda k, knob: (
+        [Set(f"{ACTOR}.grad_clip", k[knob])] + ([Set("critic.grad_clip", k[knob])] if k["use_critic"] else [])
+    ),
     "use_critic": to("critic.enable"),
     "critic_learning_rate": _critic(to("critic.optim.lr")),
     "cliprange_value": _critic(to("critic.cliprange_value")),
     "vf_coef": _critic(no("verl's critic has its own optimiser and an unweighted loss")),
     "value_pretrain_steps": _critic(to("trainer.critic_warmup", note="steps that train only the critic")),
-    "critic_init": _critic(lambda k, knob: "point critic.model.path at the " + (
-        "reward model's checkpoint" if k[knob] == "reward_model" else "policy's checkpoint")),
+    "critic_init": _critic(
+        lambda k, knob: (
+            "point critic.model.path at the "
+            + ("reward model's checkpoint" if k[knob] == "reward_model" else "policy's checkpoint")
+        )
+    ),
     "positive_nll_coef": off_or_no("verl has no positive-sample NLL term", "verl has no positive-sample NLL term"),
-    "dynamic_sampling": lambda k, knob: [
-        Set("algorithm.filter_groups.enable", True, "verl 0.9's trainer refills the batch itself"),
-        Set("algorithm.filter_groups.metric", "reward", "the reward before KL, overlong punishment included")
-    ] if k[knob] else "off here (verl: algorithm.filter_groups.enable)",
-    "max_resample_rounds": _resampling_only(no(
-        "verl 0.9's replay buffer refills until the batch is full and ignores filter_groups.max_num_gen_batches")),
-    "overlong_filter": off_or_no("verl keeps truncated responses in the loss",
-                                 "verl has no switch that masks truncated responses out of the loss"),
+    "dynamic_sampling": lambda k, knob: (
+        [
+            Set("algorithm.filter_groups.enable", True, "verl 0.9's trainer refills the batch itself"),
+            Set("algorithm.filter_groups.metric", "reward", "the reward before KL, overlong punishment included"),
+        ]
+        if k[knob]
+        else "off here (verl: algorithm.filter_groups.enable)"
+    ),
+    "max_resample_rounds": _resampling_only(
+        no("verl 0.9's replay buffer refills until the batch is full and ignores filter_groups.max_num_gen_batches")
+    ),
+    "overlong_filter": off_or_no(
+        "verl keeps truncated responses in the loss",
+        "verl has no switch that masks truncated responses out of the loss",
+    ),
     "overlong_punishment": _overlong(_verl_overlong),
     "overlong_buffer": _overlong(_verl_overlong),
     "overlong_buffer_fraction": _overlong(_verl_overlong),
@@ -635,23 +766,29 @@ VERL_RULES: dict[str, Rule] = {
     "dppo_ratio_cap": _verl_dppo("clip_ratio_c"),
     "dro_beta": _dro_only(to(f"{ACTOR}.policy_loss.dro_beta")),
     "kl_gradient": _verl_kl_gradient,
-    "rollout_staleness": off_or_no("verl samples with the current policy",
-                                   "verl has no fixed sampling lag (its fully-async trainer bounds staleness)",
-                                   lambda v: v == 0),
-    "rollout_temperature": off_or_no("verl samples at the trainer's temperature",
-                                     "verl samples at rollout.temperature, the temperature it trains with",
-                                     lambda v: v is None),
+    "rollout_staleness": off_or_no(
+        "verl samples with the current policy",
+        "verl has no fixed sampling lag (its fully-async trainer bounds staleness)",
+        lambda v: v == 0,
+    ),
+    "rollout_temperature": off_or_no(
+        "verl samples at the trainer's temperature",
+        "verl samples at rollout.temperature, the temperature it trains with",
+        lambda v: v is None,
+    ),
     "rollout_is_mode": _verl_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": _verl_rollout_threshold,
     "is_correction_gating": _gating_elsewhere("verl"),
-    "is_correction_threshold": _gate_bound(no("verl rejects on k1 / k2 / k3 of the log-weight, not on a binary "
-                                              "KL or TV")),
+    "is_correction_threshold": _gate_bound(
+        no("verl rejects on k1 / k2 / k3 of the log-weight, not on a binary KL or TV")
+    ),
     "rollout_dtype": to("actor_rollout_ref.rollout.dtype", note="the sampler's precision; the trainer stays float32"),
     "adv_norm_mean": _grpo_only(_verl_adv_norm),
     "adv_norm_std": _grpo_only(_verl_adv_norm),
-    "skip_no_signal_updates": off_or_no("verl steps the optimiser on every batch too",
-                                        "verl steps the optimiser on every batch"),
+    "skip_no_signal_updates": off_or_no(
+        "verl steps the optimiser on every batch too", "verl steps the optimiser on every batch"
+    ),
     "baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
     **_verl_distillation(),
 }
@@ -661,8 +798,14 @@ VERL_ENTRY = "verl.trainer.main_ppo"  # verl 0.9's trainer runs DAPO's group fil
 # --------------------------------------------------------------------------------------------- OpenRLHF
 # OpenRLHF 0.11's `openrlhf.cli.train_ppo_ray` flags (dotted groups). A Set's value True is a bare store_true flag,
 # a tuple is an nargs list.
-OPENRLHF_ESTIMATORS = {"gae": "gae", "grpo": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo",
-                       "reinforce_pp": "reinforce", "reinforce_pp_baseline": "reinforce_baseline"}
+OPENRLHF_ESTIMATORS = {
+    "gae": "gae",
+    "grpo": "group_norm",
+    "dr_grpo": "dr_grpo",
+    "rloo": "rloo",
+    "reinforce_pp": "reinforce",
+    "reinforce_pp_baseline": "reinforce_baseline",
+}
 OPENRLHF_AGGREGATION = ("token-mean", "seq-mean-token-mean")
 
 
@@ -672,7 +815,9 @@ def _openrlhf_batch(k: dict, knob: str) -> Line:
     if knob == "prompts_per_step":
         return Set("--rollout.batch_size", k[knob], "prompts per rollout (× n_samples_per_prompt completions)")
     if completions % minibatches:
-        return f"does not map: OpenRLHF's minibatches are equal, {completions} completions do not split into {minibatches}"
+        return (
+            f"does not map: OpenRLHF's minibatches are equal, {completions} completions do not split into {minibatches}"
+        )
     return Set("--train.batch_size", completions // minibatches, "completions per optimiser step")
 
 
@@ -681,10 +826,15 @@ def _openrlhf_advantages(k: dict, knob: str) -> Line | list[Line]:
     if estimator == "grpo" and (k.get("adv_norm_mean"), k.get("adv_norm_std")) == ("leave_one_out", "none"):
         return Set("--algo.advantage.estimator", "rloo", "the selector's (leave-one-out, none) is RLOO")
     if estimator not in OPENRLHF_ESTIMATORS:
-        closest = "; the closest is flash_reinforce (R minus the batch's mean over responses, not tokens)" \
-            if estimator == "reward_to_go" else ""
-        return (f"does not map: OpenRLHF has no {estimator} estimator{closest}; without the flag it runs its default, "
-                "gae, so pass --algo.advantage.estimator yourself")
+        closest = (
+            "; the closest is flash_reinforce (R minus the batch's mean over responses, not tokens)"
+            if estimator == "reward_to_go"
+            else ""
+        )
+        return (
+            f"does not map: OpenRLHF has no {estimator} estimator{closest}; without the flag it runs its default, "
+            "gae, so pass --algo.advantage.estimator yourself"
+        )
     return Set("--algo.advantage.estimator", OPENRLHF_ESTIMATORS[estimator])
 
 
@@ -693,8 +843,11 @@ def _openrlhf_adv_norm(k: dict, knob: str) -> Line:
     if (mean, std) == ("leave_one_out", "none"):
         return "set with advantage_estimator (OpenRLHF's rloo)"
     if knob == "adv_norm_mean":
-        return "OpenRLHF's group_norm baseline is the group mean" if mean == "group" else (
-            f"does not map: OpenRLHF's group_norm baseline is the group mean, not {mean}")
+        return (
+            "OpenRLHF's group_norm baseline is the group mean"
+            if mean == "group"
+            else (f"does not map: OpenRLHF's group_norm baseline is the group mean, not {mean}")
+        )
     if std == "group":
         return "OpenRLHF's group_norm divides by the group's std"
     if std == "none":
@@ -725,22 +878,30 @@ def _openrlhf_kl_gradient(k: dict, knob: str) -> Line:
     if mode == "plain":
         return "OpenRLHF's default: the estimator's own gradient"
     if mode == "is_corrected":
-        return Set("--algo.kl.unbiased_gradient", True,
-                   "the gradient ρ·k1 of the lab's ρ·k3 (ρ detached and capped there); the value stays k3's")
+        return Set(
+            "--algo.kl.unbiased_gradient",
+            True,
+            "the gradient ρ·k1 of the lab's ρ·k3 (ρ detached and capped there); the value stays k3's",
+        )
     return "does not map: OpenRLHF has no k2-gradient form (its unbiased_gradient is the IS-corrected one)"
 
 
 def _openrlhf_target_kl(k: dict, knob: str) -> Line | list[Line]:
     if k[knob] is None:
         return "off here; OpenRLHF's β is fixed without --algo.kl.target"
-    return Set("--algo.kl.target", k[knob],
-               "OpenRLHF's controller is proportional (--algo.kl.horizon), not the lab's ×2 / ÷2 rule")
+    return Set(
+        "--algo.kl.target",
+        k[knob],
+        "OpenRLHF's controller is proportional (--algo.kl.horizon), not the lab's ×2 / ÷2 rule",
+    )
 
 
 def _openrlhf_reward_clip(k: dict, knob: str) -> Line:
     if k["advantage_estimator"] in GROUP_ESTIMATORS or k[knob] is None:
-        return ("OpenRLHF always clips the reward to --reward.clip_range (default −10 10); the lab leaves it "
-                "unclipped here, the same while rewards stay within ±10")
+        return (
+            "OpenRLHF always clips the reward to --reward.clip_range (default −10 10); the lab leaves it "
+            "unclipped here, the same while rewards stay within ±10"
+        )
     return Set("--reward.clip_range", (-k[knob], k[knob]))
 
 
@@ -751,9 +912,11 @@ def _openrlhf_policy_loss(k: dict, knob: str) -> Line | list[Line]:
     if loss == "gspo":
         return Set("--actor.policy_loss_type", "gspo", "sequence ratio; OpenRLHF aggregates it per sequence")
     if loss == "vanilla":
-        return [Set("--actor.policy_loss_type", "ppo"),
-                "OpenRLHF has no plain policy-gradient loss; with one update per batch its surrogate has ρ = 1 and "
-                "the same gradient"]
+        return [
+            Set("--actor.policy_loss_type", "ppo"),
+            "OpenRLHF has no plain policy-gradient loss; with one update per batch its surrogate has ρ = 1 and "
+            "the same gradient",
+        ]
     return f"does not map: OpenRLHF 0.11's policy losses are ppo and gspo, not {loss}"
 
 
@@ -785,14 +948,21 @@ def _openrlhf_aggregation(k: dict, knob: str) -> Line:
 def _openrlhf_dynamic_sampling(k: dict, knob: str) -> Line | list[Line]:
     if not k[knob]:
         return "off here (OpenRLHF: --algo.dynamic_filtering_enable)"
-    return [Set("--algo.dynamic_filtering_enable", True),
-            Set("--algo.dynamic_filtering_range", (0.0, 1.0),
-                "keeps a group whose mean reward lies strictly inside: the lab's rule for 0/1 rewards")]
+    return [
+        Set("--algo.dynamic_filtering_enable", True),
+        Set(
+            "--algo.dynamic_filtering_range",
+            (0.0, 1.0),
+            "keeps a group whose mean reward lies strictly inside: the lab's rule for 0/1 rewards",
+        ),
+    ]
 
 
 def _openrlhf_overlong(k: dict, length: int) -> list[Line]:
-    return [Set("--reward.overlong_buffer_len", length, "|y| counts the EOS, as in the lab"),
-            Set("--reward.overlong_penalty_factor", 1.0)]
+    return [
+        Set("--reward.overlong_buffer_len", length, "|y| counts the EOS, as in the lab"),
+        Set("--reward.overlong_penalty_factor", 1.0),
+    ]
 
 
 def _openrlhf_rollout_is(k: dict, knob: str) -> Line | list[Line]:
@@ -802,18 +972,24 @@ def _openrlhf_rollout_is(k: dict, knob: str) -> Line | list[Line]:
     if k["policy_loss"] not in ("clip", "vanilla"):
         return f"does not map: OpenRLHF corrects the sampler's mismatch for its ppo loss only, not {k['policy_loss']}"
     if _divergence_gated(k):  # a trust region: the kept tokens carry their per-token weight, as in the lab
-        return [Set("--algo.advantage.is_correction_level", "token" if level == "token" else "seq"),
-                Set("--algo.advantage.is_correction_mode", "mask"),
-                Set("--algo.advantage.is_correction_gating", k["is_correction_gating"])]
+        return [
+            Set("--algo.advantage.is_correction_level", "token" if level == "token" else "seq"),
+            Set("--algo.advantage.is_correction_mode", "mask"),
+            Set("--algo.advantage.is_correction_gating", k["is_correction_gating"]),
+        ]
     if level == "sequence":
         return "does not map: OpenRLHF's sequence level gates the geometric mean of the ratio, not the product"
     if level == "geometric" and mode == "truncate":
         return "does not map: OpenRLHF's sequence level only masks (a rejection filter), it never truncates"
-    lines: list[Line] = [Set("--algo.advantage.is_correction_level", "token" if level == "token" else "seq"),
-                         Set("--algo.advantage.is_correction_mode", "clip" if mode == "truncate" else "mask"),
-                         Set("--algo.advantage.is_correction_gating", "ratio")]
+    lines: list[Line] = [
+        Set("--algo.advantage.is_correction_level", "token" if level == "token" else "seq"),
+        Set("--algo.advantage.is_correction_mode", "clip" if mode == "truncate" else "mask"),
+        Set("--algo.advantage.is_correction_gating", "ratio"),
+    ]
     if level == "geometric":
-        lines.append("a kept response keeps OpenRLHF's per-token weights, where the lab weighs it by the geometric mean")
+        lines.append(
+            "a kept response keeps OpenRLHF's per-token weights, where the lab weighs it by the geometric mean"
+        )
     return lines
 
 
@@ -833,14 +1009,22 @@ OPENRLHF_RULES: dict[str, Rule] = {
     "max_new_tokens": to("--rollout.max_new_tokens"),
     "advantage_estimator": _openrlhf_advantages,
     "use_baseline": _reward_to_go_only(no("OpenRLHF has no reward-to-go estimator")),
-    "gamma": lambda k, knob: Set("--algo.advantage.gamma", k[knob]) if k["advantage_estimator"] in (
-        "gae", "reinforce_pp") else "OpenRLHF's group estimators use γ = 1" if k[knob] == 1 else
-    "does not map: OpenRLHF's group estimators use γ = 1",
+    "gamma": lambda k, knob: (
+        Set("--algo.advantage.gamma", k[knob])
+        if k["advantage_estimator"] in ("gae", "reinforce_pp")
+        else "OpenRLHF's group estimators use γ = 1"
+        if k[knob] == 1
+        else "does not map: OpenRLHF's group estimators use γ = 1"
+    ),
     "lam": _gae_only(to("--algo.advantage.lambd")),
-    "lam_critic": off_or_no("OpenRLHF uses one λ for advantages and critic targets",
-                            "OpenRLHF uses one λ for advantages and critic targets", lambda v: v is None),
-    "length_adaptive_alpha": off_or_no("OpenRLHF's λ is fixed", "OpenRLHF has no length-adaptive λ",
-                                       lambda v: v is None),
+    "lam_critic": off_or_no(
+        "OpenRLHF uses one λ for advantages and critic targets",
+        "OpenRLHF uses one λ for advantages and critic targets",
+        lambda v: v is None,
+    ),
+    "length_adaptive_alpha": off_or_no(
+        "OpenRLHF's λ is fixed", "OpenRLHF has no length-adaptive λ", lambda v: v is None
+    ),
     "whiten_advantages": _openrlhf_whiten,
     "beta": _openrlhf_beta,
     "kl_estimator": to("--algo.kl.estimator"),
@@ -855,58 +1039,83 @@ OPENRLHF_RULES: dict[str, Rule] = {
     "entropy_coef": to("--actor.entropy_coef", note="token-mean entropy, whatever the aggregation"),
     "ppo_epochs": to("--train.max_epochs", note="updates per generated batch"),
     "learning_rate": to("--actor.adam.lr"),
-    "max_grad_norm": lambda k, knob: [Set("--actor.max_norm", k[knob])]
-    + ([Set("--critic.max_norm", k[knob])] if k["use_critic"] else []),
+    "max_grad_norm": lambda k, knob: (
+        [Set("--actor.max_norm", k[knob])] + ([Set("--critic.max_norm", k[knob])] if k["use_critic"] else [])
+    ),
     "adam_epsilon": to("--actor.adam.eps"),
-    "use_critic": lambda k, knob: "OpenRLHF trains a critic exactly with the gae estimator" if k[knob] == (
-        k["advantage_estimator"] == "gae") else "does not map: OpenRLHF's critic comes with the gae estimator",
+    "use_critic": lambda k, knob: (
+        "OpenRLHF trains a critic exactly with the gae estimator"
+        if k[knob] == (k["advantage_estimator"] == "gae")
+        else "does not map: OpenRLHF's critic comes with the gae estimator"
+    ),
     "critic_learning_rate": _critic(to("--critic.adam.lr")),
     "cliprange_value": _critic(to("--critic.value_clip")),
     "vf_coef": _critic(no("OpenRLHF's critic has its own optimiser and an unweighted loss")),
     "value_pretrain_steps": _critic(to("--critic.freezing_steps", note="steps that train only the critic")),
-    "critic_init": _critic(lambda k, knob: "point --critic.model_name_or_path at the " + (
-        "reward model's checkpoint (OpenRLHF's default)" if k[knob] == "reward_model" else "policy's checkpoint")),
-    "positive_nll_coef": off_or_no("OpenRLHF has no positive-sample NLL term", "OpenRLHF has no positive-sample NLL term"),
+    "critic_init": _critic(
+        lambda k, knob: (
+            "point --critic.model_name_or_path at the "
+            + ("reward model's checkpoint (OpenRLHF's default)" if k[knob] == "reward_model" else "policy's checkpoint")
+        )
+    ),
+    "positive_nll_coef": off_or_no(
+        "OpenRLHF has no positive-sample NLL term", "OpenRLHF has no positive-sample NLL term"
+    ),
     "dynamic_sampling": _openrlhf_dynamic_sampling,
     "max_resample_rounds": _resampling_only(no("OpenRLHF refills filtered prompts until the batch is full, unbounded")),
-    "overlong_filter": off_or_no("OpenRLHF keeps truncated responses in the loss",
-                                 "OpenRLHF has no switch that masks truncated responses out of the loss "
-                                 "(--reward.stop_properly_penalty_coef rescales their reward instead)"),
+    "overlong_filter": off_or_no(
+        "OpenRLHF keeps truncated responses in the loss",
+        "OpenRLHF has no switch that masks truncated responses out of the loss "
+        "(--reward.stop_properly_penalty_coef rescales their reward instead)",
+    ),
     "overlong_punishment": _overlong(_openrlhf_overlong),
     "overlong_buffer": _overlong(_openrlhf_overlong),
     "overlong_buffer_fraction": _overlong(_openrlhf_overlong),
-    "cov_mode": off_or_no("OpenRLHF has no Clip-Cov / KL-Cov", "OpenRLHF has no Clip-Cov / KL-Cov", lambda v: v == "none"),
+    "cov_mode": off_or_no(
+        "OpenRLHF has no Clip-Cov / KL-Cov", "OpenRLHF has no Clip-Cov / KL-Cov", lambda v: v == "none"
+    ),
     "cov_fraction": _cov_only(no("OpenRLHF has no Clip-Cov / KL-Cov")),
     "kl_cov_coef": _cov_only(no("OpenRLHF has no KL-Cov"), ("kl_cov",)),
-    "sapo_tau_pos": unused_unless(lambda k: k["policy_loss"] == "sapo", no("OpenRLHF has no SAPO loss"),
-                                  "policy_loss is not sapo"),
-    "sapo_tau_neg": unused_unless(lambda k: k["policy_loss"] == "sapo", no("OpenRLHF has no SAPO loss"),
-                                  "policy_loss is not sapo"),
-    "cispo_two_sided": unused_unless(lambda k: k["policy_loss"] == "cispo", no("OpenRLHF has no CISPO loss"),
-                                     "policy_loss is not cispo"),
+    "sapo_tau_pos": unused_unless(
+        lambda k: k["policy_loss"] == "sapo", no("OpenRLHF has no SAPO loss"), "policy_loss is not sapo"
+    ),
+    "sapo_tau_neg": unused_unless(
+        lambda k: k["policy_loss"] == "sapo", no("OpenRLHF has no SAPO loss"), "policy_loss is not sapo"
+    ),
+    "cispo_two_sided": unused_unless(
+        lambda k: k["policy_loss"] == "cispo", no("OpenRLHF has no CISPO loss"), "policy_loss is not cispo"
+    ),
     "dppo_delta_low": _dppo_only(no("OpenRLHF has no DPPO loss")),
     "dppo_delta_high": _dppo_only(no("OpenRLHF has no DPPO loss")),
     "dppo_ratio_cap": _dppo_only(no("OpenRLHF has no DPPO loss")),
     "dro_beta": _dro_only(no("OpenRLHF has no dro loss")),
     "kl_gradient": _openrlhf_kl_gradient,
-    "rollout_staleness": off_or_no("OpenRLHF samples with the current policy",
-                                   "OpenRLHF has no fixed sampling lag (--train.async_enable with "
-                                   "--train.async_queue_size bounds how stale a batch may be)", lambda v: v == 0),
-    "rollout_temperature": off_or_no("OpenRLHF samples at the trainer's temperature",
-                                     "OpenRLHF samples at --rollout.temperature, the temperature it trains with",
-                                     lambda v: v is None),
+    "rollout_staleness": off_or_no(
+        "OpenRLHF samples with the current policy",
+        "OpenRLHF has no fixed sampling lag (--train.async_enable with "
+        "--train.async_queue_size bounds how stale a batch may be)",
+        lambda v: v == 0,
+    ),
+    "rollout_temperature": off_or_no(
+        "OpenRLHF samples at the trainer's temperature",
+        "OpenRLHF samples at --rollout.temperature, the temperature it trains with",
+        lambda v: v is None,
+    ),
     "rollout_is_mode": _openrlhf_rollout_is,
     "rollout_is_level": lambda k, knob: "set with rollout_is_mode",
     "rollout_is_threshold": _openrlhf_rollout_threshold,
-    "is_correction_gating": lambda k, knob: "set with rollout_is_mode" if _divergence_gated(k) else (
-        "off here; OpenRLHF's default gate is the ratio too"),
-    "is_correction_threshold": _gate_bound(lambda k, knob: Set("--algo.advantage.is_correction_threshold",
-                                                               (k[knob],), "one number: an upper bound δ only")),
+    "is_correction_gating": lambda k, knob: (
+        "set with rollout_is_mode" if _divergence_gated(k) else ("off here; OpenRLHF's default gate is the ratio too")
+    ),
+    "is_correction_threshold": _gate_bound(
+        lambda k, knob: Set("--algo.advantage.is_correction_threshold", (k[knob],), "one number: an upper bound δ only")
+    ),
     "rollout_dtype": _dtype("OpenRLHF"),
     "adv_norm_mean": _grpo_only(_openrlhf_adv_norm),
     "adv_norm_std": _grpo_only(_openrlhf_adv_norm),
-    "skip_no_signal_updates": off_or_no("OpenRLHF steps the optimiser on every batch too",
-                                        "OpenRLHF steps the optimiser on every batch"),
+    "skip_no_signal_updates": off_or_no(
+        "OpenRLHF steps the optimiser on every batch too", "OpenRLHF steps the optimiser on every batch"
+    ),
     "baseline": _reward_to_go_only(no("OpenRLHF has no reward-to-go estimator")),
     **_distillation("OpenRLHF's PPO trainer has no teacher to distil from"),
 }
@@ -953,10 +1162,12 @@ def check_exportable(algo: AlgoConfig | dict, framework: str) -> None:
     """Refuse a configuration the framework's trainer cannot take at all (ValueError naming the knob)."""
     generations = knob_values(algo)["num_generations"]
     if framework == "trl" and generations < 2:
-        raise ValueError(f"num_generations={generations} does not map to TRL's GRPOConfig, which needs a group of "
-                         "at least 2 completions per prompt; TRL 1.16's online trainers (GRPOTrainer, RLOOTrainer) "
-                         "all sample groups, so raise num_generations, or export to verl or OpenRLHF, whose "
-                         "REINFORCE++ and GAE estimators take one completion per prompt")
+        raise ValueError(
+            f"num_generations={generations} does not map to TRL's GRPOConfig, which needs a group of "
+            "at least 2 completions per prompt; TRL 1.16's online trainers (GRPOTrainer, RLOOTrainer) "
+            "all sample groups, so raise num_generations, or export to verl or OpenRLHF, whose "
+            "REINFORCE++ and GAE estimators take one completion per prompt"
+        )
 
 
 def settings(algo: AlgoConfig | dict, framework: str, task: str | None = None) -> dict[str, object]:
@@ -981,48 +1192,57 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
     title = f"the lab's {values['title']} (preset {values['name']}" + (f", task {task})" if task else ")")
     made = [f"# Made by: {command}"] if command else []
     if framework == "trl":
-        return "\n".join([
-            f"# TRL GRPOConfig for {title}.",
-            "# Every lab knob appears once below: as a GRPOConfig field, or as a comment saying why it does not map.",
-            *made,
-            "from trl import GRPOConfig",
-            "",
-            "config = GRPOConfig(",
-            "    # the lab's optimiser and model (no knob names them)",
-            *(trl_line(line, None) for line in TRL_ENGINE),
-            *(trl_line(line, f"{knob}={algo_value}") for knob, xs, algo_value in _with_values(lines, algo, task)
-              for line in xs),
-            ")",
-            "",
-        ])
+        return "\n".join(
+            [
+                f"# TRL GRPOConfig for {title}.",
+                "# Every lab knob appears once below: as a GRPOConfig field, or as a comment saying why it does not map.",
+                *made,
+                "from trl import GRPOConfig",
+                "",
+                "config = GRPOConfig(",
+                "    # the lab's optimiser and model (no knob names them)",
+                *(trl_line(line, None) for line in TRL_ENGINE),
+                *(
+                    trl_line(line, f"{knob}={algo_value}")
+                    for knob, xs, algo_value in _with_values(lines, algo, task)
+                    for line in xs
+                ),
+                ")",
+                "",
+            ]
+        )
     knob_rows = _with_values(lines, algo, task)
     if framework == "verl":
-        return "\n".join([
-            f"# verl 0.9 command-line overrides for {title}.",
-            "# Every lab knob appears once below: as an override, or as a comment saying why it does not map.",
-            "# Add your model and data: actor_rollout_ref.model.path=… data.train_files=… data.val_files=…",
+        return "\n".join(
+            [
+                f"# verl 0.9 command-line overrides for {title}.",
+                "# Every lab knob appears once below: as an override, or as a comment saying why it does not map.",
+                "# Add your model and data: actor_rollout_ref.model.path=… data.train_files=… data.val_files=…",
+                *made,
+                "overrides=(",
+                "    # the lab's optimiser (no knob names it)",
+                *(_verl_line(line, None) for line in VERL_ENGINE),
+                *(_verl_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
+                ")",
+                f'python3 -m {VERL_ENTRY} "${{overrides[@]}}" "$@"',
+                "",
+            ]
+        )
+    return "\n".join(
+        [
+            f"# OpenRLHF 0.11 command line for {title}.",
+            "# Every lab knob appears once below: as a flag, or as a comment saying why it does not map.",
+            "# Add your model, data and GPUs: --actor.model_name_or_path … --data.prompt_dataset … --ref.num_gpus_per_node …",
             *made,
-            "overrides=(",
+            "flags=(",
             "    # the lab's optimiser (no knob names it)",
-            *(_verl_line(line, None) for line in VERL_ENGINE),
-            *(_verl_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
+            *(openrlhf_line(line, None) for line in OPENRLHF_ENGINE),
+            *(openrlhf_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
             ")",
-            f'python3 -m {VERL_ENTRY} "${{overrides[@]}}" "$@"',
+            f'python3 -m {OPENRLHF_ENTRY} "${{flags[@]}}" "$@"',
             "",
-        ])
-    return "\n".join([
-        f"# OpenRLHF 0.11 command line for {title}.",
-        "# Every lab knob appears once below: as a flag, or as a comment saying why it does not map.",
-        "# Add your model, data and GPUs: --actor.model_name_or_path … --data.prompt_dataset … --ref.num_gpus_per_node …",
-        *made,
-        "flags=(",
-        "    # the lab's optimiser (no knob names it)",
-        *(openrlhf_line(line, None) for line in OPENRLHF_ENGINE),
-        *(openrlhf_line(line, f"{knob}={value}") for knob, xs, value in knob_rows for line in xs),
-        ")",
-        f'python3 -m {OPENRLHF_ENTRY} "${{flags[@]}}" "$@"',
-        "",
-    ])
+        ]
+    )
 
 
 def _with_values(lines, algo: AlgoConfig | dict, task: str | None):

@@ -15,8 +15,9 @@ from rl_core.config import DPOConfig, PairRunConfig, RewardConfig
 
 PAIR_FRAMEWORKS = ("trl", "openrlhf")
 HELD_OUT = "{framework} evaluates on a dataset of its own: split this fraction of the pairs off as {where}"
-NO_SAMPLES = ("{framework} never samples the policy; the lab samples these prompts for the gold success and the KL "
-              "it records")
+NO_SAMPLES = (
+    "{framework} never samples the policy; the lab samples these prompts for the gold success and the KL it records"
+)
 
 
 def _trl_loss_type(k: dict, knob: str) -> Line:
@@ -28,9 +29,11 @@ def _trl_loss_type(k: dict, knob: str) -> Line:
 def _openrlhf_loss_type(k: dict, knob: str) -> Line | list[Line]:
     if k[knob] != "ipo":
         return "OpenRLHF's DPO loss is the sigmoid one by default"
-    return [Set("--model.ipo_enable", True),
-            "OpenRLHF's IPO takes h from summed log-probabilities where the lab (as TRL) divides each response's by "
-            "its token count: the same beta sets a target per response there and per token here"]
+    return [
+        Set("--model.ipo_enable", True),
+        "OpenRLHF's IPO takes h from summed log-probabilities where the lab (as TRL) divides each response's by "
+        "its token count: the same beta sets a target per response there and per token here",
+    ]
 
 
 def _trl_eval(k: dict, knob: str) -> list[Line]:
@@ -38,16 +41,19 @@ def _trl_eval(k: dict, knob: str) -> list[Line]:
 
 
 def _openrlhf_batch(k: dict, knob: str) -> list[Line]:
-    return [Set("--train.batch_size", k[knob], "pairs per optimiser step"),
-            Set("--train.micro_batch_size", k[knob], "one process, no accumulation")]
+    return [
+        Set("--train.batch_size", k[knob], "pairs per optimiser step"),
+        Set("--train.micro_batch_size", k[knob], "one process, no accumulation"),
+    ]
 
 
 TRL_DPO_RULES: dict[str, Rule] = {
     "loss_type": _trl_loss_type,
     "beta": to("beta"),
     "learning_rate": to("learning_rate"),
-    "per_device_train_batch_size": to("per_device_train_batch_size",
-                                      note="the lab draws them with replacement, TRL walks the shuffled dataset"),
+    "per_device_train_batch_size": to(
+        "per_device_train_batch_size", note="the lab draws them with replacement, TRL walks the shuffled dataset"
+    ),
     "holdout_fraction": no(HELD_OUT.format(framework="TRL", where="eval_dataset")),
     "eval_steps": _trl_eval,
     "n_eval_prompts": no(NO_SAMPLES.format(framework="TRL's DPOTrainer")),
@@ -73,8 +79,12 @@ OPENRLHF_REWARD_RULES: dict[str, Rule] = {
     "holdout_fraction": no(HELD_OUT.format(framework="OpenRLHF", where="--eval.dataset")),
     "eval_steps": to("--eval.steps"),
 }
-RULES = {(DPOConfig, "trl"): TRL_DPO_RULES, (DPOConfig, "openrlhf"): OPENRLHF_DPO_RULES,
-         (RewardConfig, "trl"): TRL_REWARD_RULES, (RewardConfig, "openrlhf"): OPENRLHF_REWARD_RULES}
+RULES = {
+    (DPOConfig, "trl"): TRL_DPO_RULES,
+    (DPOConfig, "openrlhf"): OPENRLHF_DPO_RULES,
+    (RewardConfig, "trl"): TRL_REWARD_RULES,
+    (RewardConfig, "openrlhf"): OPENRLHF_REWARD_RULES,
+}
 
 # The lab's optimiser, which no knob names: AdamW with torch's betas, no weight decay, a constant learning rate,
 # gradients clipped at norm 1; DPO's policy without dropout.
@@ -103,8 +113,10 @@ def pair_knob_lines(algo: PairRunConfig, framework: str) -> list[tuple[str, obje
     """Per knob, in the config's order: its name, its value and the lines it contributes to `framework`'s
     configuration (ValueError for a framework with no trainer for it)."""
     if framework not in PAIR_FRAMEWORKS:
-        raise ValueError(f"format={framework!r} cannot take algo={algo.name}: verl 0.9's trainers (PPO-style RL, "
-                         f"SFT) fit no offline DPO or reward model; allowed: {', '.join(PAIR_FRAMEWORKS)}")
+        raise ValueError(
+            f"format={framework!r} cannot take algo={algo.name}: verl 0.9's trainers (PPO-style RL, "
+            f"SFT) fit no offline DPO or reward model; allowed: {', '.join(PAIR_FRAMEWORKS)}"
+        )
     rules = RULES[type(algo), framework]
     knobs = {k: v for k, v in dataclasses.asdict(algo).items() if k not in DESCRIPTIVE}
     lines = []
@@ -139,29 +151,33 @@ def export_pair_config(algo: PairRunConfig, framework: str, command: str = "") -
     engine = _engine(algo, framework)
     if framework == "trl":
         name = TRL_CLASS[type(algo)]
-        return "\n".join([
-            f"# TRL {name} for {title}.",
-            f"# Every lab knob appears once below: as a {name} field, or as a comment saying why it does not map.",
+        return "\n".join(
+            [
+                f"# TRL {name} for {title}.",
+                f"# Every lab knob appears once below: as a {name} field, or as a comment saying why it does not map.",
+                *made,
+                f"from trl import {name}",
+                "",
+                f"config = {name}(",
+                "    # the lab's optimiser and model (no knob names them)",
+                *(trl_line(line, None) for line in engine),
+                *(trl_line(line, f"{knob}={value}") for knob, value, xs in lines for line in xs),
+                ")",
+                "",
+            ]
+        )
+    return "\n".join(
+        [
+            f"# OpenRLHF 0.11 command line for {title}.",
+            "# Every lab knob appears once below: as a flag, or as a comment saying why it does not map.",
+            "# Add your model and data: --model.model_name_or_path … --data.dataset … --eval.dataset …",
             *made,
-            f"from trl import {name}",
-            "",
-            f"config = {name}(",
-            "    # the lab's optimiser and model (no knob names them)",
-            *(trl_line(line, None) for line in engine),
-            *(trl_line(line, f"{knob}={value}") for knob, value, xs in lines for line in xs),
+            "flags=(",
+            "    # the lab's optimiser (no knob names it)",
+            *(openrlhf_line(line, None) for line in engine),
+            *(openrlhf_line(line, f"{knob}={value}") for knob, value, xs in lines for line in xs),
             ")",
+            f'deepspeed --module {OPENRLHF_ENTRY[type(algo)]} "${{flags[@]}}" "$@"',
             "",
-        ])
-    return "\n".join([
-        f"# OpenRLHF 0.11 command line for {title}.",
-        "# Every lab knob appears once below: as a flag, or as a comment saying why it does not map.",
-        "# Add your model and data: --model.model_name_or_path … --data.dataset … --eval.dataset …",
-        *made,
-        "flags=(",
-        "    # the lab's optimiser (no knob names it)",
-        *(openrlhf_line(line, None) for line in engine),
-        *(openrlhf_line(line, f"{knob}={value}") for knob, value, xs in lines for line in xs),
-        ")",
-        f'deepspeed --module {OPENRLHF_ENTRY[type(algo)]} "${{flags[@]}}" "$@"',
-        "",
-    ])
+        ]
+    )

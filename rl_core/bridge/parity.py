@@ -43,7 +43,7 @@ LAB, TRL = "lab", "TRL GRPOTrainer"
 
 # TRL's GRPOTrainer with the lab's exported GRPOConfig; prints its per-generation logs as one JSON line.
 TRL_SCRIPT = TRL_SCRIPT_PRELUDE + textwrap.dedent(
-    '''
+    """
     class Logs(TrainerCallback):
         def __init__(self):
             self.rows = []
@@ -62,7 +62,7 @@ TRL_SCRIPT = TRL_SCRIPT_PRELUDE + textwrap.dedent(
                               callbacks=[logs])
     trainer.train()
     print(json.dumps({"logs": logs.rows, "trl": trl.__version__}))
-    '''
+    """
 )
 
 
@@ -79,9 +79,17 @@ def trl_run_settings(run: RunConfig, output_dir: Path) -> dict:
     exported = settings(run.algo, "trl", run.task)
     updates_per_batch = exported["steps_per_generation"] * exported["num_iterations"]
     return {
-        "output_dir": str(output_dir), "use_cpu": True, "bf16": False, "seed": run.seed, "shuffle_dataset": False,
-        "max_steps": run.steps * updates_per_batch, "logging_steps": updates_per_batch, "report_to": "none",
-        "save_strategy": "no", "disable_tqdm": True, "dataloader_num_workers": 0,
+        "output_dir": str(output_dir),
+        "use_cpu": True,
+        "bf16": False,
+        "seed": run.seed,
+        "shuffle_dataset": False,
+        "max_steps": run.steps * updates_per_batch,
+        "logging_steps": updates_per_batch,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
     }
 
 
@@ -94,7 +102,9 @@ def _train_trl(python: Path, trainer: Trainer, workdir: Path) -> list[dict]:
     # The lab's trainer draws each step's prompts from random.Random(seed); so does this list, in the same order.
     prompts = trainer.task.sample_prompts(run.steps * run.algo.prompts_per_step, random.Random(run.seed))
     spec = {
-        "model_dir": str(model_dir), "threads": torch.get_num_threads(), "export": export_config(run.algo, "trl", run.task),
+        "model_dir": str(model_dir),
+        "threads": torch.get_num_threads(),
+        "export": export_config(run.algo, "trl", run.task),
         "run": trl_run_settings(run, workdir / "trl-output"),
         # TRL tokenises the prompt text as it is; the BOS written out is matched as the one special token, so its
         # prompt ids are the very ids the lab's rollout builds.
@@ -115,8 +125,15 @@ def check_parity_run(algo: str, task: str) -> None:
         raise ValueError(f"algo={algo!r} uses DAPO's sampling or shaping, which TRL's GRPOConfig cannot set")
 
 
-def run_parity(algo: str, task: str, steps: int, seeds: list[int], python: Path, store: RunStore,
-               progress: Callable[[str], None] = lambda line: None) -> dict[str, list[int]]:
+def run_parity(
+    algo: str,
+    task: str,
+    steps: int,
+    seeds: list[int],
+    python: Path,
+    store: RunStore,
+    progress: Callable[[str], None] = lambda line: None,
+) -> dict[str, list[int]]:
     """Both sides for every seed, stored as one sweep; returns the run ids by side."""
     check_parity_run(algo, task)
     sweep = store.create_sweep({"parity": {"algo": algo, "task": task, "steps": steps, "seeds": seeds}})
@@ -135,8 +152,11 @@ def run_parity(algo: str, task: str, steps: int, seeds: list[int], python: Path,
             store.start_run(run_id)
             for record in records:
                 store.add_step(run_id, {k: v for k, v in record.items() if k != "samples"})
-            store.finish_run(run_id, "finished" if len(records) == steps else "failed",
-                             error=None if len(records) == steps else f"{len(records)} of {steps} steps logged")
+            store.finish_run(
+                run_id,
+                "finished" if len(records) == steps else "failed",
+                error=None if len(records) == steps else f"{len(records)} of {steps} steps logged",
+            )
             ids[side].append(run_id)
     return ids
 
@@ -147,8 +167,9 @@ def parity_table(store: RunStore, ids: dict[str, list[int]], keys=tuple(TRL_RECO
     runs = {side: [store.steps(run_id) for run_id in run_ids] for side, run_ids in ids.items()}
     rows = []
     for key in keys:
-        curves = {side: [[r[key] for r in records if key in r] for records in side_runs]
-                  for side, side_runs in runs.items()}
+        curves = {
+            side: [[r[key] for r in records if key in r] for records in side_runs] for side, side_runs in runs.items()
+        }
         if any(not curve for side_curves in curves.values() for curve in side_curves):
             continue
         row: dict = {"metric": key}
@@ -184,9 +205,10 @@ def print_table(title: str, rows: list[dict], ids: dict[str, list[int]]) -> None
     print(f"{title}: mean ± std over seeds")
     print(" | ".join(rows[0]))
     for row in rows:
-        cells = [f"{value[0]:.3f} ± {value[1]:.3f}" if isinstance(value, tuple) else f"{value:.3f}"
-                 for value in list(row.values())[1:]]
+        cells = [
+            f"{value[0]:.3f} ± {value[1]:.3f}" if isinstance(value, tuple) else f"{value:.3f}"
+            for value in list(row.values())[1:]
+        ]
         print(" | ".join([row["metric"], *cells]))
     sides = ", ".join(f"{side} {run_ids}" for side, run_ids in ids.items())
     print(f"runs: {sides} (the Compare page overlays them: Stored runs → Show on the charts)")
-

@@ -38,7 +38,7 @@ PARITY_TASK = "preference"
 # TRL's DPOTrainer with the lab's exported DPOConfig, its sampler sequential; prints its per-step logs as one JSON
 # line and saves the trained policy for the lab to evaluate.
 TRL_SCRIPT = TRL_SCRIPT_PRELUDE + textwrap.dedent(
-    '''
+    """
     from torch.utils.data import SequentialSampler
     from trl import DPOTrainer
 
@@ -63,15 +63,24 @@ TRL_SCRIPT = TRL_SCRIPT_PRELUDE + textwrap.dedent(
     trainer.train()
     trainer.save_model(spec["trained_dir"])
     print(json.dumps({"logs": logs.rows, "trl": trl.__version__}))
-    '''
+    """
 )
 
 
 def trl_dpo_run_settings(run: RunConfig, output_dir: Path) -> dict:
     """What the TRL run adds to the export: its length, a log per optimiser step, the CPU, the lab's seed."""
-    return {"output_dir": str(output_dir), "use_cpu": True, "bf16": False, "seed": run.seed, "max_steps": run.steps,
-            "logging_steps": 1, "report_to": "none", "save_strategy": "no", "disable_tqdm": True,
-            "dataloader_num_workers": 0}
+    return {
+        "output_dir": str(output_dir),
+        "use_cpu": True,
+        "bf16": False,
+        "seed": run.seed,
+        "max_steps": run.steps,
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
 
 
 def lab_minibatches(trainer: DPOTrainer) -> list:
@@ -96,8 +105,11 @@ def _train_trl(python: Path, trainer: DPOTrainer, workdir: Path) -> tuple[list[d
     trainer.policy.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     spec = {
-        "model_dir": str(model_dir), "trained_dir": str(trained_dir), "threads": torch.get_num_threads(),
-        "export": export_pair_config(run.algo, "trl"), "run": trl_dpo_run_settings(run, workdir / "trl-output"),
+        "model_dir": str(model_dir),
+        "trained_dir": str(trained_dir),
+        "threads": torch.get_num_threads(),
+        "export": export_pair_config(run.algo, "trl"),
+        "run": trl_dpo_run_settings(run, workdir / "trl-output"),
         # The BOS written out is tokenised as the one special token, as the lab's prompt ids begin; TRL appends EOS
         # to each response, as the lab's sequence log-probabilities include it.
         "rows": [_row(tokenizer, pair) for pair in lab_minibatches(trainer)],
@@ -111,12 +123,19 @@ def _train_trl(python: Path, trainer: DPOTrainer, workdir: Path) -> tuple[list[d
     return records, evaluate_policy(policy, tokenizer, task, task.max_new_tokens, 1.0, 256, 12345)
 
 
-def run_dpo_parity(steps: int, seeds: list[int], python: Path, store: RunStore,
-                   progress: Callable[[str], None] = lambda line: None, **knobs) -> dict[str, list[int]]:
+def run_dpo_parity(
+    steps: int,
+    seeds: list[int],
+    python: Path,
+    store: RunStore,
+    progress: Callable[[str], None] = lambda line: None,
+    **knobs,
+) -> dict[str, list[int]]:
     """Both sides for every seed on the `preference` task, stored as one sweep; returns the run ids by side."""
     algo = get_run_algo("dpo", **knobs)
-    sweep = store.create_sweep({"parity": {"algo": "dpo", "task": PARITY_TASK, "steps": steps, "seeds": seeds,
-                                           "knobs": knobs}})
+    sweep = store.create_sweep(
+        {"parity": {"algo": "dpo", "task": PARITY_TASK, "steps": steps, "seeds": seeds, "knobs": knobs}}
+    )
     ids: dict[str, list[int]] = {LAB: [], TRL: []}
     for seed in seeds:
         run = RunConfig(algo=algo, task=PARITY_TASK, steps=steps, seed=seed, samples_per_record=0)
@@ -133,8 +152,12 @@ def run_dpo_parity(steps: int, seeds: list[int], python: Path, store: RunStore,
             for record in records:
                 store.add_step(run_id, {k: v for k, v in record.items() if k != "samples"})
             complete = len(records) == steps
-            store.finish_run(run_id, "finished" if complete else "failed", final=final,
-                             error=None if complete else f"{len(records)} of {steps} steps logged")
+            store.finish_run(
+                run_id,
+                "finished" if complete else "failed",
+                final=final,
+                error=None if complete else f"{len(records)} of {steps} steps logged",
+            )
             ids[side].append(run_id)
     return ids
 

@@ -24,13 +24,15 @@ TRL_PIN = "trl==1.16.*"
 # range would let pip fetch a newer CUDA build (gigabytes) instead.
 TORCH_PIN = f"torch=={version('torch').split('+')[0]}"
 # RLHF_LAB_TRL_VENV lets CI keep the virtualenvs in its cache folder.
-DEFAULT_ROOT = Path(os.environ.get("RLHF_LAB_TRL_VENV") or Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv")
+DEFAULT_ROOT = Path(
+    os.environ.get("RLHF_LAB_TRL_VENV") or Path(platformdirs.user_cache_dir("rlhf-lab")) / "bench-trl-venv"
+)
 
 
 # The start of every script run in the TRL virtualenv with a spec file: imports, the spec, the thread count, the
 # tokenizer saved beside the lab's policy, and the exact-answer reward as the lab's tasks score it.
 TRL_SCRIPT_PRELUDE = textwrap.dedent(
-    '''
+    """
     import functools
     import json
     import sys
@@ -54,7 +56,7 @@ TRL_SCRIPT_PRELUDE = textwrap.dedent(
         return [float(text == want and eos in ids) for text, ids, want in zip(completions, completion_ids, answer)]
 
 
-    '''
+    """
 )
 
 
@@ -83,10 +85,21 @@ def run_trl_script(python: Path, script: str, spec: dict, workdir: Path) -> dict
     prints last. RuntimeError with the end of its stderr if it fails."""
     (workdir / "spec.json").write_text(json.dumps(spec))
     (workdir / "trl_run.py").write_text(script)
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-                        "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([str(python), str(workdir / "trl_run.py"), str(workdir / "spec.json")],
-                          capture_output=True, text=True, env=env, cwd=workdir)
+    env = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "PYTHONWARNINGS": "ignore",
+        "TOKENIZERS_PARALLELISM": "false",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    done = subprocess.run(
+        [str(python), str(workdir / "trl_run.py"), str(workdir / "spec.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workdir,
+    )
     if done.returncode:
         raise RuntimeError(f"the TRL run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -94,7 +107,9 @@ def run_trl_script(python: Path, script: str, spec: dict, workdir: Path) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rl_core.bridge.trl_env", description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder of the virtualenvs (default: %(default)s)")
+    parser.add_argument(
+        "--root", type=Path, default=DEFAULT_ROOT, help="folder of the virtualenvs (default: %(default)s)"
+    )
     print(trl_python(parser.parse_args(argv).root))
     return 0
 

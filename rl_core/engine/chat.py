@@ -48,15 +48,22 @@ def top_tokens(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 @torch.inference_mode()
-def decode(policy: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, prompt: str, max_new_tokens: int,
-           temperature: float = 1.0, generator: torch.Generator | None = None) -> tuple[list[int], torch.Tensor]:
+def decode(
+    policy: GPT2LMHeadModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[list[int], torch.Tensor]:
     """One answer to `prompt`, token by token with the KV cache: `(token ids, logits / temperature [T, V])`.
 
     Greedy, y_t = argmax_a z_t[a], without a generator; with one, y_t ~ softmax(z_t / temperature) drawn as the
     trainer's sampler draws (`rollout.sample_from_logits`), so a seed gives one answer. Stops after EOS."""
     device = next(policy.parameters()).device
-    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]],
-                       device=device)
+    ids = torch.tensor(
+        [[tokenizer.bos_token_id, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]], device=device
+    )
     decoder = KVDecoder(policy, ids, torch.ones_like(ids), 1, max_new_tokens)
     logits = decoder.first_logits / temperature
     tokens, steps = [], []
@@ -70,8 +77,15 @@ def decode(policy: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, prompt: 
     return tokens, torch.stack(steps).clone()
 
 
-def answer(policy: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, prompt: str, max_new_tokens: int,
-           temperature: float = 1.0, seed: int | None = None, top_k: int = TOP_K) -> Answer:
+def answer(
+    policy: GPT2LMHeadModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    top_k: int = TOP_K,
+) -> Answer:
     """`decode`'s answer (greedy, or sampled from `seed`) with the probability of each of its tokens and the
     `top_k` likeliest tokens at each of its positions."""
     generator = None
@@ -116,15 +130,20 @@ def check_prompt(task_name: str, text: str) -> str:
     task = get_task(task_name)
     body = text.strip()
     body = body[: len(body) - len(end)] if end and body.endswith(end) else body
-    allowed = (f"characters from {characters!r}, at most {task.max_prompt_length - len(end)} of them"
-               + (f", then {end!r} (added when left out)" if end else "")
-               + f", e.g. {example_prompts(task_name, 1)[0]!r}")
+    allowed = (
+        f"characters from {characters!r}, at most {task.max_prompt_length - len(end)} of them"
+        + (f", then {end!r} (added when left out)" if end else "")
+        + f", e.g. {example_prompts(task_name, 1)[0]!r}"
+    )
     if not body:
         raise ValueError(f"prompt is empty; allowed: {allowed}")
     if others := "".join(sorted(set(body) - set(characters))):
         plural = "s" if len(others) > 1 else ""
-        why = (f"{end!r} only closes a prompt" if set(others) <= set(end) else
-               f"task {task_name}'s prompts never hold the character{plural} {', '.join(map(repr, others))}")
+        why = (
+            f"{end!r} only closes a prompt"
+            if set(others) <= set(end)
+            else f"task {task_name}'s prompts never hold the character{plural} {', '.join(map(repr, others))}"
+        )
         raise ValueError(f"prompt {text.strip()!r} cannot be asked: {why}; allowed: {allowed}")
     if len(body) + len(end) > task.max_prompt_length:
         raise ValueError(f"prompt {text.strip()!r} is {len(body)} characters long; allowed: {allowed}")
@@ -148,8 +167,14 @@ class Probe:
     input_ids: tuple[int, ...]  # BOS, x, y_<j
 
     @classmethod
-    def of(cls, task_name: str, reference: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase,
-           max_new_tokens: int, temperature: float = 1.0) -> "Probe":
+    def of(
+        cls,
+        task_name: str,
+        reference: GPT2LMHeadModel,
+        tokenizer: PreTrainedTokenizerBase,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+    ) -> Probe:
         prompt = example_prompts(task_name, 1)[0]
         said = answer(reference, tokenizer, prompt, max_new_tokens, temperature)
         position = min(range(len(said.tokens)), key=said.probabilities.__getitem__)
@@ -182,11 +207,17 @@ class ChatModels:
     temperature: float
 
     @classmethod
-    def of(cls, trainer) -> "ChatModels":
+    def of(cls, trainer) -> ChatModels:
         """The trainer's own models, moved (a trainer is done with them once its run has ended)."""
         models = [model.requires_grad_(False).eval().cpu() for model in (trainer.policy, trainer.reference)]
-        return cls(*models, trainer.tokenizer, trainer.run.model, trainer.run.task, trainer.max_new_tokens,
-                   trainer.algo.temperature)
+        return cls(
+            *models,
+            trainer.tokenizer,
+            trainer.run.model,
+            trainer.run.task,
+            trainer.max_new_tokens,
+            trainer.algo.temperature,
+        )
 
     @property
     def nbytes(self) -> int:
@@ -200,7 +231,9 @@ class ChatModels:
         threads = torch.get_num_threads()
         use_preset_threads(self.model, torch.device("cpu"))
         try:
-            return tuple(answer(model, self.tokenizer, prompt, self.max_new_tokens, self.temperature, seed)
-                         for model in (self.reference, self.policy))
+            return tuple(
+                answer(model, self.tokenizer, prompt, self.max_new_tokens, self.temperature, seed)
+                for model in (self.reference, self.policy)
+            )
         finally:
             torch.set_num_threads(threads)  # the caller's thread gets its own count back

@@ -24,8 +24,14 @@ class KVDecoder:
     """Decoding state of a batch of `len(prompts) · num_generations` rows; `first_logits` `[rows, V]` predict
     every row's first token, and `step` feeds one more token per row."""
 
-    def __init__(self, model: GPT2LMHeadModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                 num_generations: int, max_new_tokens: int):
+    def __init__(
+        self,
+        model: GPT2LMHeadModel,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        num_generations: int,
+        max_new_tokens: int,
+    ):
         self.model = model
         config = model.config
         self.heads, self.head_dim = config.n_head, config.n_embd // config.n_head
@@ -46,7 +52,9 @@ class KVDecoder:
             self.key_mask = torch.cat([real, real.new_ones((prompts, max_new_tokens))], dim=1)[:, None, None, :]
             causal = torch.ones((width, width), dtype=torch.bool, device=real.device).tril()
             # Padding positions also see themselves, so that no softmax row is empty; nothing reads them.
-            prompt_attention = (causal & real[:, None, None, :]) | torch.eye(width, dtype=torch.bool, device=real.device)
+            prompt_attention = (causal & real[:, None, None, :]) | torch.eye(
+                width, dtype=torch.bool, device=real.device
+            )
         prompt_logits = self._forward(prompt_ids, positions, prompt_attention, is_causal=self.key_mask is None)
         self.next_position = positions[:, -1:] + 1
         rows = torch.arange(prompts, device=prompt_ids.device).repeat_interleave(num_generations)
@@ -81,7 +89,12 @@ class KVDecoder:
             keys[:, :, self.length : end] = key
             values[:, :, self.length : end] = value
             context = F.scaled_dot_product_attention(
-                query, keys[:, :, :end], values[:, :, :end], attn_mask=mask, is_causal=is_causal, scale=attention.scaling
+                query,
+                keys[:, :, :end],
+                values[:, :, :end],
+                attn_mask=mask,
+                is_causal=is_causal,
+                scale=attention.scaling,
             )
             hidden = hidden + attention.c_proj(context.transpose(1, 2).reshape(rows, n, -1))
             hidden = hidden + block.mlp(block.ln_2(hidden))

@@ -42,12 +42,39 @@ class ModelPreset:
 MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in (
-        ModelPreset("tiny", 2, 64, 2, 64, "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU", 1, 3e-3,
-                    accelerated=False),
-        ModelPreset("small", 4, 128, 4, 64, "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower", 1, 3e-3,
-                    accelerated=False),
-        ModelPreset("gpt2", 12, 768, 12, 1024, "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU", None, 3e-4,
-                    accelerated=True),
+        ModelPreset(
+            "tiny",
+            2,
+            64,
+            2,
+            64,
+            "2 layers × 64 wide (≈0.1 M parameters): seconds on a laptop CPU",
+            1,
+            3e-3,
+            accelerated=False,
+        ),
+        ModelPreset(
+            "small",
+            4,
+            128,
+            4,
+            64,
+            "4 layers × 128 wide (≈0.8 M parameters): CPU, a little slower",
+            1,
+            3e-3,
+            accelerated=False,
+        ),
+        ModelPreset(
+            "gpt2",
+            12,
+            768,
+            12,
+            1024,
+            "the 124M GPT-2 shape (12 × 768, 12 heads): for a GPU",
+            None,
+            3e-4,
+            accelerated=True,
+        ),
     )
 }
 
@@ -114,7 +141,7 @@ class ValueModel(nn.Module):
             self.value_head = nn.Linear(config.n_embd, 1)
 
     @classmethod
-    def from_policy(cls, policy: GPT2LMHeadModel) -> "ValueModel":
+    def from_policy(cls, policy: GPT2LMHeadModel) -> ValueModel:
         """A critic whose backbone starts as a copy of the policy's transformer (the usual initialisation)."""
         model = cls(policy.config)
         model.backbone.load_state_dict(policy.transformer.state_dict())
@@ -137,7 +164,7 @@ class ValueModel(nn.Module):
         torch.save(self.state_dict(), folder / "value_model.pt")
 
     @classmethod
-    def load(cls, folder: str | Path) -> "ValueModel":
+    def load(cls, folder: str | Path) -> ValueModel:
         folder = Path(folder)
         model = cls(GPT2Config.from_pretrained(folder))
         model.load_state_dict(torch.load(folder / "value_model.pt", map_location="cpu", weights_only=True))
@@ -173,7 +200,9 @@ def select_device(requested: str = "auto", model: str | None = None) -> torch.de
         try:
             device = torch.device(requested)
         except RuntimeError as error:
-            raise ValueError(f"device {requested!r} is not a torch device; allowed: auto, cpu, cuda, cuda:N, mps") from error
+            raise ValueError(
+                f"device {requested!r} is not a torch device; allowed: auto, cpu, cuda, cuda:N, mps"
+            ) from error
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {requested!r} was asked for but CUDA is not available here; use auto or cpu")
         if device.type == "mps" and not torch.backends.mps.is_available():

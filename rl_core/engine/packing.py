@@ -38,8 +38,13 @@ class PrefixTree:
     logit_index: torch.Tensor  # [B, T]: flat index into [U·L] of the position whose logits predict response token t
 
 
-def prefix_tree(sequences: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int,
-                response_mask: torch.Tensor, pack: bool | None = None) -> PrefixTree:
+def prefix_tree(
+    sequences: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_length: int,
+    response_mask: torch.Tensor,
+    pack: bool | None = None,
+) -> PrefixTree:
     """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.engine.rollout`) into a prefix tree
     (`pack` None: only where that runs at most `PACKING_GAIN` of the padded batch's tokens; True: always).
 

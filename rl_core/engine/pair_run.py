@@ -11,9 +11,9 @@ from pathlib import Path
 
 from rl_core.config import PairRunConfig, RunConfig
 from rl_core.engine.models import select_device, use_preset_threads
+from rl_core.engine.pretrained import model_tokenizer
 from rl_core.engine.reward_model import PreferencePair
 from rl_core.engine.sft import default_cache_dir
-from rl_core.engine.pretrained import model_tokenizer
 from toy_tasks import get_task
 
 
@@ -27,8 +27,7 @@ class PairRunTrainer:
     def __init__(self, run: RunConfig, cache_dir: Path | None = None, stop_event: threading.Event | None = None):
         run.validate()
         if not isinstance(run.algo, self.kind):
-            raise ValueError(f"algo={run.algo.name!r} is not a {self.kind.__name__}; {type(self).__name__} trains "
-                             f"one")
+            raise ValueError(f"algo={run.algo.name!r} is not a {self.kind.__name__}; {type(self).__name__} trains one")
         self.run, self.algo = run, run.algo
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.stop_event = stop_event or threading.Event()

@@ -57,28 +57,44 @@ def implicit_reward(logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -
     return beta * (logps - ref_logps)
 
 
-def log_ratio_difference(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
-                         ref_rejected_logps: torch.Tensor) -> torch.Tensor:
+def log_ratio_difference(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+) -> torch.Tensor:
     """h = (log π_θ − log π_ref)(y_w) − (log π_θ − log π_ref)(y_l) per pair `[N]`: how much more the policy has
     raised the chosen response than the rejected one, relative to the reference (Azar et al. 2023's h_π)."""
     return (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
 
 
-def dpo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
-             ref_rejected_logps: torch.Tensor, beta: float) -> torch.Tensor:
+def dpo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """L_DPO = −mean_i log σ(β h_i), h the `log_ratio_difference` (Rafailov et al. 2023, eq. 7; TRL's
     `loss_type="sigmoid"`): the Bradley-Terry loss of the implicit rewards.
 
     It is log 2 while π_θ = π_ref. Its gradient with respect to log π_θ(y_w) is −β σ(−β h_i) / N, and the opposite
     for log π_θ(y_l): the same push on both, weighted by how wrongly the pair is still ordered. Nothing in it says
     where the chosen log-probability should go, only the difference; both may fall while h grows."""
-    return bradley_terry_loss(implicit_reward(chosen_logps, ref_chosen_logps, beta),
-                              implicit_reward(rejected_logps, ref_rejected_logps, beta))
+    return bradley_terry_loss(
+        implicit_reward(chosen_logps, ref_chosen_logps, beta), implicit_reward(rejected_logps, ref_rejected_logps, beta)
+    )
 
 
-def ipo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
-             ref_rejected_logps: torch.Tensor, beta: float, chosen_lengths: torch.Tensor,
-             rejected_lengths: torch.Tensor) -> torch.Tensor:
+def ipo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+    chosen_lengths: torch.Tensor,
+    rejected_lengths: torch.Tensor,
+) -> torch.Tensor:
     """L_IPO = mean_i (h̄_i − 1/(2β))², h̄ the `log_ratio_difference` of *per-token mean* log-probabilities: each
     response's sequence log-probability (policy and reference) divided by its token count, EOS included (Azar et al.
     2023's empirical IPO loss, their τ written β; TRL's `loss_type="ipo"`).
@@ -90,27 +106,44 @@ def ipo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chose
     h̄ = 1/(2β): the pair is pushed apart by a fixed amount per token and then held there, where DPO's sigmoid keeps
     pushing (ever more weakly) however far apart they already are. Its gradient with respect to log π_θ(y_w) is
     2 (h̄_i − 1/(2β)) / (N |y_w|), and minus that with |y_l| for log π_θ(y_l)."""
-    h = log_ratio_difference(chosen_logps / chosen_lengths, rejected_logps / rejected_lengths,
-                             ref_chosen_logps / chosen_lengths, ref_rejected_logps / rejected_lengths)
+    h = log_ratio_difference(
+        chosen_logps / chosen_lengths,
+        rejected_logps / rejected_lengths,
+        ref_chosen_logps / chosen_lengths,
+        ref_rejected_logps / rejected_lengths,
+    )
     return ((h - 1 / (2 * beta)) ** 2).mean()
 
 
-def preference_loss(loss_type: str, chosen_logps: torch.Tensor, rejected_logps: torch.Tensor,
-                    ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor, beta: float,
-                    chosen_lengths: torch.Tensor, rejected_lengths: torch.Tensor) -> torch.Tensor:
+def preference_loss(
+    loss_type: str,
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+    chosen_lengths: torch.Tensor,
+    rejected_lengths: torch.Tensor,
+) -> torch.Tensor:
     """TRL's DPOTrainer loss of `loss_type` from sequence log-probabilities and the responses' token counts:
     `"sigmoid"` (`dpo_loss`, on the sums) or `"ipo"` (`ipo_loss`, on the per-token means)."""
     if loss_type == "ipo":
-        return ipo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, chosen_lengths,
-                        rejected_lengths)
+        return ipo_loss(
+            chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, chosen_lengths, rejected_lengths
+        )
     return dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
 
 
 PREFERENCE_LOSS_TYPES = ("sigmoid", "ipo")  # TRL's `loss_type` names of `preference_loss`
 
 
-def sequence_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
-                      responses: list[str], frozen: bool = False) -> torch.Tensor:
+def sequence_logprobs(
+    model: GPT2LMHeadModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    responses: list[str],
+    frozen: bool = False,
+) -> torch.Tensor:
     """log π(y|x) `[B]`: the sum of the response's token log-probabilities (its EOS included) given the prompt, in
     one teacher-forced pass; `frozen` for a model that is not being trained (the reference: no autograd)."""
     batch = encode_pairs(tokenizer, prompts, responses, next(model.parameters()).device)
@@ -118,8 +151,9 @@ def sequence_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase
     return masked_sum(token_logprobs(logits, batch.response_ids), batch.response_mask, dim=-1)
 
 
-def pair_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair],
-                  frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_logprobs(
+    model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], frozen: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence log-probabilities of the chosen and of the rejected responses, in one pass over both."""
     prompts = [p.prompt for p in pairs] * 2
     responses = [p.chosen for p in pairs] + [p.rejected for p in pairs]
@@ -127,10 +161,12 @@ def pair_logprobs(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, pa
     return logps[: len(pairs)], logps[len(pairs) :]
 
 
-def pair_lengths(tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair],
-                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def pair_lengths(
+    tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Token counts `[N]` of the chosen and of the rejected responses, each with its closing EOS (the tokens whose
     log-probabilities `pair_logprobs` sums), as floats for dividing by."""
+
     def count(responses: list[str]) -> torch.Tensor:
         ids = tokenizer(responses, add_special_tokens=False)["input_ids"]
         return torch.tensor([len(row) + 1 for row in ids], dtype=torch.float32, device=device)
@@ -138,18 +174,28 @@ def pair_lengths(tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair]
     return count([p.chosen for p in pairs]), count([p.rejected for p in pairs])
 
 
-def preference_metrics(loss: torch.Tensor, chosen_logps: torch.Tensor, rejected_logps: torch.Tensor,
-                       ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
-                       beta: float) -> dict[str, float]:
+def preference_metrics(
+    loss: torch.Tensor,
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+) -> dict[str, float]:
     """TRL's DPOTrainer metrics of a batch of pairs: `loss`, `rewards/chosen`, `rewards/rejected` (mean implicit
     rewards), `rewards/accuracies` (the share whose implicit chosen reward is strictly higher), `rewards/margins`
     (their mean difference), `logps/chosen`, `logps/rejected` (mean sequence log-probabilities)."""
     chosen = implicit_reward(chosen_logps, ref_chosen_logps, beta).detach()
     rejected = implicit_reward(rejected_logps, ref_rejected_logps, beta).detach()
-    return {"loss": loss.item(), "rewards/chosen": chosen.mean().item(), "rewards/rejected": rejected.mean().item(),
-            "rewards/accuracies": pairwise_accuracy(chosen, rejected).item(),
-            "rewards/margins": reward_margin(chosen, rejected).item(),
-            "logps/chosen": chosen_logps.detach().mean().item(), "logps/rejected": rejected_logps.detach().mean().item()}
+    return {
+        "loss": loss.item(),
+        "rewards/chosen": chosen.mean().item(),
+        "rewards/rejected": rejected.mean().item(),
+        "rewards/accuracies": pairwise_accuracy(chosen, rejected).item(),
+        "rewards/margins": reward_margin(chosen, rejected).item(),
+        "logps/chosen": chosen_logps.detach().mean().item(),
+        "logps/rejected": rejected_logps.detach().mean().item(),
+    }
 
 
 def check_preference_loss(loss_type: str, beta: float) -> None:
@@ -161,8 +207,13 @@ def check_preference_loss(loss_type: str, beta: float) -> None:
         raise ValueError(f"beta={beta!r} is out of range; allowed: 0 < beta ≤ {MAX_BETA:g}")
 
 
-def preference_warm_start(task: ToyTask, seed: int, device: torch.device | str = "cpu", model_preset: str = "tiny",
-                          cache_dir: Path | None = None) -> GPT2LMHeadModel:
+def preference_warm_start(
+    task: ToyTask,
+    seed: int,
+    device: torch.device | str = "cpu",
+    model_preset: str = "tiny",
+    cache_dir: Path | None = None,
+) -> GPT2LMHeadModel:
     """The task's SFT policy for `seed` with its default demonstrations and steps (the checkpoint RL starts from,
     cached), after the task is prepared (its SFT check scores with the task's reward)."""
     if model_preset not in MODEL_PRESETS:
@@ -171,8 +222,9 @@ def preference_warm_start(task: ToyTask, seed: int, device: torch.device | str =
     # The thread count of the preset, as for RL (one thread for the small presets): DPOTraining runs with it too.
     use_preset_threads(model_preset, device)
     task.prepare(cache_dir or default_cache_dir(), device, seed)
-    policy, _ = sft_policy(task, build_char_tokenizer(), model_preset, seed, task.default_demo_noise, DEFAULT_SFT_STEPS,
-                           device, cache_dir)
+    policy, _ = sft_policy(
+        task, build_char_tokenizer(), model_preset, seed, task.default_demo_noise, DEFAULT_SFT_STEPS, device, cache_dir
+    )
     return policy
 
 
@@ -243,8 +295,15 @@ class DPOTraining:
         batch = self.rng.choices(self.train, k=self.batch_size)
         chosen, rejected = pair_logprobs(self.policy, self.tokenizer, batch)
         ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, batch, frozen=True)
-        loss = preference_loss(self.loss_type, chosen, rejected, ref_chosen, ref_rejected, self.beta,
-                               *pair_lengths(self.tokenizer, batch, self.device))
+        loss = preference_loss(
+            self.loss_type,
+            chosen,
+            rejected,
+            ref_chosen,
+            ref_rejected,
+            self.beta,
+            *pair_lengths(self.tokenizer, batch, self.device),
+        )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
@@ -263,21 +322,27 @@ class DPOTraining:
         if pairs:
             chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
             ref_chosen, ref_rejected = self.held_out_ref_logps
-            loss = preference_loss(self.loss_type, chosen, rejected, ref_chosen, ref_rejected, self.beta,
-                                   *self.held_out_lengths)
-            metrics = {f"eval_{key}": value
-                       for key, value in preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected,
-                                                            self.beta).items()}
+            loss = preference_loss(
+                self.loss_type, chosen, rejected, ref_chosen, ref_rejected, self.beta, *self.held_out_lengths
+            )
+            metrics = {
+                f"eval_{key}": value
+                for key, value in preference_metrics(
+                    loss, chosen, rejected, ref_chosen, ref_rejected, self.beta
+                ).items()
+            }
         generator = torch.Generator(device=next(self.policy.parameters()).device).manual_seed(self.eval_seed)
         rollout = sample(self.policy, self.tokenizer, self.eval_prompts, self.task.max_new_tokens, 1.0, generator)
         ref_logits = frozen_response_logits(self.reference, rollout)
         ref_logp = token_logprobs(ref_logits, rollout.response_ids)
         scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
         mask = rollout.response_mask
-        metrics |= {"success_rate": sum(scores.successes) / len(scores.successes),
-                    "reward_mean": sum(scores.rewards) / len(scores.rewards),
-                    "kl_exact": masked_mean(kl_exact(rollout.logits, ref_logits), mask).item(),
-                    "kl_k3": masked_mean(kl_k3(rollout.old_logp, ref_logp), mask).item()}
+        metrics |= {
+            "success_rate": sum(scores.successes) / len(scores.successes),
+            "reward_mean": sum(scores.rewards) / len(scores.rewards),
+            "kl_exact": masked_mean(kl_exact(rollout.logits, ref_logits), mask).item(),
+            "kl_k3": masked_mean(kl_k3(rollout.old_logp, ref_logp), mask).item(),
+        }
         if samples:
             metrics["samples"] = self._sample_views(rollout, ref_logp, scores, samples)
         return metrics
@@ -289,13 +354,20 @@ class DPOTraining:
         for i in range(min(n, len(rollout.prompts))):
             length = int(rollout.response_mask[i].sum().item())
             ids = rollout.response_ids[i, :length].tolist()
-            views.append({"prompt": rollout.prompts[i], "response": rollout.responses[i],
-                          "tokens": [self.tokenizer.convert_ids_to_tokens(t) for t in ids],
-                          "reward": scores.rewards[i], "success": bool(scores.successes[i]),
-                          "truncated": bool(rollout.truncated[i]), "ids": ids,
-                          "log_probs": rollout.old_logp[i, :length].tolist(),
-                          "ref_log_probs": ref_logp[i, :length].tolist(),
-                          "entropies": rollout.entropy[i, :length].tolist()})
+            views.append(
+                {
+                    "prompt": rollout.prompts[i],
+                    "response": rollout.responses[i],
+                    "tokens": [self.tokenizer.convert_ids_to_tokens(t) for t in ids],
+                    "reward": scores.rewards[i],
+                    "success": bool(scores.successes[i]),
+                    "truncated": bool(rollout.truncated[i]),
+                    "ids": ids,
+                    "log_probs": rollout.old_logp[i, :length].tolist(),
+                    "ref_log_probs": ref_logp[i, :length].tolist(),
+                    "entropies": rollout.entropy[i, :length].tolist(),
+                }
+            )
         return views
 
 
@@ -321,11 +393,21 @@ class DPOTrainer(PairRunTrainer):
         returns the setup metrics."""
         self.policy, setup = prepare_warm_start(self, stoppable(progress, self.stop_event))
         task, algo = self.task, self.algo
-        self.training = DPOTraining(self.policy, self.task_pairs(), task, loss_type=algo.loss_type, beta=algo.beta,
-                                    steps=self.run.steps, batch_size=algo.per_device_train_batch_size,
-                                    learning_rate=algo.learning_rate, seed=self.run.seed,
-                                    holdout_fraction=algo.holdout_fraction, eval_every=1,
-                                    n_eval_prompts=algo.n_eval_prompts, tokenizer=self.tokenizer)
+        self.training = DPOTraining(
+            self.policy,
+            self.task_pairs(),
+            task,
+            loss_type=algo.loss_type,
+            beta=algo.beta,
+            steps=self.run.steps,
+            batch_size=algo.per_device_train_batch_size,
+            learning_rate=algo.learning_rate,
+            seed=self.run.seed,
+            holdout_fraction=algo.holdout_fraction,
+            eval_every=1,
+            n_eval_prompts=algo.n_eval_prompts,
+            tokenizer=self.tokenizer,
+        )
         self.reference = self.training.reference
         return setup | {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
 

@@ -36,20 +36,25 @@ def check_response(task_name: str, text: str) -> str:
     read, or more of them than the task lets a policy write (`max_new_tokens`)."""
     task = get_task(task_name)
     example = task.demonstration(task.sample_prompts(1, random.Random(0))[0], random.Random(0), 0.0)
-    allowed = (f"printable ASCII characters (letters, digits, punctuation, space), at most {task.max_new_tokens} "
-               f"of them (task {task_name}'s length limit), e.g. {example!r}")
+    allowed = (
+        f"printable ASCII characters (letters, digits, punctuation, space), at most {task.max_new_tokens} "
+        f"of them (task {task_name}'s length limit), e.g. {example!r}"
+    )
     if others := "".join(sorted(set(text) - set(CHARACTERS))):
         plural = "s" if len(others) > 1 else ""
-        raise ValueError(f"response {text!r} cannot be scored: the tokenizer reads no character{plural} "
-                         f"{', '.join(map(repr, others))}; allowed: {allowed}")
+        raise ValueError(
+            f"response {text!r} cannot be scored: the tokenizer reads no character{plural} "
+            f"{', '.join(map(repr, others))}; allowed: {allowed}"
+        )
     if len(text) > task.max_new_tokens:
         raise ValueError(f"response {text!r} is {len(text)} characters long; allowed: {allowed}")
     return text
 
 
 @torch.no_grad()
-def score_responses(model: ValueModel, tokenizer: PreTrainedTokenizerBase, prompt: str,
-                    responses: list[str]) -> list[float]:
+def score_responses(
+    model: ValueModel, tokenizer: PreTrainedTokenizerBase, prompt: str, responses: list[str]
+) -> list[float]:
     """r(x, y) of each response to one prompt: `reward_model.reward_scores`, in eval mode, without autograd."""
     was_training = model.training
     model.eval()
@@ -84,8 +89,9 @@ class PairJudgement:
         return preference_probability(max(self.scores), min(self.scores))
 
 
-def judge_pair(model: ValueModel, tokenizer: PreTrainedTokenizerBase, prompt: str, first: str,
-               second: str) -> PairJudgement:
+def judge_pair(
+    model: ValueModel, tokenizer: PreTrainedTokenizerBase, prompt: str, first: str, second: str
+) -> PairJudgement:
     """Both responses scored in one pass (check them first: `chat.check_prompt`, `check_response`)."""
     scores = score_responses(model, tokenizer, prompt, [first, second])
     return PairJudgement(prompt, (first, second), (scores[0], scores[1]))
@@ -101,9 +107,16 @@ class RankedSample:
     truncated: bool  # cut at the length limit, without EOS
 
 
-def rank_policy_samples(reward_model: ValueModel, policy: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase,
-                        prompt: str, max_new_tokens: int, seed: int, n: int = N_SAMPLES,
-                        temperature: float = 1.0) -> list[RankedSample]:
+def rank_policy_samples(
+    reward_model: ValueModel,
+    policy: GPT2LMHeadModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    max_new_tokens: int,
+    seed: int,
+    n: int = N_SAMPLES,
+    temperature: float = 1.0,
+) -> list[RankedSample]:
     """`n` responses of `policy` to `prompt`, sampled as the trainer samples (`rollout.sample`, the generator
     seeded with `seed`), each distinct one scored by the reward model once; best first (ties in order drawn)."""
     generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
@@ -114,6 +127,7 @@ def rank_policy_samples(reward_model: ValueModel, policy: GPT2LMHeadModel, token
         counts[response] = counts.get(response, 0) + 1
         truncated[response] = cut
     scores = score_responses(reward_model, tokenizer, prompt, list(counts))
-    ranked = [RankedSample(response, score, counts[response], truncated[response])
-              for response, score in zip(counts, scores)]
+    ranked = [
+        RankedSample(response, score, counts[response], truncated[response]) for response, score in zip(counts, scores)
+    ]
     return sorted(ranked, key=lambda sample_: -sample_.score)

@@ -91,20 +91,24 @@ def preference_accuracy(model: ValueModel, tokenizer: PreTrainedTokenizerBase, p
 
 
 @torch.no_grad()
-def preference_stats(model: ValueModel, tokenizer: PreTrainedTokenizerBase,
-                     pairs: list[PreferencePair]) -> dict[str, float]:
+def preference_stats(
+    model: ValueModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair]
+) -> dict[str, float]:
     """The model's Bradley-Terry loss, pairwise accuracy and mean margin on `pairs`, scored in eval mode."""
     was_training = model.training
     model.eval()
     chosen, rejected = pair_scores(model, tokenizer, pairs)
     model.train(was_training)
-    return {"loss": bradley_terry_loss(chosen, rejected).item(),
-            "accuracy": pairwise_accuracy(chosen, rejected).item(),
-            "margin": reward_margin(chosen, rejected).item()}
+    return {
+        "loss": bradley_terry_loss(chosen, rejected).item(),
+        "accuracy": pairwise_accuracy(chosen, rejected).item(),
+        "margin": reward_margin(chosen, rejected).item(),
+    }
 
 
-def check_pair_training(pairs: list[PreferencePair], holdout_fraction: float, steps: int, batch_size: int,
-                        learning_rate: float) -> None:
+def check_pair_training(
+    pairs: list[PreferencePair], holdout_fraction: float, steps: int, batch_size: int, learning_rate: float
+) -> None:
     """The knobs every fit to preference pairs shares (the reward model's, DPO's): a ValueError names the one out
     of range and what is allowed."""
     if len(pairs) < 2:
@@ -114,12 +118,17 @@ def check_pair_training(pairs: list[PreferencePair], holdout_fraction: float, st
     for knob, value in (("steps", steps), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{knob}={value!r} is out of range; allowed: an integer ≥ 1")
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not 0 < learning_rate < math.inf:
+    if (
+        isinstance(learning_rate, bool)
+        or not isinstance(learning_rate, (int, float))
+        or not 0 < learning_rate < math.inf
+    ):
         raise ValueError(f"learning_rate={learning_rate!r} is out of range; allowed: a number > 0")
 
 
-def split_pairs(pairs: list[PreferencePair], holdout_fraction: float,
-                rng: random.Random) -> tuple[list[PreferencePair], list[PreferencePair]]:
+def split_pairs(
+    pairs: list[PreferencePair], holdout_fraction: float, rng: random.Random
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
     """`(held_out, train)`: the pairs shuffled by `rng`, a `holdout_fraction` of them (at least one, and never
     all) kept out of training."""
     shuffled = rng.sample(pairs, len(pairs))
@@ -164,8 +173,9 @@ class RewardModelTraining:
         self.model.train()
         try:
             for step in range(1, self.total_steps + 1):
-                chosen, rejected = pair_scores(self.model, self.tokenizer,
-                                               self.rng.choices(self.train, k=self.batch_size))
+                chosen, rejected = pair_scores(
+                    self.model, self.tokenizer, self.rng.choices(self.train, k=self.batch_size)
+                )
                 loss = bradley_terry_loss(chosen, rejected)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -173,9 +183,12 @@ class RewardModelTraining:
                 # small.
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
                 self.optimizer.step()
-                record = {"step": step, "loss": loss.item(),
-                          "accuracy": pairwise_accuracy(chosen.detach(), rejected.detach()).item(),
-                          "margin": reward_margin(chosen.detach(), rejected.detach()).item()}
+                record = {
+                    "step": step,
+                    "loss": loss.item(),
+                    "accuracy": pairwise_accuracy(chosen.detach(), rejected.detach()).item(),
+                    "margin": reward_margin(chosen.detach(), rejected.detach()).item(),
+                }
                 if self.eval_every and (step % self.eval_every == 0 or step == self.total_steps):
                     stats = preference_stats(self.model, self.tokenizer, self.held_out)
                     record |= {f"heldout_{key}": value for key, value in stats.items()}

@@ -28,9 +28,16 @@ class RewardModelTrainer(PairRunTrainer):
         """The pairs and a fresh model; returns how many pairs train and how many are held out."""
         algo = self.algo
         self.training = RewardModelTraining(
-            self.task_pairs(), self.tokenizer, preset=self.run.model, steps=self.run.steps,
-            batch_size=algo.per_device_train_batch_size, learning_rate=algo.learning_rate, seed=self.run.seed,
-            device=self.device, holdout_fraction=algo.holdout_fraction, eval_every=algo.eval_steps,
+            self.task_pairs(),
+            self.tokenizer,
+            preset=self.run.model,
+            steps=self.run.steps,
+            batch_size=algo.per_device_train_batch_size,
+            learning_rate=algo.learning_rate,
+            seed=self.run.seed,
+            device=self.device,
+            holdout_fraction=algo.holdout_fraction,
+            eval_every=algo.eval_steps,
         )
         self._records: Iterator[dict] = self.training.steps()
         return {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}

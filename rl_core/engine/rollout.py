@@ -62,7 +62,7 @@ class Rollout(TokenBatch):
     def lengths(self) -> torch.Tensor:
         return self.response_mask.sum(-1)
 
-    def select(self, rows: torch.Tensor) -> "Rollout":
+    def select(self, rows: torch.Tensor) -> Rollout:
         """The sub-batch of the given row indices."""
         index = rows.tolist()
         part = Rollout(
@@ -118,7 +118,9 @@ def sample(
     # Inference mode skips autograd's bookkeeping on every op. The decoded tensors are copied out afterwards, outside
     # inference mode (`rollout_from_decoded`), so the Rollout holds ordinary tensors that a loss may use.
     with torch.inference_mode():
-        decoded = _decode(policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator, num_generations)
+        decoded = _decode(
+            policy, tokenizer, prompt_ids, prompt_mask, max_new_tokens, temperature, generator, num_generations
+        )
     if was_training:
         policy.train()
     return rollout_from_decoded(tokenizer, prompts, prompt_ids, prompt_mask, decoded, num_generations)
@@ -145,8 +147,15 @@ class SampleRequest:
         # A bfloat16 sampler runs other kernels than the float32 trainer: autocast computes its matrix products
         # in bfloat16, while the logits it keeps are stored in float32.
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
-            return sample(self.policy, self.tokenizer, self.prompts, self.max_new_tokens, self.temperature,
-                          self.generator, self.num_generations)
+            return sample(
+                self.policy,
+                self.tokenizer,
+                self.prompts,
+                self.max_new_tokens,
+                self.temperature,
+                self.generator,
+                self.num_generations,
+            )
 
 
 def rollout_from_decoded(tokenizer, prompts, prompt_ids, prompt_mask, decoded, num_generations) -> Rollout:

@@ -71,8 +71,16 @@ from rl_core.formulas.sampling import dynamic_sampling_keep, overlong_filter_mas
 # Knobs a formula may read as a tensor, one value per run: runs that differ in them share one vmapped call.
 VECTOR_KNOBS = ("epsilon", "epsilon_high", "gamma", "lam", "cliprange_value", "vf_coef")
 # Knobs read outside the formulas, per run: the optimisers', the gradient clip, the temperatures, the setup's.
-RUN_KNOBS = ("learning_rate", "adam_epsilon", "max_grad_norm", "critic_learning_rate", "temperature",
-             "rollout_temperature", "teacher_sft_steps", "value_pretrain_steps")
+RUN_KNOBS = (
+    "learning_rate",
+    "adam_epsilon",
+    "max_grad_norm",
+    "critic_learning_rate",
+    "temperature",
+    "rollout_temperature",
+    "teacher_sft_steps",
+    "value_pretrain_steps",
+)
 IDENTITY = ("name", "title", "summary")
 RARE_TOKEN_PROBABILITY = 0.1  # π_old(a_t) below this counts as a rare token in `silenced_rare_frac`
 CRITIC_ADAM_EPSILON = 1e-8  # torch's default, the critic's optimiser
@@ -102,6 +110,7 @@ class _Knobs:
 def per_run(fn: Callable, algo, knobs: dict[str, torch.Tensor], *args):
     """`fn(config, *args)` for every run of a formula group at once: each arg a `[R, …]` tensor (or None), each
     knob's values `[R]`; what `fn` returns (tensors, dicts and tuples of them) comes back with a leading run axis."""
+
     def one(values, *per_run_args):
         return fn(_Knobs(algo, values), *per_run_args)
 
@@ -239,14 +248,22 @@ class RunGroup:
         def knob(name):
             return torch.tensor([getattr(t.algo, name) for t in self.trainers], dtype=torch.float32, device=self.device)
 
-        self.policy_adam = StackedAdamW(self.policy.buffer, knob("learning_rate"), knob("adam_epsilon"),
-                                        stacked_state([t.policy_adam for t in self.trainers], self.policy.buffer))
+        self.policy_adam = StackedAdamW(
+            self.policy.buffer,
+            knob("learning_rate"),
+            knob("adam_epsilon"),
+            stacked_state([t.policy_adam for t in self.trainers], self.policy.buffer),
+        )
         self.max_grad_norm, self.temperature = knob("max_grad_norm"), knob("temperature")
         self.critic_adam = None
         if self.critic is not None:
             eps = torch.full((self.R,), CRITIC_ADAM_EPSILON, device=self.device)
-            self.critic_adam = StackedAdamW(self.critic.buffer, knob("critic_learning_rate"), eps,
-                                            stacked_state([t.critic_adam for t in self.trainers], self.critic.buffer))
+            self.critic_adam = StackedAdamW(
+                self.critic.buffer,
+                knob("critic_learning_rate"),
+                eps,
+                stacked_state([t.critic_adam for t in self.trainers], self.critic.buffer),
+            )
         for r, trainer in enumerate(self.trainers):
             trainer.group = self
             trainer.policy_adam = self.policy_adam.run_state(r)
@@ -325,13 +342,19 @@ class RunGroup:
             runs = torch.arange(self.R, device=self.device)[:, None]
             B = part.mask.shape[1]
             for _ in range(self.algo.ppo_epochs):
-                order = torch.stack([torch.randperm(B, generator=t.generator, device=self.device)
-                                     for t in part.trainers])
+                order = torch.stack(
+                    [torch.randperm(B, generator=t.generator, device=self.device) for t in part.trainers]
+                )
                 for rows in order.chunk(self.algo.num_minibatches, dim=1):
                     layout = stacked_trees([b.select(rows[p]) for p, b in enumerate(part.rollouts)], part.T)
                     mask = part.mask[runs, rows]
-                    critic = part.over_formulas(_critic_terms, self._values(part, layout, grad=True) * mask,
-                                                values[runs, rows], returns[runs, rows], mask)
+                    critic = part.over_formulas(
+                        _critic_terms,
+                        self._values(part, layout, grad=True) * mask,
+                        values[runs, rows],
+                        returns[runs, rows],
+                        mask,
+                    )
                     self._zero_grad()
                     part.merged(critic, lambda out: out[0]).sum().backward()
                     self._clipped(self.critic.buffer, part)
@@ -352,13 +375,20 @@ class RunGroup:
             sampler = Stack([t.behaviour_policy() for t in trainers])
             weights = sampler.views(grad=False)
         else:
-            weights = self.policy.views(None if len(runs) == self.R else torch.tensor(runs, device=self.device),
-                                        grad=False)
+            weights = self.policy.views(
+                None if len(runs) == self.R else torch.tensor(runs, device=self.device), grad=False
+            )
         model = StackedGPT2(trainers[0].policy, weights)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=algo.rollout_dtype == "bfloat16"):
-            rollouts = sample_runs(model, self.tokenizer, prompts, trainers[0].max_new_tokens,
-                                   [t.behaviour_temperature for t in trainers], [t.generator for t in trainers],
-                                   algo.num_generations)
+            rollouts = sample_runs(
+                model,
+                self.tokenizer,
+                prompts,
+                trainers[0].max_new_tokens,
+                [t.behaviour_temperature for t in trainers],
+                [t.generator for t in trainers],
+                algo.num_generations,
+            )
         return [(rollout, *trainer.rewards(rollout)) for trainer, rollout in zip(trainers, rollouts)]
 
     def _collect(self) -> tuple[list[tuple], list[dict]]:
@@ -389,8 +419,12 @@ class RunGroup:
         out, stats = [], []
         for r in range(self.R):
             kept_groups = sum(len(k[1]) for k in kept[r]) // G
-            stats.append({"dynamic_sampling_dropped_frac": 1 - kept_groups / sampled_groups[r],
-                          "dynamic_sampling_rounds": rounds[r]})
+            stats.append(
+                {
+                    "dynamic_sampling_dropped_frac": 1 - kept_groups / sampled_groups[r],
+                    "dynamic_sampling_rounds": rounds[r],
+                }
+            )
             if kept_groups == 0:  # nothing informative: train on the first batch (its advantages are all zero)
                 out.append(first[r])
                 continue
@@ -443,10 +477,19 @@ class RunGroup:
         metrics = []
         for p, trainer in enumerate(part.trainers):
             old, behaviour, mask, a = part.old_logp[p], part.behaviour_logp[p], part.mask[p], trainer.algo
-            weights = correction_weights(old, behaviour, mask, a.rollout_is_mode, a.rollout_is_level,
-                                         a.rollout_is_threshold, a.is_correction_gating, a.is_correction_threshold)
-            metrics.append(rollout_mismatch_metrics(old, behaviour, mask, a.rollout_is_level, a.rollout_is_threshold,
-                                                    weights))
+            weights = correction_weights(
+                old,
+                behaviour,
+                mask,
+                a.rollout_is_mode,
+                a.rollout_is_level,
+                a.rollout_is_threshold,
+                a.is_correction_gating,
+                a.is_correction_threshold,
+            )
+            metrics.append(
+                rollout_mismatch_metrics(old, behaviour, mask, a.rollout_is_level, a.rollout_is_threshold, weights)
+            )
         return metrics
 
     def _logits(self, part: Part, stack: Stack, layout, grad: bool = True, runs: torch.Tensor | None = None):
@@ -481,16 +524,28 @@ class RunGroup:
         # A critic whose values are no longer finite ends its run (else the NaN reaches the advantages and looks
         # like the policy's).
         finite_values = None if old_values is None else torch.isfinite(old_values).flatten(1).all(1)
-        baseline = torch.tensor([math.nan if t.running_baseline is None else t.running_baseline
-                                 for t in part.trainers], device=self.device)
+        baseline = torch.tensor(
+            [math.nan if t.running_baseline is None else t.running_baseline for t in part.trainers], device=self.device
+        )
         trainer = part.trainers[0]
 
-        def score(algo, old_logp, ref_logp, mask, rewards, old_values, baseline, teacher_logp, logits, ref_logits,
-                  teacher_logits, entropy):
+        def score(
+            algo,
+            old_logp,
+            ref_logp,
+            mask,
+            rewards,
+            old_values,
+            baseline,
+            teacher_logp,
+            logits,
+            ref_logits,
+            teacher_logits,
+            entropy,
+        ):
             kl_in_reward = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](old_logp, ref_logp) * mask
             beta_in_reward = algo.current_beta if algo.kl_in == "reward" else 0.0
-            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward,
-                                                       trainer.reward_clip)
+            token_rewards = kl_penalized_token_rewards(rewards, kl_in_reward, mask, beta_in_reward, trainer.reward_clip)
             out = {"kl_in_reward": kl_in_reward, "token_rewards": token_rewards}
             used = None
             metrics = {}
@@ -515,8 +570,10 @@ class RunGroup:
                 "entropy": masked_mean(entropy, mask),
                 "kl_exact": masked_mean(exact_kl, mask),
                 **kl_estimator_stats(old_logp, ref_logp, exact_kl, mask),
-                **{f"kl_{name}": masked_mean(fn(old_logp, ref_logp), mask)
-                   for name, fn in kl_estimators.KL_ESTIMATORS.items()},
+                **{
+                    f"kl_{name}": masked_mean(fn(old_logp, ref_logp), mask)
+                    for name, fn in kl_estimators.KL_ESTIMATORS.items()
+                },
                 **{f"advantage_{k}": v for k, v in advantage_stats(advantages, mask).items()},
                 **first_last_token_advantages(advantages, mask),
                 # The measured KL that adaptive β compares with target_kl: the estimator summed over each response.
@@ -524,29 +581,59 @@ class RunGroup:
             }
             if algo.num_generations > 1:
                 seq_advantages = masked_mean(advantages, mask, dim=-1)
-                metrics["skewed_group_weight_ratio"] = skewed_group_weight_ratio(seq_advantages, rewards,
-                                                                                 algo.num_generations)
-                metrics["equal_group_weight_share"] = equal_group_weight_share(seq_advantages, rewards,
-                                                                               algo.num_generations)
+                metrics["skewed_group_weight_ratio"] = skewed_group_weight_ratio(
+                    seq_advantages, rewards, algo.num_generations
+                )
+                metrics["equal_group_weight_share"] = equal_group_weight_share(
+                    seq_advantages, rewards, algo.num_generations
+                )
             return out, metrics
 
-        results = part.over_formulas(score, part.old_logp, ref_logp, part.mask, part.rewards, old_values, baseline,
-                                     teacher_logp, part.logits, ref_logits, teacher_logits, part.entropy)
+        results = part.over_formulas(
+            score,
+            part.old_logp,
+            ref_logp,
+            part.mask,
+            part.rewards,
+            old_values,
+            baseline,
+            teacher_logp,
+            part.logits,
+            ref_logits,
+            teacher_logits,
+            part.entropy,
+        )
         records.add_all([(fg, metrics) for fg, (_, metrics) in results])
-        scored = {name: part.merged(results, lambda out, name=name: out[0].get(name))
-                  for name in ("kl_in_reward", "token_rewards", "advantages", "returns")}
-        return scored | {"ref_logp": ref_logp, "old_values": old_values, "teacher_logp": teacher_logp,
-                         "finite_values": finite_values}
+        scored = {
+            name: part.merged(results, lambda out, name=name: out[0].get(name))
+            for name in ("kl_in_reward", "token_rewards", "advantages", "returns")
+        }
+        return scored | {
+            "ref_logp": ref_logp,
+            "old_values": old_values,
+            "teacher_logp": teacher_logp,
+            "finite_values": finite_values,
+        }
 
     def _noise_only(self, part: Part) -> torch.Tensor:
         """`[R']` bool: the runs whose batch carries no reward signal that whitening could scale (no update)."""
-        flags = [(fg, per_run(lambda algo, rewards, on=fg.beta_on: whitens_noise_only(algo, rewards, float(on)),
-                              fg.algo, fg.knobs, fg.take(part.rewards)))
-                 for fg in part.formulas]
+        flags = [
+            (
+                fg,
+                per_run(
+                    lambda algo, rewards, on=fg.beta_on: whitens_noise_only(algo, rewards, float(on)),
+                    fg.algo,
+                    fg.knobs,
+                    fg.take(part.rewards),
+                ),
+            )
+            for fg in part.formulas
+        ]
         noise_only = part.merged(flags, lambda out: out)
         # A teacher's signal is no noise: with one, equal task rewards never make a step noise only.
-        skip = torch.tensor([t.algo.skip_no_signal_updates and t.teacher is None for t in part.trainers],
-                            device=self.device)
+        skip = torch.tensor(
+            [t.algo.skip_no_signal_updates and t.teacher is None for t in part.trainers], device=self.device
+        )
         return noise_only & skip
 
     # ---------------------------------------------------------------------------------------------- 6: update
@@ -577,6 +664,7 @@ class RunGroup:
         for _ in range(algo.ppo_epochs):
             order = torch.stack([torch.randperm(B, generator=t.generator, device=self.device) for t in part.trainers])
             for rows in order.chunk(algo.num_minibatches, dim=1):
+
                 def take(x):
                     return None if x is None else x[runs, rows]
 
@@ -585,9 +673,18 @@ class RunGroup:
                 logp = token_logprobs(logits, take(part.ids))
                 mask, advantages, old_logp = take(loss_mask), take(scored["advantages"]), take(part.old_logp)
                 logp = self._clip_cov(part, logp, advantages, mask)
-                results = part.over_formulas(policy_terms, logits, logp, old_logp, take(scored["ref_logp"]),
-                                             advantages, mask, take(positive), take(part.behaviour_logp),
-                                             take(scored["teacher_logp"]))
+                results = part.over_formulas(
+                    policy_terms,
+                    logits,
+                    logp,
+                    old_logp,
+                    take(scored["ref_logp"]),
+                    advantages,
+                    mask,
+                    take(positive),
+                    take(part.behaviour_logp),
+                    take(scored["teacher_logp"]),
+                )
                 total = part.merged(results, lambda out: out[0])
                 per_token = part.merged(results, lambda out: out[1])
                 # Where the loss gives a token no gradient although A ≠ 0: PPO's clip, DPPO's mask, MIS's drops.
@@ -602,12 +699,15 @@ class RunGroup:
                 loss, finite = total.sum(), torch.isfinite(total)
                 if self.critic is not None:
                     values = self._values(part, layout, grad=True) * take(part.mask)
-                    critic = part.over_formulas(_critic_terms, values, take(scored["old_values"]),
-                                                take(scored["returns"]), take(part.mask))
+                    critic = part.over_formulas(
+                        _critic_terms, values, take(scored["old_values"]), take(scored["returns"]), take(part.mask)
+                    )
                     critic_loss = part.merged(critic, lambda out: out[0])
                     loss = loss + critic_loss.sum()  # each run's vf_coef · loss
-                    metrics |= {"critic_loss": part.merged(critic, lambda out: out[1]),
-                                "explained_variance": part.merged(critic, lambda out: out[2])}
+                    metrics |= {
+                        "critic_loss": part.merged(critic, lambda out: out[1]),
+                        "explained_variance": part.merged(critic, lambda out: out[2]),
+                    }
                     finite = finite & torch.isfinite(values).flatten(1).all(1)
                 self._zero_grad()
                 loss.backward()
@@ -649,8 +749,9 @@ class RunGroup:
             algo = part.trainers[p].algo
             if algo.cov_mode != "clip_cov":
                 return torch.zeros_like(lp, dtype=torch.bool)
-            return clip_cov_detach_mask(lp, advantages[p], mask[p], algo.cov_fraction, 1.0, 5.0,
-                                        part.trainers[p].generator)
+            return clip_cov_detach_mask(
+                lp, advantages[p], mask[p], algo.cov_fraction, 1.0, 5.0, part.trainers[p].generator
+            )
 
         return torch.where(part.each(logp, detached), logp.detach(), logp)
 
@@ -663,8 +764,10 @@ class RunGroup:
                 out.append(None)
                 continue
             algo = trainer.algo
-            critic = (f"the critic diverged (its values are no longer finite); lower critic_learning_rate (now "
-                      f"{algo.critic_learning_rate:g}) or vf_coef (now {algo.vf_coef:g})")
+            critic = (
+                f"the critic diverged (its values are no longer finite); lower critic_learning_rate (now "
+                f"{algo.critic_learning_rate:g}) or vf_coef (now {algo.vf_coef:g})"
+            )
             if update == -2:
                 out.append(critic)
                 continue
@@ -676,8 +779,10 @@ class RunGroup:
                     members = list(range(len(part.runs))) if fg.positions is None else fg.positions.tolist()
                     if p in members:
                         named = {k: v[members.index(p)].item() for k, v in values.items()}
-                out.append(f"the loss became {loss} ({', '.join(f'{k}={v:.4g}' for k, v in named.items())}); lower "
-                           "learning_rate or check the knobs")
+                out.append(
+                    f"the loss became {loss} ({', '.join(f'{k}={v:.4g}' for k, v in named.items())}); lower "
+                    "learning_rate or check the knobs"
+                )
             elif math.isfinite(grad_norm[p].item()):
                 out.append(critic)
             else:
@@ -728,11 +833,21 @@ class RunGroup:
         clipped = part.merged(results, lambda out: out[1])
         token_kl = part.merged(results, lambda out: out[2])
         per_token_fields = {
-            "advantages": adv, "ratios": ratio, "clipped": clipped, "silenced": silenced,
-            "entropies": part.entropy[:, :n], "ids": part.ids[:, :n],
-            "old_log_probs": old_logp, "ref_log_probs": cut["ref_logp"], "rewards_t": cut["token_rewards"],
-            "values": cut["old_values"], "returns": cut["returns"], "teacher_log_probs": cut["teacher_logp"],
-            "log_probs": logp.detach(), "token_kl": token_kl, "token_objective": -per_token.detach(),
+            "advantages": adv,
+            "ratios": ratio,
+            "clipped": clipped,
+            "silenced": silenced,
+            "entropies": part.entropy[:, :n],
+            "ids": part.ids[:, :n],
+            "old_log_probs": old_logp,
+            "ref_log_probs": cut["ref_logp"],
+            "rewards_t": cut["token_rewards"],
+            "values": cut["old_values"],
+            "returns": cut["returns"],
+            "teacher_log_probs": cut["teacher_logp"],
+            "log_probs": logp.detach(),
+            "token_kl": token_kl,
+            "token_objective": -per_token.detach(),
         }
         host = {k: v.tolist() for k, v in per_token_fields.items() if v is not None}
         lengths = mask.sum(-1).long().tolist()
@@ -745,36 +860,58 @@ class RunGroup:
                 length = lengths[p][i]
                 row = {k: v[p][i][:length] for k, v in host.items()}
                 ids = row.pop("ids")
-                run_views.append({
-                    "prompt": heads[p].prompts[i],
-                    "response": heads[p].responses[i],
-                    "tokens": [self.tokenizer.convert_ids_to_tokens(t) for t in ids],
-                    "reward": rewards[p][i],
-                    "success": bool(successes[p][i]),
-                    "truncated": truncated[p][i],
-                    "advantages": row.pop("advantages"),
-                    "ratios": row.pop("ratios"),
-                    "clipped": row.pop("clipped"),
-                    "silenced": row.pop("silenced"),
-                    "entropies": row.pop("entropies"),
-                    "ids": ids,
-                    **{("rewards" if k == "rewards_t" else k): v for k, v in row.items()},
-                })
+                run_views.append(
+                    {
+                        "prompt": heads[p].prompts[i],
+                        "response": heads[p].responses[i],
+                        "tokens": [self.tokenizer.convert_ids_to_tokens(t) for t in ids],
+                        "reward": rewards[p][i],
+                        "success": bool(successes[p][i]),
+                        "truncated": truncated[p][i],
+                        "advantages": row.pop("advantages"),
+                        "ratios": row.pop("ratios"),
+                        "clipped": row.pop("clipped"),
+                        "silenced": row.pop("silenced"),
+                        "entropies": row.pop("entropies"),
+                        "ids": ids,
+                        **{("rewards" if k == "rewards_t" else k): v for k, v in row.items()},
+                    }
+                )
             views.append(run_views)
         return views
 
 
 # -------------------------------------------------------------------------------- per-run formulas (vmapped)
-def _policy_terms(algo, logits, logp, old_logp, ref_logp, advantages, mask, positive, behaviour_logp, teacher_logp,
-                  max_length):
+def _policy_terms(
+    algo, logits, logp, old_logp, ref_logp, advantages, mask, positive, behaviour_logp, teacher_logp, max_length
+):
     """One run's minibatch loss: `(total, per-token policy loss, loss parts, metrics)`."""
     weights = None
     if behaviour_logp is not None:
-        weights = correction_weights(old_logp, behaviour_logp, mask, algo.rollout_is_mode, algo.rollout_is_level,
-                                     algo.rollout_is_threshold, algo.is_correction_gating,
-                                     algo.is_correction_threshold)
-    inputs = LossInputs(algo, logits, logp, old_logp, ref_logp, advantages, mask, algo.current_beta, max_length,
-                        positive, weights, teacher_logp)
+        weights = correction_weights(
+            old_logp,
+            behaviour_logp,
+            mask,
+            algo.rollout_is_mode,
+            algo.rollout_is_level,
+            algo.rollout_is_threshold,
+            algo.is_correction_gating,
+            algo.is_correction_threshold,
+        )
+    inputs = LossInputs(
+        algo,
+        logits,
+        logp,
+        old_logp,
+        ref_logp,
+        advantages,
+        mask,
+        algo.current_beta,
+        max_length,
+        positive,
+        weights,
+        teacher_logp,
+    )
     parts = loss_parts(inputs)
     total = sum(parts.values())
     detached = logp.detach()
@@ -814,15 +951,15 @@ def _view_terms(algo, logp, old_logp, advantages, mask, ref_logp):
     if algo.policy_loss in ("gspo", "gspo_token"):
         unit_ratio = gspo_sequence_ratio(logp.detach(), old_logp, mask)[:, None].expand_as(ratio)
     clipped = ((unit_ratio > 1 + algo.epsilon_high) & (advantages > 0)) | (
-        (unit_ratio < 1 - algo.epsilon) & (advantages < 0))
+        (unit_ratio < 1 - algo.epsilon) & (advantages < 0)
+    )
     token_kl = kl_estimators.KL_ESTIMATORS[algo.kl_estimator](logp.detach(), ref_logp)
     return policy_loss(algo, logp, old_logp, advantages, mask), clipped, token_kl
 
 
 def _monte_carlo_returns(algo, rewards, mask):
     """The returns value pretraining regresses on: the task reward on the last token, reward-to-go (λ = 1)."""
-    token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0,
-                                               effective_reward_clip(algo))
+    token_rewards = kl_penalized_token_rewards(rewards, torch.zeros_like(mask), mask, 0.0, effective_reward_clip(algo))
     return reward_to_go(token_rewards, mask, algo.gamma)
 
 

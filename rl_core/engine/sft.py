@@ -137,7 +137,9 @@ def sft_policy(
         if progress is not None:
             progress(0, math.nan)  # still waiting: the caller may stop here
     try:
-        return _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress)
+        return _load_or_train(
+            folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress
+        )
     finally:
         lock.release()
 
@@ -165,8 +167,12 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
                     raise ValueError("its LM head was trained untied from the embeddings")
             return load_policy(folder).to(device), json.loads((folder / "sft.json").read_text())
         except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"
-            log.warning("the cached SFT checkpoint %s is unreadable (%s: %s); training it again",
-                        folder.name, type(error).__name__, error)
+            log.warning(
+                "the cached SFT checkpoint %s is unreadable (%s: %s); training it again",
+                folder.name,
+                type(error).__name__,
+                error,
+            )
             shutil.rmtree(folder, ignore_errors=True)
     designed = is_preset(model_preset) and demo_noise == task.default_demo_noise and steps == DEFAULT_SFT_STEPS
     band = task.sft_success_band if designed else None
@@ -180,8 +186,16 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
                 policy = initial_policy(model_preset, tokenizer).to(device)
         # Below the band the same weights train on (another `steps`, on fresh demonstrations): they are short of the
         # skill. Above it, learning more cannot help, so the next attempt starts from other weights.
-        train_sft(policy, tokenizer, task, steps, demo_noise, seed + 1000 * attempt, learning_rate=learning_rate,
-                  progress=progress)
+        train_sft(
+            policy,
+            tokenizer,
+            task,
+            steps,
+            demo_noise,
+            seed + 1000 * attempt,
+            learning_rate=learning_rate,
+            progress=progress,
+        )
         policy.eval()
         tried.append(sft_success_rate(policy, tokenizer, task))
         if band is None or band[0] <= tried[-1] <= band[1]:

@@ -69,6 +69,9 @@ def stacked_state(states: list[dict | None], buffer: torch.Tensor) -> dict | Non
     None when no run has one."""
     if all(state is None for state in states):
         return None
-    zeros = {"exp_avg": torch.zeros_like(buffer[0]), "exp_avg_sq": torch.zeros_like(buffer[0]),
-             "step": torch.zeros((), dtype=buffer.dtype, device=buffer.device)}
+    zeros = {
+        "exp_avg": torch.zeros_like(buffer[0]),
+        "exp_avg_sq": torch.zeros_like(buffer[0]),
+        "step": torch.zeros((), dtype=buffer.dtype, device=buffer.device),
+    }
     return {name: torch.stack([(state or zeros)[name].detach().clone() for state in states]) for name in zeros}

@@ -55,13 +55,15 @@ class Stack:
         first = shape_of(modules[0])
         for r, module in enumerate(modules[1:], start=1):
             if shape_of(module) != first:
-                raise ValueError(f"module {r} differs from module 0 in its shape; a stack holds runs of one model shape")
+                raise ValueError(
+                    f"module {r} differs from module 0 in its shape; a stack holds runs of one model shape"
+                )
         self.runs = len(modules)
         self.shapes = {name: p.shape for name, p in modules[0].named_parameters()}
         with torch.no_grad():
-            self.buffer = torch.stack([
-                torch.cat([p.detach().reshape(-1) for p in module.parameters()]) for module in modules
-            ])
+            self.buffer = torch.stack(
+                [torch.cat([p.detach().reshape(-1) for p in module.parameters()]) for module in modules]
+            )
         self.buffer.requires_grad_(trainable)
         for r, module in enumerate(modules):
             self.bind(module, r)
@@ -116,8 +118,9 @@ class StackedGPT2:
         p = f"{self.prefix}.h.{i}"
         qkv = self._linear(self._layer_norm(hidden, f"{p}.ln_1"), f"{p}.attn.c_attn")
         hidden = hidden + self._linear(attend(i, qkv), f"{p}.attn.c_proj")
-        mlp = self._linear(self.activation(self._linear(self._layer_norm(hidden, f"{p}.ln_2"), f"{p}.mlp.c_fc")),
-                           f"{p}.mlp.c_proj")
+        mlp = self._linear(
+            self.activation(self._linear(self._layer_norm(hidden, f"{p}.ln_2"), f"{p}.mlp.c_fc")), f"{p}.mlp.c_proj"
+        )
         return hidden + mlp
 
     def _heads(self, qkv: torch.Tensor, sequences: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -131,8 +134,9 @@ class StackedGPT2:
         wte, wpe = self.weights[f"{self.prefix}.wte.weight"], self.weights[f"{self.prefix}.wpe.weight"]
         # One lookup in the runs' tables laid end to end: `embedding`'s backward is a dense scatter, where indexing
         # a stacked table backs up through a sort.
-        return (F.embedding(input_ids + run * wte.shape[1], wte.flatten(0, 1))
-                + F.embedding(position_ids + run * wpe.shape[1], wpe.flatten(0, 1)))
+        return F.embedding(input_ids + run * wte.shape[1], wte.flatten(0, 1)) + F.embedding(
+            position_ids + run * wpe.shape[1], wpe.flatten(0, 1)
+        )
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits `[R, M, V]` of final hidden states `[R, M, d]`."""
@@ -165,9 +169,12 @@ def stacked_trees(batches: Sequence[TokenBatch], response_columns: int) -> tuple
     packed too: one padded batch's B rows among trees of U ≪ B sequences would pad every run to B sequences."""
     trees = [b.prefix_tree for b in batches]
     if len({t.attention_mask.dim() for t in trees}) > 1:
-        trees = [t if t.attention_mask.dim() == 4 else
-                 prefix_tree(b.sequences, b.attention_mask, b.prompt_length, b.response_mask, pack=True)
-                 for t, b in zip(trees, batches)]
+        trees = [
+            t
+            if t.attention_mask.dim() == 4
+            else prefix_tree(b.sequences, b.attention_mask, b.prompt_length, b.response_mask, pack=True)
+            for t, b in zip(trees, batches)
+        ]
     U = max(t.input_ids.shape[0] for t in trees)
     L = max(t.input_ids.shape[1] for t in trees)
     device = trees[0].input_ids.device
@@ -229,8 +236,10 @@ def sample_runs(
     its own run's, unless a logit that differs in the last bits moves a cumulative probability across a draw."""
     R = model.runs
     if not (len(prompts) == len(temperatures) == len(generators) == R):
-        raise ValueError(f"a stack of {R} runs needs {R} prompt lists, temperatures and generators; got "
-                         f"{len(prompts)}, {len(temperatures)} and {len(generators)}")
+        raise ValueError(
+            f"a stack of {R} runs needs {R} prompt lists, temperatures and generators; got "
+            f"{len(prompts)}, {len(temperatures)} and {len(generators)}"
+        )
     if len({len(p) for p in prompts}) != 1:
         raise ValueError(f"every run samples the same number of prompts; got {[len(p) for p in prompts]}")
     device = next(iter(model.weights.values())).device
@@ -243,11 +252,18 @@ def sample_runs(
     prompt_mask = torch.stack([F.pad(mask, (width - mask.shape[1], 0)) for _, mask in encoded])
     temperature = torch.tensor(temperatures, dtype=torch.float32, device=device)[:, None, None]
     with torch.inference_mode():
-        decoded = _decode_runs(model, tokenizer.eos_token_id, pad, prompt_ids, prompt_mask,
-                               max_new_tokens, temperature, generators, num_generations)
-    return [
-        rollout_from_decoded(tokenizer, prompts[r], *encoded[r], decoded[r], num_generations) for r in range(R)
-    ]
+        decoded = _decode_runs(
+            model,
+            tokenizer.eos_token_id,
+            pad,
+            prompt_ids,
+            prompt_mask,
+            max_new_tokens,
+            temperature,
+            generators,
+            num_generations,
+        )
+    return [rollout_from_decoded(tokenizer, prompts[r], *encoded[r], decoded[r], num_generations) for r in range(R)]
 
 
 def _decode_runs(model, eos, pad, prompt_ids, prompt_mask, max_new_tokens, temperature, generators, num_generations):
@@ -276,7 +292,10 @@ def _decode_runs(model, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
         else:
             mask = key_mask[..., : length + n]
         context = F.scaled_dot_product_attention(
-            query, keys[layer][:, :, : length + n], values[layer][:, :, : length + n], attn_mask=mask,
+            query,
+            keys[layer][:, :, : length + n],
+            values[layer][:, :, : length + n],
+            attn_mask=mask,
             scale=model.scaling,
         )
         return context.transpose(1, 2).reshape(R, rows_now * n, -1)
@@ -336,7 +355,11 @@ def _decode_runs(model, eos, pad, prompt_ids, prompt_mask, max_new_tokens, tempe
         length += 1
         next_position = next_position + 1
     return [
-        (response_ids[r, :rows, : steps[r]], response_mask[r, :rows, : steps[r]], step_logits[r, :rows, : steps[r]],
-         finished[r, :rows])
+        (
+            response_ids[r, :rows, : steps[r]],
+            response_mask[r, :rows, : steps[r]],
+            step_logits[r, :rows, : steps[r]],
+            finished[r, :rows],
+        )
         for r in range(R)
     ]

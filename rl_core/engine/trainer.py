@@ -38,6 +38,8 @@ from rl_core.runs.staging import staging_folder
 from toy_tasks import get_task
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
 class TrainingStopped(Exception):
     """The stop event was set while the models were being prepared."""
 
@@ -55,8 +57,10 @@ def check_checkpoint_folder(folder: Path) -> None:
         raise ValueError(f"--checkpoint {folder.name} is not a folder; give a new or empty folder, or a checkpoint")
     names = {child.name for child in folder.iterdir()}
     if names and not set(CHECKPOINT_FILES) <= names <= {*CHECKPOINT_FILES, *CHECKPOINT_OPTIONAL}:
-        raise ValueError(f"--checkpoint {folder.name} holds files that are not a lab checkpoint; give a new or empty "
-                         "folder (an existing checkpoint is replaced, nothing else)")
+        raise ValueError(
+            f"--checkpoint {folder.name} holds files that are not a lab checkpoint; give a new or empty "
+            "folder (an existing checkpoint is replaced, nothing else)"
+        )
 
 
 def stoppable(progress: Progress | None, stop_event: threading.Event) -> Progress:
@@ -81,8 +85,15 @@ def prepare_warm_start(trainer, progress: Progress):
     trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
     progress("reward", 1, 1)
     policy, sft_report = sft_policy(
-        trainer.task, trainer.tokenizer, run.model, run.seed, trainer.demo_noise, run.sft_steps, trainer.device,
-        trainer.cache_dir, progress=lambda done, loss: progress("sft", done, run.sft_steps),
+        trainer.task,
+        trainer.tokenizer,
+        run.model,
+        run.seed,
+        trainer.demo_noise,
+        run.sft_steps,
+        trainer.device,
+        trainer.cache_dir,
+        progress=lambda done, loss: progress("sft", done, run.sft_steps),
     )
     # Eval mode for all of training: dropout stays off (the first update's ratios must be 1, as with TRL's
     # disable_dropout), and the sampler never has to switch modes around a rollout.
@@ -94,8 +105,9 @@ def prepare_warm_start(trainer, progress: Progress):
 
 
 @torch.no_grad()
-def evaluate_policy(policy, tokenizer, task, max_new_tokens: int, temperature: float, n_prompts: int,
-                    seed: int) -> dict:
+def evaluate_policy(
+    policy, tokenizer, task, max_new_tokens: int, temperature: float, n_prompts: int, seed: int
+) -> dict:
     """Success rate and mean reward of `policy` on `n_prompts` fresh prompts drawn from `seed`, one sample each."""
     prompts = task.sample_prompts(n_prompts, random.Random(seed))
     generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
@@ -113,14 +125,30 @@ def group_plan(run: RunConfig) -> tuple:
     limit and update schedule, and the same passes (sampler, critic, teacher, value pretraining's). Seeds, learning
     rates, clip ranges, β, losses and advantage estimators may differ."""
     algo = run.algo
-    behaviour_differs = (algo.rollout_staleness > 0 or algo.rollout_dtype != "float32"
-                         or algo.rollout_temperature not in (None, algo.temperature))
+    behaviour_differs = (
+        algo.rollout_staleness > 0
+        or algo.rollout_dtype != "float32"
+        or algo.rollout_temperature not in (None, algo.temperature)
+    )
     return (
-        run.model, run.device, run.task, algo.max_new_tokens or get_task(run.task).max_new_tokens,
-        run.samples_per_record, algo.prompts_per_step, algo.num_generations, algo.ppo_epochs, algo.num_minibatches,
-        algo.dynamic_sampling, algo.dynamic_sampling and algo.max_resample_rounds, algo.overlong_filter,
-        algo.rollout_staleness > 0, algo.rollout_dtype, behaviour_differs, algo.use_critic,
-        algo.use_critic and algo.critic_init, algo.teacher_model,
+        run.model,
+        run.device,
+        run.task,
+        algo.max_new_tokens or get_task(run.task).max_new_tokens,
+        run.samples_per_record,
+        algo.prompts_per_step,
+        algo.num_generations,
+        algo.ppo_epochs,
+        algo.num_minibatches,
+        algo.dynamic_sampling,
+        algo.dynamic_sampling and algo.max_resample_rounds,
+        algo.overlong_filter,
+        algo.rollout_staleness > 0,
+        algo.rollout_dtype,
+        behaviour_differs,
+        algo.use_critic,
+        algo.use_critic and algo.critic_init,
+        algo.teacher_model,
     )
 
 
@@ -182,8 +210,15 @@ class Trainer:
         frozen like the reference."""
         steps = self.algo.teacher_sft_steps
         teacher, report = sft_policy(
-            self.task, self.tokenizer, self.algo.teacher_model, self.run.seed, TEACHER_DEMO_NOISE, steps,
-            self.device, self.cache_dir, progress=lambda done, loss: progress("teacher", done, steps),
+            self.task,
+            self.tokenizer,
+            self.algo.teacher_model,
+            self.run.seed,
+            TEACHER_DEMO_NOISE,
+            steps,
+            self.device,
+            self.cache_dir,
+            progress=lambda done, loss: progress("teacher", done, steps),
         )
         self.teacher = frozen_reference(teacher)
         return {"teacher_success_rate": report["success_rate"]}
@@ -207,9 +242,13 @@ class Trainer:
     def group_key(self) -> tuple:
         """Runs with equal keys train as one group (`group_plan` of their configs, and the shapes of the models they
         built). Everything else may differ per run."""
-        return (group_plan(self.run), self.device, shape_of(self.policy),
-                None if self.critic is None else shape_of(self.critic),
-                None if self.teacher is None else shape_of(self.teacher))
+        return (
+            group_plan(self.run),
+            self.device,
+            shape_of(self.policy),
+            None if self.critic is None else shape_of(self.critic),
+            None if self.teacher is None else shape_of(self.teacher),
+        )
 
     # -------------------------------------------------------------- sampling
     def behaviour_policy(self):
@@ -245,8 +284,11 @@ class Trainer:
     def behaviour_differs(self) -> bool:
         """Whether the sampler μ may differ from π_old: a stale copy, another sampling temperature, or another
         precision. Otherwise the sampler's own log-probabilities are π_old's: μ ≡ π_old, the mismatch removed."""
-        return (self.algo.rollout_staleness > 0 or self.behaviour_temperature != self.algo.temperature
-                or self.algo.rollout_dtype != "float32")
+        return (
+            self.algo.rollout_staleness > 0
+            or self.behaviour_temperature != self.algo.temperature
+            or self.algo.rollout_dtype != "float32"
+        )
 
     # ------------------------------------------------------------------- step
     def steps(self) -> Iterator[dict]:
@@ -266,8 +308,9 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
         """Success rate and mean reward of the current policy on fresh prompts, one sample each."""
-        return evaluate_policy(self.policy, self.tokenizer, self.task, self.max_new_tokens, self.algo.temperature,
-                               n_prompts, seed)
+        return evaluate_policy(
+            self.policy, self.tokenizer, self.task, self.max_new_tokens, self.algo.temperature, n_prompts, seed
+        )
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, folder: str | Path) -> Path:
@@ -297,15 +340,17 @@ class Trainer:
                 staging / "trainer_state.pt",
             )
             version, internal, gauss = self.prompt_rng.getstate()
-            (staging / "trainer_state.json").write_text(json.dumps(
-                {
-                    "step_index": self.step_index,
-                    "beta": self.beta,
-                    "running_baseline": self.running_baseline,
-                    "snapshot_step": self._snapshot_step,
-                    "prompt_rng": [version, list(internal), gauss],
-                }
-            ))
+            (staging / "trainer_state.json").write_text(
+                json.dumps(
+                    {
+                        "step_index": self.step_index,
+                        "beta": self.beta,
+                        "running_baseline": self.running_baseline,
+                        "snapshot_step": self._snapshot_step,
+                        "prompt_rng": [version, list(internal), gauss],
+                    }
+                )
+            )
             backup = folder.with_name(folder.name + ".old")
             if folder.exists():
                 folder.rename(backup)

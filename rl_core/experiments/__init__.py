@@ -86,13 +86,16 @@ def mean_interval(effects: Sequence[float], confidence: float = CONFIDENCE) -> t
     if len(finite) < 2:
         return (-math.inf, math.inf)
     mean = statistics.fmean(finite)
-    half = float(scipy.stats.t.ppf((1 + confidence) / 2, len(finite) - 1)) * statistics.stdev(finite) / math.sqrt(
-        len(finite))
+    half = (
+        float(scipy.stats.t.ppf((1 + confidence) / 2, len(finite) - 1))
+        * statistics.stdev(finite)
+        / math.sqrt(len(finite))
+    )
     return (mean - half, mean + half)
 
 
 def verdict(effects: Sequence[float], expected: Direction) -> Verdict:
-    """"shown" when at least ⌈7/8 · n⌉ of the n seeds' effects have the expected sign **and** the 95 % t-interval
+    """ "shown" when at least ⌈7/8 · n⌉ of the n seeds' effects have the expected sign **and** the 95 % t-interval
     of the mean effect lies on the expected side of 0; "weak" when only the mean does; else "not shown".
 
     A NaN effect (the metric never appeared) counts against the claim: it is a seed without the expected sign."""

@@ -8,9 +8,22 @@ from rl_core.experiments._measures import mean_over_steps
 
 TARGET_KL = 0.5  # nats per response, what the adaptive arm aims at
 SHARED = dict(
-    prompts_per_step=64, num_generations=1, temperature=1.0, beta=0.01, kl_estimator="k1", kl_in="reward",
-    lam=0.95, whiten_advantages=True, policy_loss="clip", epsilon=0.2, epsilon_high=0.2,
-    loss_agg_mode="token-mean", learning_rate=1e-3, ppo_epochs=2, num_minibatches=2, value_pretrain_steps=0,
+    prompts_per_step=64,
+    num_generations=1,
+    temperature=1.0,
+    beta=0.01,
+    kl_estimator="k1",
+    kl_in="reward",
+    lam=0.95,
+    whiten_advantages=True,
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    loss_agg_mode="token-mean",
+    learning_rate=1e-3,
+    ppo_epochs=2,
+    num_minibatches=2,
+    value_pretrain_steps=0,
 )
 FIXED, ADAPTIVE = "fixed β = 0.01", f"adaptive β, target {TARGET_KL}"
 
@@ -18,18 +31,16 @@ FIXED, ADAPTIVE = "fixed β = 0.01", f"adaptive β, target {TARGET_KL}"
 def _miss(records) -> float:
     """The mean |log(KL / target)| over the second half of the run: how far the KL sits from the target."""
     half = records[len(records) // 2 :]
-    return mean_over_steps(
-        [{"miss": abs(math.log(max(r["kl_sequence"], 1e-6) / TARGET_KL))} for r in half], "miss"
-    )
+    return mean_over_steps([{"miss": abs(math.log(max(r["kl_sequence"], 1e-6) / TARGET_KL))} for r in half], "miss")
 
 
 EXPERIMENT = Experiment(
     name="adaptive_beta",
     title="Adaptive β holds the KL near its target",
     plain="A KL penalty whose strength adjusts itself keeps the policy about as far from the reference as "
-          "asked, where the same penalty held fixed lets the distance drift away.",
+    "asked, where the same penalty held fixed lets the distance drift away.",
     claim="PPO-penalty's adaptive β (double when KL > 1.5·target, halve when KL < target/1.5) keeps the measured "
-          "KL near its target, while the same starting β held fixed lets it drift away.",
+    "KL near its target, while the same starting β held fixed lets it drift away.",
     source="PPO (Schulman et al. 2017), adaptive KL penalty; InstructGPT's KL controller",
     arms=(
         Arm(FIXED, "ppo", {**SHARED, "target_kl": None}),

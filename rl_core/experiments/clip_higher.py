@@ -52,27 +52,39 @@ from rl_core.experiments._measures import mean_difference
 # it bound more, at learning rate 1e-3 and 2e-3 (seeds 0–7), 4 and 5 of 8 were positive, and at 2e-3 whether a
 # run collapsed depended on the seed.
 SHARED = dict(
-    prompts_per_step=8, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
-    kl_estimator="k3", kl_in="loss", policy_loss="clip", epsilon=0.2, loss_agg_mode="token-mean",
-    learning_rate=5e-4, ppo_epochs=4, num_minibatches=4, dynamic_sampling=False, entropy_coef=0.0,
+    prompts_per_step=8,
+    num_generations=8,
+    temperature=1.0,
+    advantage_estimator="grpo",
+    beta=0.0,
+    kl_estimator="k3",
+    kl_in="loss",
+    policy_loss="clip",
+    epsilon=0.2,
+    loss_agg_mode="token-mean",
+    learning_rate=5e-4,
+    ppo_epochs=4,
+    num_minibatches=4,
+    dynamic_sampling=False,
+    entropy_coef=0.0,
 )
 
 EXPERIMENT = Experiment(
     name="clip_higher",
     title="Clip-higher silences fewer rewarded tokens",
     plain="Raising the upper clip bound from 0.2 to 0.28 stops fewer rewarded tokens from learning — about a "
-          "quarter fewer here, not none.",
+    "quarter fewer here, not none.",
     claim="With a symmetric clip (ε 0.2) the high side silences every rewarded token whose ratio has passed 1.2; DAPO "
-          "raises ε_high to 0.28 so that rare good tokens can keep rising. On a reward without signal, where both "
-          "arms optimise the same reward, the wider bound silences about a quarter fewer tokens, not none: past "
-          "1.2 the rewarded tokens keep being pushed and some reach 1.28. Share of tokens silenced on the high "
-          "side over 15 steps, 0.28 minus 0.2: seeds 0–7, lower on 8 of 8, −0.0125 [−0.0185, −0.0066] (4.6 % "
-          "against 3.4 %); held-out 1200–1207, 8 of 8, −0.0151 [−0.0199, −0.0102]; held-out 1300–1307, 8 of 8, "
-          "−0.0133 [−0.0215, −0.0050]. DAPO's consequence, a higher entropy over hundreds of steps, the lab did not "
-          "show reliably: over 150 steps it was higher on 23 of 32 seeds and one set of eight in four passed the "
-          "verdict rule. Over these 15 steps the entropy is, if anything, lower with 0.28 (−0.05 nats on average "
-          "on each of the three sets, higher on only 5, 2 and 3 of their 8 seeds, no interval away from 0): early "
-          "on the wider bound lets the common rewarded tokens rise further too, and that sharpens the distribution.",
+    "raises ε_high to 0.28 so that rare good tokens can keep rising. On a reward without signal, where both "
+    "arms optimise the same reward, the wider bound silences about a quarter fewer tokens, not none: past "
+    "1.2 the rewarded tokens keep being pushed and some reach 1.28. Share of tokens silenced on the high "
+    "side over 15 steps, 0.28 minus 0.2: seeds 0–7, lower on 8 of 8, −0.0125 [−0.0185, −0.0066] (4.6 % "
+    "against 3.4 %); held-out 1200–1207, 8 of 8, −0.0151 [−0.0199, −0.0102]; held-out 1300–1307, 8 of 8, "
+    "−0.0133 [−0.0215, −0.0050]. DAPO's consequence, a higher entropy over hundreds of steps, the lab did not "
+    "show reliably: over 150 steps it was higher on 23 of 32 seeds and one set of eight in four passed the "
+    "verdict rule. Over these 15 steps the entropy is, if anything, lower with 0.28 (−0.05 nats on average "
+    "on each of the three sets, higher on only 5, 2 and 3 of their 8 seeds, no interval away from 0): early "
+    "on the wider bound lets the common rewarded tokens rise further too, and that sharpens the distribution.",
     source="DAPO (Yu et al. 2025), clip-higher; Park et al. 2025, the clip's entropy bias under random rewards",
     arms=(
         Arm("ε_high 0.2", "grpo", {**SHARED, "epsilon_high": 0.2}),
@@ -84,7 +96,7 @@ EXPERIMENT = Experiment(
     # it; the entropy designs needed 150 (216 s) and still did not hold.
     steps=15,
     metric="share of tokens silenced by the high-side clip (ρ > 1 + ε_high, Â > 0) averaged over training, "
-           "ε_high 0.28 minus 0.2",
+    "ε_high 0.28 minus 0.2",
     effect=mean_difference("clip_frac_high", "ε_high 0.28", "ε_high 0.2"),
     expected="negative",
     run_fields={"sft_steps": 500},

@@ -16,10 +16,24 @@ seeds run for the first time with it, 500–507 and 600–607 (the claim gives e
 from rl_core.experiments import Arm, Experiment
 
 SHARED = dict(
-    prompts_per_step=64, num_generations=1, temperature=1.0, advantage_estimator="gae", lam=0.95,
-    whiten_advantages=False, beta=0.3, kl_estimator="k1", kl_in="reward", policy_loss="clip", epsilon=0.2,
-    epsilon_high=0.2, loss_agg_mode="token-mean", learning_rate=1e-3, ppo_epochs=2, num_minibatches=2,
-    use_critic=True, critic_learning_rate=3e-3,
+    prompts_per_step=64,
+    num_generations=1,
+    temperature=1.0,
+    advantage_estimator="gae",
+    lam=0.95,
+    whiten_advantages=False,
+    beta=0.3,
+    kl_estimator="k1",
+    kl_in="reward",
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    loss_agg_mode="token-mean",
+    learning_rate=1e-3,
+    ppo_epochs=2,
+    num_minibatches=2,
+    use_critic=True,
+    critic_learning_rate=3e-3,
 )
 FROM_RM = "critic from the reward model, λ 0.95"
 PRETRAINED = "value-pretrained critic, λ_critic 1"
@@ -35,13 +49,13 @@ EXPERIMENT = Experiment(
     name="critic_from_rm",
     title="A critic initialised from the reward model favours early tokens",
     plain="A critic copied from the reward model gives the first tokens of an answer much more credit than the "
-          "last; training the critic first on the returns removes that tilt.",
+    "last; training the critic first on the returns removes that tilt.",
     claim="A critic initialised from the reward model gives the first tokens of a response larger advantages than "
-          "the last with λ = 0.95; value pretraining with λ_critic = 1 removes the bias. First-token minus "
-          "last-token advantage on the first step, from-RM minus pretrained: seeds 0–7, 8 of 8, +1.92 [+1.38, "
-          "+2.45]; held-out 500–507, 7 of 8, +1.48 [+0.63, +2.33]; held-out 600–607, 8 of 8, +2.16 [+1.53, "
-          "+2.80]; and on 300–307 and 400–407, run before this measure was chosen, 7 of 8, +1.26 [+0.52, +2.00] "
-          "and 8 of 8, +1.18 [+0.45, +1.91].",
+    "the last with λ = 0.95; value pretraining with λ_critic = 1 removes the bias. First-token minus "
+    "last-token advantage on the first step, from-RM minus pretrained: seeds 0–7, 8 of 8, +1.92 [+1.38, "
+    "+2.45]; held-out 500–507, 7 of 8, +1.48 [+0.63, +2.33]; held-out 600–607, 8 of 8, +2.16 [+1.53, "
+    "+2.80]; and on 300–307 and 400–407, run before this measure was chosen, 7 of 8, +1.26 [+0.52, +2.00] "
+    "and 8 of 8, +1.18 [+0.45, +1.91].",
     source="VC-PPO (Yuan et al. 2025), value initialisation bias; VAPO (Yue et al. 2025)",
     arms=(
         Arm(FROM_RM, "ppo", {**SHARED, "critic_init": "reward_model", "value_pretrain_steps": 0, "lam_critic": None}),

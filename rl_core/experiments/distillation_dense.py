@@ -34,25 +34,37 @@ from rl_core.experiments._measures import mean_difference
 # the distilled arm's anchor is its teacher, and a KL to the SFT reference would hold GRPO back for a reason the
 # claim is not about.
 SHARED = dict(
-    prompts_per_step=16, num_generations=2, temperature=1.0, advantage_estimator="grpo", beta=0.0,
-    policy_loss="clip", epsilon=0.2, epsilon_high=0.2, loss_agg_mode="seq-mean-token-mean", learning_rate=1e-3,
-    ppo_epochs=2, num_minibatches=2, teacher_sft_steps=600, distillation_loss_mode="k1", use_policy_gradient=True,
+    prompts_per_step=16,
+    num_generations=2,
+    temperature=1.0,
+    advantage_estimator="grpo",
+    beta=0.0,
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    loss_agg_mode="seq-mean-token-mean",
+    learning_rate=1e-3,
+    ppo_epochs=2,
+    num_minibatches=2,
+    teacher_sft_steps=600,
+    distillation_loss_mode="k1",
+    use_policy_gradient=True,
 )
 
 EXPERIMENT = Experiment(
     name="distillation_dense",
     title="A teacher's dense signal beats the verifier's sparse reward per sample",
     plain="A student scored token by token by a teacher gets more of its answers right over the run than one "
-          "that only learns whether each whole answer was right.",
+    "that only learns whether each whole answer was right.",
     claim="Scored letter by letter by a teacher (advantage sg[log π_T − log π_θ]), the student gets more of its "
-          "samples right over the run than GRPO does from an all-or-nothing verifier, on the same samples drawn. "
-          "Sixteen prompts of two samples a step: a GRPO group learns only when its two samples disagree. Success "
-          "per sample drawn, OPD minus GRPO: seeds 0–7, 8 of 8, +0.161 [+0.080, +0.242]; 1100–1107, 7 of 8, +0.124 "
-          "[+0.056, +0.191] (seed 1101's warm start never succeeds and neither arm learns); 1200–1207, 8 of 8, "
-          "+0.142 [+0.072, +0.212]; held-out 1300–1307, 8 of 8, +0.159 [+0.053, +0.265]; held-out 1400–1407, 8 of "
-          "8, +0.095 [+0.050, +0.139]. With groups of four GRPO learnt nearly as fast, and the gap held on only "
-          "four of eight seed sets.",
-    source="Agarwal et al. 2024 (GKD, on-policy distillation); Thinking Machines 2025, \"On-Policy Distillation\"",
+    "samples right over the run than GRPO does from an all-or-nothing verifier, on the same samples drawn. "
+    "Sixteen prompts of two samples a step: a GRPO group learns only when its two samples disagree. Success "
+    "per sample drawn, OPD minus GRPO: seeds 0–7, 8 of 8, +0.161 [+0.080, +0.242]; 1100–1107, 7 of 8, +0.124 "
+    "[+0.056, +0.191] (seed 1101's warm start never succeeds and neither arm learns); 1200–1207, 8 of 8, "
+    "+0.142 [+0.072, +0.212]; held-out 1300–1307, 8 of 8, +0.159 [+0.053, +0.265]; held-out 1400–1407, 8 of "
+    "8, +0.095 [+0.050, +0.139]. With groups of four GRPO learnt nearly as fast, and the gap held on only "
+    "four of eight seed sets.",
+    source='Agarwal et al. 2024 (GKD, on-policy distillation); Thinking Machines 2025, "On-Policy Distillation"',
     arms=(
         Arm("verifier reward (GRPO)", "grpo", {**SHARED, "teacher_model": None, "use_task_rewards": True}),
         Arm("teacher per token (OPD)", "grpo", {**SHARED, "teacher_model": "tiny", "use_task_rewards": False}),

@@ -22,16 +22,17 @@ EXPERIMENT = Experiment(
     name="dpo_vs_rl",
     title="DPO against GRPO with the learned reward model",
     plain="Trained on the same preference pairs, GRPO against a reward model learned from them moves the model "
-          "further from where it started than DPO does.",
+    "further from where it started than DPO does.",
     claim="On the same preference pairs and from the same warm start, GRPO against the reward model learned from "
-          "them moves the policy further from the reference (exact KL per token) than DPO fitted to the pairs "
-          "themselves.",
+    "them moves the policy further from the reference (exact KL per token) than DPO fitted to the pairs "
+    "themselves.",
     source="Rafailov et al. 2023, Direct preference optimization; Xu et al. 2024, Is DPO superior to PPO for LLM "
-           "alignment?; Rafailov et al. 2024, From r to Q* (both log-probabilities falling)",
+    "alignment?; Rafailov et al. 2024, From r to Q* (both log-probabilities falling)",
     arms=(
         Arm(GRPO, "grpo", {**RL_SHARED, "beta": GRPO_BETA}),
-        Arm(DPO, "dpo", {"loss_type": "sigmoid", "beta": 0.1, "learning_rate": 5e-4,
-                         "per_device_train_batch_size": 32}),
+        Arm(
+            DPO, "dpo", {"loss_type": "sigmoid", "beta": 0.1, "learning_rate": 5e-4, "per_device_train_batch_size": 32}
+        ),
     ),
     knobs=("algo",),
     task="preference",

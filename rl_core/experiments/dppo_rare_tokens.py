@@ -5,18 +5,30 @@ from rl_core.experiments import Arm, Experiment
 from rl_core.experiments._measures import mean_difference
 
 SHARED = dict(
-    prompts_per_step=8, num_generations=8, learning_rate=1e-3, ppo_epochs=4, num_minibatches=2,
-    advantage_estimator="grpo", loss_agg_mode="token-mean", beta=0.0, temperature=1.0, dual_clip=None,
-    epsilon=0.2, epsilon_high=0.2, dppo_delta_low=0.15, dppo_delta_high=0.15, dppo_ratio_cap=20.0,
+    prompts_per_step=8,
+    num_generations=8,
+    learning_rate=1e-3,
+    ppo_epochs=4,
+    num_minibatches=2,
+    advantage_estimator="grpo",
+    loss_agg_mode="token-mean",
+    beta=0.0,
+    temperature=1.0,
+    dual_clip=None,
+    epsilon=0.2,
+    epsilon_high=0.2,
+    dppo_delta_low=0.15,
+    dppo_delta_high=0.15,
+    dppo_ratio_cap=20.0,
 )
 
 EXPERIMENT = Experiment(
     name="dppo_rare_tokens",
     title="DPPO masks rare tokens less than PPO's ratio clip",
     plain="PPO's clip stops rare tokens from learning after small changes in their probability; DPPO's "
-          "probability band lets far more of them keep learning.",
+    "probability band lets far more of them keep learning.",
     claim="A rare token (π_old < 0.1) whose ratio leaves [0.8, 1.2] has moved its probability by little: PPO's "
-          "ratio clip silences it, DPPO-Binary-TV's probability band (±0.15) keeps it learning.",
+    "ratio clip silences it, DPPO-Binary-TV's probability band (±0.15) keeps it learning.",
     source="DPPO (Rethinking the Trust Region in LLM RL, 2026); verl loss_mode='dppo_tv'",
     arms=(
         Arm("PPO clip", "grpo", {**SHARED, "policy_loss": "clip"}),

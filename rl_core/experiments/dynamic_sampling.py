@@ -29,9 +29,21 @@ from rl_core.experiments._measures import mean_difference
 # two was as strong on 0–7 (7 of 8, [+0.005, +0.047]) but weak on 700–707 (6 of 8).
 PROMPTS, G = 8, 4
 SHARED = dict(
-    prompts_per_step=PROMPTS, num_generations=G, temperature=1.0, advantage_estimator="grpo", beta=0.0,
-    policy_loss="clip", epsilon=0.2, epsilon_high=0.28, loss_agg_mode="token-mean", learning_rate=1e-3,
-    ppo_epochs=2, num_minibatches=2, max_resample_rounds=3, overlong_filter=False, overlong_buffer=None,
+    prompts_per_step=PROMPTS,
+    num_generations=G,
+    temperature=1.0,
+    advantage_estimator="grpo",
+    beta=0.0,
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.28,
+    loss_agg_mode="token-mean",
+    learning_rate=1e-3,
+    ppo_epochs=2,
+    num_minibatches=2,
+    max_resample_rounds=3,
+    overlong_filter=False,
+    overlong_buffer=None,
     skip_no_signal_updates=True,
 )
 OFF, ON = "dynamic sampling off", "dynamic sampling on"
@@ -41,15 +53,15 @@ EXPERIMENT = Experiment(
     name="dynamic_sampling",
     title="Dynamic sampling on a sparse task",
     plain="On a task where most answers are wrong, throwing away the groups that teach nothing and sampling "
-          "again makes each training step more often right, at the price of about three times the samples.",
+    "again makes each training step more often right, at the price of about three times the samples.",
     claim="On a sparse task, where about three groups in four a step samples are all wrong, dynamic sampling "
-          "removes the zero-advantage groups and refills the batch, and the policy succeeds more often per training "
-          "step — at the price of drawing about three times the samples a step (its rounds chart). Success over 60 "
-          "steps, on minus off: seeds 0–7, 8 of 8, +0.079 [+0.054, +0.103]; 1100–1107, 8 of 8, +0.079 [+0.047, "
-          "+0.111]; 1200–1207, 8 of 8, +0.086 [+0.067, +0.104]; held-out 1300–1307, 8 of 8, +0.048 [+0.024, "
-          "+0.071]; held-out 1400–1407, 8 of 8, +0.069 [+0.038, +0.100]. With groups of eight, about half of them "
-          "all wrong, the gain was half as large and held on four of eight seed sets. Per sample drawn the lab does "
-          "not claim a gain: that design's runs did not show one reliably.",
+    "removes the zero-advantage groups and refills the batch, and the policy succeeds more often per training "
+    "step — at the price of drawing about three times the samples a step (its rounds chart). Success over 60 "
+    "steps, on minus off: seeds 0–7, 8 of 8, +0.079 [+0.054, +0.103]; 1100–1107, 8 of 8, +0.079 [+0.047, "
+    "+0.111]; 1200–1207, 8 of 8, +0.086 [+0.067, +0.104]; held-out 1300–1307, 8 of 8, +0.048 [+0.024, "
+    "+0.071]; held-out 1400–1407, 8 of 8, +0.069 [+0.038, +0.100]. With groups of eight, about half of them "
+    "all wrong, the gain was half as large and held on four of eight seed sets. Per sample drawn the lab does "
+    "not claim a gain: that design's runs did not show one reliably.",
     source="DAPO (Yu et al. 2025), dynamic sampling",
     arms=(
         Arm(OFF, "dapo", {**SHARED, "dynamic_sampling": False}),

@@ -5,9 +5,20 @@ from rl_core.experiments._measures import mean_over_steps
 
 # β = 0 so the KL is free to grow in the fast arm; the slow arm stays near the reference.
 SHARED = dict(
-    prompts_per_step=8, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
-    kl_estimator="k3", kl_in="loss", policy_loss="clip", epsilon=0.2, epsilon_high=0.2,
-    loss_agg_mode="token-mean", ppo_epochs=2, num_minibatches=2, dynamic_sampling=False,
+    prompts_per_step=8,
+    num_generations=8,
+    temperature=1.0,
+    advantage_estimator="grpo",
+    beta=0.0,
+    kl_estimator="k3",
+    kl_in="loss",
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    loss_agg_mode="token-mean",
+    ppo_epochs=2,
+    num_minibatches=2,
+    dynamic_sampling=False,
 )
 NEAR, FAR = "near the reference (lr 1e-5)", "far from it (lr 2e-3)"
 
@@ -22,9 +33,9 @@ EXPERIMENT = Experiment(
     name="kl_estimators",
     title="k1, k2 and k3 against the exact KL",
     plain="Near the reference model the simplest KL estimate (k1) is often negative and much noisier token by "
-          "token than k3.",
+    "token than k3.",
     claim="Near the reference k1 is negative on many tokens and spreads more per token than k3, both unbiased, "
-          "while k2 is biased; far from the reference k3's spread grows.",
+    "while k2 is biased; far from the reference k3's spread grows.",
     source="Schulman, 'Approximating KL divergence' (2020)",
     arms=(
         Arm(NEAR, "grpo", {**SHARED, "learning_rate": 1e-5}),

@@ -50,9 +50,21 @@ from rl_core.experiments import Arm, Experiment
 from rl_core.experiments._measures import mean_over_steps
 
 SHARED = dict(
-    prompts_per_step=16, num_generations=8, temperature=1.0, advantage_estimator="grpo", beta=0.0,
-    policy_loss="clip", epsilon=0.2, epsilon_high=0.2, learning_rate=5e-4, ppo_epochs=2, num_minibatches=2,
-    dynamic_sampling=False, overlong_filter=False, overlong_buffer=None, entropy_coef=0.0,
+    prompts_per_step=16,
+    num_generations=8,
+    temperature=1.0,
+    advantage_estimator="grpo",
+    beta=0.0,
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    learning_rate=5e-4,
+    ppo_epochs=2,
+    num_minibatches=2,
+    dynamic_sampling=False,
+    overlong_filter=False,
+    overlong_buffer=None,
+    entropy_coef=0.0,
 )
 SEQ_MEAN, TOKEN_MEAN, SUM_NORM = "seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"
 
@@ -76,26 +88,26 @@ EXPERIMENT = Experiment(
     name="length_bias",
     title="Per-response normalisation lets long wrong answers linger",
     plain="Dividing each answer's loss by its length lets long wrong answers survive longer than the other two "
-          "ways of averaging over tokens do.",
+    "ways of averaging over tokens do.",
     claim="Under seq-mean-token-mean long wrong answers (ramblers cut off at the length limit) linger where "
-          "token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out faster, because "
-          "each response's penalty is divided by its length. The effect is ln of how many times more responses are "
-          "cut off under seq-mean-token-mean than under whichever of the other two keeps more. Seeds 0–7, 8 of 8, "
-          "+0.62 [+0.42, +0.82]; 1100–1107, 7 of 8, +0.62 [+0.11, +1.13]; 1200–1207, 8 of 8, +0.90 [+0.59, +1.22]; "
-          "held-out 1300–1307, 7 of 8, +0.60 [+0.24, +0.97]; held-out 1400–1407, 6 of 8, +0.63 [+0.001, +1.25], "
-          "weak (the verdict needs 7 of 8 seeds and an interval above 0); held-out 1500–1507, 7 of 8, +0.73 "
-          "[+0.29, +1.17]; held-out 1600–1607, 6 of 8, +0.46 [−0.03, +0.95], weak: shown on five of seven sets. On "
-          "about one seed in eight every arm's ramblers vanish within two steps, or seq-mean-token-mean's fall "
-          "faster from the first update on, or one of the other arms' ramblers multiply for a few steps. At twice "
-          "the learning rate the rambler share could jump within a few steps under any aggregation, and the "
-          "verdict passed on two of eight sets.",
+    "token-mean and Dr. GRPO's constant normaliser (seq-mean-token-sum-norm) push them out faster, because "
+    "each response's penalty is divided by its length. The effect is ln of how many times more responses are "
+    "cut off under seq-mean-token-mean than under whichever of the other two keeps more. Seeds 0–7, 8 of 8, "
+    "+0.62 [+0.42, +0.82]; 1100–1107, 7 of 8, +0.62 [+0.11, +1.13]; 1200–1207, 8 of 8, +0.90 [+0.59, +1.22]; "
+    "held-out 1300–1307, 7 of 8, +0.60 [+0.24, +0.97]; held-out 1400–1407, 6 of 8, +0.63 [+0.001, +1.25], "
+    "weak (the verdict needs 7 of 8 seeds and an interval above 0); held-out 1500–1507, 7 of 8, +0.73 "
+    "[+0.29, +1.17]; held-out 1600–1607, 6 of 8, +0.46 [−0.03, +0.95], weak: shown on five of seven sets. On "
+    "about one seed in eight every arm's ramblers vanish within two steps, or seq-mean-token-mean's fall "
+    "faster from the first update on, or one of the other arms' ramblers multiply for a few steps. At twice "
+    "the learning rate the rambler share could jump within a few steps under any aggregation, and the "
+    "verdict passed on two of eight sets.",
     source="DAPO (Yu et al. 2025), token-level loss; Dr. GRPO (Liu et al. 2025)",
     arms=tuple(Arm(mode, "grpo", {**SHARED, "loss_agg_mode": mode}) for mode in (SEQ_MEAN, TOKEN_MEAN, SUM_NORM)),
     knobs=("loss_agg_mode",),
     task="digit_sum_long",
     steps=10,
     metric="ln of a ratio: the share of responses cut off at the limit over the first 10 steps under "
-           "seq-mean-token-mean, divided by the larger share of the other two",
+    "seq-mean-token-mean, divided by the larger share of the other two",
     effect=_effect,
     expected="positive",
     run_fields={"sft_steps": 500},

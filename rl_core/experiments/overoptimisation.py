@@ -31,16 +31,16 @@ EXPERIMENT = Experiment(
     name="overoptimisation",
     title="Over-optimising the reward model",
     plain="Without a KL penalty, the policy learns to please the learned reward model: its score keeps rising "
-          "while the real success rate falls.",
+    "while the real success rate falls.",
     claim="Optimised without a KL penalty, the policy drifts from the reference and the learned (proxy) reward "
-          "keeps rising while the gold judge's success falls below where it started.",
+    "keeps rising while the gold judge's success falls below where it started.",
     source="Gao, Schulman & Hilton 2023, Scaling laws for reward model overoptimization",
     arms=ARMS,
     knobs=REWARD_HACKING.knobs,
     task=REWARD_HACKING.task,
     steps=REWARD_HACKING.steps,
     metric="β = 0: the smaller of the proxy reward's rise (standardised units) and the gold success's fall, "
-           f"first {START} steps to last 10",
+    f"first {START} steps to last 10",
     effect=proxy_rise_and_gold_fall,
     expected="positive",
     run_fields=REWARD_HACKING.run_fields,
@@ -60,6 +60,10 @@ def sqrt_kl_curve(seeds: list[list[dict]], key: str) -> list[tuple[float, float]
     for step in sorted(by_step):
         rows = by_step[step]
         if len(rows) == len(seeds) and all(r.get("kl_exact") is not None and r.get(key) is not None for r in rows):
-            curve.append((statistics.fmean(math.sqrt(max(r["kl_exact"], 0.0)) for r in rows),
-                          statistics.fmean(r[key] for r in rows)))
+            curve.append(
+                (
+                    statistics.fmean(math.sqrt(max(r["kl_exact"], 0.0)) for r in rows),
+                    statistics.fmean(r[key] for r in rows),
+                )
+            )
     return curve

@@ -23,20 +23,29 @@ from rl_core.experiments._measures import mean_square_over_steps
 
 WITH, WITHOUT = "batch-mean baseline", "no baseline"
 SHARED = dict(
-    prompts_per_step=64, num_generations=1, advantage_estimator="reward_to_go", baseline="batch_mean", gamma=1.0,
-    beta=0.0, policy_loss="vanilla", loss_agg_mode="seq-mean-token-mean", ppo_epochs=1, num_minibatches=1,
-    learning_rate=1e-5, temperature=1.0,
+    prompts_per_step=64,
+    num_generations=1,
+    advantage_estimator="reward_to_go",
+    baseline="batch_mean",
+    gamma=1.0,
+    beta=0.0,
+    policy_loss="vanilla",
+    loss_agg_mode="seq-mean-token-mean",
+    ppo_epochs=1,
+    num_minibatches=1,
+    learning_rate=1e-5,
+    temperature=1.0,
 )
 
 EXPERIMENT = Experiment(
     name="pg_baseline",
     title="The batch-mean baseline can raise the gradient's variance",
     plain="When the model is almost always right already, subtracting the batch's mean reward makes the "
-          "gradient noisier, not quieter.",
+    "gradient noisier, not quieter.",
     claim="At a warm start that is almost always right, subtracting the batch's mean reward makes REINFORCE's "
-          "gradient estimate noisier, not quieter: at the same policy its mean squared norm E‖ĝ‖² = ‖E ĝ‖² + "
-          "tr Var(ĝ) is larger with the baseline, because it gives the few, unlikely wrong answers — whose "
-          "∇log π is large — a weight of about −0.9 (minus the mean reward) where without it they had none.",
+    "gradient estimate noisier, not quieter: at the same policy its mean squared norm E‖ĝ‖² = ‖E ĝ‖² + "
+    "tr Var(ĝ) is larger with the baseline, because it gives the few, unlikely wrong answers — whose "
+    "∇log π is large — a weight of about −0.9 (minus the mean reward) where without it they had none.",
     source="Williams 1992 (REINFORCE); Greensmith, Bartlett & Baxter 2004 (the variance-minimising baseline)",
     arms=(
         Arm(WITHOUT, "pg", {**SHARED, "use_baseline": False}),
@@ -46,8 +55,9 @@ EXPERIMENT = Experiment(
     task="caesar",
     steps=40,
     metric="mean squared gradient norm over training (before clipping), batch-mean baseline minus no baseline",
-    effect=lambda runs: mean_square_over_steps(runs[WITH], "grad_norm") - mean_square_over_steps(runs[WITHOUT],
-                                                                                                "grad_norm"),
+    effect=lambda runs: (
+        mean_square_over_steps(runs[WITH], "grad_norm") - mean_square_over_steps(runs[WITHOUT], "grad_norm")
+    ),
     expected="positive",
     run_fields={"sft_steps": 200, "demo_noise": 0.0},
     pages=("policy_gradient",),

@@ -14,8 +14,19 @@ from rl_core.experiments._measures import mean_difference
 
 BATCH, GROUP = "REINFORCE++ (batch mean)", "REINFORCE++-baseline (group mean)"
 SHARED = dict(
-    prompts_per_step=8, num_generations=8, gamma=1.0, beta=0.0, kl_estimator="k2", kl_in="loss", policy_loss="clip",
-    epsilon=0.2, epsilon_high=0.2, loss_agg_mode="token-mean", ppo_epochs=2, num_minibatches=2, learning_rate=1e-3,
+    prompts_per_step=8,
+    num_generations=8,
+    gamma=1.0,
+    beta=0.0,
+    kl_estimator="k2",
+    kl_in="loss",
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    loss_agg_mode="token-mean",
+    ppo_epochs=2,
+    num_minibatches=2,
+    learning_rate=1e-3,
     temperature=1.0,
 )
 
@@ -23,11 +34,11 @@ EXPERIMENT = Experiment(
     name="reinforce_pp_grouping",
     title="Batch-wide normalisation pushes prompts, not answers",
     plain="With the batch mean as baseline, groups whose answers all scored the same still get a large share of "
-          "the push; with each group's own mean, almost none.",
+    "the push; with each group's own mean, almost none.",
     claim="With G samples of each prompt in the batch, REINFORCE++'s batch-wide normalisation puts a large share of "
-          "the advantage weight on responses to prompts that all of their samples solved (or all failed) — pushing "
-          "them up (or down) for the prompt's difficulty alone — where REINFORCE++-baseline's group mean gives them "
-          "next to none.",
+    "the advantage weight on responses to prompts that all of their samples solved (or all failed) — pushing "
+    "them up (or down) for the prompt's difficulty alone — where REINFORCE++-baseline's group mean gives them "
+    "next to none.",
     source="REINFORCE++ (Hu et al. 2025); its -baseline variant for G > 1",
     arms=(
         Arm(BATCH, "reinforce_pp", {**SHARED, "advantage_estimator": "reinforce_pp"}),
@@ -37,7 +48,7 @@ EXPERIMENT = Experiment(
     task="caesar",
     steps=40,
     metric="share of Σ|Â| on responses of groups whose rewards are all equal, averaged over training, batch minus "
-           "group mean",
+    "group mean",
     effect=mean_difference("equal_group_weight_share", BATCH, GROUP),
     expected="positive",
     run_fields={"sft_steps": 200},

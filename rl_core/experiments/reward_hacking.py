@@ -6,9 +6,20 @@ from rl_core.experiments._measures import final_mean
 
 # Both arms spell out every knob the outcome depends on, so a retuned preset cannot change the experiment.
 SHARED = dict(
-    prompts_per_step=8, num_generations=8, learning_rate=1e-3, ppo_epochs=2, num_minibatches=2,
-    advantage_estimator="grpo", policy_loss="clip", epsilon=0.2, epsilon_high=0.2,
-    loss_agg_mode="seq-mean-token-mean", kl_estimator="k3", kl_in="loss", target_kl=None, temperature=1.0,
+    prompts_per_step=8,
+    num_generations=8,
+    learning_rate=1e-3,
+    ppo_epochs=2,
+    num_minibatches=2,
+    advantage_estimator="grpo",
+    policy_loss="clip",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    loss_agg_mode="seq-mean-token-mean",
+    kl_estimator="k3",
+    kl_in="loss",
+    target_kl=None,
+    temperature=1.0,
 )
 BETA = 0.6
 
@@ -16,9 +27,9 @@ EXPERIMENT = Experiment(
     name="reward_hacking",
     title="Reward hacking without a KL penalty",
     plain="A KL penalty keeps the policy where the learned reward model is right: with it the real success rate "
-          "ends higher than without it.",
+    "ends higher than without it.",
     claim="Without a KL penalty the policy exploits the learned reward model: its reward rises while the gold "
-          "judge's success falls; a KL penalty holds the policy where the reward model is right.",
+    "judge's success falls; a KL penalty holds the policy where the reward model is right.",
     source="InstructGPT (Ouyang et al. 2022) and Gao et al. 2022, reward-model overoptimisation",
     arms=(
         Arm("β = 0", "grpo", {**SHARED, "beta": 0.0}),

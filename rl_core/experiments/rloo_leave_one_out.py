@@ -14,21 +14,30 @@ from rl_core.experiments._measures import mean_difference
 
 LEAVE_ONE_OUT, SELF_INCLUDED = "leave-one-out (RLOO)", "mean including itself"
 SHARED = dict(
-    prompts_per_step=32, num_generations=2, beta=0.1, kl_estimator="k3", kl_in="loss", policy_loss="vanilla",
-    loss_agg_mode="seq-mean-token-sum", ppo_epochs=1, num_minibatches=1, learning_rate=1e-3, temperature=1.0,
+    prompts_per_step=32,
+    num_generations=2,
+    beta=0.1,
+    kl_estimator="k3",
+    kl_in="loss",
+    policy_loss="vanilla",
+    loss_agg_mode="seq-mean-token-sum",
+    ppo_epochs=1,
+    num_minibatches=1,
+    learning_rate=1e-3,
+    temperature=1.0,
 )
 
 EXPERIMENT = Experiment(
     name="rloo_leave_one_out",
     title="Including oneself in the baseline halves the gradient at G = 2",
     plain="Counting an answer's own reward in its baseline shrinks every push, so with a KL penalty the policy "
-          "stays closer to the reference than with RLOO's leave-one-out baseline.",
+    "stays closer to the reference than with RLOO's leave-one-out baseline.",
     claim="Putting a response's own reward into its baseline (the group mean) scales every advantage by (G − 1)/G — "
-          "a gradient estimate biased towards zero, half the unbiased leave-one-out one at G = 2; Adam divides the "
-          "constant out of the policy gradient but not out of its balance with a KL penalty in the loss, so the "
-          "self-including arm is held closer to the reference.",
+    "a gradient estimate biased towards zero, half the unbiased leave-one-out one at G = 2; Adam divides the "
+    "constant out of the policy gradient but not out of its balance with a KL penalty in the loss, so the "
+    "self-including arm is held closer to the reference.",
     source="Kool, van Hoof & Welling 2019 ('Buy 4 REINFORCE samples, get a baseline for free'); Ahmadian et al. "
-           "2024 (RLOO for RLHF)",
+    "2024 (RLOO for RLHF)",
     arms=(
         Arm(LEAVE_ONE_OUT, "rloo", {**SHARED, "advantage_estimator": "rloo"}),
         Arm(SELF_INCLUDED, "rloo", {**SHARED, "advantage_estimator": "dr_grpo"}),

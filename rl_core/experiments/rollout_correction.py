@@ -10,9 +10,9 @@ EXPERIMENT = Experiment(
     name="rollout_correction",
     title="TIS on stale rollouts",
     plain="When the answers come from the policy of 8 steps ago, reweighting each token (TIS) wins back part of "
-          "the learning speed lost.",
+    "the learning speed lost.",
     claim="With the policy of 8 steps ago sampling, multiplying each token's policy loss by min(π_old/μ, 2) "
-          "recovers part of the learning speed lost to the stale sampler.",
+    "recovers part of the learning speed lost to the stale sampler.",
     source="Yao et al. 2025 (TIS); verl rollout_correction, TRL vllm_importance_sampling_correction",
     arms=(STALE, TIS),
     knobs=("rollout_is_mode",),

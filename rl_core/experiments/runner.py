@@ -80,8 +80,12 @@ def plan_experiment(
     model = model or experiment.model
     check_model(model)  # a preset, a folder or a Hub id; ValueError naming what is allowed
     select_device(device, model)  # ValueError naming the allowed devices
-    run_fields = {**experiment.run_fields, "model": model, "device": device,
-                  "steps": experiment.steps if steps is None else steps}
+    run_fields = {
+        **experiment.run_fields,
+        "model": model,
+        "device": device,
+        "steps": experiment.steps if steps is None else steps,
+    }
     if sft_steps is not None:
         run_fields["sft_steps"] = sft_steps
     planned = []
@@ -116,11 +120,16 @@ def shared_departures(experiment: Experiment) -> dict:
     shared: dict | None = None
     for arm in experiment.arms:
         config, preset = arm_config(arm), get_run_algo(arm.preset)
-        departures = {field.name: getattr(config, field.name) for field in fields(config)
-                      if field.name not in experiment.knobs
-                      and getattr(config, field.name) != getattr(preset, field.name)}
-        shared = departures if shared is None else {k: v for k, v in shared.items()
-                                                    if k in departures and departures[k] == v}
+        departures = {
+            field.name: getattr(config, field.name)
+            for field in fields(config)
+            if field.name not in experiment.knobs and getattr(config, field.name) != getattr(preset, field.name)
+        }
+        shared = (
+            departures
+            if shared is None
+            else {k: v for k, v in shared.items() if k in departures and departures[k] == v}
+        )
     return (shared or {}) | run_fields
 
 
@@ -134,8 +143,11 @@ def past_run_seconds(experiment: Experiment, store: RunStore) -> list[float]:
     each included — what the next run of it will take on the same machine. A reused row trained nothing and is
     left out."""
     runs = store.runs(labels=[arm_run_label(experiment, arm) for arm in experiment.arms])
-    return [run.wall_time for run in runs
-            if run.status == "finished" and not run.reused and run.steps_total == experiment.steps]
+    return [
+        run.wall_time
+        for run in runs
+        if run.status == "finished" and not run.reused and run.steps_total == experiment.steps
+    ]
 
 
 def unused_seeds(experiment: Experiment, store: RunStore, count: int, after: int = -1, **plan_options) -> list[int]:
@@ -168,9 +180,7 @@ def summarise_effects(experiment: Experiment, effects: Mapping[int, float]) -> d
         "effect_mean": statistics.fmean(finite) if finite else math.nan,
         "effect_std": statistics.stdev(finite) if len(finite) > 1 else (0.0 if finite else math.nan),
         "effect_interval": list(mean_interval(finite)),
-        "seeds_with_expected_sign": sum(
-            (e > 0) if experiment.expected == "positive" else (e < 0) for e in finite
-        ),
+        "seeds_with_expected_sign": sum((e > 0) if experiment.expected == "positive" else (e < 0) for e in finite),
         "seeds_needed": seeds_needed(len(effects)),
         "verdict": verdict(list(effects.values()), experiment.expected),
     }
@@ -189,13 +199,16 @@ def effect_sentence(experiment: Experiment, summary: Mapping) -> str:
         interval = "one seed gives no interval of the mean"
     else:
         away = low > 0 if experiment.expected == "positive" else high < 0
-        interval = (f"its 95 % interval [{number(low, '+.3g')}, {number(high, '+.3g')}] "
-                    + ("lies on the expected side of 0" if away else "does not exclude 0"))
+        interval = f"its 95 % interval [{number(low, '+.3g')}, {number(high, '+.3g')}] " + (
+            "lies on the expected side of 0" if away else "does not exclude 0"
+        )
     right, needed = summary["seeds_with_expected_sign"], summary["seeds_needed"]
-    return (f"{experiment.metric}: {number(mean, '+.3g')} (standard deviation {number(std, '.2g')}) over "
-            f"{len(effects)} seeds ({per_seed}); "
-            f"{right} of {len(effects)} {sign} as the claim expects ({needed} needed) and {interval}, "
-            f"so the claim is {summary['verdict']}.")
+    return (
+        f"{experiment.metric}: {number(mean, '+.3g')} (standard deviation {number(std, '.2g')}) over "
+        f"{len(effects)} seeds ({per_seed}); "
+        f"{right} of {len(effects)} {sign} as the claim expects ({needed} needed) and {interval}, "
+        f"so the claim is {summary['verdict']}."
+    )
 
 
 def plain_verdict(experiment: Experiment, summary: Mapping) -> str:
@@ -232,9 +245,20 @@ class ExperimentRun:
 
     `stop()` may come from any thread (the app's Stop button): every run ends after its current step."""
 
-    def __init__(self, experiment: Experiment, out: Path, store: RunStore, seeds: Sequence[int] | None = None,
-                 workers: int | None = None, cache_dir: Path | None = None, session: str | None = None,
-                 cap: int | None = None, fresh: bool = False, ray_address: str | None = None, **plan_options):
+    def __init__(
+        self,
+        experiment: Experiment,
+        out: Path,
+        store: RunStore,
+        seeds: Sequence[int] | None = None,
+        workers: int | None = None,
+        cache_dir: Path | None = None,
+        session: str | None = None,
+        cap: int | None = None,
+        fresh: bool = False,
+        ray_address: str | None = None,
+        **plan_options,
+    ):
         self.experiment = experiment
         self.arm_runs = plan_experiment(experiment, seeds, **plan_options)
         self.out = Path(out)
@@ -244,8 +268,17 @@ class ExperimentRun:
         self.seeds = list(dict.fromkeys(arm_run.seed for arm_run in self.arm_runs))
         spec = {"experiment": experiment.name, "seeds": self.seeds, "arms": [a.label for a in experiment.arms]}
         # `session`: the browser session that owns the runs (None from the command line: visible to every session).
-        self.sweep = Sweep([a.planned for a in self.arm_runs], store, workers=workers, cache_dir=cache_dir,
-                           spec=spec, session=session, cap=cap, fresh=fresh, ray_address=ray_address)
+        self.sweep = Sweep(
+            [a.planned for a in self.arm_runs],
+            store,
+            workers=workers,
+            cache_dir=cache_dir,
+            spec=spec,
+            session=session,
+            cap=cap,
+            fresh=fresh,
+            ray_address=ray_address,
+        )
         self.runs_by_id = dict(zip(self.sweep.run_ids, self.arm_runs))
 
     def stop(self) -> None:
@@ -263,13 +296,23 @@ class ExperimentRun:
             arm_run = self.runs_by_id[run.id]
             steps = store.steps(run.id)
             path = records_file(arm_run.arm, run.seed)
-            write_jsonl(self.out / path, [{**record, "samples": store.samples(run.id, record["step"])}
-                                          for record in steps])
+            write_jsonl(
+                self.out / path, [{**record, "samples": store.samples(run.id, record["step"])} for record in steps]
+            )
             if run.status == "finished":
                 records[run.seed][arm_run.arm.label] = steps
-            rows.append({"arm": arm_run.arm.label, "seed": run.seed, "run_id": run.id, "status": run.status,
-                         "steps": run.steps_done, "wall_time": run.wall_time, "records": path,
-                         "error": run.error})
+            rows.append(
+                {
+                    "arm": arm_run.arm.label,
+                    "seed": run.seed,
+                    "run_id": run.id,
+                    "status": run.status,
+                    "steps": run.steps_done,
+                    "wall_time": run.wall_time,
+                    "records": path,
+                    "error": run.error,
+                }
+            )
         first = self.arm_runs[0].planned.run
         summary = {
             **self.describe(),
@@ -289,6 +332,14 @@ class ExperimentRun:
     def describe(self) -> dict:
         """What the experiment is, as summary.json states it."""
         e = self.experiment
-        return {"experiment": e.name, "title": e.title, "claim": e.claim, "source": e.source, "task": e.task,
-                "metric": e.metric, "expected": e.expected, "knobs": list(e.knobs),
-                "arms": [{"label": a.label, "preset": a.preset, "overrides": dict(a.overrides)} for a in e.arms]}
+        return {
+            "experiment": e.name,
+            "title": e.title,
+            "claim": e.claim,
+            "source": e.source,
+            "task": e.task,
+            "metric": e.metric,
+            "expected": e.expected,
+            "knobs": list(e.knobs),
+            "arms": [{"label": a.label, "preset": a.preset, "overrides": dict(a.overrides)} for a in e.arms],
+        }

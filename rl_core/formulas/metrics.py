@@ -48,8 +48,12 @@ def clip_fractions(
 
 
 def dppo_clip_fractions(
-    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-    delta_low: float, delta_high: float,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    delta_low: float,
+    delta_high: float,
 ) -> dict[str, torch.Tensor]:
     """DPPO's clip metric, the masked fraction `mean(1 − m_t)` over all valid tokens (verl's `pg_clipfrac` for
     `dppo_tv`), with `m_t` of `dppo_tv_mask`: `clip_frac`; split into `clip_frac_high` (m = 0 with A > 0, the

@@ -126,8 +126,14 @@ def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def correction_weights(
-    old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, mode: str, level: str,
-    threshold: float, gating: str = "ratio", delta: float = 0.0,
+    old_logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    level: str,
+    threshold: float,
+    gating: str = "ratio",
+    delta: float = 0.0,
 ) -> torch.Tensor | None:
     """The weights `sg[w]` the policy loss is multiplied by (`[B, T]` per token, `[B, 1]` per response), or None
     with `mode = none`: gated on the weight (`ratio`: TIS caps it at C, MIS drops what exceeds C, at `level`) or on
@@ -142,7 +148,11 @@ def correction_weights(
 
 
 def rollout_mismatch_metrics(
-    old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, level: str, threshold: float,
+    old_logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    mask: torch.Tensor,
+    level: str,
+    threshold: float,
     weights: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """How far the sampler μ is from π_old, on μ's samples, under verl's names: the mismatch KL
@@ -158,8 +168,11 @@ def rollout_mismatch_metrics(
     IS or a divergence gate drops counts as a sample carrying nothing, a gate's kept tokens carry their own w_t (not
     the response's product it never applies), and a response-level weight counts once per token."""
     level_weights = is_weights(old_logp, behaviour_logp, mask, level)
-    applied = weights if weights is not None else correction_weights(old_logp, behaviour_logp, mask, "truncate",
-                                                                     level, threshold)
+    applied = (
+        weights
+        if weights is not None
+        else correction_weights(old_logp, behaviour_logp, mask, "truncate", level, threshold)
+    )
     valid = level_weights[mask > 0] if level == "token" else level_weights[mask.sum(-1) > 0]
     # torch.quantile wants q in the input's dtype.
     p50, p95 = torch.quantile(valid, torch.tensor([0.5, 0.95], dtype=valid.dtype, device=valid.device)).tolist()

@@ -43,6 +43,7 @@ from rl_core.messages import brief
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, one_run, store_batch
 from rl_core.runs.store import RunStore
 from rl_core.runs.workers import RAY_ADDRESS_VARIABLE
+
 CONNECT_TIMEOUT = 5.0  # seconds to wait for the head's port to answer before saying it does not
 POLL = 0.5  # seconds between a coordinator thread's looks at its task and at the stop request
 NAMESPACE = "rlhf-lab"
@@ -68,9 +69,11 @@ def _ray():
     try:
         import ray
     except ImportError as error:
-        raise ClusterError(f"training on a Ray cluster needs Ray: pip install -r requirements-cluster.txt "
-                           f"(./lab.sh does it when {RAY_ADDRESS_VARIABLE} is set), or unset {RAY_ADDRESS_VARIABLE} "
-                           "to train on this machine") from error
+        raise ClusterError(
+            f"training on a Ray cluster needs Ray: pip install -r requirements-cluster.txt "
+            f"(./lab.sh does it when {RAY_ADDRESS_VARIABLE} is set), or unset {RAY_ADDRESS_VARIABLE} "
+            "to train on this machine"
+        ) from error
     return ray
 
 
@@ -79,13 +82,17 @@ def check_reachable(address: str) -> None:
     retries for a minute before it gives up)."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ClusterError(f"{_where(address)}: the address is not host:port; give the head's address, as "
-                           "`ray start --head` printed it (e.g. 10.0.0.5:6379)")
+        raise ClusterError(
+            f"{_where(address)}: the address is not host:port; give the head's address, as "
+            "`ray start --head` printed it (e.g. 10.0.0.5:6379)"
+        )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
     except OSError as error:
-        raise ClusterError(f"cannot reach {_where(address)}: {error.strerror or error}. Start the head there "
-                           "(ray start --head), or unset the address to train on this machine") from error
+        raise ClusterError(
+            f"cannot reach {_where(address)}: {error.strerror or error}. Start the head there "
+            "(ray start --head), or unset the address to train on this machine"
+        ) from error
 
 
 def exposed(address: str) -> str | None:
@@ -97,14 +104,18 @@ def exposed(address: str) -> str | None:
         resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:
         return None
-    public = sorted(ip for ip in resolved
-                    if not (ipaddress.ip_address(ip.split("%")[0]).is_private
-                            or ipaddress.ip_address(ip.split("%")[0]).is_loopback))
+    public = sorted(
+        ip
+        for ip in resolved
+        if not (ipaddress.ip_address(ip.split("%")[0]).is_private or ipaddress.ip_address(ip.split("%")[0]).is_loopback)
+    )
     if not public:
         return None
-    return (f"the Ray head {address} is at {', '.join(public)}, neither a private nor a loopback address: Ray has "
-            "no authentication, so anyone who reaches its ports can run code on the cluster. Bind the head to a "
-            "private address and firewall its ports (README, More than one machine)")
+    return (
+        f"the Ray head {address} is at {', '.join(public)}, neither a private nor a loopback address: Ray has "
+        "no authentication, so anyone who reaches its ports can run code on the cluster. Bind the head to a "
+        "private address and firewall its ports (README, More than one machine)"
+    )
 
 
 def connect(address: str) -> int:
@@ -121,11 +132,17 @@ def connect(address: str) -> int:
                 ray.shutdown()
             modules = [str(Path(module.__file__).parent) for module in (rl_core, toy_tasks)]
             try:
-                ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False,
-                         runtime_env={"py_modules": modules, "excludes": ["__pycache__"]})
+                ray.init(
+                    address=address,
+                    namespace=NAMESPACE,
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                    runtime_env={"py_modules": modules, "excludes": ["__pycache__"]},
+                )
             except Exception as error:  # noqa: BLE001 - Ray raises several kinds; the message says which
-                raise ClusterError(f"cannot join {_where(address)}: {brief(f'{type(error).__name__}: {error}')}"
-                                   ) from error
+                raise ClusterError(
+                    f"cannot join {_where(address)}: {brief(f'{type(error).__name__}: {error}')}"
+                ) from error
             _connected = address
         return cluster_cpus(address)
 
@@ -134,8 +151,7 @@ def cluster_cpus(address: str) -> int:
     """The CPUs of the joined cluster, all nodes together."""
     cpus = int(_ray().cluster_resources().get("CPU", 0))
     if cpus < 1:
-        raise ClusterError(f"{_where(address)} has no CPUs now; start a worker there "
-                           f"(ray start --address {address})")
+        raise ClusterError(f"{_where(address)} has no CPUs now; start a worker there (ray start --address {address})")
     return cpus
 
 
@@ -186,8 +202,9 @@ def _items(generator, stopped: Callable[[], bool]) -> Iterator:
         raise RunInterrupted(f"its Ray worker went away mid-run ({type(error).__name__}); run it again") from None
 
 
-def remote_stream(run: RunConfig, cache_dir: Path | None = None,
-                  stopped: Callable[[], bool] = lambda: False) -> Iterator[dict]:
+def remote_stream(
+    run: RunConfig, cache_dir: Path | None = None, stopped: Callable[[], bool] = lambda: False
+) -> Iterator[dict]:
     """One run trained as a task on the joined cluster (a batch of one), its items as they come."""
     return one_run(_items(_tasks()[1].remote([run], cache_dir), stopped))
 
@@ -218,7 +235,6 @@ class RayPool:
             if not self.store.claim(run_ids, self.cap, self.stop_event.is_set):
                 self.store.settle(run_ids, "stopped")
                 return
-            store_batch(self.store, run_ids,
-                        _items(_tasks()[1].remote(runs, cache_dir), self.stop_event.is_set))
+            store_batch(self.store, run_ids, _items(_tasks()[1].remote(runs, cache_dir), self.stop_event.is_set))
         finally:
             self.store.close()  # this thread's connection

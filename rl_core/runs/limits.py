@@ -103,10 +103,14 @@ def _cost_terms(run: RunConfig) -> str:
     """The knobs a step's estimate grows with, for a refusal to name."""
     algo = run.algo
     if isinstance(algo, DPOConfig):
-        return (f"n_eval_prompts={algo.n_eval_prompts}, per_device_train_batch_size="
-                f"{algo.per_device_train_batch_size} and model={run.model}")
-    return (f"prompts_per_step × num_generations = {algo.prompts_per_step * algo.num_generations} responses, "
-            f"ppo_epochs={algo.ppo_epochs} and model={run.model}")
+        return (
+            f"n_eval_prompts={algo.n_eval_prompts}, per_device_train_batch_size="
+            f"{algo.per_device_train_batch_size} and model={run.model}"
+        )
+    return (
+        f"prompts_per_step × num_generations = {algo.prompts_per_step * algo.num_generations} responses, "
+        f"ppo_epochs={algo.ppo_epochs} and model={run.model}"
+    )
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class ServerLimits:
     new_learners_per_address: int = 100
 
     @classmethod
-    def from_env(cls, environ=os.environ) -> "ServerLimits":
+    def from_env(cls, environ=os.environ) -> ServerLimits:
         """The limits from RLHF_LAB_<FIELD> variables; a value that is not a positive number is refused by name."""
         values = {}
         for field in fields(cls):
@@ -141,8 +145,10 @@ class ServerLimits:
             except ValueError:
                 value = 0
             if not 0 < value < float("inf"):
-                raise ValueError(f"{variable}={text[:20]!r} is out of range; allowed: a positive "
-                                 f"{'integer' if field.type == 'int' else 'number'}")
+                raise ValueError(
+                    f"{variable}={text[:20]!r} is out of range; allowed: a positive "
+                    f"{'integer' if field.type == 'int' else 'number'}"
+                )
             values[field.name] = value
         return cls(**values)
 
@@ -154,28 +160,44 @@ class ServerLimits:
             ("RLHF_LAB_MAX_RUN_SECONDS", f"{self.max_run_seconds:,.0f} s", "a run's estimated duration"),
             ("RLHF_LAB_MAX_STEP_SECONDS", f"{self.max_step_seconds:,.0f} s", "one step's estimated duration"),
             ("RLHF_LAB_MAX_QUEUED_RUNS", f"{self.max_queued_runs:,}", "runs of one experiment or comparison"),
-            ("RLHF_LAB_LEARNER_SECONDS_PER_HOUR", f"{self.learner_seconds_per_hour:,.0f} s",
-             "training time of one learner in any hour"),
-            ("RLHF_LAB_MAX_LEARNER_LIVE_RUNS", f"{self.max_learner_live_runs:,}",
-             "live-lab runs of one learner training at once"),
-            ("RLHF_LAB_MAX_LEARNER_QUEUED_RUNS", f"{self.max_learner_queued_runs:,}",
-             "live-lab runs of one learner waiting for a place"),
-            ("RLHF_LAB_NEW_LEARNERS_PER_ADDRESS", f"{self.new_learners_per_address:,}",
-             "new learners from one client address in any hour"),
+            (
+                "RLHF_LAB_LEARNER_SECONDS_PER_HOUR",
+                f"{self.learner_seconds_per_hour:,.0f} s",
+                "training time of one learner in any hour",
+            ),
+            (
+                "RLHF_LAB_MAX_LEARNER_LIVE_RUNS",
+                f"{self.max_learner_live_runs:,}",
+                "live-lab runs of one learner training at once",
+            ),
+            (
+                "RLHF_LAB_MAX_LEARNER_QUEUED_RUNS",
+                f"{self.max_learner_queued_runs:,}",
+                "live-lab runs of one learner waiting for a place",
+            ),
+            (
+                "RLHF_LAB_NEW_LEARNERS_PER_ADDRESS",
+                f"{self.new_learners_per_address:,}",
+                "new learners from one client address in any hour",
+            ),
         ]
 
     def check_fields(self, cuda: bool, steps: int = 1, sft_steps: int = 0, model: str = "tiny") -> None:
         """ValueError naming the field and the variable that sets its limit, for a run's fields one by one (a
         link's values are checked as they are read)."""
         if steps > self.max_steps:
-            raise ValueError(f"steps={steps} is out of range; allowed: at most {self.max_steps} on this server "
-                             "(RLHF_LAB_MAX_STEPS)")
+            raise ValueError(
+                f"steps={steps} is out of range; allowed: at most {self.max_steps} on this server (RLHF_LAB_MAX_STEPS)"
+            )
         if sft_steps > self.max_sft_steps:
-            raise ValueError(f"sft_steps={sft_steps} is out of range; allowed: at most {self.max_sft_steps} on "
-                             "this server (RLHF_LAB_MAX_SFT_STEPS)")
+            raise ValueError(
+                f"sft_steps={sft_steps} is out of range; allowed: at most {self.max_sft_steps} on "
+                "this server (RLHF_LAB_MAX_SFT_STEPS)"
+            )
         if model == "gpt2" and not cuda:
-            raise ValueError("model='gpt2' needs a GPU, and this server has none (a step would take seconds); "
-                             "allowed: tiny, small")
+            raise ValueError(
+                "model='gpt2' needs a GPU, and this server has none (a step would take seconds); allowed: tiny, small"
+            )
 
     def check_run(self, run: RunConfig, cuda: bool) -> None:
         """ValueError naming the field (and the variable that sets the limit) if `run` asks more than allowed."""
@@ -184,18 +206,22 @@ class ServerLimits:
         if step > self.max_step_seconds:
             raise ValueError(
                 f"one step of this run would take about {step:,.1f} s ({_cost_terms(run)}); allowed: at most "
-                f"{self.max_step_seconds:,.0f} s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)")
+                f"{self.max_step_seconds:,.0f} s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)"
+            )
         seconds = estimated_seconds(run)
         if seconds > self.max_run_seconds:
             raise ValueError(
                 f"this run would take about {seconds:,.0f} s ({run.steps} steps × {seconds / run.steps:.2f} s, "
                 f"from {_cost_terms(run)}); allowed: at most {self.max_run_seconds:,.0f} s a run on this server "
-                "(RLHF_LAB_MAX_RUN_SECONDS)")
+                "(RLHF_LAB_MAX_RUN_SECONDS)"
+            )
 
     def check_run_count(self, runs: int) -> None:
         if runs > self.max_queued_runs:
-            raise ValueError(f"this would queue {runs} runs; allowed: at most {self.max_queued_runs} at once on this "
-                             "server (RLHF_LAB_MAX_QUEUED_RUNS): fewer seeds or grid values")
+            raise ValueError(
+                f"this would queue {runs} runs; allowed: at most {self.max_queued_runs} at once on this "
+                "server (RLHF_LAB_MAX_QUEUED_RUNS): fewer seeds or grid values"
+            )
 
     def check_learner_runs(self, live: int, queued: int) -> None:
         """ValueError once a learner has as many live-lab runs training and waiting as they may: another would
@@ -204,14 +230,17 @@ class ServerLimits:
             raise ValueError(
                 f"you have {live} runs training and {queued} waiting; allowed: at most {self.max_learner_live_runs} "
                 f"training and {self.max_learner_queued_runs} waiting per learner on this server "
-                "(RLHF_LAB_MAX_LEARNER_LIVE_RUNS, RLHF_LAB_MAX_LEARNER_QUEUED_RUNS): stop one or let it end")
+                "(RLHF_LAB_MAX_LEARNER_LIVE_RUNS, RLHF_LAB_MAX_LEARNER_QUEUED_RUNS): stop one or let it end"
+            )
 
     def new_learner_refusal(self) -> str:
         """What a session is told when its client address has had its new learners for the hour."""
-        return (f"this address has started {self.new_learners_per_address:,} new learners in the last hour; allowed: "
-                f"at most {self.new_learners_per_address:,} an hour per address on this server "
-                "(RLHF_LAB_NEW_LEARNERS_PER_ADDRESS): open the lab in the browser you used before, or with your "
-                "own ?me= link, to train; the pages stay open to read")
+        return (
+            f"this address has started {self.new_learners_per_address:,} new learners in the last hour; allowed: "
+            f"at most {self.new_learners_per_address:,} an hour per address on this server "
+            "(RLHF_LAB_NEW_LEARNERS_PER_ADDRESS): open the lab in the browser you used before, or with your "
+            "own ?me= link, to train; the pages stay open to read"
+        )
 
     def check_learner(self, spent_seconds: float) -> None:
         """ValueError once a learner's runs trained for the hour's allowance."""
@@ -219,4 +248,5 @@ class ServerLimits:
             raise ValueError(
                 f"your runs have trained {spent_seconds:,.0f} s in the last hour; allowed: "
                 f"{self.learner_seconds_per_hour:,.0f} s an hour per learner on this server "
-                "(RLHF_LAB_LEARNER_SECONDS_PER_HOUR): try again in a few minutes")
+                "(RLHF_LAB_LEARNER_SECONDS_PER_HOUR): try again in a few minutes"
+            )

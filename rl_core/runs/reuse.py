@@ -72,7 +72,7 @@ def recorded_when(timestamps: Iterable[float]) -> str:
 
 
 def reuse_line(runs) -> str:
-    """"reused K of N runs (recorded <when>)" for a sweep's stored runs (`StoredRun`s)."""
+    """ "reused K of N runs (recorded <when>)" for a sweep's stored runs (`StoredRun`s)."""
     reused = [run for run in runs if run.reused and run.status == "finished"]
     when = f" (recorded {recorded_when(run.finished_at for run in reused)})" if reused else ""
     return f"reused {len(reused)} of {len(runs)} runs{when}"

@@ -68,8 +68,9 @@ def lane_pause(step_seconds: float, learners: int) -> float:
     return step_seconds * max(learners - 1, 0)
 
 
-def choose_turn(members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float,
-                turn: int) -> list[_Member]:
+def choose_turn(
+    members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float, turn: int
+) -> list[_Member]:
     """The runs that step in turn number `turn`. The learners with runs in `members` (in the order of their first
     run) each earn `turn_seconds / learners`, their credit capped at that; a learner in credit then takes its runs
     in rotation (the least recently stepped first), each at its `step_seconds`, until its credit is spent (at least
@@ -122,8 +123,9 @@ class RunLoop:
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
 
-    def train(self, trainer, on_record: Callable[[dict], None], learner: Hashable | None = None,
-              step_seconds: float = 0.0) -> None:
+    def train(
+        self, trainer, on_record: Callable[[dict], None], learner: Hashable | None = None, step_seconds: float = 0.0
+    ) -> None:
         """Step `trainer` in the loop until it has trained its steps or its stop event is set, then return; raise
         what ended its step otherwise (TrainingStopped for a Stop pressed mid-step).
 

@@ -35,7 +35,12 @@ from rl_core.runs.store import RunStore
 
 PHASE, SETUP, END, FAILED = "phase", "setup", "end", "failed"
 # What a person reads for each phase `Trainer.prepare()` reports (a progress bar's label, a page's status line).
-SETUP_PHASES = {"reward": "reward model", "sft": "SFT warm start", "teacher": "teacher", "value_pretrain": "value pretraining"}
+SETUP_PHASES = {
+    "reward": "reward model",
+    "sft": "SFT warm start",
+    "teacher": "teacher",
+    "value_pretrain": "value pretraining",
+}
 
 
 class RunInterrupted(Exception):
@@ -43,8 +48,9 @@ class RunInterrupted(Exception):
     interrupted, not failed, and can be trained again."""
 
 
-def trainer_for(run: RunConfig, cache_dir: Path | None = None,
-                stop_event=None) -> Trainer | DPOTrainer | RewardModelTrainer:
+def trainer_for(
+    run: RunConfig, cache_dir: Path | None = None, stop_event=None
+) -> Trainer | DPOTrainer | RewardModelTrainer:
     """The trainer of the run's kind: `DPOTrainer` for an offline DPO or IPO run (`algo` a `DPOConfig`),
     `RewardModelTrainer` for a reward-model fit (a `RewardConfig`), else `Trainer`."""
     kind = {DPOConfig: DPOTrainer, RewardConfig: RewardModelTrainer}.get(type(run.algo), Trainer)
@@ -59,8 +65,9 @@ def one_run(items: Iterator[tuple[int, dict]]) -> Iterator[dict]:
         yield item
 
 
-def batch_training_stream(runs: Sequence[RunConfig], cache_dir: Path | None = None,
-                          stop_event=None) -> Iterator[tuple[int, dict]]:
+def batch_training_stream(
+    runs: Sequence[RunConfig], cache_dir: Path | None = None, stop_event=None
+) -> Iterator[tuple[int, dict]]:
     """Train `runs` as one batch and yield `(place in the batch, item)`; `stop_event` ends them all."""
     stop_event = stop_event or threading.Event()
     yield from batch_stream([trainer_for(run, cache_dir, stop_event) for run in runs])

@@ -72,6 +72,8 @@ def max_trainings(default: int = 2, variable: str = "RLHF_LAB_MAX_TRAININGS") ->
     if cap < 1:
         raise ValueError(f"{variable}={str(text)[:20]!r} is out of range; allowed: an integer ≥ 1")
     return cap
+
+
 HOST = socket.gethostname()
 
 
@@ -206,8 +208,9 @@ def max_store_bytes() -> int:
     except ValueError:
         megabytes = math.nan
     if not 0.1 <= megabytes <= 10**6:
-        raise StoreError(f"RLHF_LAB_STORE_MAX_MB={text[:20]!r} is out of range; allowed: a number of megabytes "
-                         "from 0.1 to 1000000")
+        raise StoreError(
+            f"RLHF_LAB_STORE_MAX_MB={text[:20]!r} is out of range; allowed: a number of megabytes from 0.1 to 1000000"
+        )
     return int(megabytes * 2**20)
 
 
@@ -341,16 +344,20 @@ class RunStore:
     def used_bytes(self) -> int:
         """Bytes the runs take in the file (pages in use; a deleted run's pages are reused before the file grows)."""
         connection = self._connection()
-        pages = connection.execute("PRAGMA page_count").fetchone()[0] - connection.execute(
-            "PRAGMA freelist_count").fetchone()[0]
+        pages = (
+            connection.execute("PRAGMA page_count").fetchone()[0]
+            - connection.execute("PRAGMA freelist_count").fetchone()[0]
+        )
         return pages * connection.execute("PRAGMA page_size").fetchone()[0]
 
     def _full_message(self) -> str:
         megabytes = self.max_bytes / 2**20
         if shutil.disk_usage(self.path.parent).free < 2**20:  # else it was the limit: one record can take pages
             return "the disk that holds the run store is full; the server's operator must free space on it"
-        return (f"the run store is full ({self.used_bytes() / 2**20:.1f} of RLHF_LAB_STORE_MAX_MB={megabytes:.4g} MB): "
-                "delete old runs on the Compare page (Stored runs), or raise the limit")
+        return (
+            f"the run store is full ({self.used_bytes() / 2**20:.1f} of RLHF_LAB_STORE_MAX_MB={megabytes:.4g} MB): "
+            "delete old runs on the Compare page (Stored runs), or raise the limit"
+        )
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
         if self._version(connection) == SCHEMA_VERSION:
@@ -386,9 +393,18 @@ class RunStore:
                 (time.time(), json.dumps(spec), session),
             ).lastrowid
 
-    def add_run(self, run: RunConfig, label: str, variant: dict | None = None, sweep_id: int | None = None,
-                session: str | None = None, key: str | None = None, reuse: bool = False,
-                page: str | None = None, page_run: int | None = None) -> int:
+    def add_run(
+        self,
+        run: RunConfig,
+        label: str,
+        variant: dict | None = None,
+        sweep_id: int | None = None,
+        session: str | None = None,
+        key: str | None = None,
+        reuse: bool = False,
+        page: str | None = None,
+        page_run: int | None = None,
+    ) -> int:
         """A queued run owned by this process (and by app session `session`, if given); returns its id. A live
         lab's run names its `page` and its number there (`page_run`).
 
@@ -408,9 +424,24 @@ class RunStore:
                 "INSERT INTO runs (sweep_id, label, task, algo, seed, variant, config, status, steps_total, "
                 "created_at, heartbeat_at, owner_pid, owner_host, session, run_key, page, page_run) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (sweep_id, label, run.task, run.algo.name, run.seed, json.dumps(variant or {}),
-                 json.dumps(dataclasses.asdict(run)), run.steps, now, now, os.getpid(), HOST, session, key, page,
-                 page_run),
+                (
+                    sweep_id,
+                    label,
+                    run.task,
+                    run.algo.name,
+                    run.seed,
+                    json.dumps(variant or {}),
+                    json.dumps(dataclasses.asdict(run)),
+                    run.steps,
+                    now,
+                    now,
+                    os.getpid(),
+                    HOST,
+                    session,
+                    key,
+                    page,
+                    page_run,
+                ),
             ).lastrowid
             if source is not None:
                 _link(db, run_id, source)
@@ -425,8 +456,9 @@ class RunStore:
         with self._write() as db:
             watched = db.execute("SELECT records_from FROM runs WHERE id = ?", (run_id,)).fetchone()["records_from"]
             source = None if watched is None else db.execute("SELECT * FROM runs WHERE id = ?", (watched,)).fetchone()
-            if source is not None and (source["status"] == "finished"
-                                       or source["status"] in ACTIVE_STATUSES and _lost(source, now) is None):
+            if source is not None and (
+                source["status"] == "finished" or source["status"] in ACTIVE_STATUSES and _lost(source, now) is None
+            ):
                 _link(db, run_id, source)
                 return "finished" if source["status"] == "finished" else "waiting"
             db.execute("UPDATE runs SET records_from = NULL, steps_done = 0 WHERE id = ?", (run_id,))
@@ -437,8 +469,9 @@ class RunStore:
         with self._write() as db:
             _start(db, run_id)
 
-    def claim(self, run_ids: int | Sequence[int], cap: int, stopped: Callable[[], bool],
-              join: Collection[int] = ()) -> bool:
+    def claim(
+        self, run_ids: int | Sequence[int], cap: int, stopped: Callable[[], bool], join: Collection[int] = ()
+    ) -> bool:
         """Start the run, or every run of a batch trained as one (`rl_core.engine.run_batch`), once fewer than `cap`
         trainings of this store are under way, in any process; False, without starting them, if `stopped()` turns
         true first. A batch is one training: one loop in one process, whatever its number of runs.
@@ -482,8 +515,10 @@ class RunStore:
             db.execute(
                 "UPDATE runs SET steps_done = ?, heartbeat_at = ? WHERE id = ?", (record["step"], time.time(), run_id)
             )
-            db.execute("UPDATE steps SET samples = '[]' WHERE run_id = ? AND step = ?",
-                       (run_id, record["step"] - SAMPLE_WINDOW))
+            db.execute(
+                "UPDATE steps SET samples = '[]' WHERE run_id = ? AND step = ?",
+                (run_id, record["step"] - SAMPLE_WINDOW),
+            )
 
     def finish_run(self, run_id: int, status: str, final: dict | None = None, error: str | None = None) -> None:
         if status in ACTIVE_STATUSES or status not in STATUSES:
@@ -532,20 +567,28 @@ class RunStore:
         that other runs show (reuse) stay with the first of those that finished."""
         ids = list(run_ids)
         with self._write() as db:
-            going = [row["id"] for row in db.execute(
-                f"SELECT id FROM runs WHERE id IN ({', '.join('?' * len(ids))}) AND status NOT IN {ACTIVE_SQL}"
-                + ("" if session is None else " AND session = ?"),
-                ids + ([] if session is None else [session]),
-            )]
+            going = [
+                row["id"]
+                for row in db.execute(
+                    f"SELECT id FROM runs WHERE id IN ({', '.join('?' * len(ids))}) AND status NOT IN {ACTIVE_SQL}"
+                    + ("" if session is None else " AND session = ?"),
+                    ids + ([] if session is None else [session]),
+                )
+            ]
             for run_id in going:
                 _hand_down(db, run_id, going)
             db.execute(f"DELETE FROM runs WHERE id IN ({', '.join('?' * len(going))})", going)
             return len(going)
 
     # ------------------------------------------------------------------ reading
-    def runs(self, run_ids: list[int] | None = None, sweep_id: int | None = None,
-             visible_to: str | None = None, labels: Sequence[str] | None = None,
-             page: str | None = None) -> list[StoredRun]:
+    def runs(
+        self,
+        run_ids: list[int] | None = None,
+        sweep_id: int | None = None,
+        visible_to: str | None = None,
+        labels: Sequence[str] | None = None,
+        page: str | None = None,
+    ) -> list[StoredRun]:
         """Runs in the order they were created: all of them, the listed ids, or one sweep's; with `visible_to`,
         only those that session may see (its own and the shared ones); with `labels`, only runs so labelled; with
         `page`, only the live-lab runs their learners keep on that page."""
@@ -566,8 +609,9 @@ class RunStore:
             clauses.append("(session = ? OR session IS NULL)")
             parameters.append(visible_to)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        return [_stored_run(row) for row in self._connection().execute(f"SELECT * FROM runs{where} ORDER BY id",
-                                                                       parameters)]
+        return [
+            _stored_run(row) for row in self._connection().execute(f"SELECT * FROM runs{where} ORDER BY id", parameters)
+        ]
 
     def run(self, run_id: int) -> StoredRun:
         found = self.runs([run_id])
@@ -585,11 +629,15 @@ class RunStore:
 
     def samples(self, run_id: int, step: int | None = None) -> list[dict]:
         """The sample views recorded at `step` (default: the run's latest step)."""
-        row = self._connection().execute(
-            f"SELECT samples FROM steps WHERE run_id = {RECORDS_OF} AND (? IS NULL OR step = ?) "
-            "ORDER BY step DESC LIMIT 1",
-            (run_id, run_id, step, step),
-        ).fetchone()
+        row = (
+            self._connection()
+            .execute(
+                f"SELECT samples FROM steps WHERE run_id = {RECORDS_OF} AND (? IS NULL OR step = ?) "
+                "ORDER BY step DESC LIMIT 1",
+                (run_id, run_id, step, step),
+            )
+            .fetchone()
+        )
         return json.loads(row["samples"]) if row else []
 
     def training_seconds(self, session: str, since: float) -> float:
@@ -599,7 +647,8 @@ class RunStore:
         rows = self._connection().execute(
             "SELECT started_at, finished_at FROM runs WHERE session = ? AND started_at IS NOT NULL "
             "AND records_from IS NULL "
-            "AND (finished_at IS NULL OR finished_at > ?)", (session, since),
+            "AND (finished_at IS NULL OR finished_at > ?)",
+            (session, since),
         )
         return sum(max(min(row["finished_at"] or now, now) - max(row["started_at"], since), 0.0) for row in rows)
 
@@ -634,28 +683,37 @@ class RunStore:
         if phase not in PHASES:
             raise ValueError(f"phase={phase!r} is not a phase of an answer; allowed: {', '.join(PHASES)}")
         with self._write() as db:
-            db.execute("INSERT OR REPLACE INTO predictions (session, page, phase, question, options, answer, "
-                       "answered_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (session, page, phase, question, json.dumps(list(options)), answer, time.time()))
+            db.execute(
+                "INSERT OR REPLACE INTO predictions (session, page, phase, question, options, answer, "
+                "answered_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session, page, phase, question, json.dumps(list(options)), answer, time.time()),
+            )
 
     def answer_counts(self) -> list[AnswerCount]:
         """Per page and question: how many learners gave each answer before and after their runs (each learner's
         latest answer of each phase counts once), in page order."""
         rows = self._connection().execute(
             "SELECT page, question, phase, answer, COUNT(*) AS learners, MAX(options) AS options FROM predictions "
-            "GROUP BY page, question, phase, answer ORDER BY page, question")
+            "GROUP BY page, question, phase, answer ORDER BY page, question"
+        )
         counts: dict[tuple[str, str], AnswerCount] = {}
         for row in rows:
-            entry = counts.setdefault((row["page"], row["question"]), AnswerCount(
-                row["page"], row["question"], tuple(json.loads(row["options"])), {phase: {} for phase in PHASES}))
+            entry = counts.setdefault(
+                (row["page"], row["question"]),
+                AnswerCount(
+                    row["page"], row["question"], tuple(json.loads(row["options"])), {phase: {} for phase in PHASES}
+                ),
+            )
             entry.counts[row["phase"]][row["answer"]] = row["learners"]
         return list(counts.values())
 
     def seen(self, session: str, when: float | None = None) -> None:
         """The learner has just opened or redrawn a page."""
         with self._write() as db:
-            db.execute("INSERT OR REPLACE INTO learners (session, last_seen) VALUES (?, ?)",
-                       (session, time.time() if when is None else when))
+            db.execute(
+                "INSERT OR REPLACE INTO learners (session, last_seen) VALUES (?, ?)",
+                (session, time.time() if when is None else when),
+            )
 
     def active_learners(self, since: float) -> int:
         """How many learners were seen at or after time `since`."""
@@ -666,26 +724,38 @@ class RunStore:
         address after time `since` (then False, and nothing is recorded): the count and the insert are one
         transaction, so two sessions never both take the last one."""
         with self._write() as db:
-            issued = db.execute("SELECT COUNT(*) FROM identities WHERE address = ? AND issued_at >= ?",
-                                (address, since)).fetchone()[0]
+            issued = db.execute(
+                "SELECT COUNT(*) FROM identities WHERE address = ? AND issued_at >= ?", (address, since)
+            ).fetchone()[0]
             if issued >= per_address:
                 return False
-            db.execute("INSERT INTO identities (session, address, issued_at) VALUES (?, ?, ?)",
-                       (session, address, time.time()))
+            db.execute(
+                "INSERT INTO identities (session, address, issued_at) VALUES (?, ?, ?)", (session, address, time.time())
+            )
             return True
 
     def issued(self, session: str) -> bool:
         """Whether this server issued `session`: recorded as issued, or owning runs or sweeps (only the app, for
         an identity of its own, stores a run or sweep with a session)."""
-        return self._connection().execute(
-            "SELECT EXISTS (SELECT 1 FROM identities WHERE session = ?) OR EXISTS (SELECT 1 FROM runs WHERE "
-            "session = ?) OR EXISTS (SELECT 1 FROM sweeps WHERE session = ?)", (session,) * 3).fetchone()[0] == 1
+        return (
+            self._connection()
+            .execute(
+                "SELECT EXISTS (SELECT 1 FROM identities WHERE session = ?) OR EXISTS (SELECT 1 FROM runs WHERE "
+                "session = ?) OR EXISTS (SELECT 1 FROM sweeps WHERE session = ?)",
+                (session,) * 3,
+            )
+            .fetchone()[0]
+            == 1
+        )
 
     def join_class(self, session: str) -> None:
         """The learner opened the class's join link."""
         with self._write() as db:
-            db.execute("INSERT INTO identities (session, address, issued_at, joined) VALUES (?, '', ?, 1) "
-                       "ON CONFLICT (session) DO UPDATE SET joined = 1", (session, time.time()))
+            db.execute(
+                "INSERT INTO identities (session, address, issued_at, joined) VALUES (?, '', ?, 1) "
+                "ON CONFLICT (session) DO UPDATE SET joined = 1",
+                (session, time.time()),
+            )
 
     def joined(self, session: str) -> bool:
         """Whether the learner has opened the class's join link."""
@@ -695,8 +765,10 @@ class RunStore:
     def pin(self, text: str, link: str) -> None:
         """Pin the banner every learner's page shows (it replaces the one pinned before)."""
         with self._write() as db:
-            db.execute("INSERT OR REPLACE INTO banner (id, text, link, pinned_at) VALUES (1, ?, ?, ?)",
-                       (text, link, time.time()))
+            db.execute(
+                "INSERT OR REPLACE INTO banner (id, text, link, pinned_at) VALUES (1, ?, ?, ?)",
+                (text, link, time.time()),
+            )
 
     def unpin(self) -> None:
         with self._write() as db:
@@ -734,12 +806,14 @@ def _lost(row: sqlite3.Row, now: float) -> str | None:
 def _reusable_run(db: sqlite3.Connection, key: str, now: float) -> sqlite3.Row | None:
     """The run a request of `key` reuses: the first finished one, else the first in flight that trains for itself
     (not one that watches another) and whose owner lives; None if there is none."""
-    finished = db.execute("SELECT * FROM runs WHERE run_key = ? AND status = 'finished' ORDER BY id LIMIT 1",
-                          (key,)).fetchone()
+    finished = db.execute(
+        "SELECT * FROM runs WHERE run_key = ? AND status = 'finished' ORDER BY id LIMIT 1", (key,)
+    ).fetchone()
     if finished is not None:
         return finished
-    flying = db.execute(f"SELECT * FROM runs WHERE run_key = ? AND status IN {ACTIVE_SQL} AND records_from IS NULL "
-                        "ORDER BY id", (key,))
+    flying = db.execute(
+        f"SELECT * FROM runs WHERE run_key = ? AND status IN {ACTIVE_SQL} AND records_from IS NULL ORDER BY id", (key,)
+    )
     return next((row for row in flying if _lost(row, now) is None), None)
 
 
@@ -748,11 +822,15 @@ def _link(db: sqlite3.Connection, run_id: int, source: sqlite3.Row) -> None:
     finished as it finished (steps, times, evaluation), or watching it while it is in flight."""
     holder = source["records_from"] if source["records_from"] is not None else source["id"]
     if source["status"] == "finished":
-        db.execute("UPDATE runs SET status = 'finished', records_from = ?, steps_done = ?, started_at = ?, "
-                   "finished_at = ?, final = ? WHERE id = ?",
-                   (holder, source["steps_done"], source["started_at"], source["finished_at"], source["final"], run_id))
+        db.execute(
+            "UPDATE runs SET status = 'finished', records_from = ?, steps_done = ?, started_at = ?, "
+            "finished_at = ?, final = ? WHERE id = ?",
+            (holder, source["steps_done"], source["started_at"], source["finished_at"], source["final"], run_id),
+        )
     else:
-        db.execute("UPDATE runs SET records_from = ?, steps_done = ? WHERE id = ?", (holder, source["steps_done"], run_id))
+        db.execute(
+            "UPDATE runs SET records_from = ?, steps_done = ? WHERE id = ?", (holder, source["steps_done"], run_id)
+        )
 
 
 def _hand_down(db: sqlite3.Connection, run_id: int, going: list[int]) -> None:
@@ -761,10 +839,14 @@ def _hand_down(db: sqlite3.Connection, run_id: int, going: list[int]) -> None:
     nothing, and a watching run trains for itself (`follow`)."""
     heir = db.execute(
         f"SELECT id FROM runs WHERE records_from = ? AND status = 'finished' AND id NOT IN "
-        f"({', '.join('?' * len(going))}) ORDER BY id LIMIT 1", [run_id, *going]).fetchone()
+        f"({', '.join('?' * len(going))}) ORDER BY id LIMIT 1",
+        [run_id, *going],
+    ).fetchone()
     if heir is not None:
         db.execute("UPDATE steps SET run_id = ? WHERE run_id = ?", (heir["id"], run_id))
-    db.execute("UPDATE runs SET records_from = ? WHERE records_from = ?", (None if heir is None else heir["id"], run_id))
+    db.execute(
+        "UPDATE runs SET records_from = ? WHERE records_from = ?", (None if heir is None else heir["id"], run_id)
+    )
 
 
 def _training(row: sqlite3.Row, now: float) -> bool:
@@ -822,7 +904,7 @@ class Heartbeat:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="run-store-heartbeat", daemon=True)
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         self._thread.start()
         return self
 
@@ -830,7 +912,7 @@ class Heartbeat:
         self._stopped.set()
         self._thread.join()
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         return self.start()
 
     def __exit__(self, *exc) -> None:

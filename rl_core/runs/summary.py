@@ -50,8 +50,16 @@ def run_outcome(run: StoredRun, records: list[dict]) -> dict:
 
 def run_row(run: StoredRun, records: list[dict]) -> dict:
     """The run's identity, status and outcome: one row of a per-run table."""
-    return {"run": run.id, "label": run.label, "algo": run.algo, "seed": run.seed, **run.variant,
-            "status": run.status, "steps": run.steps_done, **run_outcome(run, records)}
+    return {
+        "run": run.id,
+        "label": run.label,
+        "algo": run.algo,
+        "seed": run.seed,
+        **run.variant,
+        "status": run.status,
+        "steps": run.steps_done,
+        **run_outcome(run, records),
+    }
 
 
 def summarise(rows: Iterable[dict]) -> list[dict]:
@@ -86,8 +94,10 @@ def format_table(summary: list[dict]) -> str:
             cells.append(cell)
         lines.append(cells)
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-                     for row in [header, ["-" * w for w in widths], *lines])
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+        for row in [header, ["-" * w for w in widths], *lines]
+    )
 
 
 def write_csv(file: TextIO, rows: list[dict], first: Iterable[str] = ()) -> None:

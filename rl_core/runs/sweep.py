@@ -142,8 +142,9 @@ def plan_sweep(
         raise ValueError(f"{', '.join(both)} is both set and swept; drop one of the two")
     runs = len(algos) * math.prod(len(values) for values in grid.values()) * len(seeds)
     if runs > MAX_SWEEP_RUNS:
-        raise ValueError(f"the sweep has {runs} runs (presets × grid values × seeds); allowed: at most "
-                         f"{MAX_SWEEP_RUNS}")
+        raise ValueError(
+            f"the sweep has {runs} runs (presets × grid values × seeds); allowed: at most {MAX_SWEEP_RUNS}"
+        )
     get_task(task)  # ValueError naming the allowed tasks
     model = run_fields.get("model", RunConfig.model)
     check_model(model)  # a preset, a folder or a Hub id; ValueError naming what is allowed
@@ -178,8 +179,17 @@ def warm_start(run: RunConfig, cache_dir: Path | None, stopped: Callable[[], boo
             raise TrainingStopped("stopped during the SFT warm start")
 
     trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
-    sft_policy(trainer.task, trainer.tokenizer, run.model, run.seed, trainer.demo_noise, run.sft_steps,
-               trainer.device, trainer.cache_dir, progress=progress)
+    sft_policy(
+        trainer.task,
+        trainer.tokenizer,
+        run.model,
+        run.seed,
+        trainer.demo_noise,
+        run.sft_steps,
+        trainer.device,
+        trainer.cache_dir,
+        progress=progress,
+    )
 
 
 class Sweep:
@@ -221,8 +231,10 @@ class Sweep:
         self._stop = self._context.Event()
         self.session = session  # the app session that owns the sweep and its runs (None: shared)
         self.sweep_id = store.create_sweep(spec or {"labels": sorted({p.label for p in self.planned})}, session)
-        self.run_ids = [store.add_run(p.run, p.label, p.variant, self.sweep_id, session, key=run_key(p.run),
-                                      reuse=not fresh) for p in self.planned]
+        self.run_ids = [
+            store.add_run(p.run, p.label, p.variant, self.sweep_id, session, key=run_key(p.run), reuse=not fresh)
+            for p in self.planned
+        ]
 
     @property
     def stopping(self) -> bool:
@@ -252,8 +264,11 @@ class Sweep:
                 def get_pool() -> LocalPool | cluster.RayPool:
                     nonlocal pool
                     if pool is None:
-                        pool = (cluster.RayPool(stack, workers, self._stop, self.store, self.cap) if self.ray_address
-                                else LocalPool(stack, workers, self._context, self._stop, self.store, self.cap))
+                        pool = (
+                            cluster.RayPool(stack, workers, self._stop, self.store, self.cap)
+                            if self.ray_address
+                            else LocalPool(stack, workers, self._context, self._stop, self.store, self.cap)
+                        )
                     return pool
 
                 try:
@@ -264,15 +279,24 @@ class Sweep:
         finally:
             _live_sweeps.discard(self)
             # Whatever ended the sweep early, no run of it stays queued or running.
-            self.store.settle(self.run_ids, "stopped" if self.stopping else "interrupted",
-                              None if self.stopping else "the sweep ended before this run did")
+            self.store.settle(
+                self.run_ids,
+                "stopped" if self.stopping else "interrupted",
+                None if self.stopping else "the sweep ended before this run did",
+            )
         final = self.store.runs(self.run_ids)
         if report:
             report(final)
         return final
 
-    def _dispatch(self, pool: Callable[[], LocalPool | cluster.RayPool], to_train: list[int], watching: set[int],
-                  report: Callable[[list[StoredRun]], None] | None, interval: float) -> None:
+    def _dispatch(
+        self,
+        pool: Callable[[], LocalPool | cluster.RayPool],
+        to_train: list[int],
+        watching: set[int],
+        report: Callable[[list[StoredRun]], None] | None,
+        interval: float,
+    ) -> None:
         runs = dict(zip(self.run_ids, self.planned))
         # A future maps to the runs it stands for: a warm start to every run sharing it, a training to its batch.
         pending: dict[Future, list[int]] = {}
@@ -349,7 +373,9 @@ def batches(runs: dict[int, RunConfig]) -> list[list[int]]:
     and as even as can be (16 runs: 8 and 8; 10: 5 and 5), each batch in plan order; an offline DPO run alone."""
     by_plan: dict[object, list[int]] = {}
     for run_id, run in runs.items():
-        by_plan.setdefault(group_plan(run) if isinstance(run.algo, AlgoConfig) else ("alone", run_id), []).append(run_id)
+        by_plan.setdefault(group_plan(run) if isinstance(run.algo, AlgoConfig) else ("alone", run_id), []).append(
+            run_id
+        )
     out = []
     for ids in by_plan.values():
         count = math.ceil(len(ids) / GROUP_RUNS)
@@ -374,20 +400,28 @@ class SweepProgress:
     def __call__(self, runs: list[StoredRun]) -> None:
         # Until the warm starts are done every run is queued and the bar stands still: say so.
         statuses = [run.status for run in runs]
-        self.bar.set_postfix_str(f"{statuses.count('running')} running, {statuses.count('queued')} queued",
-                                 refresh=False)
+        self.bar.set_postfix_str(
+            f"{statuses.count('running')} running, {statuses.count('queued')} queued", refresh=False
+        )
         self.bar.update(sum(run.steps_done for run in runs) - self.bar.n)
         for run in runs:
             if not run.active and run.id not in self.reported:
                 self.reported.add(run.id)
                 seconds = "" if math.isnan(run.wall_time) else f", {run.wall_time:.1f} s"
                 final = run.final or {}
-                success = (f", final success {final['success_rate']:.3f}" if "success_rate" in final else
-                           f", held-out accuracy {final['heldout_accuracy']:.3f}" if "heldout_accuracy" in final else "")
+                success = (
+                    f", final success {final['success_rate']:.3f}"
+                    if "success_rate" in final
+                    else f", held-out accuracy {final['heldout_accuracy']:.3f}"
+                    if "heldout_accuracy" in final
+                    else ""
+                )
                 error = f": {run.error}" if run.error else ""
                 status = f"{run.status} (reused)" if run.reused else run.status
-                self.bar.write(f"{run.label} seed {run.seed}: {status} after {run.steps_done} steps{seconds}"
-                               f"{success}{error}", file=sys.stderr)
+                self.bar.write(
+                    f"{run.label} seed {run.seed}: {status} after {run.steps_done} steps{seconds}{success}{error}",
+                    file=sys.stderr,
+                )
 
     def close(self) -> None:
         self.bar.close()
@@ -397,10 +431,14 @@ class LocalPool:
     """The sweep's worker processes on this machine (`worker_context`), one batch of runs per worker at a time."""
 
     def __init__(self, stack: ExitStack, workers: int, context, stop_event, store: RunStore, cap: int):
-        self.pool = stack.enter_context(ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_init_worker,
-            initargs=(stop_event, str(store.path), os.getpid(), cap),
-        ))
+        self.pool = stack.enter_context(
+            ProcessPoolExecutor(
+                workers,
+                mp_context=context,
+                initializer=_init_worker,
+                initargs=(stop_event, str(store.path), os.getpid(), cap),
+            )
+        )
 
     def warm_start(self, run: RunConfig, cache_dir: Path | None) -> Future:
         return _submit(self.pool, _warm_start, run, cache_dir)

@@ -12,7 +12,6 @@ from rl_core.formulas import advantages as adv
 from rl_core.formulas.metrics import zero_advantage_group_fraction
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO
 
-
 GROUP_ESTIMATORS = ("GRPO", "Dr. GRPO", "RLOO", "REINFORCE++-baseline")
 
 
@@ -88,6 +87,11 @@ def advantages_figure(table: pd.DataFrame) -> go.Figure:
             go.Bar(x=labels, y=table[name], name=name, marker_color=color)
             for name, color in zip(GROUP_ESTIMATORS, (POSITIVE, NEUTRAL, NEGATIVE, MUTED))
         ],
-        layout=dict(barmode="group", height=360, margin=dict(t=30, b=40), yaxis=dict(title="advantage"),
-                    legend=dict(orientation="h", y=-0.2)),
+        layout=dict(
+            barmode="group",
+            height=360,
+            margin=dict(t=30, b=40),
+            yaxis=dict(title="advantage"),
+            legend=dict(orientation="h", y=-0.2),
+        ),
     )

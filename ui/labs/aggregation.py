@@ -81,8 +81,17 @@ def aggregation_figure(table: pd.DataFrame) -> go.Figure:
     for (response, rows), color in zip(table.groupby("response", sort=False), (POSITIVE, NEGATIVE, NEUTRAL, MUTED)):
         for col, values in enumerate((rows["weight per token"], rows["total push on log π"].abs()), start=1):
             axes = subplot_axes(1, col, 2)
-            traces.append(go.Bar(x=rows["mode"], y=values, name=response, marker_color=color,
-                                 showlegend=col == 1, xaxis=axes[0], yaxis=axes[1]))
+            traces.append(
+                go.Bar(
+                    x=rows["mode"],
+                    y=values,
+                    name=response,
+                    marker_color=color,
+                    showlegend=col == 1,
+                    xaxis=axes[0],
+                    yaxis=axes[1],
+                )
+            )
     for col, column in ((1, table["weight per token"]), (2, table["total push on log π"].abs())):
         layout[axis_key(subplot_axes(1, col, 2)[1])].update(log_scale(column.tolist()))
     # The legend sits in the top margin, its bottom edge 30 px above the plot, clear of the panels' titles (about
@@ -90,6 +99,10 @@ def aggregation_figure(table: pd.DataFrame) -> go.Figure:
     # from the plot, which shrank (more on a narrow screen), and a legend placed at a fraction of the plot's
     # height sank onto the left panel's title.
     top, plot, bottom = 90, 290, 120
-    layout.update(barmode="group", height=top + plot + bottom, margin=dict(t=top, b=bottom),
-                  legend=dict(orientation="h", yanchor="bottom", y=1 + 30 / plot, x=0))
+    layout.update(
+        barmode="group",
+        height=top + plot + bottom,
+        margin=dict(t=top, b=bottom),
+        legend=dict(orientation="h", yanchor="bottom", y=1 + 30 / plot, x=0),
+    )
     return go.Figure(data=traces, layout=layout)

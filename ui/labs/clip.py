@@ -14,14 +14,21 @@ import torch
 from rl_core.formulas.aggregation import aggregate_loss
 from rl_core.formulas.losses import clipped_surrogate_loss, gspo_loss, gspo_sequence_ratio
 from ui.labs.figures import (
-    MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, axis_key, grid_layout, horizontal, is_zero, subplot_axes, vertical,
+    MUTED,
+    NEGATIVE,
+    NEUTRAL,
+    POSITIVE,
+    ZERO,
+    axis_key,
+    grid_layout,
+    horizontal,
+    is_zero,
+    subplot_axes,
+    vertical,
 )
 from ui.present import chart_layout
 
-
 ADVANTAGE_SIGNS = {"A > 0": 1.0, "A < 0": -1.0}
-
-
 
 
 def surrogate_and_gradient(
@@ -141,7 +148,9 @@ def surrogate_figure(
     """Objective (top) and its ρ-derivative (bottom) for A > 0 (left) and A < 0 (right); zero-gradient runs
     shaded, clip bounds dashed, case numbers written at the ratio each case was evaluated at."""
     layout = grid_layout(
-        2, 2, column_titles=[f"{sign} (A = {value:+.0f})" for sign, value in ADVANTAGE_SIGNS.items()],
+        2,
+        2,
+        column_titles=[f"{sign} (A = {value:+.0f})" for sign, value in ADVANTAGE_SIGNS.items()],
         row_titles=["objective −L", "∂(−L)/∂ρ"],
     )
     intervals = zero_gradient_intervals(curves)
@@ -152,12 +161,33 @@ def surrogate_figure(
         # The dual clip acts on negative advantages only, so c is marked on that side alone.
         bounds = [1 - epsilon_low, 1 + epsilon_high] + ([dual_clip] if dual_clip and ADVANTAGE_SIGNS[sign] < 0 else [])
         traces += [
-            go.Scatter(x=curve["ratio"], y=curve["unclipped"], name="unclipped ρA", showlegend=col == 1,
-                       line=dict(color=MUTED, dash="dot"), xaxis=top[0], yaxis=top[1]),
-            go.Scatter(x=curve["ratio"], y=curve["objective"], name="clipped objective", showlegend=col == 1,
-                       line=dict(color=color, width=3), xaxis=top[0], yaxis=top[1]),
-            go.Scatter(x=curve["ratio"], y=curve["gradient"], name="∂(−L)/∂ρ (autograd)", showlegend=col == 1,
-                       line=dict(color=NEUTRAL, width=2), xaxis=bottom[0], yaxis=bottom[1]),
+            go.Scatter(
+                x=curve["ratio"],
+                y=curve["unclipped"],
+                name="unclipped ρA",
+                showlegend=col == 1,
+                line=dict(color=MUTED, dash="dot"),
+                xaxis=top[0],
+                yaxis=top[1],
+            ),
+            go.Scatter(
+                x=curve["ratio"],
+                y=curve["objective"],
+                name="clipped objective",
+                showlegend=col == 1,
+                line=dict(color=color, width=3),
+                xaxis=top[0],
+                yaxis=top[1],
+            ),
+            go.Scatter(
+                x=curve["ratio"],
+                y=curve["gradient"],
+                name="∂(−L)/∂ρ (autograd)",
+                showlegend=col == 1,
+                line=dict(color=NEUTRAL, width=2),
+                xaxis=bottom[0],
+                yaxis=bottom[1],
+            ),
         ]
         shapes += [
             vertical("rect", run.start, run.end, top[0], fillcolor=MUTED, opacity=0.3, line_width=0, layer="below")
@@ -165,8 +195,17 @@ def surrogate_figure(
         ]
         shapes += [vertical("line", x, x, top[0], line=dict(color=NEUTRAL, dash="dash", width=1)) for x in bounds]
         layout["annotations"] += [
-            dict(x=case["ρ tried"], y=case["objective −L"], xref=top[0], yref=top[1], text=f"<b>{case['case']}</b>",
-                 showarrow=True, arrowhead=0, ax=0, ay=-28)
+            dict(
+                x=case["ρ tried"],
+                y=case["objective −L"],
+                xref=top[0],
+                yref=top[1],
+                text=f"<b>{case['case']}</b>",
+                showarrow=True,
+                arrowhead=0,
+                ax=0,
+                ay=-28,
+            )
             for case in cases[cases["sign"] == sign].to_dict("records")
         ]
         layout[axis_key(bottom[0])]["title"] = {"text": "ratio ρ = π_θ / π_old"}
@@ -252,13 +291,32 @@ def gspo_figure(table: pd.DataFrame, s: float, epsilon_low: float, epsilon_high:
         data=[go.Bar(x=table["token"], y=table["ratio ρ_t"], marker_color=colors, name="token ratio ρ_t")],
         layout=dict(
             shapes=[
-                horizontal("rect", 1 - epsilon_low, 1 + epsilon_high, fillcolor=POSITIVE, opacity=0.15,
-                            line_width=0, layer="below"),
+                horizontal(
+                    "rect",
+                    1 - epsilon_low,
+                    1 + epsilon_high,
+                    fillcolor=POSITIVE,
+                    opacity=0.15,
+                    line_width=0,
+                    layer="below",
+                ),
                 horizontal("line", s, s, line=dict(color=NEGATIVE, width=3)),
             ],
-            annotations=[dict(x=1, xref="x domain", y=s, yref="y", text=f"sequence ratio s = {s:.4f}",
-                              showarrow=False, xanchor="right", yanchor="bottom")],
-            height=340, margin=dict(t=30, b=40), xaxis=dict(title="token t (band: token clip range)", dtick=1),
+            annotations=[
+                dict(
+                    x=1,
+                    xref="x domain",
+                    y=s,
+                    yref="y",
+                    text=f"sequence ratio s = {s:.4f}",
+                    showarrow=False,
+                    xanchor="right",
+                    yanchor="bottom",
+                )
+            ],
+            height=340,
+            margin=dict(t=30, b=40),
+            xaxis=dict(title="token t (band: token clip range)", dtick=1),
             yaxis=dict(title="ratio"),
         ),
     )

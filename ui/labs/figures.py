@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import torch
 from plotly.subplots import make_subplots
 
-
 POSITIVE, NEGATIVE, NEUTRAL, MUTED = "#2a9d8f", "#e76f51", "#264653", "#adb5bd"
 # Autograd returns exact zeros where a clamp or a min cuts the graph; the tolerance only absorbs float noise.
 ZERO = 1e-12
@@ -49,11 +48,16 @@ def log_scale(values: Sequence[float], headroom: float = LOG_HEADROOM) -> dict:
     return dict(type="log", range=[math.log10(low), math.log10(high)], **log_ticks(positive))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_grid(rows: int, cols: int, column_titles: tuple[str, ...], row_titles: tuple[str, ...]) -> dict:
     layout = make_subplots(
-        rows=rows, cols=cols, shared_xaxes=rows > 1, vertical_spacing=0.08, horizontal_spacing=0.08,
-        column_titles=list(column_titles) or None, row_titles=list(row_titles) or None,
+        rows=rows,
+        cols=cols,
+        shared_xaxes=rows > 1,
+        vertical_spacing=0.08,
+        horizontal_spacing=0.08,
+        column_titles=list(column_titles) or None,
+        row_titles=list(row_titles) or None,
     ).layout.to_plotly_json()
     # The template is the default one, which every new figure gets anyway; copying it would cost most of the time.
     del layout["template"]

@@ -11,7 +11,6 @@ import torch
 from rl_core.formulas import advantages as adv
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal, log_scale
 
-
 CRITICS = ("zero", "perfect (values = true returns)", "initialised from the reward model")
 
 
@@ -33,9 +32,7 @@ def critic_values(rewards: torch.Tensor, critic: str, gamma: float) -> torch.Ten
     raise ValueError(f"unknown critic {critic!r}; allowed: {', '.join(CRITICS)}")
 
 
-def gae_table(
-    rewards: Sequence[float], critic: str, gamma: float, lam_actor: float, lam_critic: float
-) -> pd.DataFrame:
+def gae_table(rewards: Sequence[float], critic: str, gamma: float, lam_actor: float, lam_critic: float) -> pd.DataFrame:
     """Per token: reward, value, TD error, actor advantage, critic target, and how much of the last token's
     reward reaches the token under each λ.
 
@@ -115,15 +112,28 @@ def gae_figure(table: pd.DataFrame) -> go.Figure:
     bars = [
         go.Bar(x=table["token"], y=table[column], name=column, marker_color=color)
         for column, color in (
-            ("TD error δ_t", MUTED), ("advantage A_t (λ_actor)", POSITIVE), ("critic target (λ_critic)", NEUTRAL)
+            ("TD error δ_t", MUTED),
+            ("advantage A_t (λ_actor)", POSITIVE),
+            ("critic target (λ_critic)", NEUTRAL),
         )
     ]
-    values = go.Scatter(x=table["token"], y=table["value V(s_t)"], name="value V(s_t)", mode="lines+markers",
-                        line=dict(color=NEGATIVE, width=2))
+    values = go.Scatter(
+        x=table["token"],
+        y=table["value V(s_t)"],
+        name="value V(s_t)",
+        mode="lines+markers",
+        line=dict(color=NEGATIVE, width=2),
+    )
     return go.Figure(
         data=[*bars, values],
-        layout=dict(barmode="group", height=380, margin=dict(t=30, b=40), xaxis=dict(title="token t"),
-                    yaxis=dict(title="δ, A, target, V (reward units)"), legend=dict(orientation="h", y=-0.2)),
+        layout=dict(
+            barmode="group",
+            height=380,
+            margin=dict(t=30, b=40),
+            xaxis=dict(title="token t"),
+            yaxis=dict(title="δ, A, target, V (reward units)"),
+            legend=dict(orientation="h", y=-0.2),
+        ),
     )
 
 
@@ -134,8 +144,13 @@ def decay_figure(table: pd.DataFrame) -> go.Figure:
             go.Scatter(x=table["token"], y=table[column], name=column, mode="lines+markers", line=dict(color=color))
             for column, color in (("weight of r_T (λ_actor)", POSITIVE), ("weight of r_T (λ_critic)", NEUTRAL))
         ],
-        layout=dict(height=300, margin=dict(t=30, b=40), xaxis=dict(title="token t"),
-                    yaxis=dict(title="(γλ)^(T−t)", range=[0, 1.05]), legend=dict(orientation="h", y=-0.3)),
+        layout=dict(
+            height=300,
+            margin=dict(t=30, b=40),
+            xaxis=dict(title="token t"),
+            yaxis=dict(title="(γλ)^(T−t)", range=[0, 1.05]),
+            legend=dict(orientation="h", y=-0.3),
+        ),
     )
 
 
@@ -180,13 +195,27 @@ def length_adaptive_figure(alpha: float, fixed_lam: float = 0.95, max_length: in
     lengths = torch.logspace(0, torch.log10(torch.tensor(float(max_length))), 200, dtype=torch.float64)
     lam = adv.length_adaptive_lambda(lengths, alpha)
     return go.Figure(
-        data=[go.Scatter(x=lengths.numpy(), y=lam.numpy(), name=f"λ = 1 − 1/({alpha:g}·|y|)",
-                         line=dict(color=POSITIVE, width=3))],
+        data=[
+            go.Scatter(
+                x=lengths.numpy(), y=lam.numpy(), name=f"λ = 1 − 1/({alpha:g}·|y|)", line=dict(color=POSITIVE, width=3)
+            )
+        ],
         layout=dict(
             shapes=[horizontal("line", fixed_lam, fixed_lam, line=dict(color=MUTED, dash="dash"))],
-            annotations=[dict(x=0, xref="x domain", y=fixed_lam, yref="y", text=f"fixed λ = {fixed_lam}",
-                              showarrow=False, xanchor="left", yanchor="bottom")],
-            height=300, margin=dict(t=30, b=40),
+            annotations=[
+                dict(
+                    x=0,
+                    xref="x domain",
+                    y=fixed_lam,
+                    yref="y",
+                    text=f"fixed λ = {fixed_lam}",
+                    showarrow=False,
+                    xanchor="left",
+                    yanchor="bottom",
+                )
+            ],
+            height=300,
+            margin=dict(t=30, b=40),
             xaxis=dict(title="response length |y|", **log_scale([1, max_length], headroom=1)),
             yaxis=dict(title="λ_actor", range=[0, 1.02]),
         ),

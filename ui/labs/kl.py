@@ -11,7 +11,6 @@ import torch
 from rl_core.formulas.kl import KL_ESTIMATORS, kl_exact
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, subplot_axes, vertical
 
-
 VOCABULARY = ("the", "a", "cat", "dog", "sat", "ran")
 _BASE_LOGITS = torch.tensor([1.2, 0.8, 0.3, 0.0, -0.4, -0.9], dtype=torch.float64)
 
@@ -128,17 +127,34 @@ def kl_histograms(samples: pd.DataFrame, exact: float) -> go.Figure:
     for col, name in enumerate(names, start=1):
         axes = subplot_axes(1, col, len(names))
         mean = samples[name].mean()
-        traces.append(go.Histogram(x=samples[name], nbinsx=40, marker_color=NEUTRAL, showlegend=False,
-                                   xaxis=axes[0], yaxis=axes[1]))
+        traces.append(
+            go.Histogram(
+                x=samples[name], nbinsx=40, marker_color=NEUTRAL, showlegend=False, xaxis=axes[0], yaxis=axes[1]
+            )
+        )
         # The two lines are named once, on the first panel, for the legend.
         shapes += [
-            vertical("line", exact, exact, axes[0], line=dict(color=NEGATIVE, width=3), name="exact KL",
-                     showlegend=col == 1),
-            vertical("line", mean, mean, axes[0], line=dict(color=POSITIVE, width=2, dash="dash"),
-                     name="mean of the samples", showlegend=col == 1),
+            vertical(
+                "line", exact, exact, axes[0], line=dict(color=NEGATIVE, width=3), name="exact KL", showlegend=col == 1
+            ),
+            vertical(
+                "line",
+                mean,
+                mean,
+                axes[0],
+                line=dict(color=POSITIVE, width=2, dash="dash"),
+                name="mean of the samples",
+                showlegend=col == 1,
+            ),
         ]
         layout[axis_key(axes[0])]["title"] = dict(text=f"{name} of one sampled token")
     layout[axis_key(subplot_axes(1, 1, len(names))[1])]["title"] = dict(text="samples")
-    layout.update(shapes=shapes, height=360, margin=dict(t=40, b=90), bargap=0.05, showlegend=True,
-                  legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
+    layout.update(
+        shapes=shapes,
+        height=360,
+        margin=dict(t=40, b=90),
+        bargap=0.05,
+        showlegend=True,
+        legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
+    )
     return go.Figure(data=traces, layout=layout)
