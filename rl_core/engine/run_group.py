@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.utils._pytree import tree_map
 
 from rl_core.engine.rollout import Rollout, token_logprobs
 from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
@@ -109,11 +110,15 @@ class _Knobs:
 
 def per_run(fn: Callable, algo, knobs: dict[str, torch.Tensor], *args):
     """`fn(config, *args)` for every run of a formula group at once: each arg a `[R, …]` tensor (or None), each
-    knob's values `[R]`; what `fn` returns (tensors, dicts and tuples of them) comes back with a leading run axis."""
+    knob's values `[R]`; what `fn` returns (tensors, dicts and tuples of them) comes back with a leading run axis.
+    A group of one calls `fn` directly on its run's slices (vmap's bookkeeping would buy nothing)."""
 
     def one(values, *per_run_args):
         return fn(_Knobs(algo, values), *per_run_args)
 
+    if next(a for a in args if a is not None).shape[0] == 1:
+        out = one({k: v[0] for k, v in knobs.items()}, *(None if a is None else a[0] for a in args))
+        return tree_map(lambda t: t.unsqueeze(0), out)
     in_dims = (0, *(None if a is None else 0 for a in args))
     return torch.func.vmap(one, in_dims=in_dims)(knobs, *args)
 

@@ -1,16 +1,17 @@
-"""R independent AdamW optimisers as one: the update of `torch.optim.AdamW` on a stacked buffer `[R, N]`.
+"""R independent AdamW optimisers as one: torch's own AdamW update applied to each run's row of a stacked buffer.
 
-AdamW is elementwise, so one update over the runs' stacked parameters is each run's own update, provided every
-per-run quantity is a per-run tensor: the learning rate, Adam's ε, the gradient-norm clip and the step count
-(whose bias corrections differ once some run skips a step). A run that does not step (`active` False: its update
-was skipped, or its loss was not finite) keeps its parameters and moments unchanged. torch's own AdamW takes one
-learning rate per parameter group and one step count per tensor, not per row, hence this small module; its update
-is the same, operation for operation (`tests/test_stacked_adamw.py` checks it against `torch.optim.AdamW`).
+A group of runs keeps each model's parameters in one buffer `[R, N]` (`stacked_runs.Stack`) and each run has its own
+learning rate, Adam ε and step count. torch's `AdamW` takes one learning rate per parameter group and one step
+count per tensor, so the group calls torch's functional AdamW (`torch.optim.adamw.adamw`, the fused kernel where the
+device has one) on the rows: one call for all the runs that share a learning rate and ε, each row a tensor with its
+own moments and step count. A run that does not step (`active` False: its update was skipped, or its loss was not
+finite) is left out, and keeps its parameters, moments and step count. `clip_grad_norms` clips every row at once.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.optim.adamw import adamw
 
 BETAS = (0.9, 0.999)  # torch's defaults, which every optimiser of the lab uses
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s `max_norm / (norm + 1e-6)`
@@ -26,38 +27,36 @@ def clip_grad_norms(grad: torch.Tensor, max_norm: torch.Tensor) -> torch.Tensor:
 
 
 class StackedAdamW:
-    """AdamW (weight decay 0, as every optimiser of the lab) over `buffer` `[R, N]` with per-run `lr` and `eps` `[R]`.
+    """AdamW (weight decay 0, as every optimiser of the lab) over `buffer` `[R, N]`, run r with learning rate `lr[r]`
+    and ε `eps[r]`.
 
     `state` (`exp_avg`, `exp_avg_sq` `[R, N]`, `step` `[R]`) starts at zero, or continues the given tensors (a
     group re-formed around runs that had trained together or alone)."""
 
     def __init__(self, buffer: torch.Tensor, lr: torch.Tensor, eps: torch.Tensor, state: dict | None = None):
-        self.buffer, self.lr, self.eps = buffer, lr[:, None], eps[:, None]
+        self.buffer = buffer
+        self.settings = list(zip(lr.tolist(), eps.tolist()))
         self.state = state or {
             "exp_avg": torch.zeros_like(buffer.detach()),
             "exp_avg_sq": torch.zeros_like(buffer.detach()),
             "step": torch.zeros(buffer.shape[0], dtype=buffer.dtype, device=buffer.device),
         }
+        # The fused kernel where torch has one for the device (CPU and CUDA); its for-loop form elsewhere.
+        self.fused = buffer.device.type in ("cpu", "cuda")
 
     @torch.no_grad()
     def step(self, active: torch.Tensor) -> None:
         """One AdamW update of the runs where `active` `[R]` is True (the buffer's gradient as it is)."""
-        beta1, beta2 = BETAS
-        grad = self.buffer.grad
-        exp_avg, exp_avg_sq, step = self.state["exp_avg"], self.state["exp_avg_sq"], self.state["step"]
-        keep = active[:, None]
-        new_step = step + active.to(step.dtype)
-        new_avg = torch.lerp(exp_avg, grad, 1 - beta1)
-        new_avg_sq = torch.addcmul(exp_avg_sq * beta2, grad, grad, value=1 - beta2)
-        safe_step = new_step.clamp(min=1)[:, None]  # a run that never stepped: no division by a zero correction
-        bias_correction1 = 1 - beta1**safe_step
-        bias_correction2_sqrt = (1 - beta2**safe_step).sqrt()
-        denom = new_avg_sq.sqrt() / bias_correction2_sqrt + self.eps
-        updated = self.buffer - (self.lr / bias_correction1) * (new_avg / denom)
-        self.buffer.copy_(torch.where(keep, updated, self.buffer))
-        exp_avg.copy_(torch.where(keep, new_avg, exp_avg))
-        exp_avg_sq.copy_(torch.where(keep, new_avg_sq, exp_avg_sq))
-        step.copy_(new_step)
+        together: dict[tuple[float, float], list[int]] = {}
+        for r in active.nonzero().flatten().tolist():
+            together.setdefault(self.settings[r], []).append(r)
+        params, grad, state = self.buffer.detach(), self.buffer.grad, self.state
+        for (lr, eps), runs in together.items():
+            adamw(
+                [params[r] for r in runs], [grad[r] for r in runs], [state["exp_avg"][r] for r in runs],
+                [state["exp_avg_sq"][r] for r in runs], [], [state["step"][r] for r in runs], fused=self.fused,
+                amsgrad=False, beta1=BETAS[0], beta2=BETAS[1], lr=lr, weight_decay=0.0, eps=eps, maximize=False,
+            )
 
     def run_state(self, r: int) -> dict:
         """Run r's moments and step count, as views of the stacked state."""
