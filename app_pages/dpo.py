@@ -35,7 +35,8 @@ formula(
 formula(
     'The DPO loss (Rafailov et al. 2023, eq. 7; TRL `loss_type="sigmoid"`)',
     [
-        r"h = \log\frac{\pi_\theta(y_w|x)}{\pi_{\text{ref}}(y_w|x)} - \log\frac{\pi_\theta(y_l|x)}{\pi_{\text{ref}}(y_l|x)}",
+        r"h = \log\frac{\pi_\theta(y_w|x)}{\pi_{\text{ref}}(y_w|x)} "
+        r"- \log\frac{\pi_\theta(y_l|x)}{\pi_{\text{ref}}(y_l|x)}",
         r"\mathcal{L}_{\text{DPO}} = -\frac{1}{N}\sum_i \log\sigma(\beta\, h_i)",
     ],
     dpo_loss,

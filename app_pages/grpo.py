@@ -80,7 +80,8 @@ formula(
     "The objective and how it is averaged",
     [
         r"\mathcal{L} = \frac{1}{G}\sum_i \frac{1}{|y_i|}\sum_t \big(\ell_{i,t} + \beta\, k_{3,i,t}\big)",
-        r"\ell_{i,t} = -\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon, 1+\varepsilon)\,\hat A_i\big)",
+        r"\ell_{i,t} = -\min\big(\rho_{i,t}\hat A_i,\ \mathrm{clip}(\rho_{i,t}, "
+        r"1-\varepsilon, 1+\varepsilon)\,\hat A_i\big)",
         r"\text{token-mean: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{\sum_{i,t} m_{i,t}}",
         r"\text{seq-mean-token-sum-norm: } \frac{\sum_{i,t} m_{i,t}\,\mathcal{L}_{i,t}}{B\, T_{\max}}",
     ],
@@ -125,7 +126,8 @@ formula(
 )
 formula(
     "Soft overlong punishment",
-    r"R_{\text{len}}(y) = \mathrm{clip}\Big(\frac{(L_{\max} - L_{\text{cache}}) - |y|}{L_{\text{cache}}},\; -1,\; 0\Big)",
+    r"R_{\text{len}}(y) = \mathrm{clip}\Big(\frac{(L_{\max} - "
+    r"L_{\text{cache}}) - |y|}{L_{\text{cache}}},\; -1,\; 0\Big)",
     soft_overlong_punishment,
     "0 while the response (its closing EOS counted in |y|) stays L_cache tokens short of the limit L_max, then a "
     "linear ramp down to −1 at the limit; it is added to the reward.",

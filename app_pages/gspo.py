@@ -54,13 +54,15 @@ formula(
     "The length-normalised sequence ratio",
     [
         r"s_i(\theta) = \Big(\frac{\pi_\theta(y_i\mid x)}{\pi_{\text{old}}(y_i\mid x)}\Big)^{1/|y_i|}",
-        r"= \exp\Big(\frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}\Big)",
+        r"= \exp\Big(\frac{1}{|y_i|}\sum_t \log\frac{\pi_\theta(y_{i,t}\mid "
+        r"x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}\Big)",
     ],
     gspo_sequence_ratio,
 )
 formula(
     "The sequence-level clipped objective",
-    r"\mathcal{L} = -\frac{1}{G}\sum_i \min\big(s_i \hat A_i,\ \mathrm{clip}(s_i, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\,\hat A_i\big)",
+    r"\mathcal{L} = -\frac{1}{G}\sum_i \min\big(s_i \hat A_i,\ \mathrm{clip}(s_i, "
+    r"1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\,\hat A_i\big)",
     gspo_loss,
     "Â_i is GRPO's group-normalised advantage.",
 )

@@ -15,8 +15,8 @@ st.markdown(
     "plausible continuations people actually want. RLHF turns *what we want* into a number and then changes the "
     "model so that it earns more of it. This walk-through follows the family of algorithms that do the changing, "
     "from the plain policy gradient to today's critic-free and critic-repaired methods. Every algorithm page "
-    "tells the same four-part story: the problem the previous method left open, the idea that addresses it, the formula "
-    "next to the exact code that computes it, and a lab in which a real (tiny) GPT-2 learns a toy task live."
+    "tells the same four-part story: the problem the previous method left open, the idea that addresses it, the "
+    "formula next to the exact code that computes it, and a lab in which a real (tiny) GPT-2 learns a toy task live."
 )
 # The first screen's call to action: where to press Train, before the background below.
 start, grpo = st.columns(2)
@@ -68,7 +68,8 @@ formula(
 formula(
     "RL: the reward, with a KL leash to the reference",
     [
-        r"\max_\theta\; \mathbb{E}_{y\sim\pi_\theta}\big[R(x,y)\big] - \beta\, \mathrm{KL}\big(\pi_\theta \,\|\, \pi_{\text{ref}}\big)",
+        r"\max_\theta\; \mathbb{E}_{y\sim\pi_\theta}\big[R(x,y)\big] - "
+        r"\beta\, \mathrm{KL}\big(\pi_\theta \,\|\, \pi_{\text{ref}}\big)",
         r"r_t = -\beta\, k(t) \quad (t < T)",
         r"r_T = \mathrm{clip}(R, -c_R, c_R) - \beta\, k(T)",
     ],
@@ -89,7 +90,7 @@ st.markdown(
 
 PPO keeps all four in memory. GRPO, RLOO and REINFORCE++ drop the critic and get their baseline from other
 samples; DAPO and GSPO also set β = 0 and so need no reference; VAPO keeps the critic but repairs how it starts.
-"""
+"""  # noqa: E501 - a markdown table row cannot be wrapped
 )
 formula(
     "Reference: a frozen copy of the SFT policy",

@@ -56,7 +56,8 @@ st.markdown(
 formula(
     "The policy gradient and the loss that produces it",
     [
-        r"\nabla_\theta J = \mathbb{E}_{y\sim\pi_\theta}\Big[\sum_t \nabla_\theta \log \pi_\theta(a_t \mid s_t)\,\big(G_t - b\big)\Big]",
+        r"\nabla_\theta J = \mathbb{E}_{y\sim\pi_\theta}\Big[\sum_t "
+        r"\nabla_\theta \log \pi_\theta(a_t \mid s_t)\,\big(G_t - b\big)\Big]",
         r"\mathcal{L}_t = -A_t \,\log \pi_\theta(a_t \mid s_t), \qquad A_t = G_t - b",
     ],
     vanilla_pg_loss,

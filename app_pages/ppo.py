@@ -91,7 +91,8 @@ formula(
 formula(
     "The clipped surrogate",
     [
-        r"\mathcal{L}_t = -\min\big(\rho_t A_t,\; \mathrm{clip}(\rho_t, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\, A_t\big)",
+        r"\mathcal{L}_t = -\min\big(\rho_t A_t,\; \mathrm{clip}(\rho_t, "
+        r"1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\, A_t\big)",
         r"\rho_t = \frac{\pi_\theta(a_t\mid s_t)}{\pi_{\text{old}}(a_t\mid s_t)}",
     ],
     clipped_surrogate_loss,
@@ -104,13 +105,14 @@ Where the gradient survives (the six cases of the clipped objective):
 | --- | --- | --- | --- |
 | **A > 0** (good token) | gradient: raise it back | gradient | **0**: already raised enough |
 | **A < 0** (bad token) | **0**: already lowered enough | gradient | gradient: push it down (dual clip caps the loss at −c·A once ρ > c) |
-"""
+"""  # noqa: E501 - a markdown table row cannot be wrapped
 )
 formula(
     "The critic's loss, with value clipping",
     [
         r"\mathcal{L}_V = \tfrac12 \max\Big(\big(V - R_t\big)^2,\; \big(V^{\text{clip}} - R_t\big)^2\Big)",
-        r"V^{\text{clip}} = \mathrm{clip}\big(V,\; V_{\text{old}} - \varepsilon_v,\; V_{\text{old}} + \varepsilon_v\big)",
+        r"V^{\text{clip}} = \mathrm{clip}\big(V,\; V_{\text{old}} "
+        r"- \varepsilon_v,\; V_{\text{old}} + \varepsilon_v\big)",
     ],
     clipped_value_loss,
 )

@@ -68,7 +68,8 @@ st.markdown(
     "- **Value pretraining.** Before RL, freeze the SFT policy, sample from it and regress the critic on "
     "Monte-Carlo returns (λ = 1) until its explained variance on a batch it has not trained on reaches 0.5, or "
     "the step budget runs out; the lab prints the value reached. On the default task it stays near 0 (seed "
-    "0: +0.01 after the default 20 batches, −0.06 after 50, +0.01 after 150): three of a response's four tokens come before the letter that "
+    "0: +0.01 after the default 20 batches, −0.06 after 50, +0.01 after 150): "
+    "three of a response's four tokens come before the letter that "
     "decides the reward, so even a perfect critic explains only about a quarter of the return variance.\n"
     "- **Decoupled GAE.** The critic's targets use λ_critic = 1, so the reward reaches every token undecayed; "
     "the actor's advantages keep λ_actor = 0.95 for lower variance. Critic and actor want different "
@@ -108,7 +109,8 @@ formula(
 formula(
     "Positive-sample NLL",
     [
-        r"\mathcal{L}_{\text{NLL}} = -\frac{\sum_{i \in \mathcal{T}^+}\sum_t \log\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\sum_{i \in \mathcal{T}^+} |y_i|}",
+        r"\mathcal{L}_{\text{NLL}} = -\frac{\sum_{i \in \mathcal{T}^+}\sum_t "
+        r"\log\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\sum_{i \in \mathcal{T}^+} |y_i|}",
         r"\mathcal{L} = \mathcal{L}_{\text{PPO}} + \mu\,\mathcal{L}_{\text{NLL}}",
     ],
     positive_nll_loss,

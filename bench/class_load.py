@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -97,10 +98,8 @@ class Learner(ProtocolSession):
 async def first_points(learners: list[Learner], timeout: float) -> list[float | None]:
     """Seconds from each session's click to its first chart point, waiting at most `timeout` seconds for all of
     them (None: no point by then)."""
-    try:
+    with contextlib.suppress(TimeoutError):
         await learners[0].wait_for(lambda: all(s.first_point_at is not None for s in learners), timeout, "points")
-    except TimeoutError:
-        pass
     return [None if s.first_point_at is None else s.first_point_at - s.clicked_at for s in learners]
 
 

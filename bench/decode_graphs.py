@@ -8,7 +8,8 @@ way does the same work) is timed as:
   (transformers' `DynamicCache`), once per run;
 * `kv_decoder` — the engine's `decoding.KVDecoder` (keys and values written into buffers sized once per rollout),
   once per run;
-* `stacked_eager` — the R runs' stacked weights (`stacked_runs.StackedGPT2`) in one token loop over one preallocated cache;
+* `stacked_eager` — the R runs' stacked weights (`stacked_runs.StackedGPT2`) in one token loop over one preallocated
+  cache;
 * `stacked_cuda_graph` — that same loop, all T steps, captured once as a CUDA graph and replayed (CUDA only): every
   shape is fixed for the whole rollout, so nothing in it needs the host.
 
@@ -145,7 +146,7 @@ class StackedDecode:
         for step, uniform in enumerate(self.uniforms):
             length = self.width + step
 
-            def attend(layer, qkv):
+            def attend(layer, qkv, length=length):
                 query, key, value = stack._heads(qkv, R * rows)
                 self.keys[layer][:, :, length : length + 1] = key
                 self.values[layer][:, :, length : length + 1] = value

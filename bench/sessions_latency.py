@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -168,10 +169,8 @@ def stop_trainings(pages) -> None:
         except PlaywrightTimeout:
             pass  # Stop is not live: this run had trained all its steps
     for page in stopped:
-        try:
+        with contextlib.suppress(PlaywrightTimeout):  # it ended on its own between the click and the Stop
             page.get_by_text(STOPPED).first.wait_for(timeout=30_000)
-        except PlaywrightTimeout:
-            pass  # it ended on its own between the click and the Stop
 
 
 async def protocol_round(url: str, sessions: int, server_pid: int, hold: float = 0) -> dict:

@@ -1,5 +1,5 @@
-"""Command line: `python -m rl_core algos | tasks | train … | reward-model … | sweep … | experiment … | export … | parity … | export-unipo …`
-(see `--help`)."""
+"""Command line: `python -m rl_core algos | tasks | train … | reward-model … | sweep … | experiment … | export … |
+parity … | export-unipo …` (see `--help`)."""
 
 from __future__ import annotations
 

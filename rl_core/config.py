@@ -33,7 +33,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | distillation_loss_mode | — | distillation.distillation_loss.loss_mode | k1 / k2 / k3 of KL(π_θ‖π_T) |
 | use_policy_gradient, use_task_rewards | — | distillation.distillation_loss.use_policy_gradient, use_task_rewards | form, task reward kept |
 | distillation_loss_coef | — | distillation.distillation_loss.distillation_loss_coef | c_distill |
-"""
+"""  # noqa: E501 - a markdown table row cannot be wrapped
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ class AlgoConfig:
     lam_critic: float | None = None  # decoupled GAE (VC-PPO): critic targets with their own λ
     length_adaptive_alpha: float | None = None  # VAPO: λ_actor = 1 − 1/(α·|y|)
     whiten_advantages: bool = False
-    # the normalisation of the group-normalised estimator `grpo` (mean, std): GRPO (group, group), Lite PPO (group, batch)
+    # the normalisation of the group-normalised estimator `grpo` (mean, std): GRPO (group, group),
+    # Lite PPO (group, batch)
     adv_norm_mean: AdvNormMean = "group"
     adv_norm_std: AdvNormStd = "group"
     # KL to the reference
@@ -470,9 +471,8 @@ def check_value(name: str, value, hint, allowed: Range | None) -> None:
             )
         if value != value:  # NaN; math.isnan would overflow on a huge integer
             raise ValueError(f"{name}=nan is not a number; allowed: {describe}")
-    elif kind is str:
-        if type(value) is not str:
-            raise ValueError(f"{name}={shown(value)} is not text; allowed: {describe}")
+    elif kind is str and type(value) is not str:
+        raise ValueError(f"{name}={shown(value)} is not text; allowed: {describe}")
     if allowed is not None and value not in allowed:
         raise ValueError(f"{name}={shown(value)} is out of range; allowed: {describe}")
 

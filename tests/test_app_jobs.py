@@ -346,7 +346,7 @@ def test_the_training_cap_counts_other_processes_runs_in_the_store(jobs, tmp_pat
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])  # another server, alive
     try:
         elsewhere = []
-        for seed in (0, 1):
+        for _seed in (0, 1):
             run_id = store.add_run(tiny_run(steps=5), "elsewhere")
             store.start_run(run_id)
             elsewhere.append(run_id)

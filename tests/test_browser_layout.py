@@ -22,7 +22,8 @@ CUT = """(selector) => Array.from(document.querySelectorAll(selector))
     .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.innerText)"""
 # Each chart's legend against its x axis titles, as rectangles on the screen.
 LEGENDS_AND_AXIS_TITLES = """() => Array.from(document.querySelectorAll('[data-testid="stMain"] .js-plotly-plot'))
-    .filter(gd => gd.querySelector('.legend') && gd.querySelector('.g-xtitle text, [class^="g-x"][class$="title"] text'))
+    .filter(gd => gd.querySelector('.legend')
+                  && gd.querySelector('.g-xtitle text, [class^="g-x"][class$="title"] text'))
     .map(gd => {
         const box = el => { const r = el.getBoundingClientRect();
                             return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };

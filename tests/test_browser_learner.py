@@ -26,7 +26,8 @@ TOKEN = "learner-walk-instructor-token"
 QUICK = "seed=0&steps=2&sft_steps=20"
 # The text of the token view's rows ("1. prompt tokens … reward"), and where the first one is on the page.
 TOKEN_ROWS = """() => Array.from(document.querySelectorAll('[data-testid="stMarkdownContainer"] div'))
-    .filter(d => d.style.fontFamily === 'monospace').map(d => ({text: d.innerText, top: d.getBoundingClientRect().top}))"""
+    .filter(d => d.style.fontFamily === 'monospace')
+    .map(d => ({text: d.innerText, top: d.getBoundingClientRect().top}))"""
 PRESENTING = "() => getComputedStyle(document.documentElement).fontSize === '22px'"
 RUN_BUTTON = "Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Run')"
 

@@ -82,7 +82,8 @@ def test_every_preset_is_valid_and_identity_fields_are_not_knobs():
         ),
         (
             {"value_pretrain_steps": 10**400},
-            "value_pretrain_steps=100000000000000000000000… (401 characters) is out of range; allowed: an integer from 0 to 200",
+            "value_pretrain_steps=100000000000000000000000… (401 characters) "
+            "is out of range; allowed: an integer from 0 to 200",
         ),
         ({"prompts_per_step": 256, "num_generations": 8}, f"allowed: prompts_per_step × num_generations ≤ {MAX_BATCH}"),
         ({"critic_learning_rate": 1e6}, "critic_learning_rate=1000000.0 is out of range"),

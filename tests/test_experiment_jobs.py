@@ -68,6 +68,8 @@ def test_a_stopped_waiter_leaves_the_queue_without_slots_and_too_many_slots_are_
     waiter.join(5)
     assert entered["b"] is False and slots.queue_place("b") is None and slots.running == 1
     release.set()
-    with pytest.raises(ValueError, match=r"workers=2 is out of range; allowed: 1 to 1"):
-        with slots.hold(threading.Event(), 2):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"workers=2 is out of range; allowed: 1 to 1"),
+        slots.hold(threading.Event(), 2),
+    ):
+        pass

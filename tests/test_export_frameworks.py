@@ -334,7 +334,7 @@ def test_pair_values_by_hand():
     assert openrlhf["--train.batch_size"] == openrlhf["--train.micro_batch_size"] == 32
     assert "--model.ipo_enable" not in pair_settings(PAIR_CASES["dpo"], "openrlhf")
     # OpenRLHF's IPO sums the log-probabilities: the export says so beside the flag.
-    notes = dict((knob, xs) for knob, _, xs in pair_knob_lines(PAIR_CASES["ipo, beta=0.5"], "openrlhf"))
+    notes = {knob: xs for knob, _, xs in pair_knob_lines(PAIR_CASES["ipo, beta=0.5"], "openrlhf")}
     assert any("summed log-probabilities" in x for x in notes["loss_type"] if not isinstance(x, Set))
     rm = pair_settings(PAIR_CASES["reward_model"], "trl")
     assert rm["learning_rate"] == 1e-3 and rm["per_device_train_batch_size"] == 64 and rm["eval_steps"] == 10

@@ -52,6 +52,7 @@ class ToyTask(abc.ABC):
 
     def prepare(self, cache_dir: Path, device: torch.device, seed: int) -> None:
         """Build whatever the reward needs (e.g. train a reward model); cached under `cache_dir`."""
+        return None  # the default: the reward needs nothing built
 
     @abc.abstractmethod
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:

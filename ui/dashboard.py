@@ -327,6 +327,6 @@ def _token_formula(shown: str, job: Job, samples: list[dict], beta: float | None
     st.latex(term.formula)
     kl = "" if term.kl is None else f", and **{number(term.kl_weight, '+.4f')}** from the KL term"
     st.markdown(
-        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{number(term.weight, '+.4f')}** from the policy "
-        f"loss{kl} (−∂ℓ/∂log π: positive pushes the token up, negative down, 0 leaves it alone)."
+        f"**{term.case}.** Gradient weight on log π(`{tokens[index]}`): **{number(term.weight, '+.4f')}** from the "
+        f"policy loss{kl} (−∂ℓ/∂log π: positive pushes the token up, negative down, 0 leaves it alone)."
     )

@@ -3,9 +3,9 @@ seeds, in worker processes, inside the app's training cap); the arms are drawn w
 that matter, and the measured effect is stated in one sentence.
 
 An experiment's job lives in `st.session_state["experiment:<name>"]`, so every page that offers it shows the same
-run, and in the learner's state on the server (`ui.session.learner_state`), so a reload finds it. A request the run store has answered before is
-answered from it at once, labelled with when it was recorded, with *Re-run live* (train it again) and *New seeds*
-(the next seeds the store has no runs of). The charts are read from the run store, as on
+run, and in the learner's state on the server (`ui.session.learner_state`), so a reload finds it. A request the run
+store has answered before is answered from it at once, labelled with when it was recorded, with *Re-run live* (train
+it again) and *New seeds* (the next seeds the store has no runs of). The charts are read from the run store, as on
 the Compare page; while a job is active they refresh in one `st.fragment(run_every=…)`.
 """
 

@@ -153,7 +153,8 @@ KNOBS: dict[str, Knob] = {
     "kl_estimator": Knob(
         "KL estimator",
         "How the per-token KL is estimated from the sampled token: k1 = −log r (unbiased, noisy, can be "
-        "negative), k2 = ½(log r)² (biased, low variance), k3 = r − 1 − log r (unbiased, ≥ 0, low variance near the reference).",
+        "negative), k2 = ½(log r)² (biased, low variance), "
+        "k3 = r − 1 − log r (unbiased, ≥ 0, low variance near the reference).",
         get_args(KLEstimator),
     ),
     "kl_in": Knob(
@@ -186,7 +187,8 @@ KNOBS: dict[str, Knob] = {
     "epsilon_high": Knob(
         "ε_high · epsilon_high",
         "Upper clip range: once the ratio exceeds 1 + ε_high on a token with A > 0, that token stops pushing its "
-        "probability up. Raising it (clip-higher) lets rare good tokens grow faster; DAPO reports it keeps the entropy up.",
+        "probability up. Raising it (clip-higher) lets rare good tokens grow faster; "
+        "DAPO reports it keeps the entropy up.",
         EPSILONS,
     ),
     "dual_clip": Knob(

@@ -18,6 +18,7 @@ Streamlit drops the state of widgets that a run does not draw, which would reset
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -433,10 +434,8 @@ def _reset(page: str, variants: dict[str, str], knobs: Sequence[str]) -> None:
     for job in page_runs(page):
         job.stop()
     learner_state()[f"{page}:runs"] = []
-    try:
+    with contextlib.suppress(StoreError):
         RunStore(recover=False).leave_page(session_token(), page)  # nor do they come back after a restart
-    except StoreError:
-        pass
     prefix = f"{page}:"
     for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefix)]:
         del st.session_state[key]

@@ -17,6 +17,7 @@ page reattaches to a run that went on training while it reloaded."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -76,10 +77,8 @@ def join_class_link() -> None:
     in this browser and with their ?me= link (the router calls it on every page)."""
     code, link = os.environ.get("RLHF_LAB_CLASS_CODE"), st.query_params.get(CLASS_PARAM)
     if code and isinstance(link, str) and secrets.compare_digest(link.encode(), code.encode()):
-        try:
+        with contextlib.suppress(StoreError):
             RunStore(recover=False).join_class(session_token())
-        except StoreError:
-            pass
 
 
 def client_address() -> str:

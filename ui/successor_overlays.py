@@ -127,7 +127,7 @@ def cispo_summary(table: pd.DataFrame) -> str:
 def cispo_figure(table: pd.DataFrame) -> go.Figure:
     layout = _columns([f"{sign}" for sign in ADVANTAGE_SIGNS], 340, "weight on A·∇log π")
     traces, shapes = [], []
-    for col, (sign, rows) in enumerate(table.groupby("sign", sort=False), start=1):
+    for col, (_sign, rows) in enumerate(table.groupby("sign", sort=False), start=1):
         axis = "" if col == 1 else str(col)
         for low, high in silenced_spans(rows):
             shapes.append(
@@ -238,7 +238,7 @@ def sapo_figure(table: pd.DataFrame) -> go.Figure:
     titles = [f"{sign}, τ = {rows['tau'].iloc[0]:g}" for sign, rows in table.groupby("sign", sort=False)]
     layout = _columns(titles, 340, "weight on A·∇log π")
     traces = []
-    for col, (sign, rows) in enumerate(table.groupby("sign", sort=False), start=1):
+    for col, (_sign, rows) in enumerate(table.groupby("sign", sort=False), start=1):
         axis = "" if col == 1 else str(col)
         traces += [
             go.Scatter(

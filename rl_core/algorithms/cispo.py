@@ -7,7 +7,9 @@ from rl_core.algorithms.grpo import PRESET as GRPO
 PRESET = GRPO.replace(
     name="cispo",
     title="CISPO",
-    summary="REINFORCE with a clipped, detached IS weight sg[min(ρ, 5)]: every token keeps its gradient; no KL, token-mean.",
+    summary=(
+        "REINFORCE with a clipped, detached IS weight sg[min(ρ, 5)]: every token keeps its gradient; no KL, token-mean."
+    ),
     policy_loss="cispo",
     epsilon_high=5.0,
     beta=0.0,

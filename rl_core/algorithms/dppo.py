@@ -4,7 +4,10 @@ from rl_core.algorithms.grpo import PRESET as GRPO
 PRESET = GRPO.replace(
     name="dppo",
     title="DPPO (Binary-TV)",
-    summary="Trust region in probability, not ratio: a token is masked once p − p_old leaves ±0.15; rare tokens keep learning.",
+    summary=(
+        "Trust region in probability, not ratio: a token is masked "
+        "once p − p_old leaves ±0.15; rare tokens keep learning."
+    ),
     policy_loss="dppo_tv",
     dppo_delta_low=0.15,
     dppo_delta_high=0.15,

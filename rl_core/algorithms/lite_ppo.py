@@ -5,7 +5,9 @@ from rl_core.algorithms.grpo import PRESET as GRPO
 PRESET = GRPO.replace(
     name="lite_ppo",
     title="Lite PPO",
-    summary="GRPO with group-mean, batch-std advantage normalisation and token-mean aggregation: two tricks, no critic.",
+    summary=(
+        "GRPO with group-mean, batch-std advantage normalisation and token-mean aggregation: two tricks, no critic."
+    ),
     adv_norm_mean="group",
     adv_norm_std="batch",
     loss_agg_mode="token-mean",

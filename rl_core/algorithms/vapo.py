@@ -3,7 +3,9 @@ from rl_core.algorithms.ppo import PRESET as PPO
 PRESET = PPO.replace(
     name="vapo",
     title="VAPO / VC-PPO",
-    summary="PPO with value pretraining, decoupled (λ_critic=1) and length-adaptive GAE, clip-higher, positive-sample NLL.",
+    summary=(
+        "PPO with value pretraining, decoupled (λ_critic=1) and length-adaptive GAE, clip-higher, positive-sample NLL."
+    ),
     prompts_per_step=8,
     num_generations=8,
     whiten_advantages=False,

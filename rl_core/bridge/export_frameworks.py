@@ -1195,7 +1195,8 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
         return "\n".join(
             [
                 f"# TRL GRPOConfig for {title}.",
-                "# Every lab knob appears once below: as a GRPOConfig field, or as a comment saying why it does not map.",
+                "# Every lab knob appears once below: "
+                "as a GRPOConfig field, or as a comment saying why it does not map.",
                 *made,
                 "from trl import GRPOConfig",
                 "",
@@ -1232,7 +1233,8 @@ def export_config(algo: AlgoConfig | dict, framework: str, task: str | None = No
         [
             f"# OpenRLHF 0.11 command line for {title}.",
             "# Every lab knob appears once below: as a flag, or as a comment saying why it does not map.",
-            "# Add your model, data and GPUs: --actor.model_name_or_path … --data.prompt_dataset … --ref.num_gpus_per_node …",
+            "# Add your model, data and GPUs: "
+            "--actor.model_name_or_path … --data.prompt_dataset … --ref.num_gpus_per_node …",
             *made,
             "flags=(",
             "    # the lab's optimiser (no knob names it)",

@@ -39,6 +39,7 @@ TRL_RECORD_KEYS = {
     "clip_ratio/high_mean": "clip_frac_high",
     "completions/mean_length": "response_length",
 }
+TRL_KEYS = tuple(TRL_RECORD_KEYS.values())  # the lab's record keys that `parity_table` compares by default
 LAB, TRL = "lab", "TRL GRPOTrainer"
 
 # TRL's GRPOTrainer with the lab's exported GRPOConfig; prints its per-generation logs as one JSON line.
@@ -161,7 +162,7 @@ def run_parity(
     return ids
 
 
-def parity_table(store: RunStore, ids: dict[str, list[int]], keys=tuple(TRL_RECORD_KEYS.values())) -> list[dict]:
+def parity_table(store: RunStore, ids: dict[str, list[int]], keys=TRL_KEYS) -> list[dict]:
     """Per metric both sides report: for each side the mean over seeds (± the sample std over seeds) of each run's
     mean over all steps and over its last 10 steps, and the largest gap between the two sides' per-step seed means."""
     runs = {side: [store.steps(run_id) for run_id in run_ids] for side, run_ids in ids.items()}

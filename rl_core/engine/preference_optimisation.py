@@ -8,8 +8,9 @@ of the labels gives a loss on the policy directly. IPO keeps the same log-ratio 
 a fixed target instead of pushing it through a sigmoid, so it stops growing once the pair is ordered by 1/(2β).
 
 Every log-probability here is a sequence's: the sum over the response's tokens, the closing EOS included, as in
-both papers (`sequence_logprobs`); IPO divides each by its response's token count first, as TRL does (`ipo_loss`). Pairs are `reward_model.PreferencePair`s; the accuracy and the margin of the
-implicit rewards are the reward model's `pairwise_accuracy` and `reward_margin`, applied to them.
+both papers (`sequence_logprobs`); IPO divides each by its response's token count first, as TRL does (`ipo_loss`).
+Pairs are `reward_model.PreferencePair`s; the accuracy and the margin of the implicit rewards are the reward model's
+`pairwise_accuracy` and `reward_margin`, applied to them.
 """
 
 from __future__ import annotations

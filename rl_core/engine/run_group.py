@@ -670,7 +670,7 @@ class RunGroup:
             order = torch.stack([torch.randperm(B, generator=t.generator, device=self.device) for t in part.trainers])
             for rows in order.chunk(algo.num_minibatches, dim=1):
 
-                def take(x):
+                def take(x, rows=rows):
                     return None if x is None else x[runs, rows]
 
                 layout = stacked_trees([b.select(rows[p]) for p, b in enumerate(part.rollouts)], part.T)

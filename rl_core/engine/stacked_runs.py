@@ -70,7 +70,7 @@ class Stack:
 
     def bind(self, module: torch.nn.Module, r: int) -> None:
         """Make `module`'s parameters views of row r."""
-        for (name, parameter), view in zip(module.named_parameters(), self._split(self.buffer.data[r]).values()):
+        for (_name, parameter), view in zip(module.named_parameters(), self._split(self.buffer.data[r]).values()):
             parameter.data = view
 
     def _split(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 """Per-token losses (minimised): policy-gradient surrogates (vanilla, PPO clip with dual clip, GSPO and
-GSPO-token, and the 2025–26 successors CISPO, SAPO and DPPO-Binary-TV), entropy, the clipped critic loss, VAPO's positive-sample NLL, and the token selections of
-Clip-Cov / KL-Cov.
+GSPO-token, and the 2025–26 successors CISPO, SAPO and DPPO-Binary-TV), entropy, the clipped critic loss, VAPO's
+positive-sample NLL, and the token selections of Clip-Cov / KL-Cov.
 
 Policy losses return `[B, T]`; `aggregation.aggregate_loss` reduces them to a scalar over the valid tokens.
 Advantages enter as constants: pass them without a graph.
@@ -109,10 +109,7 @@ def cispo_loss(
     where PPO's clip zeroes it once the clipped branch wins.
     """
     ratio = torch.exp(logp - old_logp).detach()
-    if epsilon_low is None:
-        weight = ratio.clamp(max=epsilon_high)
-    else:
-        weight = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    weight = ratio.clamp(max=epsilon_high) if epsilon_low is None else ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
     return -weight * advantages * logp
 
 

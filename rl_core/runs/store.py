@@ -28,6 +28,7 @@ kept; a run's token-level samples only for its latest `SAMPLE_WINDOW` steps (the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -160,8 +161,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             pinned_at REAL NOT NULL
         )""",
     ),
-    # v4 → v5: runs trained as one batch (`rl_core.engine.run_batch`) name the batch's first run; a batch is one process's
-    # loop, so it takes one place under the training cap (NULL: the run trains alone).
+    # v4 → v5: runs trained as one batch (`rl_core.engine.run_batch`) name the batch's first run; a batch is one
+    # process's loop, so it takes one place under the training cap (NULL: the run trains alone).
     ("ALTER TABLE runs ADD COLUMN batch_id INTEGER",),
     # v5 → v6: the Policy Gradient lab keeps its runs and answers under its page's name, `policy_gradient` (it used
     # `pg`, so an upgraded server showed none of them). The older `pg` runs keep their numbers; runs already made
@@ -920,8 +921,7 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._stopped.wait(self.interval):
-            try:
+            # a missed beat is harmless: the next one comes long before STALE_AFTER
+            with contextlib.suppress(sqlite3.Error):
                 self.store.heartbeat()
-            except sqlite3.Error:
-                pass  # a missed beat is harmless: the next one comes long before STALE_AFTER
         self.store.close()

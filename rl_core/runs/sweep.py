@@ -32,6 +32,7 @@ starts and runs as Ray tasks, their records written here as they come back.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -504,10 +505,9 @@ def _watch_coordinator(coordinator: int) -> None:
         time.sleep(PARENT_WATCH_INTERVAL)
     threading.Timer(5.0, os._exit, (1,)).start()  # a store busy for long must not keep the orphan alive
     if _current_runs:
-        try:
+        # the store may be busy or gone; recovery marks the run later
+        with contextlib.suppress(Exception):
             _store.settle(_current_runs, "interrupted", error="the sweep's coordinator process ended")
-        except Exception:  # noqa: BLE001 - the store may be busy or gone; recovery marks the run later
-            pass
     os._exit(1)
 
 
