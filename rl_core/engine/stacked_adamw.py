@@ -53,9 +53,20 @@ class StackedAdamW:
         params, grad, state = self.buffer.detach(), self.buffer.grad, self.state
         for (lr, eps), runs in together.items():
             adamw(
-                [params[r] for r in runs], [grad[r] for r in runs], [state["exp_avg"][r] for r in runs],
-                [state["exp_avg_sq"][r] for r in runs], [], [state["step"][r] for r in runs], fused=self.fused,
-                amsgrad=False, beta1=BETAS[0], beta2=BETAS[1], lr=lr, weight_decay=0.0, eps=eps, maximize=False,
+                [params[r] for r in runs],
+                [grad[r] for r in runs],
+                [state["exp_avg"][r] for r in runs],
+                [state["exp_avg_sq"][r] for r in runs],
+                [],
+                [state["step"][r] for r in runs],
+                fused=self.fused,
+                amsgrad=False,
+                beta1=BETAS[0],
+                beta2=BETAS[1],
+                lr=lr,
+                weight_decay=0.0,
+                eps=eps,
+                maximize=False,
             )
 
     def run_state(self, r: int) -> dict:
