@@ -29,7 +29,7 @@ from ui.charts import (
     thin,
 )
 from ui.predict import end_versus_start, ever_above, mean_near_zero
-from ui.runs import SHORT_LABEL, full_labels, labels, short_label
+from ui.runs import SHORT_LABEL, full_labels, labels, short_label, token_label
 from ui.tokens import COLOURINGS, legend_html, token_html, token_term
 
 CHART = {chart.title: chart for chart in CHARTS}
@@ -574,6 +574,11 @@ def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
     help_text = full_labels([1, 2, 3], names)
     assert help_text.endswith(f"- {names[3]}") and "#2" not in help_text, "only the cut labels, in full"
     assert full_labels([1, 2], names) == ""
+
+
+def test_the_token_view_names_a_run_by_its_number_and_variant():
+    dppo = FakeJob(3, variant="DPPO (Binary-TV)", epsilon_high=0.2, loss_agg_mode="token-mean", seed=1)
+    assert token_label(dppo) == "#3 · DPPO (Binary-TV)"
 
 
 def test_captions_follow_a_teachers_per_token_signal_and_a_batch_without_groups():
