@@ -639,3 +639,12 @@ def test_the_explained_variance_caption_says_why_it_stays_near_zero_where_each_r
     why = "every token's return is its response's final reward"
     assert why in caption(CHART["Explained variance"], [run("vapo")])
     assert why not in caption(CHART["Explained variance"], [run("ppo")])
+
+
+def test_a_rate_on_compare_is_drawn_on_a_zero_to_one_axis():
+    """A success rate flat at 0 got plotly's −1…1 axis; a rate is now read against 0…1, other curves keep theirs."""
+    from ui.compare import band_figure
+
+    flat = {"grpo": [[{"step": s, "success_rate": 0.0, "entropy": 0.0} for s in range(1, 6)]] * 2}
+    assert list(band_figure("success_rate", flat).layout.yaxis.range) == [-0.02, 1.02]
+    assert band_figure("entropy", flat).layout.yaxis.range is None
