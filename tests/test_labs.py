@@ -365,3 +365,16 @@ def test_aggregation_summary_and_figure():
         assert [float(text.replace(",", "")) for text in axis.ticktext] == pytest.approx(list(axis.tickvals))
     long_push = [trace for trace in fig.data if trace.name.startswith("y2") and trace.xaxis == "x2"][0]
     assert list(long_push.y) == pytest.approx(table.loc[table["length"] == 1000, "total push on log π"].abs().tolist())
+
+
+def test_the_labs_write_their_numbers_with_the_labs_formatter():
+    """A lab's sentences and labels write a minus as "−" (rl_core.numbers.number), never as a hyphen; no lab
+    formats a number itself in an f-string."""
+    import re
+    from pathlib import Path
+
+    table = aggregation.aggregation_table([3, 9], [1.0, -1.0])
+    assert "y2: 9 tokens, A = −1" in set(table["response"])
+    own_format = re.compile(r"\{[^{}]+:[+,]?[.0-9]*[fgde%]\}")
+    for path in sorted((Path(__file__).resolve().parents[1] / "ui" / "labs").glob("*.py")):
+        assert not own_format.search(path.read_text()), path.name

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import torch
 from plotly.subplots import make_subplots
 
+from rl_core.numbers import number
+
 POSITIVE, NEGATIVE, NEUTRAL, MUTED = "#2a9d8f", "#e76f51", "#264653", "#adb5bd"
 # Autograd returns exact zeros where a clamp or a min cuts the graph; the tolerance only absorbs float noise.
 ZERO = 1e-12
@@ -29,7 +31,7 @@ def log_ticks(values: Sequence[float]) -> dict:
         return {}
     low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
     ticks = [m * 10.0**k for k in range(low, high + 1) for m in ((1, 2, 5) if high - low <= 3 else (1,))]
-    return dict(tickvals=ticks, ticktext=[f"{t:g}" if t < 1000 else f"{t:,.0f}" for t in ticks])
+    return dict(tickvals=ticks, ticktext=[number(t, "g") if t < 1000 else number(t, ",.0f") for t in ticks])
 
 
 # How far a log axis reaches past its values, as a factor (0.3 of a decade): plotly's own range pads no bar, so
