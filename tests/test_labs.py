@@ -378,3 +378,14 @@ def test_the_labs_write_their_numbers_with_the_labs_formatter():
     own_format = re.compile(r"\{[^{}]+:[+,]?[.0-9]*[fgde%]\}")
     for path in sorted((Path(__file__).resolve().parents[1] / "ui" / "labs").glob("*.py")):
         assert not own_format.search(path.read_text()), path.name
+
+
+def test_a_labs_table_shows_its_numbers_with_the_labs_formatter_and_keeps_the_values():
+    import pandas as pd
+
+    from ui.labs.figures import readable
+
+    table = pd.DataFrame({"name": ["a", "b"], "k1 bias": [-0.00263, 0.5]})
+    html = readable(table, ".2e").to_html()
+    assert "−2.63×10⁻³" in html and "5.00×10⁻¹" in html and "-2.63" not in html
+    assert readable(table).data["k1 bias"].tolist() == [-0.00263, 0.5], "the values underneath stay numbers"

@@ -93,3 +93,10 @@ def vertical(kind: str, x0: float, x1: float, xref: str, **style) -> dict:
 def horizontal(kind: str, y0: float, y1: float, **style) -> dict:
     """A full-width line or band on a single-axis figure, as a layout shape."""
     return dict(type=kind, x0=0, x1=1, y0=y0, y1=y1, xref="x domain", yref="y", **style)
+
+
+def readable(table, spec: str = ".4g", columns=None):
+    """The table as a lab shows it: its numbers (the float columns, or `columns`) written by the lab's formatter, a
+    minus as "−" and a power of ten as ×10ⁿ, while the values underneath stay numbers to sort by."""
+    shown = [c for c in table.columns if table[c].dtype.kind == "f"] if columns is None else list(columns)
+    return table.style.format(lambda value: number(value, spec), subset=shown)
