@@ -648,3 +648,21 @@ def test_a_rate_on_compare_is_drawn_on_a_zero_to_one_axis():
     flat = {"grpo": [[{"step": s, "success_rate": 0.0, "entropy": 0.0} for s in range(1, 6)]] * 2}
     assert list(band_figure("success_rate", flat).layout.yaxis.range) == [-0.02, 1.02]
     assert band_figure("entropy", flat).layout.yaxis.range is None
+
+
+def test_a_line_flat_at_zero_is_drawn_on_an_axis_from_zero_not_minus_one():
+    """Plotly gives a flat line at 0 the axis −1…1: a clip fraction or a success rate of 0 read as if it could be
+    negative. Values that are all ≥ 0 keep the axis at or above 0; a negative value keeps plotly's own."""
+    from ui.compare import band_figure
+
+    flat = [
+        {"step": s, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "reward_mean": 0.0, "success_rate": 0.0}
+        for s in range(1, 4)
+    ]
+    for title in ("Clip fraction (tokens)", "Reward and success rate"):
+        assert figure(CHART[title], [ChartRun("#1", flat, get_preset("grpo"))]).layout.yaxis.rangemode == "nonnegative"
+    negative = [dict(record, reward_mean=-0.5) for record in flat]
+    chart = figure(CHART["Reward and success rate"], [ChartRun("#1", negative, get_preset("grpo"))])
+    assert chart.layout.yaxis.rangemode is None
+    groups = {"grpo": [[{"step": s, "entropy": 0.0} for s in range(1, 4)]]}
+    assert band_figure("entropy", groups).layout.yaxis.rangemode == "nonnegative"

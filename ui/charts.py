@@ -615,6 +615,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
             **({"range": list(chart.y_range)} if chart.y_range else {}),
             **(log_scale(log_range(run_peaks(chart, runs)), headroom=1) if log else {}),
             **(log_scale(drawn) if chart.magnitude else {}),
+            **({"rangemode": "nonnegative"} if not log and not chart.y_range and nonnegative(drawn) else {}),
         ),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
         **(step_marker(marked_step, x_axis.get("range")) if marked_step is not None else {}),
@@ -623,6 +624,14 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
     # test builds every chart with validation on.
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
+
+
+def nonnegative(values) -> bool:
+    """Whether a chart's values are all ≥ 0 (and there are some): its axis then stays at or above 0, so that a
+    line flat at 0 (a clip fraction, a success rate before the first success) is drawn on 0…1, not on plotly's
+    made-up −1…1."""
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return bool(finite) and min(finite) >= 0
 
 
 MARKER_COLOUR = "#444"

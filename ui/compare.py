@@ -42,7 +42,7 @@ from rl_core.runs.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, w
 from rl_core.runs.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
-from ui.charts import DASHES, RUN_COLOURS, legend_below, step_axis, thin
+from ui.charts import DASHES, RUN_COLOURS, legend_below, nonnegative, step_axis, thin
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
 from ui.lab import training_slots
@@ -483,6 +483,10 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
 
+def _drawn_values(traces: list[dict]) -> list:
+    return [y for trace in traces for y in (trace.get("y") or ()) if y is not None]
+
+
 def band_figure(
     key: str | Sequence[str],
     groups: dict[str, list[list[dict]]],
@@ -512,6 +516,7 @@ def band_figure(
             title=dict(text=unit or CURVE_UNITS[keys[0]]),
             **({"type": "log"} if log else {}),
             **({"range": [-0.02, 1.02]} if not log and all(shown in RATES for shown in keys) else {}),
+            **({"rangemode": "nonnegative"} if not log and nonnegative(_drawn_values(traces)) else {}),
         ),
         uirevision=" ".join(keys),  # keep zoom and hidden traces across the live refreshes
     )
