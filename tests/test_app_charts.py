@@ -118,7 +118,7 @@ def test_round_off_is_drawn_as_zero_and_outliers_sit_on_a_fixed_axis():
     noisy = [{"step": s, "approx_kl": 3e-14} for s in (1, 2)]
     change = figure(CHART["Policy change per step"], [ChartRun("#1", noisy, get_preset("grpo"))])
     assert list(change.data[0].y) == [0.0, 0.0] and list(change.data[0].customdata) == [3e-14, 3e-14]
-    assert change.layout.yaxis.exponentformat == "e", "no SI suffixes such as '20f'"
+    assert change.layout.yaxis.exponentformat == "power", "no SI suffixes such as '20f', no '0.5e−8'"
     spikes = [{"step": 1, "explained_variance": -1200.0}, {"step": 2, "explained_variance": 0.5}]
     ev = figure(CHART["Explained variance"], [ChartRun("#1", spikes, get_preset("vapo"))])
     assert list(ev.data[0].y) == [-1.05, 0.5] and ev.data[0].customdata[0] == -1200.0

@@ -608,10 +608,11 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
         **legend_below(names if show_legend else []),
         showlegend=show_legend,
         xaxis=x_axis,
-        # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
+        # Powers of ten as 5×10⁻⁹, as the pages write them: plotly's default SI prefixes turn 2e-14 into "20f", and
+        # its "e" notation writes "0.5e−8".
         yaxis=dict(
             title=dict(text=chart.unit),
-            exponentformat="e",
+            exponentformat="power",
             **({"range": list(chart.y_range)} if chart.y_range else {}),
             **(log_scale(log_range(run_peaks(chart, runs)), headroom=1) if log else {}),
             **(log_scale(drawn) if chart.magnitude else {}),
