@@ -84,7 +84,7 @@ st.markdown(
 )
 table = bias_variance(theta_temperature, boost, favourite, ref_temperature)
 st.dataframe(
-    readable(table, ".2e", [column for column in table.columns if column.endswith(("bias", "variance"))]),
+    readable(table, ".3g", [column for column in table.columns if column.endswith(("bias", "variance"))]),
     hide_index=True,
     key="kl_table",
 )

@@ -389,3 +389,6 @@ def test_a_labs_table_shows_its_numbers_with_the_labs_formatter_and_keeps_the_va
     html = readable(table, ".2e").to_html()
     assert "−2.63×10⁻³" in html and "5.00×10⁻¹" in html and "-2.63" not in html
     assert readable(table).data["k1 bias"].tolist() == [-0.00263, 0.5], "the values underneath stay numbers"
+    assert ">0.5<" in readable(pd.DataFrame({"κ": [0.5], "k1 bias": [-0.00263]}), ".3g", ["k1 bias"]).to_html(), (
+        "the other float columns: four significant digits, not pandas' six decimals"
+    )

@@ -96,7 +96,11 @@ def horizontal(kind: str, y0: float, y1: float, **style) -> dict:
 
 
 def readable(table, spec: str = ".4g", columns=None):
-    """The table as a lab shows it: its numbers (the float columns, or `columns`) written by the lab's formatter, a
-    minus as "−" and a power of ten as ×10ⁿ, while the values underneath stay numbers to sort by."""
-    shown = [c for c in table.columns if table[c].dtype.kind == "f"] if columns is None else list(columns)
-    return table.style.format(lambda value: number(value, spec), subset=shown)
+    """The table as a lab shows it: its numbers written by the lab's formatter, a minus as "−" and a power of ten
+    as ×10ⁿ — `columns` (by default every float column) by `spec`, the other float columns with four significant
+    digits — while the values underneath stay numbers to sort by."""
+    floats = [c for c in table.columns if table[c].dtype.kind == "f"]
+    chosen = floats if columns is None else list(columns)
+    styled = table.style.format(lambda value: number(value, spec), subset=chosen)
+    rest = [c for c in floats if c not in chosen]
+    return styled.format(lambda value: number(value, ".4g"), subset=rest) if rest else styled
