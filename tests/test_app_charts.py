@@ -666,3 +666,13 @@ def test_a_line_flat_at_zero_is_drawn_on_an_axis_from_zero_not_minus_one():
     assert chart.layout.yaxis.rangemode is None
     groups = {"grpo": [[{"step": s, "entropy": 0.0} for s in range(1, 4)]]}
     assert band_figure("entropy", groups).layout.yaxis.rangemode == "nonnegative"
+
+
+def test_reward_stays_visible_under_a_success_rate_that_lies_on_it():
+    """With a 0/1 reward the two lines coincide: the reward is drawn wider, the success rate dashed on top."""
+    same = [{"step": s, "reward_mean": 0.5, "success_rate": 0.5} for s in range(1, 4)]
+    drawn = {
+        t.name: t.line
+        for t in figure(CHART["Reward and success rate"], [ChartRun("#1", same, get_preset("grpo"))]).data
+    }
+    assert drawn["reward"].width > drawn["success rate"].width and drawn["success rate"].dash == "dash"
