@@ -676,3 +676,10 @@ def test_reward_stays_visible_under_a_success_rate_that_lies_on_it():
         for t in figure(CHART["Reward and success rate"], [ChartRun("#1", same, get_preset("grpo"))]).data
     }
     assert drawn["reward"].width > drawn["success rate"].width and drawn["success rate"].dash == "dash"
+
+
+def test_an_unset_knob_without_a_widget_reads_off_not_none():
+    from ui.knobs import KNOBS, difference_text
+
+    assert "reward_clip" not in KNOBS
+    assert difference_text("reward_clip", 5.0, None) == "`reward_clip` 5.0 → off"
