@@ -15,8 +15,8 @@ def _split(value: float, spec: str) -> tuple[str, int | None]:
     """`value` formatted by `spec` (Python's format mini-language) as its mantissa and its power of ten, None
     where the format wrote none."""
     text = format(value, spec)
-    if text[:1] in "+-" and "0" in text and not any(c in "123456789" for c in text):  # a zero ("+0.0000", "-0.00") has no sign
-        text = text[1:]
+    if text[:1] in "+-" and "0" in text and not any(c in "123456789" for c in text):
+        text = text[1:]  # a zero ("+0.0000", "-0.00" of a small negative value) has no sign
     mantissa, e, exponent = text.lower().partition("e")
     if not e or not exponent.lstrip("+-").isdigit():  # no exponent ("inf" and "nan" have no "e" either)
         return text, None

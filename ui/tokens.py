@@ -324,7 +324,8 @@ def _sapo_view(algo, ratio, advantage, logp, old_logp, loss):
         f"{_side(advantage)}, soft gate g = {number(gate, '.4f')} at ρ = {number(ratio, '.4g')} "
         f"({which} = {number(tau, 'g')}): {push}",
         rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \\ "
-        rf"\rho_t = {ratio:.4f},\ \tau = {tex(tau, 'g')},\ g = {gate:.4f},\ A = {tex(advantage, '+.4f')} \;\Rightarrow\; "
+        rf"\rho_t = {ratio:.4f},\ \tau = {tex(tau, 'g')},\ g = {gate:.4f},\ "
+        rf"A = {tex(advantage, '+.4f')} \;\Rightarrow\; "
         rf"\ell_t = {tex(loss, '+.4f')}",
     )
 
