@@ -6,6 +6,7 @@ import streamlit as st
 from rl_core.formulas import advantages
 from ui.experiments_panel import see_it_happen
 from ui.labs import advantages as labs
+from ui.labs.figures import readable
 from ui.story import formula
 
 st.title("Advantage lab: one group of rewards, four baselines")
@@ -48,7 +49,7 @@ if len(rewards) < 2:
 else:
     table = labs.group_advantages([rewards[column].tolist() for column in rewards.columns])
     st.plotly_chart(labs.advantages_figure(table), key="adv_chart")
-    st.dataframe(table, hide_index=True, key="adv_table")
+    st.dataframe(readable(table), hide_index=True, key="adv_table")
     for message in labs.zero_advantage_messages(table):
         st.warning(message)
     st.caption("What to notice: " + labs.advantage_summary(table))

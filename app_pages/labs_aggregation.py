@@ -5,6 +5,7 @@ import streamlit as st
 from rl_core.formulas.aggregation import aggregate_loss
 from ui.experiments_panel import see_it_happen
 from ui.labs import aggregation as labs
+from ui.labs.figures import readable
 from ui.story import formula
 
 st.title("Aggregation lab: how much one token weighs")
@@ -46,7 +47,7 @@ for column, number, length, signs in zip(st.columns(2), (1, 2), (10, 1000), ([1.
 
 table = labs.aggregation_table(lengths, advantages)
 st.plotly_chart(labs.aggregation_figure(table), key="agg_chart")
-st.dataframe(table, hide_index=True, key="agg_table")
+st.dataframe(readable(table), hide_index=True, key="agg_table")
 st.caption(
     f"T_max is the generation limit, {labs.MAX_NEW_TOKENS} tokens (the longest a response may be): "
     "a constant, whatever the batch holds. The push is −∂loss/∂log π summed over a response's tokens: "

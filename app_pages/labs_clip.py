@@ -5,6 +5,7 @@ import streamlit as st
 
 from rl_core.formulas.losses import clipped_surrogate_loss, gspo_sequence_ratio
 from ui.labs import clip as labs
+from ui.labs.figures import readable
 from ui.story import formula
 from ui.successor_sections import clip_lab_overlays
 
@@ -44,7 +45,7 @@ shown_cases = cases.assign(
     **{name: cases[name].str.replace(" ", "\u00a0") for name in ("sign", "ratio region", "gradient")},
     **{name: cases[name] + 0.0 for name in cases.select_dtypes("float").columns},
 )
-st.table(shown_cases.style.format(precision=2).hide(axis="index"))
+st.table(readable(shown_cases, ".2f").hide(axis="index"))
 st.caption(
     "What to notice: "
     + labs.zero_gradient_summary(labs.zero_gradient_intervals(curves))
@@ -89,7 +90,7 @@ seq_high = high.number_input("sequence ε_high", 0.0, 0.5, 4e-4, 1e-4, format="%
 if log_ratios:
     table, s = labs.gspo_token_table(log_ratios, advantage, epsilon_low, epsilon_high, seq_low, seq_high)
     st.plotly_chart(labs.gspo_figure(table, s, epsilon_low, epsilon_high), key="gspo_chart")
-    st.dataframe(table, hide_index=True, key="gspo_table")
+    st.dataframe(readable(table), hide_index=True, key="gspo_table")
     st.caption("What to notice: " + labs.gspo_summary(table, s, seq_low, seq_high))
 else:
     st.info("Add at least one token to the table.")

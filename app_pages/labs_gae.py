@@ -5,6 +5,7 @@ import streamlit as st
 
 from rl_core.formulas.advantages import gae, length_adaptive_lambda
 from ui.labs import gae as labs
+from ui.labs.figures import readable
 from ui.story import formula
 
 st.title("GAE lab: how a reward at the end reaches the first token")
@@ -61,7 +62,7 @@ st.caption(
     "it on whole, in one update."
 )
 with st.expander("all numbers"):
-    st.dataframe(table, hide_index=True, key="gae_table")
+    st.dataframe(readable(table), hide_index=True, key="gae_table")
 
 st.header("VAPO's length-adaptive λ")
 st.markdown(
@@ -77,11 +78,8 @@ adaptive = length_adaptive_table(alpha)
 st.plotly_chart(labs.length_adaptive_figure(alpha), key="gae_adaptive_chart")
 # Weights span 1 to 1e-23: three significant digits, not fixed decimals that print 1.6e-23 as 0.000…0001.
 st.dataframe(
-    adaptive,
+    readable(adaptive, ".3g", [name for name in adaptive.columns if name.startswith("weight")]),
     hide_index=True,
     key="gae_adaptive_table",
-    column_config={
-        name: st.column_config.NumberColumn(format="%.3g") for name in adaptive.columns if name.startswith("weight")
-    },
 )
 st.caption("What to notice: " + labs.length_adaptive_summary(adaptive))

@@ -5,6 +5,7 @@ import streamlit as st
 from rl_core.formulas.kl import clamped_kl, kl_exact, kl_k1, kl_k2, kl_k3
 from ui.experiments_panel import see_it_happen
 from ui.labs import kl as labs
+from ui.labs.figures import readable
 from ui.story import formula
 from ui.successor_sections import kl_gradient_view
 
@@ -83,13 +84,8 @@ st.markdown(
 )
 table = bias_variance(theta_temperature, boost, favourite, ref_temperature)
 st.dataframe(
-    table,
+    readable(table, ".3g", [column for column in table.columns if column.endswith(("bias", "variance"))]),
     hide_index=True,
-    column_config={
-        column: st.column_config.NumberColumn(format="%.2e")
-        for column in table.columns
-        if column.endswith(("bias", "variance"))
-    },
     key="kl_table",
 )
 st.caption("What to notice: " + labs.kl_summary(samples, exact, table))

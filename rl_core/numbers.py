@@ -2,7 +2,8 @@
 the charts' hover text, the verdicts, and (`tex`) the formulas KaTeX sets.
 
 A minus is "−" (U+2212), as in the claims and the docs, never a hyphen; a power of ten is written ×10⁻⁵, not
-e−05, which KaTeX would set as the product of a variable e and −05."""
+e−05, which KaTeX would set as the product of a variable e and −05; a zero carries no sign ("0.0000", not
+"+0.0000" or "−0.00" where a small value rounds to zero)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ def _split(value: float, spec: str) -> tuple[str, int | None]:
     """`value` formatted by `spec` (Python's format mini-language) as its mantissa and its power of ten, None
     where the format wrote none."""
     text = format(value, spec)
+    if text[:1] in "+-" and "0" in text and not any(c in "123456789" for c in text):
+        text = text[1:]  # a zero ("+0.0000", "-0.00" of a small negative value) has no sign
     mantissa, e, exponent = text.lower().partition("e")
     if not e or not exponent.lstrip("+-").isdigit():  # no exponent ("inf" and "nan" have no "e" either)
         return text, None

@@ -29,7 +29,7 @@ from ui.charts import (
     thin,
 )
 from ui.predict import end_versus_start, ever_above, mean_near_zero
-from ui.runs import SHORT_LABEL, full_labels, labels, short_label
+from ui.runs import SHORT_LABEL, full_labels, labels, short_label, token_label
 from ui.tokens import COLOURINGS, legend_html, token_html, token_term
 
 CHART = {chart.title: chart for chart in CHARTS}
@@ -118,7 +118,7 @@ def test_round_off_is_drawn_as_zero_and_outliers_sit_on_a_fixed_axis():
     noisy = [{"step": s, "approx_kl": 3e-14} for s in (1, 2)]
     change = figure(CHART["Policy change per step"], [ChartRun("#1", noisy, get_preset("grpo"))])
     assert list(change.data[0].y) == [0.0, 0.0] and list(change.data[0].customdata) == [3e-14, 3e-14]
-    assert change.layout.yaxis.exponentformat == "e", "no SI suffixes such as '20f'"
+    assert change.layout.yaxis.exponentformat == "power", "no SI suffixes such as '20f', no '0.5e−8'"
     spikes = [{"step": 1, "explained_variance": -1200.0}, {"step": 2, "explained_variance": 0.5}]
     ev = figure(CHART["Explained variance"], [ChartRun("#1", spikes, get_preset("vapo"))])
     assert list(ev.data[0].y) == [-1.05, 0.5] and ev.data[0].customdata[0] == -1200.0
@@ -576,6 +576,11 @@ def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
     assert full_labels([1, 2], names) == ""
 
 
+def test_the_token_view_names_a_run_by_its_number_and_variant():
+    dppo = FakeJob(3, variant="DPPO (Binary-TV)", epsilon_high=0.2, loss_agg_mode="token-mean", seed=1)
+    assert token_label(dppo) == "#3 · DPPO (Binary-TV)"
+
+
 def test_captions_follow_a_teachers_per_token_signal_and_a_batch_without_groups():
     # opd adds log π_T − log π_θ to every token: its advantages are neither centred per response nor 0 in sum.
     advantages = caption(CHART["Advantages"], [run("opd")])
@@ -634,3 +639,47 @@ def test_the_explained_variance_caption_says_why_it_stays_near_zero_where_each_r
     why = "every token's return is its response's final reward"
     assert why in caption(CHART["Explained variance"], [run("vapo")])
     assert why not in caption(CHART["Explained variance"], [run("ppo")])
+
+
+def test_a_rate_on_compare_is_drawn_on_a_zero_to_one_axis():
+    """A success rate flat at 0 got plotly's −1…1 axis; a rate is now read against 0…1, other curves keep theirs."""
+    from ui.compare import band_figure
+
+    flat = {"grpo": [[{"step": s, "success_rate": 0.0, "entropy": 0.0} for s in range(1, 6)]] * 2}
+    assert list(band_figure("success_rate", flat).layout.yaxis.range) == [-0.02, 1.02]
+    assert band_figure("entropy", flat).layout.yaxis.range is None
+
+
+def test_a_line_flat_at_zero_is_drawn_on_an_axis_from_zero_not_minus_one():
+    """Plotly gives a flat line at 0 the axis −1…1: a clip fraction or a success rate of 0 read as if it could be
+    negative. Values that are all ≥ 0 keep the axis at or above 0; a negative value keeps plotly's own."""
+    from ui.compare import band_figure
+
+    flat = [
+        {"step": s, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "reward_mean": 0.0, "success_rate": 0.0}
+        for s in range(1, 4)
+    ]
+    for title in ("Clip fraction (tokens)", "Reward and success rate"):
+        assert figure(CHART[title], [ChartRun("#1", flat, get_preset("grpo"))]).layout.yaxis.rangemode == "nonnegative"
+    negative = [dict(record, reward_mean=-0.5) for record in flat]
+    chart = figure(CHART["Reward and success rate"], [ChartRun("#1", negative, get_preset("grpo"))])
+    assert chart.layout.yaxis.rangemode is None
+    groups = {"grpo": [[{"step": s, "entropy": 0.0} for s in range(1, 4)]]}
+    assert band_figure("entropy", groups).layout.yaxis.rangemode == "nonnegative"
+
+
+def test_reward_stays_visible_under_a_success_rate_that_lies_on_it():
+    """With a 0/1 reward the two lines coincide: the reward is drawn wider, the success rate dashed on top."""
+    same = [{"step": s, "reward_mean": 0.5, "success_rate": 0.5} for s in range(1, 4)]
+    drawn = {
+        t.name: t.line
+        for t in figure(CHART["Reward and success rate"], [ChartRun("#1", same, get_preset("grpo"))]).data
+    }
+    assert drawn["reward"].width > drawn["success rate"].width and drawn["success rate"].dash == "dash"
+
+
+def test_an_unset_knob_without_a_widget_reads_off_not_none():
+    from ui.knobs import KNOBS, difference_text
+
+    assert "reward_clip" not in KNOBS
+    assert difference_text("reward_clip", 5.0, None) == "`reward_clip` 5.0 → off"

@@ -79,7 +79,7 @@ def test_what_a_new_learner_reads_and_clicks(tmp_path):
         train_variant(page, "SAPO")
         train_variant(page, "DPPO")
         tokens_tab(page)
-        page.get_by_text("samples of run #3 · variant=DPPO").first.wait_for(timeout=30_000)
+        page.get_by_text("samples of run #3 · DPPO").first.wait_for(timeout=30_000)
         assert page.get_by_text("(the newest run)").count() == 1
         rows = page.evaluate(TOKEN_ROWS)
         picker = page.get_by_test_id("stSelectbox").filter(has_text="response")

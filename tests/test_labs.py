@@ -365,3 +365,30 @@ def test_aggregation_summary_and_figure():
         assert [float(text.replace(",", "")) for text in axis.ticktext] == pytest.approx(list(axis.tickvals))
     long_push = [trace for trace in fig.data if trace.name.startswith("y2") and trace.xaxis == "x2"][0]
     assert list(long_push.y) == pytest.approx(table.loc[table["length"] == 1000, "total push on log π"].abs().tolist())
+
+
+def test_the_labs_write_their_numbers_with_the_labs_formatter():
+    """A lab's sentences and labels write a minus as "−" (rl_core.numbers.number), never as a hyphen; no lab
+    formats a number itself in an f-string."""
+    import re
+    from pathlib import Path
+
+    table = aggregation.aggregation_table([3, 9], [1.0, -1.0])
+    assert "y2: 9 tokens, A = −1" in set(table["response"])
+    own_format = re.compile(r"\{[^{}]+:[+,]?[.0-9]*[fgde%]\}")
+    for path in sorted((Path(__file__).resolve().parents[1] / "ui" / "labs").glob("*.py")):
+        assert not own_format.search(path.read_text()), path.name
+
+
+def test_a_labs_table_shows_its_numbers_with_the_labs_formatter_and_keeps_the_values():
+    import pandas as pd
+
+    from ui.labs.figures import readable
+
+    table = pd.DataFrame({"name": ["a", "b"], "k1 bias": [-0.00263, 0.5]})
+    html = readable(table, ".2e").to_html()
+    assert "−2.63×10⁻³" in html and "5.00×10⁻¹" in html and "-2.63" not in html
+    assert readable(table).data["k1 bias"].tolist() == [-0.00263, 0.5], "the values underneath stay numbers"
+    assert ">0.5<" in readable(pd.DataFrame({"κ": [0.5], "k1 bias": [-0.00263]}), ".3g", ["k1 bias"]).to_html(), (
+        "the other float columns: four significant digits, not pandas' six decimals"
+    )

@@ -20,3 +20,9 @@ def test_a_power_of_ten_is_written_times_ten_to_the_n():
 
 def test_values_without_digits_pass_through():
     assert number(math.nan) == "nan" and number(-math.inf) == "−inf"
+
+
+def test_a_zero_has_no_sign():
+    assert number(0.0, "+.4f") == "0.0000" and number(-0.00001, "+.2f") == "0.00" and number(0.0, "+.3g") == "0"
+    assert tex(0.0, "+.4f") == "0.0000" and tex(-0.0, ".4f") == "0.0000"
+    assert number(0.004, "+.2f") == "0.00" and number(0.006, "+.2f") == "+0.01"

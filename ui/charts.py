@@ -34,6 +34,7 @@ class Series:
     colour: str | None = None  # a fixed colour where the meaning has one (correct = green), else by position
     dash: str | None = None  # on a chart of one run: a dash where the series often lies on another (success on reward)
     applies: Callable[[AlgoConfig], bool] = _always  # e.g. the dual-clip share only with a dual clip
+    width: float = 1.8  # the line's; wider where another series often lies on it (reward under success)
 
 
 CORRECT, INCORRECT = "#2ca02c", "#d62728"
@@ -241,9 +242,15 @@ CHARTS: tuple[Chart, ...] = (
     Chart(
         "Reward and success rate",
         (
-            Series("reward_mean", "reward", applies=lambda algo: algo.use_task_rewards),
+            # Wide: on a task whose reward is 1 for a right answer and 0 otherwise, success lies on it, dashed.
+            Series("reward_mean", "reward", applies=lambda algo: algo.use_task_rewards, width=4),
             # On-policy distillation trains on the teacher alone: the verifier's reward is measured, never used.
-            Series("reward_mean", "reward (measured, not trained on)", applies=lambda algo: not algo.use_task_rewards),
+            Series(
+                "reward_mean",
+                "reward (measured, not trained on)",
+                applies=lambda algo: not algo.use_task_rewards,
+                width=4,
+            ),
             Series("success_rate", "success rate", CORRECT, dash="dash"),
         ),
         "Look for: success climbing to 1. With a learned reward model, reward rising while success stalls is "
@@ -592,7 +599,7 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
                     mode="lines+markers",
                     cliponaxis=False,  # the axis ends at the first and last step: their markers drawn whole
                     name=prefix + series.name + (" (in use)" if series.key == emphasised else ""),
-                    line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else 1.8),
+                    line=dict(color=colour, dash=dash, width=3.5 if series.key == emphasised else series.width),
                     marker=dict(size=5, opacity=1) if shown_markers else dict(size=8, opacity=0),
                 )
             )
@@ -608,13 +615,15 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
         **legend_below(names if show_legend else []),
         showlegend=show_legend,
         xaxis=x_axis,
-        # "e" notation: plotly's default SI prefixes turn 2e-14 into "20f".
+        # Powers of ten as 5×10⁻⁹, as the pages write them: plotly's default SI prefixes turn 2e-14 into "20f", and
+        # its "e" notation writes "0.5e−8".
         yaxis=dict(
             title=dict(text=chart.unit),
-            exponentformat="e",
+            exponentformat="power",
             **({"range": list(chart.y_range)} if chart.y_range else {}),
             **(log_scale(log_range(run_peaks(chart, runs)), headroom=1) if log else {}),
             **(log_scale(drawn) if chart.magnitude else {}),
+            **({"rangemode": "nonnegative"} if not log and not chart.y_range and nonnegative(drawn) else {}),
         ),
         uirevision=chart.title,  # keep the learner's zoom and hidden traces across refreshes
         **(step_marker(marked_step, x_axis.get("range")) if marked_step is not None else {}),
@@ -623,6 +632,14 @@ def figure(chart: Chart, runs: list[ChartRun], by_run: bool | None = None, marke
     # every second, while training competes for the same cores); these dicts use fixed, known-good keys, and a
     # test builds every chart with validation on.
     return go.Figure(data=traces, layout=chart_layout(layout), _validate=False)
+
+
+def nonnegative(values) -> bool:
+    """Whether a chart's values are all ≥ 0 (and there are some): its axis then stays at or above 0, so that a
+    line flat at 0 (a clip fraction, a success rate before the first success) is drawn on 0…1, not on plotly's
+    made-up −1…1."""
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return bool(finite) and min(finite) >= 0
 
 
 MARKER_COLOUR = "#444"

@@ -42,7 +42,7 @@ from rl_core.runs.summary import OUTCOMES, SUCCESS_TARGET, run_row, summarise, w
 from rl_core.runs.sweep import PlannedRun, Sweep, default_workers, parse_grid, plan_sweep
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import share
-from ui.charts import DASHES, RUN_COLOURS, legend_below, step_axis, thin
+from ui.charts import DASHES, RUN_COLOURS, legend_below, nonnegative, step_axis, thin
 from ui.jobs import TrainingSlots, planned_seconds_left
 from ui.knobs import KNOBS, difference_text
 from ui.lab import training_slots
@@ -60,6 +60,9 @@ CONTROLS = tuple(
     f"compare:{name}"
     for name in ("task", "mode", "presets", "preset", "knob", "values", "seeds", "steps", "sft_steps", "extra")
 )
+# Records that are shares of something (0 to 1): their axis spans 0…1 whatever the data, so that a flat line at 0
+# does not get plotly's made-up −1…1 axis, and a rate of 0.3 is read against the whole range.
+RATES = ("success_rate",)
 SWEEPABLE = tuple(f.name for f in dataclasses.fields(AlgoConfig) if f.name not in ("name", "title", "summary"))
 CURVES = {  # record field → chart title
     "success_rate": "Success rate",
@@ -480,6 +483,10 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
 
+def _drawn_values(traces: list[dict]) -> list:
+    return [y for trace in traces for y in (trace.get("y") or ()) if y is not None]
+
+
 def band_figure(
     key: str | Sequence[str],
     groups: dict[str, list[list[dict]]],
@@ -505,7 +512,12 @@ def band_figure(
         title=dict(text=title or CURVES[keys[0]], font=dict(size=15)),
         **legend_below([trace["name"] for trace in traces if trace.get("showlegend", True)]),
         xaxis=step_axis([step for trace in traces for step in trace["x"]]),
-        yaxis=dict(title=dict(text=unit or CURVE_UNITS[keys[0]]), **({"type": "log"} if log else {})),
+        yaxis=dict(
+            title=dict(text=unit or CURVE_UNITS[keys[0]]),
+            **({"type": "log"} if log else {}),
+            **({"range": [-0.02, 1.02]} if not log and all(shown in RATES for shown in keys) else {}),
+            **({"rangemode": "nonnegative"} if not log and nonnegative(_drawn_values(traces)) else {}),
+        ),
         uirevision=" ".join(keys),  # keep zoom and hidden traces across the live refreshes
     )
     # traceorder: plotly lists a legend backwards once a trace fills to the next one, as the bands do

@@ -16,7 +16,7 @@ from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
 from ui.classroom import record_answer
 from ui.jobs import Job, JobSnapshot
 from ui.predict import Prediction
-from ui.runs import differences, download, full_labels, labels, picker, short_label
+from ui.runs import differences, download, full_labels, labels, picker, short_label, token_label
 from ui.tokens import COLOURINGS, EOS_TOKEN, group_summary, groups, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
@@ -53,7 +53,7 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
         with tokens_tab:
             if len(runs) > 1:
                 _token_run_picker(page, runs, names)
-            token_view(page, token_job, token_snap, names[token_job.number], newest=token_job is current)
+            token_view(page, token_job, token_snap, token_label(token_job), newest=token_job is current)
 
 
 def progress(snap: JobSnapshot, job: Job) -> None:

@@ -500,21 +500,22 @@ def what_happened(experiment: Experiment, groups: dict[str, list[list[dict]]]) -
 
 
 def experiment_list() -> None:
-    """Every experiment of the lab, for the Compare page: what it claims and where to run it."""
+    """Every experiment of the lab, for the Compare page: what it claims in plain words and where to run it (the
+    claim in full, with its measure and seed sets, is on those pages under "How sure are we?")."""
     st.header("Experiments")
     st.caption(
         "One-click reproductions of the papers' claims. Each runs from the pages listed (the \"See it "
-        'happen" panel) or from a terminal with `python -m rl_core experiment NAME --out DIR`.'
+        'happen" panel, where "How sure are we?" gives each claim in full) or from a terminal with '
+        "`python -m rl_core experiment NAME --out DIR`."
     )
-    # A static table wraps its cells: the claims run to a few hundred characters, which a data grid's one-line
-    # cells would cut.
+    # A static table wraps its cells: a claim is a sentence or two, which a data grid's one-line cells would cut.
     st.table(
         pd.DataFrame(
             [
                 {
                     "experiment": e.name,
                     "title": e.title,
-                    "claim": e.claim,
+                    "claim": e.plain or e.claim,
                     "arms": " · ".join(a.label for a in e.arms),
                     "differing knobs": ", ".join(e.knobs),
                     "task": e.task,

@@ -448,8 +448,11 @@ KNOBS: dict[str, Knob] = {
 
 
 def knob_text(name: str, value) -> str:
-    """A value as the pages show it: in its knob's format (`0.04`, `off`) where the page has the knob, else as is."""
-    return KNOBS[name].format(value) if name in KNOBS else str(value)
+    """A value as the pages show it: in its knob's format (`0.04`, `off`) where the page has the knob, else as is
+    (an unset knob, Python's None, as "off")."""
+    if name in KNOBS:
+        return KNOBS[name].format(value)
+    return "off" if value is None else str(value)
 
 
 def difference_text(name: str, was, now) -> str:

@@ -30,6 +30,12 @@ def labels(runs: list[Job]) -> dict[int, str]:
     return result
 
 
+def token_label(job: Job) -> str:
+    """A run as the token view names it: its number and its preset or variant ("#3 · DPPO (Binary-TV)"), the knobs
+    in which it differs left to the run picker's labels."""
+    return f"#{job.number} · {job.settings.get('variant') or job.run.algo.name}"
+
+
 SHORT_LABEL = 32  # characters: what a pill or a select box in a third of a laptop screen shows uncut
 
 

@@ -166,7 +166,7 @@ def token_html(samples: list[dict], colour_by: str, headings: Mapping[int, str] 
             f'<span style="color:#888;display:inline-block;min-width:{lead}ch;white-space:pre">'
             f"{row:>{digits}}. {html.escape(sample['prompt'])}</span> {''.join(spans)} "
             f'<span style="font-family:sans-serif;font-size:0.85rem;color:#666">'
-            f"reward {sample['reward']:+.2f} · {verdict}</span></div>"
+            f"reward {number(sample['reward'], '+.2f')} · {verdict}</span></div>"
         )
     return "".join(rows)
 
@@ -268,7 +268,7 @@ def _side(advantage: float) -> str:
 def _vanilla_view(algo, ratio, advantage, logp, old_logp, loss):
     return (
         "no clip: vanilla policy gradient, every token keeps its gradient A",
-        rf"\ell_t = -A_t \log\pi_\theta(a_t) = -({advantage:+.4f})({logp:.4f}) = {loss:+.4f}",
+        rf"\ell_t = -A_t \log\pi_\theta(a_t) = -({tex(advantage, '+.4f')})({logp:.4f}) = {tex(loss, '+.4f')}",
     )
 
 
@@ -280,8 +280,8 @@ def _clip_view(algo, ratio, advantage, logp, old_logp, loss):
         surrogate = rf"\min\big({surrogate},\ -{tex(algo.dual_clip, 'g')}A\big)"
     return (
         clip_case(ratio, advantage, algo),
-        rf"\ell_t = {surrogate} \\ {rho} = {ratio:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
-        rf"\ell_t = {loss:+.4f}",
+        rf"\ell_t = {surrogate} \\ {rho} = {ratio:.4f},\ A = {tex(advantage, '+.4f')} \;\Rightarrow\; "
+        rf"\ell_t = {tex(loss, '+.4f')}",
     )
 
 
@@ -304,8 +304,8 @@ def _cispo_view(algo, ratio, advantage, logp, old_logp, loss):
     return (
         f"{_side(advantage)}, {how} (detached): {push}",
         rf"\ell_t = -\mathrm{{sg}}[{bound}]\,A\log\pi_\theta(a_t) \\ \rho_t = {ratio:.4f},\ "
-        rf"w = {weight:.4f},\ A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f} \;\Rightarrow\; "
-        rf"\ell_t = {loss:+.4f}",
+        rf"w = {weight:.4f},\ A = {tex(advantage, '+.4f')},\ \log\pi_\theta = {logp:.4f} \;\Rightarrow\; "
+        rf"\ell_t = {tex(loss, '+.4f')}",
     )
 
 
@@ -324,8 +324,9 @@ def _sapo_view(algo, ratio, advantage, logp, old_logp, loss):
         f"{_side(advantage)}, soft gate g = {number(gate, '.4f')} at ρ = {number(ratio, '.4g')} "
         f"({which} = {number(tau, 'g')}): {push}",
         rf"\ell_t = -A\,g_\tau(\rho_t) = -A\,\tfrac{{4}}{{\tau}}\,\sigma\big(\tau(\rho_t-1)\big) \\ "
-        rf"\rho_t = {ratio:.4f},\ \tau = {tex(tau, 'g')},\ g = {gate:.4f},\ A = {advantage:+.4f} \;\Rightarrow\; "
-        rf"\ell_t = {loss:+.4f}",
+        rf"\rho_t = {ratio:.4f},\ \tau = {tex(tau, 'g')},\ g = {gate:.4f},\ "
+        rf"A = {tex(advantage, '+.4f')} \;\Rightarrow\; "
+        rf"\ell_t = {tex(loss, '+.4f')}",
     )
 
 
@@ -361,7 +362,7 @@ def _dppo_view(algo, ratio, advantage, logp, old_logp, loss):
         f"{_side(advantage)}, {band}: {verdict}",
         rf"\ell_t = -m_t\,A\,\mathrm{{sg}}[\min(\rho_t, {tex(algo.dppo_ratio_cap, 'g')})]\log\pi_\theta(a_t) \\ "
         rf"p = {p:.4f},\ p_{{old}} = {p_old:.4f},\ m_t = {int(kept)},\ \rho_t = {ratio:.4f},\ "
-        rf"A = {advantage:+.4f} \;\Rightarrow\; \ell_t = {loss:+.4f}",
+        rf"A = {tex(advantage, '+.4f')} \;\Rightarrow\; \ell_t = {tex(loss, '+.4f')}",
     )
 
 
@@ -379,8 +380,8 @@ def _dro_view(algo, ratio, advantage, logp, old_logp, loss):
     return (
         f"{_side(advantage)}, log π_θ − log π_old = {number(log_ratio, '+.4g')}: {verdict}",
         rf"\ell_t = -\big[A\log\pi_\theta(a_t) - \tfrac{{\beta}}{{2}}(\log\pi_\theta - \log\pi_{{old}})^2\big] \\ "
-        rf"A = {advantage:+.4f},\ \log\pi_\theta = {logp:.4f},\ \log\pi_{{old}} = {old_logp:.4f},\ "
-        rf"\beta = {tex(algo.dro_beta, 'g')} \;\Rightarrow\; \ell_t = {loss:+.4f}",
+        rf"A = {tex(advantage, '+.4f')},\ \log\pi_\theta = {logp:.4f},\ \log\pi_{{old}} = {old_logp:.4f},\ "
+        rf"\beta = {tex(algo.dro_beta, 'g')} \;\Rightarrow\; \ell_t = {tex(loss, '+.4f')}",
     )
 
 

@@ -10,6 +10,7 @@ import torch
 
 from rl_core.formulas import advantages as adv
 from rl_core.formulas.metrics import zero_advantage_group_fraction
+from rl_core.numbers import number
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO
 
 GROUP_ESTIMATORS = ("GRPO", "Dr. GRPO", "RLOO", "REINFORCE++-baseline")
@@ -52,13 +53,13 @@ def zero_advantage_messages(table: pd.DataFrame) -> list[str]:
     for group, rows in table.groupby("group"):
         if (rows[list(GROUP_ESTIMATORS)].abs() <= ZERO).all().all():
             messages.append(
-                f"Group {group}: every response scored {rows['reward R'].iloc[0]:g}, so all "
+                f"Group {group}: every response scored {number(rows['reward R'].iloc[0], 'g')}, so all "
                 f"{len(GROUP_ESTIMATORS)} estimators give every response advantage 0: this group contributes "
                 f"no gradient at all, whatever the loss."
             )
     if messages:
         share = zero_advantage_group_fraction(torch.tensor(table["reward R"].to_numpy()), group_size)
-        messages.append(f"{share:.0%} of this batch's groups are spent without teaching anything.")
+        messages.append(f"{number(share, '.0%')} of this batch's groups are spent without teaching anything.")
     return messages
 
 
@@ -72,16 +73,18 @@ def advantage_summary(table: pd.DataFrame) -> str:
     rloo_scale = (moving["RLOO"] / moving["Dr. GRPO"]).round(6).unique()
     grpo_scale = (moving["GRPO"] / moving["Dr. GRPO"]).groupby(moving["group"]).first()
     return (
-        f"RLOO / Dr. GRPO = {', '.join(f'{x:.4g}' for x in rloo_scale)} for every response that moves "
+        f"RLOO / Dr. GRPO = {', '.join(number(x, '.4g') for x in rloo_scale)} for every response that moves "
         f"(G/(G−1) with G = {group_size}); GRPO / Dr. GRPO = "
-        + ", ".join(f"{scale:.4g} in group {group}" for group, scale in grpo_scale.items())
+        + ", ".join(f"{number(scale, '.4g')} in group {group}" for group, scale in grpo_scale.items())
         + " (one over the group's standard deviation), so GRPO rescales every group to the same spread."
     )
 
 
 def advantages_figure(table: pd.DataFrame) -> go.Figure:
     """Grouped bars: one bar per estimator for every response, labelled group·response."""
-    labels = [f"g{g}·y{i} (R={r:g})" for g, i, r in zip(table["group"], table["response"], table["reward R"])]
+    labels = [
+        f"g{g}·y{i} (R={number(r, 'g')})" for g, i, r in zip(table["group"], table["response"], table["reward R"])
+    ]
     return go.Figure(
         data=[
             go.Bar(x=labels, y=table[name], name=name, marker_color=color)

@@ -11,6 +11,7 @@ import torch
 from rl_core.formulas import advantages as adv
 from rl_core.formulas.aggregation import LOSS_AGG_MODES, aggregate_loss
 from rl_core.formulas.losses import vanilla_pg_loss
+from rl_core.numbers import number
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, log_scale, subplot_axes
 
 # The generation limit (max_new_tokens): the longest a response may be, and Dr. GRPO's T_max. A constant, as in
@@ -46,7 +47,7 @@ def aggregation_table(lengths: Sequence[int], sequence_advantages: Sequence[floa
             rows.append(
                 {
                     "mode": mode,
-                    "response": f"y{i + 1}: {length} tokens, A = {advantage:+g}",
+                    "response": f"y{i + 1}: {length} tokens, A = {number(advantage, '+g')}",
                     "length": length,
                     "A": advantage,
                     "weight per token": weights[i, 0].item(),
@@ -66,9 +67,10 @@ def aggregation_summary(table: pd.DataFrame) -> str:
         ratio = shortest["weight per token"] / longest["weight per token"]
         long_name, short_name = (row["response"].split(":")[0] for row in (longest, shortest))
         parts.append(
-            f"{mode}: one token of {short_name} ({int(shortest['length'])} tokens) weighs {ratio:.3g}× one of "
+            f"{mode}: one token of {short_name} ({int(shortest['length'])} tokens) weighs "
+            f"{number(ratio, '.3g')}× one of "
             f"{long_name} ({int(longest['length'])} tokens), whose tokens get a total push of "
-            f"{longest['total push on log π']:+.3f}"
+            f"{number(longest['total push on log π'], '+.3f')}"
         )
     return ". ".join(parts) + "."
 

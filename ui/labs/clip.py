@@ -13,6 +13,7 @@ import torch
 
 from rl_core.formulas.aggregation import aggregate_loss
 from rl_core.formulas.losses import clipped_surrogate_loss, gspo_loss, gspo_sequence_ratio
+from rl_core.numbers import number
 from ui.labs.figures import (
     MUTED,
     NEGATIVE,
@@ -93,7 +94,10 @@ def zero_gradient_intervals(curves: pd.DataFrame) -> pd.DataFrame:
 
 def zero_gradient_summary(intervals: pd.DataFrame) -> str:
     """Where autograd found no gradient, per sign of A, in words."""
-    parts = [f"for {run.sign} on ρ ∈ [{run.start:.2f}, {run.end:.2f}]" for run in intervals.itertuples()]
+    parts = [
+        f"for {run.sign} on ρ ∈ [{number(run.start, '.2f')}, {number(run.end, '.2f')}]"
+        for run in intervals.itertuples()
+    ]
     return "Autograd through the loss gives exactly zero gradient " + "; ".join(parts) + " (shaded)."
 
 
@@ -112,14 +116,17 @@ def clip_cases(epsilon_low: float, epsilon_high: float, dual_clip: float | None 
     """The six cases (sign of A × ratio below / inside / above the clip range), a seventh for the dual clip,
     each evaluated through rl_core at one ratio inside its region."""
     low, high = 1 - epsilon_low, 1 + epsilon_high
-    shared = [("below", f"ρ < {low:.2f}", low / 2), ("inside", f"{low:.2f} ≤ ρ ≤ {high:.2f}", 1.0)]
-    above = ("above", f"ρ > {high:.2f}", high + 0.25)
+    shared = [
+        ("below", f"ρ < {number(low, '.2f')}", low / 2),
+        ("inside", f"{number(low, '.2f')} ≤ ρ ≤ {number(high, '.2f')}", 1.0),
+    ]
+    above = ("above", f"ρ > {number(high, '.2f')}", high + 0.25)
     regions = {"A > 0": [*shared, above], "A < 0": [*shared, above]}
     if dual_clip is not None:
         # The dual clip splits the last region of A < 0: up to c the min still pushes down, beyond c nothing does.
         regions["A < 0"][-1:] = [
-            ("above", f"{high:.2f} < ρ ≤ {dual_clip:.2f}", (high + dual_clip) / 2),
-            ("dual", f"ρ > {dual_clip:.2f}", dual_clip + 0.5),
+            ("above", f"{number(high, '.2f')} < ρ ≤ {number(dual_clip, '.2f')}", (high + dual_clip) / 2),
+            ("dual", f"ρ > {number(dual_clip, '.2f')}", dual_clip + 0.5),
         ]
     rows = []
     for sign, sign_regions in regions.items():
@@ -150,7 +157,7 @@ def surrogate_figure(
     layout = grid_layout(
         2,
         2,
-        column_titles=[f"{sign} (A = {value:+.0f})" for sign, value in ADVANTAGE_SIGNS.items()],
+        column_titles=[f"{sign} (A = {number(value, '+.0f')})" for sign, value in ADVANTAGE_SIGNS.items()],
         row_titles=["objective −L", "∂(−L)/∂ρ"],
     )
     intervals = zero_gradient_intervals(curves)
@@ -279,8 +286,8 @@ def gspo_summary(table: pd.DataFrame, s: float, seq_epsilon_low: float, seq_epsi
     )
     return (
         f"Token clip: {token_clipped} of {n} tokens get no gradient. "
-        f"Sequence ratio s = {s:.5f} (the geometric mean of the ρ_t) lies {where} "
-        f"[{low:.5f}, {high:.5f}], {fate}."
+        f"Sequence ratio s = {number(s, '.5f')} (the geometric mean of the ρ_t) lies {where} "
+        f"[{number(low, '.5f')}, {number(high, '.5f')}], {fate}."
     )
 
 
@@ -308,7 +315,7 @@ def gspo_figure(table: pd.DataFrame, s: float, epsilon_low: float, epsilon_high:
                     xref="x domain",
                     y=s,
                     yref="y",
-                    text=f"sequence ratio s = {s:.4f}",
+                    text=f"sequence ratio s = {number(s, '.4f')}",
                     showarrow=False,
                     xanchor="right",
                     yanchor="bottom",

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import torch
 from plotly.subplots import make_subplots
 
+from rl_core.numbers import number
+
 POSITIVE, NEGATIVE, NEUTRAL, MUTED = "#2a9d8f", "#e76f51", "#264653", "#adb5bd"
 # Autograd returns exact zeros where a clamp or a min cuts the graph; the tolerance only absorbs float noise.
 ZERO = 1e-12
@@ -29,7 +31,7 @@ def log_ticks(values: Sequence[float]) -> dict:
         return {}
     low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
     ticks = [m * 10.0**k for k in range(low, high + 1) for m in ((1, 2, 5) if high - low <= 3 else (1,))]
-    return dict(tickvals=ticks, ticktext=[f"{t:g}" if t < 1000 else f"{t:,.0f}" for t in ticks])
+    return dict(tickvals=ticks, ticktext=[number(t, "g") if t < 1000 else number(t, ",.0f") for t in ticks])
 
 
 # How far a log axis reaches past its values, as a factor (0.3 of a decade): plotly's own range pads no bar, so
@@ -91,3 +93,14 @@ def vertical(kind: str, x0: float, x1: float, xref: str, **style) -> dict:
 def horizontal(kind: str, y0: float, y1: float, **style) -> dict:
     """A full-width line or band on a single-axis figure, as a layout shape."""
     return dict(type=kind, x0=0, x1=1, y0=y0, y1=y1, xref="x domain", yref="y", **style)
+
+
+def readable(table, spec: str = ".4g", columns=None):
+    """The table as a lab shows it: its numbers written by the lab's formatter, a minus as "−" and a power of ten
+    as ×10ⁿ — `columns` (by default every float column) by `spec`, the other float columns with four significant
+    digits — while the values underneath stay numbers to sort by."""
+    floats = [c for c in table.columns if table[c].dtype.kind == "f"]
+    chosen = floats if columns is None else list(columns)
+    styled = table.style.format(lambda value: number(value, spec), subset=chosen)
+    rest = [c for c in floats if c not in chosen]
+    return styled.format(lambda value: number(value, ".4g"), subset=rest) if rest else styled

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from rl_core.formulas import advantages as adv
+from rl_core.numbers import number
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, ZERO, horizontal, log_scale
 
 CRITICS = ("zero", "perfect (values = true returns)", "initialised from the reward model")
@@ -76,7 +77,10 @@ def gae_summary(table: pd.DataFrame, gamma: float, lam_actor: float) -> str:
         who = f"Tokens {top[0]}–{top[-1]} share"
     else:
         who = f"Tokens {', '.join(map(str, top))} share"
-    text = f"{who} the largest advantage (A = {advantages.max():.3f}); the last token gets {advantages.iloc[-1]:.3f}."
+    text = (
+        f"{who} the largest advantage (A = {number(advantages.max(), '.3f')}); "
+        f"the last token gets {number(advantages.iloc[-1], '.3f')}."
+    )
     early = table["TD error δ_t"].iloc[:-1]
     if len(early) < 2 or not (early > ZERO).all():  # one early token has nothing to pile up on
         return text
@@ -84,16 +88,19 @@ def gae_summary(table: pd.DataFrame, gamma: float, lam_actor: float) -> str:
     text += " Every δ_t before the last token is positive"
     if decay <= ZERO:
         return text + (
-            f", but with γλ = {decay:g} each advantage is its own δ_t: no token collects the TD errors after it, so "
+            f", but with γλ = {number(decay, 'g')} each advantage is its own δ_t: no token collects "
+            "the TD errors after it, so "
             "nothing piles up towards the start."
         )
     if (advantages.iloc[:-1].diff().iloc[1:] < -ZERO).all():
         return text + (
-            f", and each earlier token sums more of them (weights (γλ)^k, γλ = {decay:.3g}): the advantage grows "
+            ", and each earlier token sums more of them (weights (γλ)^k, γλ = "
+            f"{number(decay, '.3g')}): the advantage grows "
             "towards the start, the bias VC-PPO blames for responses collapsing in length."
         )
     return text + (
-        f"; each earlier token sums more of them (weights (γλ)^k, γλ = {decay:.3g}), yet here the advantage does "
+        f"; each earlier token sums more of them (weights (γλ)^k, γλ = {number(decay, '.3g')}), yet "
+        "here the advantage does "
         "not grow steadily towards the start: the δ_t differ more than the sums add up."
     )
 
@@ -102,8 +109,10 @@ def decay_summary(table: pd.DataFrame, lam_actor: float, lam_critic: float) -> s
     """How much of the final reward the first token receives under each λ."""
     first = table.iloc[0]
     return (
-        f"With λ_actor = {lam_actor:g} the first token receives {first['weight of r_T (λ_actor)']:.3g} of the "
-        f"final reward; with λ_critic = {lam_critic:g} it receives {first['weight of r_T (λ_critic)']:.3g}."
+        f"With λ_actor = {number(lam_actor, 'g')} the first token receives "
+        f"{number(first['weight of r_T (λ_actor)'], '.3g')} of the "
+        f"final reward; with λ_critic = {number(lam_critic, 'g')} it receives "
+        f"{number(first['weight of r_T (λ_critic)'], '.3g')}."
     )
 
 
@@ -184,9 +193,11 @@ def length_adaptive_summary(table: pd.DataFrame, fixed_lam: float = 0.95) -> str
     short, long = table.iloc[0], table.iloc[-1]
     adaptive, fixed = "weight of r_T at token 1 (adaptive λ)", f"weight of r_T at token 1 (λ = {fixed_lam})"
     return (
-        f"The first token keeps {short[adaptive]:.3g} of the final reward at {int(short['length |y|'])} tokens and "
-        f"{long[adaptive]:.3g} at {int(long['length |y|'])} tokens with the adaptive λ; with λ = {fixed_lam} it "
-        f"keeps {short[fixed]:.3g} and {long[fixed]:.3g}."
+        f"The first token keeps {number(short[adaptive], '.3g')} of the final reward at "
+        f"{int(short['length |y|'])} tokens and "
+        f"{number(long[adaptive], '.3g')} at {int(long['length |y|'])} tokens with the adaptive λ; "
+        f"with λ = {fixed_lam} it "
+        f"keeps {number(short[fixed], '.3g')} and {number(long[fixed], '.3g')}."
     )
 
 
@@ -197,7 +208,10 @@ def length_adaptive_figure(alpha: float, fixed_lam: float = 0.95, max_length: in
     return go.Figure(
         data=[
             go.Scatter(
-                x=lengths.numpy(), y=lam.numpy(), name=f"λ = 1 − 1/({alpha:g}·|y|)", line=dict(color=POSITIVE, width=3)
+                x=lengths.numpy(),
+                y=lam.numpy(),
+                name=f"λ = 1 − 1/({number(alpha, 'g')}·|y|)",
+                line=dict(color=POSITIVE, width=3),
             )
         ],
         layout=dict(

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from rl_core.formulas.kl import KL_ESTIMATORS, kl_exact
+from rl_core.numbers import number
 from ui.labs.figures import MUTED, NEGATIVE, NEUTRAL, POSITIVE, axis_key, grid_layout, subplot_axes, vertical
 
 VOCABULARY = ("the", "a", "cat", "dog", "sat", "ran")
@@ -93,14 +94,14 @@ def kl_summary(samples: pd.DataFrame, exact: float, bias_variance: pd.DataFrame)
     pictured_k2_bias = bias_variance.loc[bias_variance["distance κ"] == 1.0, "k2 bias"]
 
     def kappas(rows: pd.DataFrame) -> str:
-        return ", ".join(f"{kappa:g}" for kappa in rows["distance κ"])
+        return ", ".join(f"{number(kappa, 'g')}" for kappa in rows["distance κ"])
 
     text = (
-        f"Exact KL = {exact:.4f}; this draw's means: "
-        + ", ".join(f"{name} = {samples[name].mean():.4f}" for name in KL_ESTIMATORS)
-        + f". {(samples['k1'] < 0).mean():.0%} of the k1 values are negative. "
-        f"In the table, k2's bias at κ = 1 stays between {pictured_k2_bias.min():+.4f} and "
-        f"{pictured_k2_bias.max():+.4f} whatever N: more samples do not remove it. "
+        f"Exact KL = {number(exact, '.4f')}; this draw's means: "
+        + ", ".join(f"{name} = {number(samples[name].mean(), '.4f')}" for name in KL_ESTIMATORS)
+        + f". {number((samples['k1'] < 0).mean(), '.0%')} of the k1 values are negative. "
+        f"In the table, k2's bias at κ = 1 stays between {number(pictured_k2_bias.min(), '+.4f')} and "
+        f"{number(pictured_k2_bias.max(), '+.4f')} whatever N: more samples do not remove it. "
         f"At N = {int(largest_n['N'].iloc[0])}, k3's variance is below k1's at κ = {kappas(largest_n[k3_steadier])}"
     )
     if (~k3_steadier).any():
