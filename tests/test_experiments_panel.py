@@ -136,19 +136,19 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
     store.start_run(other)
     store.finish_run(other, "finished")
     assert sorted(past_run_seconds(experiment, store)) == [10.0, 30.0], "finished runs of this one only"
-    # The two arms of a seed train as one batch, each run as long as the batch: the median of 10 s and 30 s for
-    # each of 8 batches, one at a time: 160 s, shown as 3 min.
+    # An arm's 8 seeds train as one batch (one program), each run as long as the batch: the median of 10 s and 30 s
+    # for each of 2 batches, one at a time: 40 s.
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
     assert (
-        "About 3 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
+        "About 40 s for 16 runs, trained as 2 batches, 1 at a time (a batch as long as the median of its 2 "
         "earlier runs on this server)."
     ) in captions
     # On a loaded machine, load average 7 on 2 cores: the batch's process is one of 8 runnable on 2 cores, so
-    # 160 s × (7 + 1) / 2 = 640 s, shown as 11 min.
+    # 40 s × (7 + 1) / 2 = 160 s, shown as 3 min.
     load[0] = 7.0
     captions = " ".join(c.value for c in panel(experiment.pages[0]).run().caption)
     assert (
-        "About 11 min for 16 runs, trained as 8 batches, 1 at a time (a batch as long as the median of its 2 "
+        "About 3 min for 16 runs, trained as 2 batches, 1 at a time (a batch as long as the median of its 2 "
         "earlier runs on this server). At this server's load now (load average 7.0 on 2 cores) that is 4.0 "
         "times as long as on an idle machine."
     ) in captions
