@@ -175,11 +175,10 @@ def test_a_run_whose_loss_is_nan_ends_alone_and_its_group_mate_trains_as_alone(c
 
 
 class Failing:
-    """A run whose step fails before it asks for a sample."""
+    """A run that samples nothing (as one fitted to preference pairs) whose step fails."""
 
-    def step_phases(self):
+    def step(self):
         raise TrainingError("the critic diverged")
-        yield  # a coroutine, as `Trainer.step_phases` is
 
 
 def test_a_failing_run_ends_alone_and_the_others_step_on(cache):

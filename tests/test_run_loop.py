@@ -13,8 +13,8 @@ from rl_core.runs.run_loop import RunLoop, lane_pause
 
 
 class Counting:
-    """A trainer's surface as the loop uses it: `step_index`, `run.steps`, `stop_event` and `step_phases()`, a
-    coroutine that asks for no sample. Its step logs `(name, step)`; `fail_at` makes that step raise."""
+    """A trainer's surface as the loop uses it: `step_index`, `run.steps`, `stop_event` and `step()` (a run that
+    samples nothing, as one fitted to preference pairs). Its step logs `(name, step)`; `fail_at` makes it raise."""
 
     def __init__(self, name: str, steps: int, log: list, fail_at: int | None = None, cost: float = 0.0):
         self.name, self.log, self.fail_at, self.cost = name, log, fail_at, cost
@@ -22,13 +22,12 @@ class Counting:
         self.step_index = 0
         self.stop_event = threading.Event()
 
-    def step_phases(self):
+    def step(self):
         if self.step_index + 1 == self.fail_at:
             raise FloatingPointError(f"{self.name} diverged")
         self.step_index += 1
         self.log.append((self.name, self.step_index))
-        return {"step": self.step_index}, None
-        yield  # a coroutine, as a trainer's step is
+        return {"step": self.step_index}
 
 
 def train_in_thread(
@@ -240,13 +239,13 @@ def test_a_run_whose_step_costs_more_than_a_turn_steps_in_its_own_lane_and_the_l
     loop, log = RunLoop(turn_seconds=1.0), []
     five = threading.Event()
     heavy = Counting("H", 1, log)
-    light_steps = heavy.step_phases
+    light_step = heavy.step
 
     def held_step():
         five.wait(10)
-        return (yield from light_steps())
+        return light_step()
 
-    heavy.step_phases = held_step
+    heavy.step = held_step
     light = train_in_thread(loop, Counting("L", 5, log), lambda record: record["step"] == 5 and five.set())
     h = train_in_thread(loop, heavy, learner="H", step_seconds=30.0)
     joined(light, h)

@@ -51,12 +51,6 @@ class PairRunTrainer:
         while self.step_index < self.run.steps and not self.stop_event.is_set():
             yield self.step()
 
-    def step_phases(self):
-        """One step as `Trainer.step_phases` runs it (`rl_core.engine.run_batch`), asking for no sample: the run
-        trains on its pairs. Returns the record and no token count (no sampled tokens are trained on)."""
-        return self.step(), None
-        yield  # a coroutine with no requests
-
     def prepare(self, progress=None) -> dict:
         raise NotImplementedError
 

@@ -1,5 +1,5 @@
 """The reward model as a run kind: a `RunConfig` whose `algo` is a `RewardConfig` trains as an RL run does (the same
-`prepare()`, `steps()`, `step_phases()`, `step_index`, `evaluate()`; `pair_run.PairRunTrainer`), so the CLI, a
+`prepare()`, `steps()`, `step()`, `step_index`, `evaluate()`; `pair_run.PairRunTrainer`), so the CLI, a
 sweep, the run store and reuse take it like any run."""
 
 from __future__ import annotations

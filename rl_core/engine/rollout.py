@@ -126,38 +126,6 @@ def sample(
     return rollout_from_decoded(tokenizer, prompts, prompt_ids, prompt_mask, decoded, num_generations)
 
 
-@dataclass(frozen=True)
-class SampleRequest:
-    """What a training step asks of the sampler: `rollout.sample` with these arguments, in `dtype` ("bfloat16":
-    under autocast, as an inference engine's kernels would run it). A step yields it rather than sampling itself, so
-    that `rl_core.engine.run_batch` can serve the requests of several runs in one stacked loop."""
-
-    policy: GPT2LMHeadModel
-    tokenizer: PreTrainedTokenizerBase
-    prompts: list[str]
-    max_new_tokens: int
-    temperature: float
-    generator: torch.Generator
-    num_generations: int
-    dtype: str = "float32"
-
-    def sample(self) -> Rollout:
-        """The request served alone."""
-        device = next(self.policy.parameters()).device
-        # A bfloat16 sampler runs other kernels than the float32 trainer: autocast computes its matrix products
-        # in bfloat16, while the logits it keeps are stored in float32.
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
-            return sample(
-                self.policy,
-                self.tokenizer,
-                self.prompts,
-                self.max_new_tokens,
-                self.temperature,
-                self.generator,
-                self.num_generations,
-            )
-
-
 def rollout_from_decoded(tokenizer, prompts, prompt_ids, prompt_mask, decoded, num_generations) -> Rollout:
     """The `Rollout` of `_decode`'s output `(response ids, response mask, logits / temperature, finished)`, copied
     out of inference mode, after its prompts (`encode_prompts`)."""
