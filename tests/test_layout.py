@@ -91,7 +91,16 @@ def test_rl_core_never_imports_streamlit_or_the_app():
 
 def test_the_top_level_holds_what_every_part_reads_and_each_module_sits_in_a_sub_package():
     top = {path.name for path in RL_CORE.glob("*.py")}
-    assert top == {"__init__.py", "__main__.py", "cli.py", "config.py", "messages.py", "numbers.py"}
+    assert top == {
+        "__init__.py",
+        "__main__.py",
+        "api.py",
+        "cli.py",
+        "config.py",
+        "console.py",
+        "messages.py",
+        "numbers.py",
+    }
     for sub_package in SUB_PACKAGES:
         assert (RL_CORE / sub_package / "__init__.py").is_file()
 
