@@ -264,8 +264,12 @@ def test_a_sweep_killed_mid_way_leaves_finished_runs_intact_and_the_rest_marked(
         "-m",
         "rl_core",
         "sweep",
+        # Two group sizes are two shapes, so two batches, one after the other on the one worker: the first batch's
+        # runs have finished while the second's train.
         "--algos",
-        "grpo,rloo",
+        "grpo",
+        "--grid",
+        "num_generations=2,4",
         "--seeds",
         "2",
         "--steps",
@@ -278,8 +282,6 @@ def test_a_sweep_killed_mid_way_leaves_finished_runs_intact_and_the_rest_marked(
         str(tmp_path / "out"),
         "--set",
         "prompts_per_step=2",
-        "--set",
-        "num_generations=2",
         "--set",
         "ppo_epochs=1",
         "--set",

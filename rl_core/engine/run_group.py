@@ -232,7 +232,8 @@ class Records:
             count = value.numel()
             runs = range(self.runs) if positions is None else positions.tolist()
             for p, number in zip(runs, flat[start : start + count]):
-                records[p][name] = number
+                # NaN (a mean over nothing) as `math.nan` itself, so that equal records compare equal.
+                records[p][name] = number if number == number else math.nan
             start += count
         return records
 
