@@ -187,6 +187,7 @@ class Trainer:
         # The optimisers' moments and step counts (`StackedAdamW.run_state`), views of the group's once it trains.
         self.policy_adam = self.critic_adam = None
         self.group: RunGroup | None = None  # the group it last trained in
+        self.plan = group_plan(run)  # its part of `group_key`, read at every step: worked out once
         self._sampler, self._snapshots, self._snapshot_step = None, None, None  # rollout_staleness > 0
 
     # ------------------------------------------------------------------ setup
@@ -243,7 +244,7 @@ class Trainer:
         """Runs with equal keys train as one group (`group_plan` of their configs, and the shapes of the models they
         built). Everything else may differ per run."""
         return (
-            group_plan(self.run),
+            self.plan,
             self.device,
             shape_of(self.policy),
             None if self.critic is None else shape_of(self.critic),
