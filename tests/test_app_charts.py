@@ -403,7 +403,19 @@ class FakeJob:
 
 def test_run_labels_name_only_what_differs_from_the_first_run():
     runs = [FakeJob(1), FakeJob(2, beta=0.1), FakeJob(3, seed=1, variant="DAPO"), FakeJob(4)]
-    assert labels(runs) == {1: "#1 · GRPO", 2: "#2 · beta=0.1", 3: "#3 · variant=DAPO, seed=1", 4: "#4 · GRPO"}
+    assert labels(runs) == {1: "#1 · GRPO", 2: "#2 · beta=0.1", 3: "#3 · DAPO, seed=1", 4: "#4 · GRPO"}
+
+
+def test_a_run_of_another_variant_is_named_by_it_not_by_the_knobs_its_preset_sets():
+    # CISPO, SAPO, DPPO as the Beyond GRPO page trains them: each preset brings its own ε, β and loss; the pills
+    # read "#2 · SAPO", not "#2 · variant=SAPO +4 more". A knob changed on a later SAPO run is named against the
+    # first SAPO run; the seed, a setting of the run, against the page's first run.
+    cispo = dict(variant="CISPO", policy_loss="cispo", epsilon=0.2, epsilon_high=5.0, beta=0.0)
+    sapo = dict(variant="SAPO", policy_loss="sapo", epsilon=0.2, epsilon_high=0.28, beta=0.0)
+    dppo = dict(variant="DPPO", policy_loss="dppo_tv", epsilon=0.2, epsilon_high=0.2, beta=0.04)
+    runs = [FakeJob(1, **cispo), FakeJob(2, **sapo), FakeJob(3, **dppo), FakeJob(4, **(sapo | dict(beta=0.1, seed=2)))]
+    assert labels(runs) == {1: "#1 · CISPO", 2: "#2 · SAPO", 3: "#3 · DPPO", 4: "#4 · SAPO, beta=0.1, seed=2"}
+    assert [short_label(name) for name in labels(runs).values()] == list(labels(runs).values()), "nothing cut"
 
 
 class RunJob:
@@ -560,11 +572,11 @@ def test_a_long_run_label_is_cut_to_fit_a_pill_and_kept_whole_for_its_help():
     runs = [
         FakeJob(1),
         FakeJob(2, beta=0.1),
-        FakeJob(3, variant="DAPO", seed=1, epsilon_high=0.28, loss_agg_mode="token-mean", dynamic_sampling=True),
+        FakeJob(3, seed=1, epsilon_high=0.28, loss_agg_mode="token-mean", dynamic_sampling=True),
     ]
     names = labels(runs)
-    assert names[3] == "#3 · variant=DAPO, seed=1, epsilon_high=0.28, loss_agg_mode=token-mean, dynamic_sampling=True"
-    assert short_label(names[3]) == "#3 · variant=DAPO, seed=1 +3 more"
+    assert names[3] == "#3 · seed=1, epsilon_high=0.28, loss_agg_mode=token-mean, dynamic_sampling=True"
+    assert short_label(names[3]) == "#3 · seed=1, epsilon_high=0.28 +2 more"
     assert len(short_label(names[3]).split(" +")[0]) <= SHORT_LABEL
     assert short_label(names[2]) == "#2 · beta=0.1", "a short label stays whole"
     # one setting longer than the pill: cut to 31 characters and "…" (32)

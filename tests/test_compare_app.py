@@ -73,8 +73,10 @@ def stored_run(
     sweep_id: int | None = None,
     session: str | None = "me",
     error: str | None = None,
+    kl_exact: tuple[float, float, float] = (0.01, 0.02, 0.03),
 ) -> int:
-    """A finished three-step run, as a sweep of `session` would have written it."""
+    """A finished three-step run, as a sweep of `session` would have written it (its exact KL per step
+    `kl_exact`)."""
     run_id = store.add_run(
         RunConfig(algo=get_preset(algo), task="reverse", steps=3, seed=seed), algo, sweep_id=sweep_id, session=session
     )
@@ -87,7 +89,7 @@ def stored_run(
                 "success_rate": 0.3 * step,
                 "reward_mean": 0.3 * step,
                 "entropy": 1.0 / step,
-                "kl_exact": 0.01 * step,
+                "kl_exact": kl_exact[step - 1],
                 "kl_k3": 0.012 * step,
                 "clip_frac": 0.0,
                 "response_length": 5.0,
@@ -200,6 +202,19 @@ def test_a_group_keeps_its_colour_on_a_chart_that_leaves_others_out(store):
         != colour(CURVES["entropy"], "rloo")
     )
     assert any("Not on a clip chart: rloo, whose loss has no ratio clip." in c.value for c in at.caption)
+
+
+def test_a_kl_axis_starts_at_0_under_round_off(store):
+    # A policy still at its reference: its exact KL, a sum over the vocabulary in float32, measured −5.2×10⁻⁸ at
+    # the first step of a stored sweep. A KL is never negative: the axis starts at 0, not at plotly's −0.02.
+    sweep_id = store.create_sweep({"algos": ["grpo"]}, session="me")
+    stored_run(store, "grpo", 0, sweep_id, kl_exact=(-5.2184574883540336e-08, 0.2, 0.4))
+    at = open_page()
+    specs = {
+        spec["layout"]["title"]["text"]: spec
+        for spec in (json.loads(chart.proto.spec) for chart in at.get("plotly_chart"))
+    }
+    assert specs[CURVES["kl_exact"]]["layout"]["yaxis"].get("rangemode") == "nonnegative"
 
 
 def test_the_band_figures_pass_plotly_validation():

@@ -63,6 +63,10 @@ CONTROLS = tuple(
 # Records that are shares of something (0 to 1): their axis spans 0…1 whatever the data, so that a flat line at 0
 # does not get plotly's made-up −1…1 axis, and a rate of 0.3 is read against the whole range.
 RATES = ("success_rate",)
+# Records that cannot be negative (a KL, an entropy, a share, a length): their axis starts at 0 even where float
+# round-off leaves a value a hair below it (the exact KL of a policy still at its reference is measured down to
+# −5×10⁻⁸), which plotly's autorange would pad to an axis from −0.02.
+AT_LEAST_ZERO = ("kl_exact", "kl_k3", "entropy", "clip_frac", "response_length")
 SWEEPABLE = tuple(f.name for f in dataclasses.fields(AlgoConfig) if f.name not in ("name", "title", "summary"))
 CURVES = {  # record field → chart title
     "success_rate": "Success rate",
@@ -483,8 +487,11 @@ def _progress(runs: list[StoredRun], records: dict[int, list[dict]]) -> None:
         st.caption("Queued runs wait for their seed's SFT warm start (trained once, then cached) or a free worker.")
 
 
-def _drawn_values(traces: list[dict]) -> list:
-    return [y for trace in traces for y in (trace.get("y") or ()) if y is not None]
+def _at_least_zero(keys: list[str], traces: list[dict]) -> bool:
+    """Whether a chart's axis starts at 0: its records cannot be negative, or every value drawn is ≥ 0."""
+    return all(key in AT_LEAST_ZERO for key in keys) or nonnegative(
+        [y for trace in traces for y in (trace.get("y") or ()) if y is not None]
+    )
 
 
 def band_figure(
@@ -516,7 +523,7 @@ def band_figure(
             title=dict(text=unit or CURVE_UNITS[keys[0]]),
             **({"type": "log"} if log else {}),
             **({"range": [-0.02, 1.02]} if not log and all(shown in RATES for shown in keys) else {}),
-            **({"rangemode": "nonnegative"} if not log and nonnegative(_drawn_values(traces)) else {}),
+            **({"rangemode": "nonnegative"} if not log and _at_least_zero(keys, traces) else {}),
         ),
         uirevision=" ".join(keys),  # keep zoom and hidden traces across the live refreshes
     )

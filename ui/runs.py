@@ -8,25 +8,33 @@ import html
 import pandas as pd
 import streamlit as st
 
-from rl_core.config import knob_differences
+from rl_core.config import KNOB_NAMES, knob_differences
 from ui.charts import run_colour
 from ui.jobs import Job
 from ui.knobs import difference_text, knob_text
 
 
 def labels(runs: list[Job]) -> dict[int, str]:
-    """`#n` plus the settings in which run n differs from the page's first run, e.g. `#3 · beta=0.1`; the first
-    run (and any run identical to it) is labelled with its variant alone."""
+    """`#n` and what run n is, in the page's words: its variant where it is not the first run's, then the settings
+    in which it differs, e.g. `#2 · beta=0.1`, `#3 · DAPO, seed=1`, `#4 · DAPO, beta=0.1`. An algorithm knob is
+    compared with the page's first run of the same variant (a variant's preset sets many knobs at once: they come
+    with its name, they are no choice of the learner's), the run's own settings (seed, steps, task, …) with the
+    page's first run. The first run (and any run identical to it) is labelled with its variant alone."""
     if not runs:
         return {}
     first = runs[0].settings
     result = {}
     for job in runs:
-        changed = [k for k in job.settings if k != "variant" and job.settings[k] != first.get(k)]
-        if job.settings.get("variant") != first.get("variant"):
-            changed.insert(0, "variant")
-        shown = ", ".join(f"{k}={knob_text(k, job.settings[k])}" for k in changed)
-        result[job.number] = f"#{job.number} · " + (shown or str(first.get("variant", "first run")))
+        variant = job.settings.get("variant")
+        same_variant = next(other.settings for other in runs if other.settings.get("variant") == variant)
+        changed = [
+            k
+            for k in job.settings
+            if k != "variant" and job.settings[k] != (same_variant if k in KNOB_NAMES else first).get(k)
+        ]
+        shown = [str(variant)] if variant != first.get("variant") else []
+        shown += [f"{k}={knob_text(k, job.settings[k])}" for k in changed]
+        result[job.number] = f"#{job.number} · " + (", ".join(shown) or str(first.get("variant", "first run")))
     return result
 
 
@@ -41,7 +49,7 @@ SHORT_LABEL = 32  # characters: what a pill or a select box in a third of a lapt
 
 def short_label(name: str, limit: int = SHORT_LABEL) -> str:
     """A run label (`labels`) that fits a pill: `#n` and as many of its settings as fit, then how many are left
-    ("#3 · variant=DAPO, seed=1 +4 more"); the full label goes in the widget's help."""
+    ("#3 · DAPO, seed=1, beta=0.1 +2 more"); the full label goes in the widget's help."""
     if len(name) <= limit:
         return name
     number, _, settings = name.partition(" · ")
