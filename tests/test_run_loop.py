@@ -233,6 +233,38 @@ def test_a_learner_whose_steps_cost_twice_its_share_steps_every_other_turn(decla
     assert log == [("D", 1), ("D", 2), ("C", 1), ("D", 3), ("D", 4), ("C", 2), ("D", 5)]
 
 
+def test_ten_learners_whose_steps_together_outlast_a_turn_all_step_in_every_turn(declared_costs, monkeypatch):
+    # Ten learners, a run each at 0.35 s a step: 3.5 s for all against a 1 s turn. A share is at least the cheapest
+    # step, so every learner steps once a turn and the ten runs are handed over as one batch each turn. With shares
+    # of 0.1 s each run would run 0.25 s into debt and sit out turns in a pattern of its own: batches of one or two.
+    batches = []
+    costed = rl_core.runs.run_loop.step_together
+
+    def logged(runs):
+        batches.append(sorted(run.name for run in runs))
+        return costed(runs)
+
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", logged)
+    loop, log = RunLoop(turn_seconds=1.0), []
+    stepped, others_in = threading.Event(), threading.Event()
+
+    def hold_the_loop(record):  # the first turn is the holder's own; the ten join while it is held
+        stepped.set()
+        others_in.wait(10)
+
+    first = train_in_thread(loop, Counting("H", 1, log, cost=0.35), hold_the_loop, learner="H", step_seconds=0.35)
+    stepped.wait(10)
+    runs = [Counting(f"R{k}", 3, log, cost=0.35) for k in range(10)]
+    outcomes = []
+    for n, run in enumerate(runs):
+        outcomes.append(train_in_thread(loop, run, learner=run.name, step_seconds=0.35))
+        waiting_for_runs(loop, n + 2)
+    others_in.set()
+    joined(first, *outcomes)
+    everyone = sorted(run.name for run in runs)
+    assert batches == [["H"], everyone, everyone, everyone]
+
+
 def test_a_run_whose_step_costs_more_than_a_turn_steps_in_its_own_lane_and_the_loop_goes_on():
     # The heavy run's first step waits until the light run has stepped five times: in the loop's turn it would
     # wait for ever (the light run's steps come after it), in its lane the loop goes on.

@@ -11,7 +11,10 @@ Fair shares. A turn is time-boxed (`turn_seconds`) and split evenly among the le
 each learner's account earns `turn_seconds / learners` a turn (never more than one turn's share banked) and pays
 each of its steps' seconds (`step_time`). A learner in credit steps its runs in rotation while the credit lasts, so
 twenty runs of one learner move no faster together than one run of another learner, and a learner whose steps cost
-more than its share steps every few turns instead of lengthening everyone's turn (deficit round robin).
+more than its share steps every few turns instead of lengthening everyone's turn (deficit round robin). A share is
+never less than the cheapest step in the loop, though: on a loaded machine ten learners' steps (timed by the
+clock) can outlast the box together, and with smaller shares they would step in ever-changing subsets, each
+subset a new group for `step_together` (new stacked weights, a smaller program) instead of one group of all.
 
 Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured
 step time) would hold every run of the loop for that long, so it steps in a lane of its own, a thread beside the
@@ -72,13 +75,13 @@ def choose_turn(
     members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float, turn: int
 ) -> list[_Member]:
     """The runs that step in turn number `turn`. The learners with runs in `members` (in the order of their first
-    run) each earn `turn_seconds / learners`, their credit capped at that; a learner in credit then takes its runs
-    in rotation (the least recently stepped first), each at its `step_seconds`, until its credit is spent (at least
-    one run once it is in credit)."""
+    run) each earn a share, `turn_seconds / learners` or the cheapest `step_seconds` of `members` if that is more,
+    their credit capped at it; a learner in credit then takes its runs in rotation (the least recently stepped
+    first), each at its `step_seconds`, until its credit is spent (at least one run once it is in credit)."""
     by_learner: dict[Hashable, list[_Member]] = {}
     for member in members:
         by_learner.setdefault(member.learner, []).append(member)
-    share = turn_seconds / len(by_learner)
+    share = max(turn_seconds / len(by_learner), min(member.step_seconds for member in members))
     chosen = []
     for learner, runs in by_learner.items():
         account = accounts.setdefault(learner, _Account())

@@ -73,10 +73,10 @@ class PlannedRun:
     variant: dict  # the grid values of this run, knob → value
 
 
-MAX_SWEEP_RUNS = 1000
+MAX_SWEEP_RUNS = 1000  # every run is a row in the store and a job for the pool: a typo must not queue a million
 # Runs of one shape trained as one program at most: 8 seeds of an arm, or 4 seeds of two arms. A larger group
 # costs a run little less (bench/run_batch.py) and leaves a second core without a batch.
-GROUP_RUNS = 8  # every run is a row in the store and a job for the pool: a typo must not queue a million
+GROUP_RUNS = 8
 
 # The sweeps running in this process, stopped when the interpreter exits (`_stop_live_sweeps`).
 _live_sweeps: weakref.WeakSet = weakref.WeakSet()

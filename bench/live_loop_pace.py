@@ -1,0 +1,112 @@
+"""The live loop's pace: how fast each learner's run steps when N learners train at once.
+
+For each N (default 1, 5, 10), N learners each hand one run to one `RunLoop` (the loop the app's pages share), at
+the same moment, from a thread of their own, as N learners pressing Train do. The runs are the page's default
+(`grpo` on its default task, the tiny model, one CPU thread); learner k's run has seed k mod 4 (warm starts of
+seeds 0–3, trained first if missing and not timed) and its own clip range ε = 0.2 + 0.001·k, so that no two runs
+are the same computation. Each run trains `--steps` steps. Printed per N: the wall seconds from the joint start to
+the last run's end, the steps per second of each run (median and slowest over the N), and the median's ratio to
+N = 1 measured in this process: the pace of a learner's run among N against alone. The loop is one thread, so on
+a quiet machine its wall time is its CPU time; other work on the cores stretches the wall, so the same ratio is also
+given in process-CPU seconds (alone's CPU seconds over N's: what the pace would be with a core to itself). The load
+average is printed before and after.
+
+Run from the repository root:
+    python bench/live_loop_pace.py [--learners 1 5 10] [--steps 30] [--out report.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from rl_core.algorithms import get_preset  # noqa: E402
+from rl_core.config import RunConfig  # noqa: E402
+from rl_core.engine.trainer import Trainer  # noqa: E402
+from rl_core.runs.run_loop import RunLoop  # noqa: E402
+from toy_tasks import DEFAULT_TASK  # noqa: E402
+
+WARM_START_SEEDS = 4
+
+
+def round_of(learners: int, steps: int, cache_dir: Path | None) -> dict:
+    """N learners' runs trained at once in one fresh loop: wall seconds and each run's steps per second."""
+    trainers = []
+    for k in range(learners):
+        run = RunConfig(
+            algo=get_preset("grpo", epsilon=0.2 + 0.001 * k), task=DEFAULT_TASK, steps=steps, seed=k % WARM_START_SEEDS
+        )
+        trainer = Trainer(run, cache_dir=cache_dir)
+        trainer.prepare()
+        trainers.append(trainer)
+    loop = RunLoop()
+    finished: dict[int, float] = {}
+    start = threading.Barrier(learners + 1)
+
+    def learner(k: int) -> None:
+        start.wait()
+        loop.train(trainers[k], lambda record: None, learner=f"learner-{k}")
+        finished[k] = time.perf_counter()
+
+    threads = [threading.Thread(target=learner, args=(k,)) for k in range(learners)]
+    for thread in threads:
+        thread.start()
+    cpu = time.process_time()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = max(finished.values()) - began
+    paces = [steps / (finished[k] - began) for k in range(learners)]
+    return {
+        "learners": learners,
+        "wall_s": wall,
+        "cpu_s": time.process_time() - cpu,
+        "steps_per_s_median": statistics.median(paces),
+        "steps_per_s_slowest": min(paces),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--learners", type=int, nargs="+", default=[1, 5, 10])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--cache-dir", type=Path, default=None, help="the model cache (default: the lab's)")
+    parser.add_argument("--out", type=Path, default=None, help="a JSON report")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()
+    rounds = [round_of(n, args.steps, args.cache_dir) for n in args.learners]
+    alone = next((r["steps_per_s_median"] for r in rounds if r["learners"] == 1), None)
+    alone_cpu = next((r["cpu_s"] for r in rounds if r["learners"] == 1), None)
+    print(
+        f"{'learners':>8} {'wall s':>7} {'CPU s':>6} {'steps/s per run':>16} {'slowest':>8}"
+        f" {'pace (wall)':>12} {'(CPU)':>6}"
+    )
+    for r in rounds:
+        r["pace_vs_alone"] = r["steps_per_s_median"] / alone if alone else None
+        r["pace_vs_alone_cpu"] = alone_cpu / r["cpu_s"] if alone_cpu else None
+        ratios = f"{r['pace_vs_alone']:>12.2f} {r['pace_vs_alone_cpu']:>6.2f}" if alone else f"{'–':>12} {'–':>6}"
+        print(
+            f"{r['learners']:>8} {r['wall_s']:>7.1f} {r['cpu_s']:>6.1f} {r['steps_per_s_median']:>16.2f}"
+            f" {r['steps_per_s_slowest']:>8.2f} {ratios}"
+        )
+    load_after = os.getloadavg()
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}")
+    if args.out:
+        report = {"steps": args.steps, "rounds": rounds, "load_before": load_before, "load_after": load_after}
+        args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
