@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from rl_core.config import RunConfig
+from rl_core.engine.lora import load_adapters, with_adapters
 from rl_core.engine.models import (
     ValueModel,
     frozen_reference,
@@ -25,7 +26,7 @@ from rl_core.engine.models import (
     select_device,
     use_preset_threads,
 )
-from rl_core.engine.pretrained import model_tokenizer
+from rl_core.engine.pretrained import check_fits, is_preset, model_tokenizer
 from rl_core.engine.rollout import sample
 from rl_core.engine.run_batch import step_together
 from rl_core.engine.run_group import RunGroup, TrainingError  # noqa: F401 - TrainingError: the trainer's error
@@ -194,8 +195,14 @@ class Trainer:
     def prepare(self, progress: Progress | None = None) -> dict:
         """Reward model, SFT policy, reference, critic (value-pretrained if asked); returns setup metrics."""
         progress = stoppable(progress, self.stop_event)
+        if not is_preset(self.run.model):
+            check_fits(
+                self.run.model, self.device, self.algo.use_critic, lora=self.algo if self.algo.use_peft else None
+            )
         self.policy, setup = prepare_warm_start(self, progress)
         self.reference = frozen_reference(self.policy)
+        if self.algo.use_peft:  # before any group stacks it: the policy is the base (π_ref's weights) with adapters
+            self.policy = with_adapters(self.policy, self.algo, self.run.seed)
         if self.algo.teacher_model is not None:
             setup |= self._prepare_teacher(progress)
         if self.algo.use_critic:
@@ -234,7 +241,7 @@ class Trainer:
             return critic
         # No draw from the global RNG, which other code in the process shares: the head is zeroed right away.
         with torch.random.fork_rng(devices=[]):
-            critic = ValueModel.from_policy(self.policy)
+            critic = ValueModel.from_policy(self.reference)  # the SFT policy's weights, without adapters
         with torch.no_grad():
             critic.value_head.weight.zero_()
             critic.value_head.bias.zero_()
@@ -315,7 +322,8 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, folder: str | Path) -> Path:
-        """Policy, critic, optimisers and counters, written to a staging folder and renamed into place.
+        """Policy (with LoRA its adapters, in peft's layout), critic, optimisers and counters, written to a staging
+        folder and renamed into place.
 
         Tensors (optimiser moments, the sampling generator's state) go to `trainer_state.pt`, read back with
         `torch.load(weights_only=True)`, which unpickles tensors and plain containers only; counters and the
@@ -367,7 +375,10 @@ class Trainer:
         folder = Path(folder)
         state = torch.load(folder / "trainer_state.pt", map_location=self.device, weights_only=True)
         counters = json.loads((folder / "trainer_state.json").read_text())
-        self.policy.load_state_dict(load_policy(folder / "policy").state_dict())
+        if self.algo.use_peft:  # peft's adapter folder; the base is the warm start that prepare() built
+            load_adapters(self.policy, folder / "policy")
+        else:
+            self.policy.load_state_dict(load_policy(folder / "policy").state_dict())
         if self.critic is not None:
             self.critic.load_state_dict(ValueModel.load(folder / "critic").state_dict())
             self.critic_adam = state["critic_optimizer"]
