@@ -7,6 +7,7 @@ import pytest
 import torch
 from peft import PeftModel
 from safetensors.torch import load_file
+from test_run_batch import TIMING, close
 
 from hf_models import save_gpt2_folder
 from rl_core.algorithms import get_preset
@@ -18,7 +19,7 @@ from rl_core.engine.rollout import response_logits, sample, token_logprobs
 from rl_core.engine.run_batch import step_together
 from rl_core.engine.stacked_runs import AdapterStack, Stack, StackedGPT2, stacked_trees, teacher_forced
 from rl_core.engine.tokenizer import build_char_tokenizer
-from rl_core.engine.trainer import Trainer
+from rl_core.engine.trainer import Trainer, group_plan
 
 ALL_LAYERS = "c_attn,c_proj,c_fc"
 PROMPTS = [["ab>", "hgfed>", "c>"], ["xyz>", "q>", "rs>"]]
@@ -211,3 +212,44 @@ def test_with_adapters_leaves_the_global_random_state_alone():
     second = with_adapters(policies[1], algo, 7)
     for (name, a), (_, b) in zip(adapter_parameters(first), adapter_parameters(second)):
         assert torch.equal(a, b), name
+
+
+def test_a_lora_run_beside_another_makes_its_first_update_as_alone(trained):
+    """One update of a LoRA run of seed 0 beside one of seed 1 (another learning rate): its record and adapter
+    gradient equal its own alone to 1e-5. Runs of another α/r never share a group (one scaling per stacked pass)."""
+    cache = trained[0][0].cache_dir
+    once = {**QUICK, "ppo_epochs": 1, "num_minibatches": 1}
+    algo = get_preset("grpo", use_peft=True, lora_r=4, lora_target_modules=ALL_LAYERS, **once)
+    # coin_flip's reward has signal from the first step on (caesar's 30-step warm start may score every sample 0)
+    configs = [RunConfig(algo=algo, task="coin_flip", steps=1, seed=0, sft_steps=30)]
+    configs.append(RunConfig(algo=algo.replace(learning_rate=3e-3), task="coin_flip", steps=1, seed=1, sft_steps=30))
+    alone = Trainer(configs[0], cache)
+    group = [Trainer(config, cache) for config in configs]
+    for trainer in (alone, *group):
+        trainer.prepare()
+    record_alone, record = step_together([alone])[0], step_together(group)[0]
+    close(
+        {k: v for k, v in record.items() if k not in TIMING}, {k: v for k, v in record_alone.items() if k not in TIMING}
+    )
+    gradient, gradient_alone = group[0].group.policy.buffer.grad[0], alone.group.policy.buffer.grad[0]
+
+    assert gradient.abs().sum() > 0  # B's (A's is 0 while B = 0)
+    torch.testing.assert_close(gradient, gradient_alone, rtol=1e-5, atol=1e-8)
+    other_alpha = RunConfig(algo=algo.replace(lora_alpha=8), task="caesar", steps=1, seed=0, sft_steps=30)
+    assert group_plan(other_alpha) != group_plan(configs[0])
+
+
+def test_a_stale_sampler_with_lora_samples_from_its_own_adapters(trained):
+    """rollout_staleness = 1: each run samples with its adapters of one step before, over its own base."""
+    cache = trained[0][0].cache_dir
+    algo = get_preset("grpo", use_peft=True, lora_r=4, lora_target_modules=ALL_LAYERS, rollout_staleness=1, **QUICK)
+    trainers = [Trainer(RunConfig(algo=algo, task="caesar", steps=3, seed=s, sft_steps=30), cache) for s in (0, 1)]
+    for trainer in trainers:
+        trainer.prepare()
+    for _ in range(3):
+        records = step_together(trainers)
+        assert all(isinstance(r, dict) for r in records), records
+    # At the third step the sampler is the policy of step 2, whose adapters differ from the current ones.
+    sampler, policy = trainers[0].behaviour_policy(), trainers[0].policy
+    assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(adapter_parameters(sampler), adapter_parameters(policy)))
+    assert records[0]["rollout_corr/kl"] != 0

@@ -123,8 +123,8 @@ def evaluate_policy(
 
 def group_plan(run: RunConfig) -> tuple:
     """What RL runs must share to train as one group, as their configs say: model, device, task, batch, length
-    limit and update schedule, and the same passes (sampler, critic, teacher, value pretraining's). Seeds, learning
-    rates, clip ranges, β, losses and advantage estimators may differ."""
+    limit and update schedule, and the same passes (sampler, critic, teacher, value pretraining's, LoRA's). Seeds,
+    learning rates, clip ranges, β, losses and advantage estimators may differ."""
     algo = run.algo
     behaviour_differs = (
         algo.rollout_staleness > 0
@@ -150,6 +150,8 @@ def group_plan(run: RunConfig) -> tuple:
         algo.use_critic,
         algo.use_critic and algo.critic_init,
         algo.teacher_model,
+        # LoRA's α/r is one number of the stacked pass (`StackedGPT2.lora_scaling`)
+        algo.use_peft and (algo.lora_r, algo.lora_alpha, algo.lora_target_modules),
     )
 
 
