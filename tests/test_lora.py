@@ -17,9 +17,11 @@ from rl_core.engine.models import build_policy, frozen_reference, model_config
 from rl_core.engine.pretrained import check_fits, parameter_count, pretrained_config, training_bytes
 from rl_core.engine.rollout import response_logits, sample, token_logprobs
 from rl_core.engine.run_batch import step_together
+from rl_core.engine.run_group import RunGroup
 from rl_core.engine.stacked_runs import AdapterStack, Stack, StackedGPT2, stacked_trees, teacher_forced
 from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.trainer import Trainer, group_plan
+from rl_core.formulas.advantages import grpo_advantages
 
 ALL_LAYERS = "c_attn,c_proj,c_fc"
 PROMPTS = [["ab>", "hgfed>", "c>"], ["xyz>", "q>", "rs>"]]
@@ -253,3 +255,40 @@ def test_a_stale_sampler_with_lora_samples_from_its_own_adapters(trained):
     sampler, policy = trainers[0].behaviour_policy(), trainers[0].policy
     assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(adapter_parameters(sampler), adapter_parameters(policy)))
     assert records[0]["rollout_corr/kl"] != 0
+
+
+def test_the_first_lora_update_has_the_gradient_peft_s_autograd_gives(trained, monkeypatch):
+    """One update (GRPO, β = 0, token-mean, no clipping of the gradient): the adapters' gradient the engine leaves in
+    its buffer equals autograd's through a copy of peft's model on the same batch, −Σ Â·log π / Σ mask. At the first
+    update the ratio is 1, so the clip is inactive and the surrogate's gradient is the policy gradient's."""
+    cache = trained[0][0].cache_dir
+    knobs = {**QUICK, "ppo_epochs": 1, "num_minibatches": 1, "beta": 0.0, "max_grad_norm": 1000.0}
+    algo = get_preset(
+        "grpo", use_peft=True, lora_r=4, lora_target_modules=ALL_LAYERS, loss_agg_mode="token-mean", **knobs
+    )
+    trainer = Trainer(RunConfig(algo=algo, task="coin_flip", steps=1, seed=0, sft_steps=30), cache)
+    trainer.prepare()
+    with torch.no_grad():  # B ≠ 0, so that A gets a gradient too
+        for name, parameter in adapter_parameters(trainer.policy):
+            if name.endswith("lora_B"):
+                parameter.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(5))
+    independent = copy.deepcopy(trainer.policy)
+    sampled = []
+    original = RunGroup._sample
+
+    def recorded(group, runs):
+        sampled.extend(original(group, runs))
+        return sampled
+
+    monkeypatch.setattr(RunGroup, "_sample", recorded)
+    step_together([trainer])
+    rollout, rewards, _ = sampled[0]
+    advantages = grpo_advantages(rewards, algo.num_generations)
+    assert advantages.abs().sum() > 0
+    mask = rollout.response_mask
+    logp = token_logprobs(response_logits(independent, rollout), rollout.response_ids)
+    (-(advantages[:, None] * logp * mask).sum() / mask.sum()).backward()
+    engine = trainer.group.policy.adapters._split(trainer.group.policy.buffer.grad)
+    for name, parameter in adapter_parameters(independent):
+        assert parameter.grad.abs().sum() > 0, name
+        torch.testing.assert_close(engine[name][0], parameter.grad, atol=1e-6, rtol=1e-5, msg=name)
