@@ -26,6 +26,9 @@ from rl_core.formulas.advantages import grpo_advantages
 ALL_LAYERS = "c_attn,c_proj,c_fc"
 PROMPTS = [["ab>", "hgfed>", "c>"], ["xyz>", "q>", "rs>"]]
 QUICK = {"prompts_per_step": 4, "num_generations": 4, "learning_rate": 1e-2}
+# Its reward has signal from the first step on (caesar's 30-step warm start may score every sample 0); every run
+# here starts from the same two cached warm starts (seeds 0 and 1, 30 SFT steps).
+TASK = "coin_flip"
 
 
 def lora_policies(algo):
@@ -96,7 +99,7 @@ def trained(tmp_path_factory):
     as they were before RL."""
     cache = tmp_path_factory.mktemp("cache")
     algo = get_preset("grpo", use_peft=True, lora_r=4, lora_target_modules=ALL_LAYERS, **QUICK)
-    trainers = [Trainer(RunConfig(algo=algo, task="caesar", steps=5, seed=s, sft_steps=30), cache) for s in (0, 1)]
+    trainers = [Trainer(RunConfig(algo=algo, task=TASK, steps=5, seed=s, sft_steps=30), cache) for s in (0, 1)]
     before = []
     for trainer in trainers:
         trainer.prepare()
@@ -222,9 +225,8 @@ def test_a_lora_run_beside_another_makes_its_first_update_as_alone(trained):
     cache = trained[0][0].cache_dir
     once = {**QUICK, "ppo_epochs": 1, "num_minibatches": 1}
     algo = get_preset("grpo", use_peft=True, lora_r=4, lora_target_modules=ALL_LAYERS, **once)
-    # coin_flip's reward has signal from the first step on (caesar's 30-step warm start may score every sample 0)
-    configs = [RunConfig(algo=algo, task="coin_flip", steps=1, seed=0, sft_steps=30)]
-    configs.append(RunConfig(algo=algo.replace(learning_rate=3e-3), task="coin_flip", steps=1, seed=1, sft_steps=30))
+    configs = [RunConfig(algo=algo, task=TASK, steps=1, seed=0, sft_steps=30)]
+    configs.append(RunConfig(algo=algo.replace(learning_rate=3e-3), task=TASK, steps=1, seed=1, sft_steps=30))
     alone = Trainer(configs[0], cache)
     group = [Trainer(config, cache) for config in configs]
     for trainer in (alone, *group):
@@ -237,7 +239,7 @@ def test_a_lora_run_beside_another_makes_its_first_update_as_alone(trained):
 
     assert gradient.abs().sum() > 0  # B's (A's is 0 while B = 0)
     torch.testing.assert_close(gradient, gradient_alone, rtol=1e-5, atol=1e-8)
-    other_alpha = RunConfig(algo=algo.replace(lora_alpha=8), task="caesar", steps=1, seed=0, sft_steps=30)
+    other_alpha = RunConfig(algo=algo.replace(lora_alpha=8), task=TASK, steps=1, seed=0, sft_steps=30)
     assert group_plan(other_alpha) != group_plan(configs[0])
 
 
@@ -245,7 +247,7 @@ def test_a_stale_sampler_with_lora_samples_from_its_own_adapters(trained):
     """rollout_staleness = 1: each run samples with its adapters of one step before, over its own base."""
     cache = trained[0][0].cache_dir
     algo = get_preset("grpo", use_peft=True, lora_r=4, lora_target_modules=ALL_LAYERS, rollout_staleness=1, **QUICK)
-    trainers = [Trainer(RunConfig(algo=algo, task="caesar", steps=3, seed=s, sft_steps=30), cache) for s in (0, 1)]
+    trainers = [Trainer(RunConfig(algo=algo, task=TASK, steps=3, seed=s, sft_steps=30), cache) for s in (0, 1)]
     for trainer in trainers:
         trainer.prepare()
     for _ in range(3):
@@ -266,7 +268,7 @@ def test_the_first_lora_update_has_the_gradient_peft_s_autograd_gives(trained, m
     algo = get_preset(
         "grpo", use_peft=True, lora_r=4, lora_target_modules=ALL_LAYERS, loss_agg_mode="token-mean", **knobs
     )
-    trainer = Trainer(RunConfig(algo=algo, task="coin_flip", steps=1, seed=0, sft_steps=30), cache)
+    trainer = Trainer(RunConfig(algo=algo, task=TASK, steps=1, seed=0, sft_steps=30), cache)
     trainer.prepare()
     with torch.no_grad():  # B ≠ 0, so that A gets a gradient too
         for name, parameter in adapter_parameters(trainer.policy):
