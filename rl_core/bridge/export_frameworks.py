@@ -308,7 +308,7 @@ def _lora(framework: str, rank: Rule, alpha: Rule, targets: Rule, on: str) -> di
 
 
 def _trl_lora(k: dict, knob: str) -> str:
-    return f"in the LoraConfig passed to GRPOTrainer (TRL's ModelConfig: --{knob} {k[knob]})"
+    return f"in peft's LoRA configuration passed to GRPOTrainer (TRL's ModelConfig: --{knob} {k[knob]})"
 
 
 def _distillation(missing: str) -> dict[str, Rule]:
@@ -416,8 +416,8 @@ TRL_RULES: dict[str, Rule] = {
         _trl_lora,
         _trl_lora,
         _trl_lora,
-        "GRPOConfig has no LoRA field: pass GRPOTrainer(peft_config=LoraConfig(r=…, lora_alpha=…, "
-        "target_modules=[…])), which TRL's scripts build from ModelConfig's --use_peft",
+        "GRPOConfig has no LoRA field: pass GRPOTrainer a peft_config, peft's LoRA configuration (r=…, "
+        "lora_alpha=…, target_modules=[…]), which TRL's scripts build from ModelConfig's --use_peft",
     ),
     **_distillation(
         "GRPOConfig has no teacher; TRL 1.16's DistillationConfig (DistillationTrainer) is no "
