@@ -13,12 +13,16 @@ policy trains with dropout off (the first update's ratios must be 1).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, load_peft_weights, set_peft_model_state_dict
 from transformers import GPT2Config, GPT2LMHeadModel
+
+if TYPE_CHECKING:  # peft is imported where LoRA is used: it costs every other process about 0.7 s to import
+    from peft import LoraConfig, PeftModel
 
 ADAPTER = "default"  # peft's name for a model's one adapter
 PEFT_PREFIX = "base_model.model."  # what peft puts before the wrapped model's parameter names
@@ -32,6 +36,8 @@ def lora_scaling(lora_alpha: float, lora_r: int) -> float:
 def lora_config(algo) -> LoraConfig:
     """peft's configuration for the run's LoRA knobs. GPT-2's layers are `Conv1D`s, whose weight is stored
     `[in, out]`: peft's `fan_in_fan_out`."""
+    from peft import LoraConfig
+
     return LoraConfig(
         r=algo.lora_r,
         lora_alpha=algo.lora_alpha,
@@ -45,6 +51,8 @@ def lora_config(algo) -> LoraConfig:
 def with_adapters(policy: GPT2LMHeadModel, algo, seed: int) -> PeftModel:
     """`policy` (changed in place) wrapped by peft with fresh adapters: A drawn from the run's seed alone (the global
     RNG, which other code in the process shares, is left as it was), B = 0."""
+    from peft import get_peft_model
+
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         # peft reads transformers' `is_gradient_checkpointing`, deprecated in transformers 5: nothing for a learner.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
@@ -54,6 +62,10 @@ def with_adapters(policy: GPT2LMHeadModel, algo, seed: int) -> PeftModel:
 
 def lora_scaling_of(module: torch.nn.Module) -> float | None:
     """α/r of a peft-wrapped policy; None for a plain model."""
+    if "peft" not in sys.modules:  # nothing has made a peft model in this process
+        return None
+    from peft import PeftModel
+
     if not isinstance(module, PeftModel):
         return None
     config = module.peft_config[ADAPTER]
@@ -89,6 +101,8 @@ def share_base(policy: PeftModel, reference: GPT2LMHeadModel) -> None:
 
 def load_adapters(policy: PeftModel, folder: str | Path) -> None:
     """Set the policy's adapters from a folder that peft's `save_pretrained` wrote."""
+    from peft import load_peft_weights, set_peft_model_state_dict
+
     set_peft_model_state_dict(policy, load_peft_weights(str(folder)), adapter_name=ADAPTER)
 
 
