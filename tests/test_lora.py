@@ -257,6 +257,11 @@ def test_a_stale_sampler_with_lora_samples_from_its_own_adapters(trained):
     sampler, policy = trainers[0].behaviour_policy(), trainers[0].policy
     assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(adapter_parameters(sampler), adapter_parameters(policy)))
     assert records[0]["rollout_corr/kl"] != 0
+    # The queue keeps the adapters of each step alone: the base is π_ref's and never changes.
+    assert all(
+        set(snapshot) == {n for n, p in policy.named_parameters() if p.requires_grad}
+        for snapshot in trainers[0]._snapshots
+    )
 
 
 def test_the_first_lora_update_has_the_gradient_peft_s_autograd_gives(trained, monkeypatch):

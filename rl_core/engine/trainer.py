@@ -263,7 +263,8 @@ class Trainer:
     # -------------------------------------------------------------- sampling
     def behaviour_policy(self):
         """The sampler μ: the policy itself, or with `rollout_staleness = k` its copy from k steps ago (early on,
-        the oldest kept), loaded from a queue of the last k + 1 steps' weights."""
+        the oldest kept), loaded from a queue of the last k + 1 steps' weights (with LoRA, of its adapters: the
+        base never changes)."""
         k = self.algo.rollout_staleness
         if k == 0:
             return self.policy
@@ -271,8 +272,14 @@ class Trainer:
             self._sampler = copy.deepcopy(self.policy)
             self._snapshots = deque(maxlen=k + 1)
         if self._snapshot_step != self.step_index:
-            self._snapshots.append({name: t.detach().clone() for name, t in self.policy.state_dict().items()})
-            self._sampler.load_state_dict(self._snapshots[0])
+            self._snapshots.append(
+                {
+                    name: t.detach().clone()
+                    for name, t in self.policy.state_dict().items()
+                    if not self.algo.use_peft or ".lora_" in name
+                }
+            )
+            self._sampler.load_state_dict(self._snapshots[0], strict=not self.algo.use_peft)
             self._snapshot_step = self.step_index
         return self._sampler
 
@@ -396,7 +403,7 @@ class Trainer:
             self.behaviour_policy()  # builds the sampler and its queue
             self._snapshots.clear()
             self._snapshots.extend(state["behaviour_snapshots"])
-            self._sampler.load_state_dict(self._snapshots[0])
+            self._sampler.load_state_dict(self._snapshots[0], strict=not self.algo.use_peft)
             self._snapshot_step = counters["snapshot_step"]
 
 
