@@ -33,6 +33,7 @@ Knob names follow TRL / verl where one exists, so a practitioner can carry a set
 | distillation_loss_mode | — | distillation.distillation_loss.loss_mode | k1 / k2 / k3 of KL(π_θ‖π_T) |
 | use_policy_gradient, use_task_rewards | — | distillation.distillation_loss.use_policy_gradient, use_task_rewards | form, task reward kept |
 | distillation_loss_coef | — | distillation.distillation_loss.distillation_loss_coef | c_distill |
+| use_peft, lora_r, lora_alpha, lora_target_modules | ModelConfig: use_peft, lora_r, lora_alpha, lora_target_modules | actor_rollout_ref.model.lora_rank, lora_alpha, target_modules | LoRA: W + (α/r)·B·A |
 """  # noqa: E501 - a markdown table row cannot be wrapped
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ ISCorrectionGating = Literal["ratio", "binary_kl", "tv"]
 RolloutDtype = Literal["float32", "bfloat16"]
 Baseline = Literal["batch_mean", "running_mean"]
 CriticInit = Literal["policy", "reward_model"]
+# GPT-2's layers that LoRA adapts, as peft's `target_modules` (comma-separated): `c_attn` alone is peft's default for
+# GPT-2; `c_proj` names both the attention's output and the MLP's second layer (peft matches the name's end).
+LoraTargetModules = Literal["c_attn", "c_attn,c_proj", "c_attn,c_proj,c_fc"]
 TeacherModel = Literal["tiny", "small"]  # model presets a teacher is built from (rl_core.engine.models.MODEL_PRESETS)
 
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "maxrl")
@@ -159,6 +163,12 @@ class AlgoConfig:
     use_policy_gradient: bool = True  # its negation as a detached advantage (True) or a loss term (False)
     use_task_rewards: bool = True  # keep the task's (verifier's) advantages beside the teacher's signal
     distillation_loss_coef: float = 1.0  # c_distill: the teacher's advantages or loss term are multiplied by it
+    # LoRA (TRL's ModelConfig names, peft's LoraConfig underneath): the policy's weights stay frozen and low-rank
+    # adapters train, W + (lora_alpha / lora_r)·B·A on the lora_target_modules; π_ref is the base, adapters off
+    use_peft: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target_modules: LoraTargetModules = "c_attn"
 
     def __post_init__(self):
         _to_builtins(self)
@@ -378,6 +388,8 @@ KNOB_RANGES: dict[str, Range] = {
     "is_correction_threshold": Range(0.0, 1.0, low_open=True, high_open=True),  # TV ≤ 1; a binary KL δ is small
     "teacher_sft_steps": Range(1, 1000),  # trained before the first step: 1000 steps of the tiny model ≈ 15 s on a core
     "distillation_loss_coef": Range(0.0, 100.0),
+    "lora_r": Range(1, 1024),  # and at most the model's width: RunConfig.validate
+    "lora_alpha": Range(1, 4096),
 }
 
 RUN_RANGES: dict[str, Range] = {
@@ -625,7 +637,7 @@ class RunConfig:
         self.algo.validate()
         _check_fields(self, RunConfig, RUN_RANGES, skip=("algo",))
         # Imported here: the run store reads RunConfig without loading torch, which the tasks and models need.
-        from rl_core.engine.pretrained import check_model, model_positions
+        from rl_core.engine.pretrained import check_model, model_positions, model_width
         from toy_tasks import TASKS
 
         if self.task not in TASKS:
@@ -661,6 +673,14 @@ class RunConfig:
                 self.algo.critic_init,
                 f"'policy' on task={self.task}, which has no learned reward model to copy (reward_model needs a "
                 "task such as 'preference')",
+            )
+        if self.algo.use_peft:
+            width = model_width(self.model)
+            _require(
+                self.algo.lora_r <= width,
+                "lora_r",
+                self.algo.lora_r,
+                f"at most the width of model={self.model} (n_embd = {width}): a rank above it adds no direction",
             )
         if self.algo.overlong_buffer is not None:
             _require(

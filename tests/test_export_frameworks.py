@@ -218,6 +218,7 @@ VARIANTS = {  # knobs the presets leave off, so that their rules are checked aga
     "grpo, is_corrected KL": get_preset("grpo", kl_gradient="is_corrected"),
     "ppo, adaptive beta, dual clip": get_preset("ppo", target_kl=0.02, dual_clip=3.0),
     "grpo, KL-Cov": get_preset("grpo", cov_mode="kl_cov"),
+    "grpo, LoRA": get_preset("grpo", use_peft=True, lora_r=8, lora_alpha=16, lora_target_modules="c_attn,c_proj"),
 }
 CASES = {**PRESETS, **VARIANTS}
 

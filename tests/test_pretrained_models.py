@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from transformers import GPT2Config, LlamaConfig, ViTConfig
+from transformers import BertConfig, GPT2Config, LlamaConfig, ViTConfig
 
 from hf_models import BPE_VOCABULARY, save_gpt2_folder
 from rl_core import train
@@ -154,14 +154,23 @@ def test_a_hub_id_neither_cached_nor_reachable_is_refused_with_its_name(tmp_path
 
 
 def test_a_model_that_is_no_causal_lm_or_not_gpt2_is_refused_with_what_it_is(tmp_path):
-    vit, llama, empty = tmp_path / "vit", tmp_path / "llama", tmp_path / "empty"
+    vit, bert, llama, empty = tmp_path / "vit", tmp_path / "bert", tmp_path / "llama", tmp_path / "empty"
     ViTConfig().save_pretrained(vit)
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(bert)
     LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
         llama
     )
     empty.mkdir()
     with pytest.raises(ValueError, match=r"model='.*vit' is a 'vit' model, not a causal LM"):
         check_model(str(vit))
+    # BERT is in AutoModelForCausalLM's table (as BertLMHeadModel), yet a BERT saved as an encoder is none.
+    with pytest.raises(
+        ValueError,
+        match=r"model='.*bert' is a 'bert' encoder \(its config has is_decoder=False\), not a causal LM; allowed: "
+        r"a preset \(tiny, small, gpt2\), a folder saved with save_pretrained, or a Hugging Face Hub id of a causal "
+        r"LM of the GPT-2 architecture",
+    ):
+        RunConfig(algo=get_preset("grpo"), task="caesar", model=str(bert)).validate()
     with pytest.raises(
         ValueError,
         match=r"model='.*llama' is a 'llama' causal LM; the lab's sampler runs the GPT-2 "

@@ -20,6 +20,7 @@ from rl_core.config import (
     KLEstimator,
     KLGradient,
     KLPlacement,
+    LoraTargetModules,
     LossAggMode,
     PolicyLoss,
     RolloutDtype,
@@ -443,6 +444,28 @@ KNOBS: dict[str, Knob] = {
         "distillation weight c · distillation_loss_coef",
         "Multiplies the teacher's advantages (policy-gradient form) or its loss term (supervised form).",
         (0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+    ),
+    # ---------------------------------------------------------------- LoRA
+    "use_peft": Knob(
+        "LoRA · use_peft",
+        "On: the policy's weights stay frozen and small low-rank adapters train (peft's LoRA), for a model whose "
+        "full fine-tuning does not fit the device. π_ref is the frozen base itself.",
+    ),
+    "lora_r": Knob(
+        "LoRA rank r · lora_r",
+        "The rank of each adapter's update B·A: more directions the policy may move in, more parameters to train.",
+        (1, 2, 4, 8, 16, 32, 64),
+    ),
+    "lora_alpha": Knob(
+        "LoRA α · lora_alpha",
+        "The update is scaled by α/r: a larger α moves the policy further per step, as a larger learning rate does.",
+        (1, 2, 4, 8, 16, 32, 64, 128),
+    ),
+    "lora_target_modules": Knob(
+        "adapted layers · lora_target_modules",
+        "Which of GPT-2's layers get adapters: c_attn (the attention's query, key and value, peft's default), "
+        "c_proj (the attention's output and the MLP's second layer), c_fc (the MLP's first layer).",
+        get_args(LoraTargetModules),
     ),
 }
 

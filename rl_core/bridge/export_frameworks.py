@@ -295,6 +295,22 @@ def _cov_only(rule: Rule, modes: tuple[str, ...] = ("clip_cov", "kl_cov")) -> Ru
     return unused_unless(lambda k: k["cov_mode"] in modes, rule, f"cov_mode is not {' or '.join(modes)}")
 
 
+def _lora(framework: str, rank: Rule, alpha: Rule, targets: Rule, on: str) -> dict[str, Rule]:
+    """LoRA's knobs (`use_peft` and the adapters' shape): `on` says where the framework switches it on; the shape's
+    rules apply with use_peft, the rest is full fine-tuning, every framework's default."""
+    peft = lambda k: k["use_peft"]  # noqa: E731 - a predicate read by every rule below
+    return {
+        "use_peft": lambda k, knob: on if k[knob] else f"off here; full fine-tuning, as {framework}'s default",
+        "lora_r": unused_unless(peft, rank, "use_peft is off"),
+        "lora_alpha": unused_unless(peft, alpha, "use_peft is off"),
+        "lora_target_modules": unused_unless(peft, targets, "use_peft is off"),
+    }
+
+
+def _trl_lora(k: dict, knob: str) -> str:
+    return f"in peft's LoRA configuration passed to GRPOTrainer (TRL's ModelConfig: --{knob} {k[knob]})"
+
+
 def _distillation(missing: str) -> dict[str, Rule]:
     """On-policy distillation's knobs, which none of these PPO/GRPO trainer exports carries (`missing` says where
     the framework distils instead): a plain comment while no teacher is set, "does not map" with one."""
@@ -395,6 +411,14 @@ TRL_RULES: dict[str, Rule] = {
         "TRL steps the optimiser on every batch too", "TRL steps the optimiser on every batch"
     ),
     "baseline": _reward_to_go_only(no("GRPOConfig has no reward-to-go estimator")),
+    **_lora(
+        "TRL",
+        _trl_lora,
+        _trl_lora,
+        _trl_lora,
+        "GRPOConfig has no LoRA field: pass GRPOTrainer a peft_config, peft's LoRA configuration (r=…, "
+        "lora_alpha=…, target_modules=[…]), which TRL's scripts build from ModelConfig's --use_peft",
+    ),
     **_distillation(
         "GRPOConfig has no teacher; TRL 1.16's DistillationConfig (DistillationTrainer) is no "
         "counterpart either: it fits the student to the teacher's whole next-token distributions with a "
@@ -790,6 +814,13 @@ VERL_RULES: dict[str, Rule] = {
         "verl steps the optimiser on every batch too", "verl steps the optimiser on every batch"
     ),
     "baseline": _reward_to_go_only(no("verl has no reward-to-go estimator")),
+    **_lora(
+        "verl",
+        to("actor_rollout_ref.model.lora_rank"),
+        to("actor_rollout_ref.model.lora_alpha"),
+        to("actor_rollout_ref.model.target_modules", lambda v: f"[{v}]"),
+        "set by a lora_rank above 0 (below)",
+    ),
     **_verl_distillation(),
 }
 VERL_ENGINE = (Set(f"{ACTOR}.optim.weight_decay", 0.0, "the lab's AdamW has no weight decay"),)
@@ -1117,6 +1148,13 @@ OPENRLHF_RULES: dict[str, Rule] = {
         "OpenRLHF steps the optimiser on every batch too", "OpenRLHF steps the optimiser on every batch"
     ),
     "baseline": _reward_to_go_only(no("OpenRLHF has no reward-to-go estimator")),
+    **_lora(
+        "OpenRLHF",
+        to("--ds.lora.rank"),
+        to("--ds.lora.alpha"),
+        to("--ds.lora.target_modules", lambda v: tuple(v.split(","))),
+        "set by a --ds.lora.rank above 0 (below)",
+    ),
     **_distillation("OpenRLHF's PPO trainer has no teacher to distil from"),
 }
 # The lab's optimiser: AdamW with torch's betas, no weight decay, a constant learning rate.

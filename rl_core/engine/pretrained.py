@@ -26,6 +26,8 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from rl_core.config import AlgoConfig
+from rl_core.engine.lora import lora_parameter_count
 from rl_core.engine.models import MODEL_CONSTRUCTION, MODEL_PRESETS, build_policy, model_config
 from rl_core.engine.tokenizer import build_char_tokenizer
 
@@ -34,10 +36,12 @@ SUPPORTED_MODEL_TYPES = ("gpt2",)
 # SFT from pretrained weights: a tenth of what the presets' random weights want (3e-3 for tiny, 3e-4 for the 124M
 # shape), the usual order for fine-tuning a trained LM, which a preset's rate would pull far from what it knows.
 PRETRAINED_SFT_LEARNING_RATE = 3e-5
-# Full fine-tuning keeps, per parameter of the policy, float32 weights, gradients and AdamW's two moments (16 bytes)
-# and π_ref's weights (4 bytes); a critic (value head on a copy of the backbone) costs as much again, less π_ref.
-BYTES_PER_PARAMETER = 20
-CRITIC_BYTES_PER_PARAMETER = 16
+# Per parameter of the model: π_ref's float32 weights (4 bytes), and for each trained parameter its float32 weights,
+# gradient and AdamW's two moments (16 bytes). Full fine-tuning trains every parameter of the policy (20 bytes in
+# all); LoRA trains its adapters alone, over a frozen base that is π_ref's own copy; a critic (a value head on a
+# copy of the backbone) trains all of its own.
+REFERENCE_BYTES_PER_PARAMETER = 4
+TRAINED_BYTES_PER_PARAMETER = 16
 # Activations, the key/value cache of a rollout and the allocator's slack, on top of the above.
 MEMORY_HEADROOM = 1.25
 # The Hub ids the app's model picker offers besides the folders under RLHF_LAB_MODELS_DIR (comma-separated).
@@ -81,6 +85,13 @@ def pretrained_config(model: str) -> PretrainedConfig:
             f"model={model!r} is a {config.model_type!r} model, not a causal LM (AutoModelForCausalLM "
             f"cannot load it); allowed: {allowed} of a causal LM"
         )
+    # An encoder whose architecture also has a decoder form (BERT, RoBERTa: AutoModelForCausalLM loads them as
+    # such) says which it is in `is_decoder`; a config without the field (GPT-2's, Llama's) is a decoder's.
+    if getattr(config, "is_decoder", True) is False:
+        raise ValueError(
+            f"model={model!r} is a {config.model_type!r} encoder (its config has is_decoder=False), not a causal "
+            f"LM; allowed: {allowed} of a causal LM of the GPT-2 architecture"
+        )
     if config.model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"model={model!r} is a {config.model_type!r} causal LM; the lab's sampler runs the GPT-2 "
@@ -118,6 +129,13 @@ def model_positions(model: str) -> int:
     if is_preset(model):
         return MODEL_PRESETS[model].n_positions
     return pretrained_config(model).n_positions
+
+
+def model_width(model: str) -> int:
+    """The width of the model's hidden states (n_embd)."""
+    if is_preset(model):
+        return MODEL_PRESETS[model].n_embd
+    return pretrained_config(model).n_embd
 
 
 def model_tokenizer(model: str) -> PreTrainedTokenizerBase:
@@ -163,19 +181,24 @@ def model_identity(model: str, tokenizer: PreTrainedTokenizerBase) -> str:
     return pretrained_config(model).to_json_string() + str(folder) + repr(files)
 
 
+def _architecture(model: str) -> PretrainedConfig:
+    return model_config(model, build_char_tokenizer()) if is_preset(model) else pretrained_config(model)
+
+
 def parameter_count(model: str) -> int:
     """Parameters of the model, counted from its config on the meta device (nothing allocated)."""
-    config = model_config(model, build_char_tokenizer()) if is_preset(model) else pretrained_config(model)
     with MODEL_CONSTRUCTION, torch.device("meta"):
-        policy = GPT2LMHeadModel(config)
+        policy = GPT2LMHeadModel(_architecture(model))
     return sum(p.numel() for p in policy.parameters())
 
 
-def training_bytes(parameters: int, critic: bool) -> int:
-    """Bytes = parameters · (20 + 16 with a critic) · 1.25: policy, its gradients, AdamW's moments and π_ref in
-    float32, the critic's own, and headroom for activations and the rollout's cache."""
-    per_parameter = BYTES_PER_PARAMETER + (CRITIC_BYTES_PER_PARAMETER if critic else 0)
-    return int(parameters * per_parameter * MEMORY_HEADROOM)
+def training_bytes(parameters: int, critic: bool, trained: int | None = None) -> int:
+    """Bytes = (4·P + 16·P_trained + 16·P with a critic) · 1.25: π_ref's float32 weights, the trained parameters'
+    weights, gradients and AdamW moments (P_trained = P in full fine-tuning, the adapters with LoRA, whose frozen
+    base is π_ref's copy), the critic's own, and headroom for activations and the rollout's cache."""
+    trained = parameters if trained is None else trained
+    per_model = REFERENCE_BYTES_PER_PARAMETER * parameters + TRAINED_BYTES_PER_PARAMETER * trained
+    return int((per_model + (TRAINED_BYTES_PER_PARAMETER * parameters if critic else 0)) * MEMORY_HEADROOM)
 
 
 def free_bytes(device: torch.device) -> int | None:
@@ -187,20 +210,36 @@ def free_bytes(device: torch.device) -> int | None:
     return None
 
 
-def check_fits(model: str, device: torch.device, critic: bool, free: int | None = None) -> None:
-    """ValueError naming the model, its size and the device when full fine-tuning needs more memory than is free."""
+def check_fits(model: str, device: torch.device, critic: bool, free: int | None = None, lora=None) -> None:
+    """ValueError naming the model, its size and the device when training it needs more memory than is free: full
+    fine-tuning, or LoRA with `lora` (a config with `lora_r` and `lora_target_modules`). Where full fine-tuning
+    does not fit, the message offers LoRA (peft's default rank and layers) when that would."""
     free = free_bytes(device) if free is None else free
     if free is None:
         return
     parameters = parameter_count(model)
-    needed = training_bytes(parameters, critic)
-    if needed > free:
-        what = "policy, π_ref and critic" if critic else "policy and π_ref"
-        raise ValueError(
-            f"model={model!r} ({parameters / 1e6:.1f} M parameters) does not fit on {device}: full fine-tuning of "
-            f"its {what} needs about {needed / 2**30:.1f} GiB and {free / 2**30:.1f} GiB are free; allowed: a "
-            "smaller model, or a device with more memory"
-        )
+    architecture = _architecture(model)
+    trained = None if lora is None else lora_parameter_count(architecture, lora.lora_r, lora.lora_target_modules)
+    needed = training_bytes(parameters, critic, trained)
+    if needed <= free:
+        return
+    what = "policy and π_ref" + (" and critic" if critic else "")
+    how = "full fine-tuning" if lora is None else f"LoRA (lora_r={lora.lora_r}: adapters over frozen weights)"
+    allowed = "a smaller model, or a device with more memory"
+    if lora is None:
+        adapters = lora_parameter_count(architecture, AlgoConfig.lora_r, AlgoConfig.lora_target_modules)
+        lora_needed = training_bytes(parameters, critic, adapters)
+        if lora_needed <= free:
+            allowed += (
+                f", or LoRA: use_peft=true (low-rank adapters train over frozen weights: about "
+                f"{lora_needed / 2**30:.1f} GiB) with sft_steps=0 (the SFT warm start trains every weight)"
+            )
+    elif lora.lora_r > 1:
+        allowed += ", or a lower lora_r"
+    raise ValueError(
+        f"model={model!r} ({parameters / 1e6:.1f} M parameters) does not fit on {device}: {how} of its {what} "
+        f"needs about {needed / 2**30:.1f} GiB and {free / 2**30:.1f} GiB are free; allowed: {allowed}"
+    )
 
 
 def initial_policy(model: str, tokenizer: PreTrainedTokenizerBase) -> GPT2LMHeadModel:

@@ -35,9 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
+from rl_core.engine.lora import share_base
 from rl_core.engine.rollout import Rollout, token_logprobs
 from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
-from rl_core.engine.stacked_runs import Stack, StackedGPT2, sample_runs, stacked_trees, teacher_forced
+from rl_core.engine.stacked_runs import AdapterStack, Stack, StackedGPT2, sample_runs, stacked_trees, teacher_forced
 from rl_core.formulas import kl as kl_estimators
 from rl_core.formulas.advantages import reward_to_go, running_mean_update
 from rl_core.formulas.aggregation import aggregate_loss
@@ -246,8 +247,11 @@ class RunGroup:
         self.R = len(self.trainers)
         first = self.trainers[0]
         self.device, self.tokenizer, self.algo = first.device, first.tokenizer, first.algo
-        self.policy = Stack([t.policy for t in self.trainers], trainable=True)
         self.reference = Stack([t.reference for t in self.trainers])
+        self.policy = self._policy_stack([t.policy for t in self.trainers], trainable=True)
+        if first.algo.use_peft:
+            for trainer in self.trainers:  # the base's one copy: π_ref's row in its stack
+                share_base(trainer.policy, trainer.reference)
         self.critic = Stack([t.critic for t in self.trainers], trainable=True) if first.critic is not None else None
         self.teacher = Stack([t.teacher for t in self.trainers]) if first.teacher is not None else None
 
@@ -274,6 +278,15 @@ class RunGroup:
             trainer.group = self
             trainer.policy_adam = self.policy_adam.run_state(r)
             trainer.critic_adam = None if self.critic_adam is None else self.critic_adam.run_state(r)
+
+    def _policy_stack(
+        self, policies: list, trainable: bool = False, base_runs: torch.Tensor | None = None
+    ) -> Stack | AdapterStack:
+        """The stack of policies (of the runs `base_runs`, every run when None): every weight, or with LoRA the
+        adapters over the frozen base (π_ref's stack)."""
+        if self.algo.use_peft:
+            return AdapterStack(policies, self.reference, trainable, base_runs)
+        return Stack(policies, trainable)
 
     # ------------------------------------------------------------------------------------------- the step
     def step(self) -> list[dict | Exception]:
@@ -376,14 +389,13 @@ class RunGroup:
         trainers = [self.trainers[r] for r in runs]
         algo = self.algo
         prompts = [t.task.sample_prompts(algo.prompts_per_step, t.prompt_rng) for t in trainers]
+        index = None if len(runs) == self.R else torch.tensor(runs, device=self.device)
         if algo.rollout_staleness:
             # Each run's stale copy: a stack of the samplers, built for this loop.
-            sampler = Stack([t.behaviour_policy() for t in trainers])
+            sampler = self._policy_stack([t.behaviour_policy() for t in trainers], base_runs=index)
             weights = sampler.views(grad=False)
         else:
-            weights = self.policy.views(
-                None if len(runs) == self.R else torch.tensor(runs, device=self.device), grad=False
-            )
+            weights = self.policy.views(index, grad=False)
         model = StackedGPT2(trainers[0].policy, weights)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=algo.rollout_dtype == "bfloat16"):
             rollouts = sample_runs(

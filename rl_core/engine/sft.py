@@ -117,7 +117,7 @@ def sft_policy(
     pretrained weights, once (the band's restarts from other weights do not apply), and is refused with a message
     when full fine-tuning would not fit the device."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    if not is_preset(model_preset):
+    if not is_preset(model_preset) and steps:  # no steps: nothing trains, the pretrained weights are the warm start
         check_fits(model_preset, device, critic=False)
     # The architecture (a loaded model's files), its SFT learning rate and the task's code are part of the key, so
     # a changed preset, a folder saved again or a task whose demonstrations changed never loads a stale checkpoint.

@@ -12,6 +12,7 @@ sequences. Each run keeps its own weights, inputs and random draws, so its numbe
 to float rounding where a stacked op sums in another order.
 
 * `Stack` — the buffer, its named views, and binding each run's module to its row;
+* `AdapterStack` — LoRA policies: their adapters' stack over the frozen base (π_ref's stack);
 * `StackedGPT2` — GPT-2's forward over stacked weights (the language-model head, or a critic's value head);
 * `teacher_forced` — the teacher-forced pass of R batches at once, each packed as its prefix tree;
 * `sample_runs` — `rollout.sample` for R runs in one token-by-token loop over one key/value cache, each run drawing
@@ -20,12 +21,14 @@ to float rounding where a stacked op sums in another order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.nn import Parameter
 from transformers import PreTrainedTokenizerBase
 
+from rl_core.engine.lora import adapter_parameters, lora_scaling_of
 from rl_core.engine.models import position_ids_from_mask
 from rl_core.engine.packing import prefix_tree
 from rl_core.engine.rollout import Rollout, TokenBatch, categorical_from_uniform, encode_prompts, rollout_from_decoded
@@ -47,9 +50,15 @@ class Stack:
 
     With `trainable` the buffer is a leaf that collects every run's gradient (`buffer.grad[r]` is run r's). Each
     module is bound to its row: its parameters become views of the buffer, so an update of the buffer is the
-    module's update (a tied weight, listed once by `named_parameters`, stays tied)."""
+    module's update (a tied weight, listed once by `named_parameters`, stays tied). `parameters` picks and names
+    the parameters stacked (all of them by default; a LoRA policy's adapters, `AdapterStack`)."""
 
-    def __init__(self, modules: Sequence[torch.nn.Module], trainable: bool = False):
+    def __init__(
+        self,
+        modules: Sequence[torch.nn.Module],
+        trainable: bool = False,
+        parameters: Callable[[torch.nn.Module], Iterable[tuple[str, Parameter]]] = torch.nn.Module.named_parameters,
+    ):
         if not modules:
             raise ValueError("modules is empty; a stack holds at least one run")
         first = shape_of(modules[0])
@@ -59,10 +68,11 @@ class Stack:
                     f"module {r} differs from module 0 in its shape; a stack holds runs of one model shape"
                 )
         self.runs = len(modules)
-        self.shapes = {name: p.shape for name, p in modules[0].named_parameters()}
+        self.parameters = parameters
+        self.shapes = {name: p.shape for name, p in parameters(modules[0])}
         with torch.no_grad():
             self.buffer = torch.stack(
-                [torch.cat([p.detach().reshape(-1) for p in module.parameters()]) for module in modules]
+                [torch.cat([p.detach().reshape(-1) for _, p in parameters(module)]) for module in modules]
             )
         self.buffer.requires_grad_(trainable)
         for r, module in enumerate(modules):
@@ -70,7 +80,7 @@ class Stack:
 
     def bind(self, module: torch.nn.Module, r: int) -> None:
         """Make `module`'s parameters views of row r."""
-        for (_name, parameter), view in zip(module.named_parameters(), self._split(self.buffer.data[r]).values()):
+        for (_name, parameter), view in zip(self.parameters(module), self._split(self.buffer.data[r]).values()):
             parameter.data = view
 
     def _split(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -88,6 +98,29 @@ class Stack:
         return self._split(buffer if runs is None else buffer[runs])
 
 
+class AdapterStack:
+    """The LoRA policies of R runs (`rl_core.engine.lora`): their adapters in a `Stack` of their own, over the frozen
+    base, which is π_ref's stack (π_ref is the base with the adapters off). `buffer` is the adapters' `[R, N_A]`, the
+    part the optimiser updates; `views()` gives the base's weights and the adapters by name, as `Stack.views`. The
+    policies may be some of the base's runs (`base_runs`: a few runs' stale samplers)."""
+
+    def __init__(
+        self,
+        policies: Sequence[torch.nn.Module],
+        base: Stack,
+        trainable: bool = False,
+        base_runs: torch.Tensor | None = None,
+    ):
+        self.adapters = Stack(policies, trainable, parameters=adapter_parameters)
+        self.base = base
+        self.base_runs = base_runs  # the base's rows of these policies (all of them when None)
+        self.buffer = self.adapters.buffer
+
+    def views(self, runs: torch.Tensor | None = None, grad: bool = True) -> dict[str, torch.Tensor]:
+        base_runs = runs if self.base_runs is None else self.base_runs if runs is None else self.base_runs[runs]
+        return self.base.views(base_runs, grad=False) | self.adapters.views(runs, grad)
+
+
 class StackedGPT2:
     """GPT-2 over named weights stacked along a run axis `[R, …]` (`Stack.views`), from a `GPT2LMHeadModel` (the
     language-model head) or a `ValueModel` (a scalar value head) whose shape they have."""
@@ -101,6 +134,7 @@ class StackedGPT2:
         self.heads, self.head_dim = self.config.n_head, self.config.n_embd // self.config.n_head
         self.scaling = block.attn.scaling
         self.activation = block.mlp.act
+        self.lora_scaling = lora_scaling_of(module)
 
     def _layer_norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """Layer norm of x `[R, M, d]`, each run with its own scale and shift."""
@@ -109,8 +143,14 @@ class StackedGPT2:
         return torch.addcmul(w[f"{name}.bias"][:, None], normed, w[f"{name}.weight"][:, None])
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """GPT-2's `Conv1D` (`x·W + b`, W stored `[in, out]`) of every run at once: x `[R, N, in]`."""
-        return torch.baddbmm(self.weights[f"{name}.bias"][:, None], x, self.weights[f"{name}.weight"])
+        """GPT-2's `Conv1D` (`x·W + b`, W stored `[in, out]`) of every run at once: x `[R, N, in]`; where the layer
+        has LoRA adapters A `[R, r, in]`, B `[R, out, r]`, plus (α/r)·(x·Aᵀ)·Bᵀ, peft's order of operations."""
+        out = torch.baddbmm(self.weights[f"{name}.bias"][:, None], x, self.weights[f"{name}.weight"])
+        a = self.weights.get(f"{name}.lora_A")
+        if a is None:
+            return out
+        b = self.weights[f"{name}.lora_B"]
+        return out + torch.bmm(torch.bmm(x, a.transpose(1, 2)), b.transpose(1, 2)) * self.lora_scaling
 
     def _block(self, i: int, hidden: torch.Tensor, attend) -> torch.Tensor:
         """Transformer block i on hidden `[R, M, d]`; `attend(layer, qkv)` turns the projections `[R, M, 3·d]`

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from rl_core.config import RunConfig
+from rl_core.engine.lora import load_adapters, with_adapters
 from rl_core.engine.models import (
     ValueModel,
     frozen_reference,
@@ -25,7 +26,7 @@ from rl_core.engine.models import (
     select_device,
     use_preset_threads,
 )
-from rl_core.engine.pretrained import model_tokenizer
+from rl_core.engine.pretrained import check_fits, is_preset, model_tokenizer
 from rl_core.engine.rollout import sample
 from rl_core.engine.run_batch import step_together
 from rl_core.engine.run_group import RunGroup, TrainingError  # noqa: F401 - TrainingError: the trainer's error
@@ -122,8 +123,8 @@ def evaluate_policy(
 
 def group_plan(run: RunConfig) -> tuple:
     """What RL runs must share to train as one group, as their configs say: model, device, task, batch, length
-    limit and update schedule, and the same passes (sampler, critic, teacher, value pretraining's). Seeds, learning
-    rates, clip ranges, β, losses and advantage estimators may differ."""
+    limit and update schedule, and the same passes (sampler, critic, teacher, value pretraining's, LoRA's). Seeds,
+    learning rates, clip ranges, β, losses and advantage estimators may differ."""
     algo = run.algo
     behaviour_differs = (
         algo.rollout_staleness > 0
@@ -149,6 +150,8 @@ def group_plan(run: RunConfig) -> tuple:
         algo.use_critic,
         algo.use_critic and algo.critic_init,
         algo.teacher_model,
+        # LoRA's α/r is one number of the stacked pass (`StackedGPT2.lora_scaling`)
+        algo.use_peft and (algo.lora_r, algo.lora_alpha, algo.lora_target_modules),
     )
 
 
@@ -194,8 +197,14 @@ class Trainer:
     def prepare(self, progress: Progress | None = None) -> dict:
         """Reward model, SFT policy, reference, critic (value-pretrained if asked); returns setup metrics."""
         progress = stoppable(progress, self.stop_event)
+        if not is_preset(self.run.model):
+            check_fits(
+                self.run.model, self.device, self.algo.use_critic, lora=self.algo if self.algo.use_peft else None
+            )
         self.policy, setup = prepare_warm_start(self, progress)
         self.reference = frozen_reference(self.policy)
+        if self.algo.use_peft:  # before any group stacks it: the policy is the base (π_ref's weights) with adapters
+            self.policy = with_adapters(self.policy, self.algo, self.run.seed)
         if self.algo.teacher_model is not None:
             setup |= self._prepare_teacher(progress)
         if self.algo.use_critic:
@@ -234,7 +243,7 @@ class Trainer:
             return critic
         # No draw from the global RNG, which other code in the process shares: the head is zeroed right away.
         with torch.random.fork_rng(devices=[]):
-            critic = ValueModel.from_policy(self.policy)
+            critic = ValueModel.from_policy(self.reference)  # the SFT policy's weights, without adapters
         with torch.no_grad():
             critic.value_head.weight.zero_()
             critic.value_head.bias.zero_()
@@ -254,7 +263,8 @@ class Trainer:
     # -------------------------------------------------------------- sampling
     def behaviour_policy(self):
         """The sampler μ: the policy itself, or with `rollout_staleness = k` its copy from k steps ago (early on,
-        the oldest kept), loaded from a queue of the last k + 1 steps' weights."""
+        the oldest kept), loaded from a queue of the last k + 1 steps' weights (with LoRA, of its adapters: the
+        base never changes)."""
         k = self.algo.rollout_staleness
         if k == 0:
             return self.policy
@@ -262,8 +272,14 @@ class Trainer:
             self._sampler = copy.deepcopy(self.policy)
             self._snapshots = deque(maxlen=k + 1)
         if self._snapshot_step != self.step_index:
-            self._snapshots.append({name: t.detach().clone() for name, t in self.policy.state_dict().items()})
-            self._sampler.load_state_dict(self._snapshots[0])
+            self._snapshots.append(
+                {
+                    name: t.detach().clone()
+                    for name, t in self.policy.state_dict().items()
+                    if not self.algo.use_peft or ".lora_" in name
+                }
+            )
+            self._sampler.load_state_dict(self._snapshots[0], strict=not self.algo.use_peft)
             self._snapshot_step = self.step_index
         return self._sampler
 
@@ -315,7 +331,8 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, folder: str | Path) -> Path:
-        """Policy, critic, optimisers and counters, written to a staging folder and renamed into place.
+        """Policy (with LoRA its adapters, in peft's layout), critic, optimisers and counters, written to a staging
+        folder and renamed into place.
 
         Tensors (optimiser moments, the sampling generator's state) go to `trainer_state.pt`, read back with
         `torch.load(weights_only=True)`, which unpickles tensors and plain containers only; counters and the
@@ -367,7 +384,10 @@ class Trainer:
         folder = Path(folder)
         state = torch.load(folder / "trainer_state.pt", map_location=self.device, weights_only=True)
         counters = json.loads((folder / "trainer_state.json").read_text())
-        self.policy.load_state_dict(load_policy(folder / "policy").state_dict())
+        if self.algo.use_peft:  # peft's adapter folder; the base is the warm start that prepare() built
+            load_adapters(self.policy, folder / "policy")
+        else:
+            self.policy.load_state_dict(load_policy(folder / "policy").state_dict())
         if self.critic is not None:
             self.critic.load_state_dict(ValueModel.load(folder / "critic").state_dict())
             self.critic_adam = state["critic_optimizer"]
@@ -383,7 +403,7 @@ class Trainer:
             self.behaviour_policy()  # builds the sampler and its queue
             self._snapshots.clear()
             self._snapshots.extend(state["behaviour_snapshots"])
-            self._sampler.load_state_dict(self._snapshots[0])
+            self._sampler.load_state_dict(self._snapshots[0], strict=not self.algo.use_peft)
             self._snapshot_step = counters["snapshot_step"]
 
 
