@@ -10,8 +10,9 @@ import torch
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.engine import sft
+from rl_core.engine.models import position_ids_from_mask
 from rl_core.engine.pretrained import initial_policy
-from rl_core.engine.rollout import response_logits, token_logprobs
+from rl_core.engine.rollout import token_logprobs
 from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import plan_experiment
@@ -51,18 +52,22 @@ def test_a_seed_trains_in_a_group_of_three_as_it_does_alone_and_the_group_twice_
     assert len(set(group[0])) == 3
 
 
-def test_the_first_loss_is_the_demonstrations_nll_under_the_unstacked_model():
+def test_the_first_loss_is_the_demonstrations_nll_of_a_padded_pass_of_the_unstacked_model():
     """An independent route: the group's first loss of a seed is the token-mean NLL that the policy's own
-    `transformers` forward gives on the demonstrations `random.Random(seed)` draws (before any update)."""
-    task, tokenizer = get_task("reverse"), build_char_tokenizer()
-    losses, _ = fit([3, 4], task, tokenizer)
+    `transformers` forward gives over the padded batch of the demonstrations `random.Random(seed)` draws (before
+    any update). coin_flip's prompts repeat, so the group's pass is packed, in sequences of at most 32 positions."""
+    task, tokenizer = get_task("coin_flip"), build_char_tokenizer()
+    losses = sft.train_sft(policies([3, 4], tokenizer), tokenizer, task, 1, 0.1, [3, 4], learning_rate=3e-3)
     for r, seed in enumerate([3, 4]):
         (policy,) = policies([seed], tokenizer)
-        batch = sft.demonstration_batch(task, tokenizer, random.Random(seed), BATCH, 0.1, torch.device("cpu"))
+        batch = sft.demonstration_batch(task, tokenizer, random.Random(seed), 64, 0.1, torch.device("cpu"))
+        assert batch.prefix_tree.attention_mask.dim() == 4 and batch.prefix_tree.input_ids.shape[1] <= 32
         with torch.no_grad():
-            logp = token_logprobs(response_logits(policy, batch), batch.response_ids)
-        mask = batch.response_mask
-        expected = -(logp * mask).sum().item() / mask.sum().item()
+            mask = batch.attention_mask
+            logits = policy(input_ids=batch.sequences, attention_mask=mask, position_ids=position_ids_from_mask(mask))
+        # The logits at column P − 1 + t predict response token t.
+        logp = token_logprobs(logits.logits[:, batch.prompt_length - 1 : -1], batch.response_ids)
+        expected = -(logp * batch.response_mask).sum().item() / batch.response_mask.sum().item()
         assert losses[0][r] == pytest.approx(expected, abs=1e-5)
 
 
