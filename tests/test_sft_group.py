@@ -123,6 +123,9 @@ def test_an_experiments_warm_starts_are_two_jobs_of_four_seeds_with_every_arm_of
     runs = [RunConfig(algo=get_preset("grpo"), task="caesar", seed=s) for s in range(5)]
     runs.append(RunConfig(algo=get_preset("grpo"), task="caesar", seed=0, sft_steps=50))
     assert warm_start_jobs(dict(enumerate(runs))) == [[0, 1, 2], [3, 4], [5]]
+    # A loaded model's seeds train one per job: a group would hold a copy of its weights per seed.
+    loaded = [RunConfig(algo=get_preset("grpo"), task="caesar", seed=s, model="models/gpt2") for s in range(3)]
+    assert warm_start_jobs(dict(enumerate(loaded))) == [[0], [1], [2]]
 
 
 def test_a_warm_start_job_trains_its_seeds_then_their_teachers_each_as_one_group(monkeypatch, tmp_path):

@@ -56,7 +56,7 @@ from transformers.utils import logging as transformers_logging
 from rl_core.algorithms import get_run_algo
 from rl_core.config import AlgoConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import select_device
-from rl_core.engine.pretrained import check_model
+from rl_core.engine.pretrained import check_model, is_preset
 from rl_core.engine.sft import sft_policies
 from rl_core.engine.trainer import TrainingStopped, group_plan
 from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
@@ -172,19 +172,26 @@ def warm_start_key(run: RunConfig) -> tuple:
     return run.task, run.model, run.seed, run.demo_noise, run.sft_steps, run.device
 
 
+def warm_start_kind(run: RunConfig) -> tuple:
+    """What the warm starts trained as one group share: `warm_start_key` less the seed."""
+    return run.task, run.model, run.demo_noise, run.sft_steps, run.device
+
+
 def warm_start_jobs(runs: dict[int, RunConfig]) -> list[list[int]]:
-    """The runs (by id, in plan order) cut into warm-start jobs: the distinct seeds of one (task, model, noise, SFT
-    steps, device) in groups of `WARM_START_GROUP` at most, as even as can be (8 seeds: 4 and 4), each job with
-    every run of its seeds. Cut from the plan alone, as the batches are: a warm start trained in a group differs
-    from the same seed's in other company by float rounding."""
-    families: dict[tuple, dict[int, list[int]]] = {}
+    """The runs (by id, in plan order) cut into warm-start jobs: the distinct seeds of one `warm_start_kind` in
+    groups of `WARM_START_GROUP` at most (a loaded model's: one), as even as can be (8 seeds: 4 and 4), each job
+    with every run of its seeds. Cut from the plan alone, as the batches are: a warm start trained in a group
+    differs from the same seed's in other company by float rounding."""
+    kinds: dict[tuple, dict[int, list[int]]] = {}
     for run_id, run in runs.items():
-        key = warm_start_key(run)
-        families.setdefault(key[:2] + key[3:], {}).setdefault(run.seed, []).append(run_id)
+        kinds.setdefault(warm_start_kind(run), {}).setdefault(run.seed, []).append(run_id)
     jobs = []
-    for by_seed in families.values():
+    for (_, model, *_), by_seed in kinds.items():
         seeds = list(by_seed)
-        size = math.ceil(len(seeds) / math.ceil(len(seeds) / WARM_START_GROUP))
+        # A loaded model's group would hold a copy of its weights and AdamW moments per seed, where `check_fits`
+        # sized one: its seeds train one per job, as before.
+        most = WARM_START_GROUP if is_preset(model) else 1
+        size = math.ceil(len(seeds) / math.ceil(len(seeds) / most))
         for i in range(0, len(seeds), size):
             jobs.append([run_id for seed in seeds[i : i + size] for run_id in by_seed[seed]])
     return jobs
@@ -199,12 +206,11 @@ def warm_starts(runs: Sequence[RunConfig], cache_dir: Path | None, stopped: Call
         if stopped():
             raise TrainingStopped("stopped during the SFT warm start")
 
-    families: dict[tuple, list[RunConfig]] = {}
+    kinds: dict[tuple, list[RunConfig]] = {}
     for run in runs:
         if not isinstance(run.algo, RewardConfig):  # a reward model is fitted from scratch: nothing to start from
-            key = warm_start_key(run)
-            families.setdefault(key[:2] + key[3:], []).append(run)
-    for family in families.values():
+            kinds.setdefault(warm_start_kind(run), []).append(run)
+    for family in kinds.values():
         trainer = trainer_for(family[0], cache_dir)  # for its task, tokenizer, device and demo noise
         seeds = list(dict.fromkeys(run.seed for run in family))
         for seed in seeds:
