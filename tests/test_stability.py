@@ -203,7 +203,7 @@ def test_an_sft_warm_start_outside_its_band_trains_on_or_restarts_and_says_so(
     successes, same_weights, final, monkeypatch, tmp_path, caplog
 ):
     trained, measured = [], iter(successes)
-    monkeypatch.setattr(sft, "train_sft", lambda policy, *a, **k: trained.append(policy))
+    monkeypatch.setattr(sft, "train_sft", lambda policies, *a, **k: trained.extend(policies))
     monkeypatch.setattr(sft, "sft_success_rate", lambda *a: next(measured))
     task = get_task("reverse")
     task.sft_success_band = (0.25, 0.55)

@@ -44,9 +44,12 @@ def prefix_tree(
     prompt_length: int,
     response_mask: torch.Tensor,
     pack: bool | None = None,
+    budget: int | None = None,
 ) -> PrefixTree:
     """Pack `[left-padded prompt | right-padded response]` rows (see `rl_core.engine.rollout`) into a prefix tree
-    (`pack` None: only where that runs at most `PACKING_GAIN` of the padded batch's tokens; True: always).
+    (`pack` None: only where that runs at most `PACKING_GAIN` of the padded batch's tokens; True: always), a
+    prompt's responses going on in a further sequence past `budget` positions (default `MAX_SEQUENCE_LENGTH`;
+    at least the longest row).
 
     Response token t of a row is predicted at its prompt's last position (t = 0) or at its own token t − 1; a
     response's last token predicts nothing sampled and is left out. Columns past a response's end point at its
@@ -56,7 +59,7 @@ def prefix_tree(
     prompt_ids, prompt_mask = sequences[:, :prompt_length], attention_mask[:, :prompt_length].long()
     fed = (response_mask.sum(-1).long() - 1).tolist()  # response tokens that go in as inputs, per row
     prompt_real = prompt_mask.sum(-1).tolist()
-    budget = max(MAX_SEQUENCE_LENGTH, prompt_length + response_columns)
+    budget = max(MAX_SEQUENCE_LENGTH if budget is None else budget, prompt_length + response_columns)
     # Rows in the order given; each joins the sequence open for its prompt, or opens one if that would grow too long.
     open_sequence: dict[tuple[int, ...], int] = {}
     first_rows, lengths, sequence_of_row, start_of_row = [], [], [], []

@@ -200,12 +200,10 @@ def encode_pairs(
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
     rows = [ids + [tokenizer.eos_token_id] for ids in tokenizer(responses, add_special_tokens=False)["input_ids"]]
     width = max(len(r) for r in rows)
-    response_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    response_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        response_ids[i, : len(row)] = torch.tensor(row)
-        response_mask[i, : len(row)] = 1
-    response_ids, response_mask = response_ids.to(device), response_mask.to(device)
+    # Padded as lists and made tensors once: a copy per row cost more than the model's pass on a tiny model's batch.
+    pad = tokenizer.pad_token_id
+    response_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+    response_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
     return TokenBatch(
         sequences=torch.cat([prompt_ids, response_ids], dim=1),
         attention_mask=torch.cat([prompt_mask, response_mask], dim=1),

@@ -8,6 +8,12 @@ designed around (`ToyTask.sft_success_band`): RL has something to fix, and the p
 outside the band (a tiny model is sometimes short of the skill after the default steps) trains on for another
 round when it falls short, and starts again from other initial weights when it overshoots, up to SFT_ATTEMPTS
 rounds; the checkpoint's `sft.json` says what happened, and so does a warning.
+
+The warm starts of many seeds (a sweep's, an experiment's) train as one group, `sft_policies`: their policies'
+weights stacked (`stacked_runs.Stack`), one pass, one backward and one AdamW step for all of them, each seed on its
+own demonstrations; the seeds that need another round go on as a smaller group. One seed is a group of one. A
+warm start trained in a group differs from the same seed's alone by float rounding (the stacked pass pads each
+seed's batch to the group's longest), as a run in a group of runs does (docs/ARCHITECTURE.md, "A group of runs").
 """
 
 from __future__ import annotations
@@ -21,17 +27,21 @@ import random
 import re
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import platformdirs
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.engine.models import load_policy
+from rl_core.engine.packing import prefix_tree
 from rl_core.engine.pretrained import check_fits, initial_policy, is_preset, model_identity, sft_learning_rate
-from rl_core.engine.rollout import encode_pairs, response_logits, sample, token_logprobs
+from rl_core.engine.rollout import encode_pairs, sample, token_logprobs
+from rl_core.engine.stacked_adamw import StackedAdamW
+from rl_core.engine.stacked_runs import Stack, StackedGPT2, stacked_trees, teacher_forced
 from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
@@ -42,6 +52,11 @@ DEFAULT_SFT_STEPS = 200  # the step count the tasks' success bands are designed 
 SFT_ATTEMPTS = 3
 SFT_EVAL_PROMPTS = 256
 SFT_EVAL_SEED = 12345
+ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which the warm start uses
+# A prompt's demonstrations go on in a further sequence past this many positions. A group pads every seed's
+# sequences to its longest one, and short sequences waste the least: 32 ran a third to a half fewer tokens than the
+# default 256 on the tasks that pack (coin_flip, count, preference, digit_sum_long; bench/sft_group.py).
+SFT_SEQUENCE_LENGTH = 32
 
 
 # One lock per checkpoint folder: a thread that asks for a checkpoint another thread of this process is training
@@ -60,42 +75,85 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("RLHF_LAB_CACHE") or platformdirs.user_cache_dir("rlhf-lab"))
 
 
-def sft_loss(policy: GPT2LMHeadModel, tokenizer, prompts: list[str], responses: list[str]) -> torch.Tensor:
-    """Token-mean negative log-likelihood of the demonstrated responses (EOS included) given their prompts."""
-    batch = encode_pairs(tokenizer, prompts, responses, next(policy.parameters()).device)
-    logp = token_logprobs(response_logits(policy, batch), batch.response_ids)
-    return -(logp * batch.response_mask).sum() / batch.response_mask.sum()
+def sft_loss(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Token-mean negative log-likelihood of the demonstrated responses (EOS included) given their prompts,
+    `L = −Σ_i Σ_t m_{i,t} log π(y_{i,t} | x_i, y_{i,<t}) / Σ_i Σ_t m_{i,t}`, of the response tokens'
+    log-probabilities and mask `[…, B, T]`: one loss per leading index (per run of a group)."""
+    return -(logp * mask).sum((-2, -1)) / mask.sum((-2, -1))
+
+
+def demonstration_batch(task: ToyTask, tokenizer, rng: random.Random, size: int, demo_noise: float, device):
+    """`size` prompts and their demonstrations, drawn from `rng` (prompts first, then each demonstration in turn),
+    in the teacher-forcing layout, its prefix tree's sequences `SFT_SEQUENCE_LENGTH` long at most."""
+    prompts = task.sample_prompts(size, rng)
+    responses = [task.demonstration(p, rng, demo_noise) for p in prompts]
+    batch = encode_pairs(tokenizer, prompts, responses, device)
+    batch.__dict__["prefix_tree"] = prefix_tree(
+        batch.sequences, batch.attention_mask, batch.prompt_length, batch.response_mask, budget=SFT_SEQUENCE_LENGTH
+    )
+    return batch
 
 
 def train_sft(
-    policy: GPT2LMHeadModel,
+    policies: Sequence[GPT2LMHeadModel],
     tokenizer: PreTrainedTokenizerBase,
     task: ToyTask,
     steps: int,
     demo_noise: float,
-    seed: int,
+    seeds: Sequence[int],
     learning_rate: float,
     batch_size: int = 64,
-    progress: Callable[[int, float], None] | None = None,
-) -> list[float]:
-    """Adam on the demonstration NLL with a linear warm-down; returns the loss of every step."""
-    rng = random.Random(seed)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0, fused=True)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / max(steps, 1))
-    policy.train()
+    progress: Callable[[int, list[float]], None] | None = None,
+) -> list[list[float]]:
+    """AdamW on the demonstration NLL with a linear warm-down, `lr_k = lr · (1 − k / steps)`, for R policies of one
+    shape at once (R = 1 included): policy r draws its demonstrations from `random.Random(seeds[r])`, and all R
+    train as one program (`stacked_runs`: one pass, one backward, one `StackedAdamW` step per step); returns every
+    step's losses `[steps][R]`. Each policy keeps its own trained weights (no longer views of the group's buffer)."""
+    device = next(policies[0].parameters()).device
+    runs = len(policies)
+    rngs = [random.Random(seed) for seed in seeds]
+    stack = Stack(policies, trainable=True)
+    rates = torch.full((runs,), learning_rate, dtype=torch.float64)  # float64: `tolist()` gives the rate exactly
+    optimizer = StackedAdamW(stack.buffer, rates, torch.full((runs,), ADAM_EPS, dtype=torch.float64))
+    everyone = torch.ones(runs, dtype=torch.bool)
+    pad = tokenizer.pad_token_id
     losses = []
     for step in range(steps):
-        prompts = task.sample_prompts(batch_size, rng)
-        responses = [task.demonstration(p, rng, demo_noise) for p in prompts]
-        loss = sft_loss(policy, tokenizer, prompts, responses)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
+        batches = [demonstration_batch(task, tokenizer, rng, batch_size, demo_noise, device) for rng in rngs]
+        width = max(b.response_mask.shape[1] for b in batches)
+        ids = torch.stack([F.pad(b.response_ids, (0, width - b.response_ids.shape[1]), value=pad) for b in batches])
+        mask = torch.stack([F.pad(b.response_mask, (0, width - b.response_mask.shape[1])) for b in batches])
+        model = StackedGPT2(policies[0], stack.views())
+        hidden = teacher_forced(model, stacked_trees(batches, width))
+        logits = model._head(hidden.flatten(1, 2)).view(runs, batch_size, width, -1)
+        loss = sft_loss(token_logprobs(logits, ids), mask)
+        stack.buffer.grad = None
+        loss.sum().backward()  # the runs' losses touch only their own rows: each row gets its own run's gradient
+        optimizer.learning_rates([learning_rate * (1.0 - step / max(steps, 1))] * runs)  # as LambdaLR computes it
+        optimizer.step(everyone)
+        losses.append(loss.tolist())
         if progress is not None:
             progress(step + 1, losses[-1])
+    with torch.no_grad():
+        for policy in policies:  # their own storage again: a checkpoint saves one model's tensors, not the buffer
+            for parameter in policy.parameters():
+                parameter.data = parameter.data.clone()
     return losses
+
+
+def checkpoint_folder(cache_dir: Path, task: ToyTask, tokenizer, model_preset: str, seed: int, demo_noise, steps):
+    """Where the warm start of this (task, model, seed, noise, steps) is cached. The architecture (a loaded model's
+    files), its SFT learning rate and the task's code are part of the name, so a changed preset, a folder saved
+    again or a task whose demonstrations changed never loads a stale checkpoint."""
+    sources = (
+        model_identity(model_preset, tokenizer)
+        + f"lr={sft_learning_rate(model_preset)}"
+        + inspect.getsource(inspect.getmodule(type(task)))
+        + f"band={task.sft_success_band}"
+    )
+    version = fingerprint(sources, 10)
+    model_name = model_preset if is_preset(model_preset) else re.sub(r"[^\w.-]+", "_", model_preset)[-40:].strip("_")
+    return cache_dir / "sft" / f"{task.name}-{model_name}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
 
 
 def sft_policy(
@@ -111,37 +169,49 @@ def sft_policy(
 ) -> tuple[GPT2LMHeadModel, dict]:
     """The SFT policy for this (task, model, seed, noise, steps), trained once and then loaded from the cache,
     and its report: `success_rate`, `attempts`, `band` (None when the band does not apply) and a `note` when the
-    warm start had to be retrained or stayed outside its band. The task must be prepared (its reward ready).
+    warm start had to be retrained or stayed outside its band: `sft_policies` of one seed. The task must be
+    prepared (its reward ready).
 
     `model_preset` is a preset's name, or a loaded model's (`rl_core.engine.pretrained`): its SFT starts from its
     pretrained weights, once (the band's restarts from other weights do not apply), and is refused with a message
     when full fine-tuning would not fit the device."""
+    each = None if progress is None else (lambda done, losses: progress(done, losses[0]))
+    return sft_policies(task, tokenizer, model_preset, [seed], demo_noise, steps, device, cache_dir, each)[0]
+
+
+def sft_policies(
+    task: ToyTask,
+    tokenizer: PreTrainedTokenizerBase,
+    model_preset: str,
+    seeds: Sequence[int],
+    demo_noise: float,
+    steps: int,
+    device: torch.device,
+    cache_dir: Path | None = None,
+    progress: Callable[[int, list[float]], None] | None = None,
+) -> list[tuple[GPT2LMHeadModel, dict]]:
+    """`sft_policy` of each seed, in order: the checkpoints the cache lacks are trained as one group (`train_sft`
+    over the seeds; `progress(done, losses)` after each step, `(0, NaNs)` while another thread of this process
+    trains one of them). The task must be prepared (for any of the seeds: a success is the task's own check)."""
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds lists a seed twice: {list(seeds)}; a group trains each warm start once")
     cache_dir = Path(cache_dir or default_cache_dir())
     if not is_preset(model_preset) and steps:  # no steps: nothing trains, the pretrained weights are the warm start
         check_fits(model_preset, device, critic=False)
-    # The architecture (a loaded model's files), its SFT learning rate and the task's code are part of the key, so
-    # a changed preset, a folder saved again or a task whose demonstrations changed never loads a stale checkpoint.
-    learning_rate = sft_learning_rate(model_preset)
-    sources = (
-        model_identity(model_preset, tokenizer)
-        + f"lr={learning_rate}"
-        + inspect.getsource(inspect.getmodule(type(task)))
-        + f"band={task.sft_success_band}"
-    )
-    version = fingerprint(sources, 10)
-    model_name = model_preset if is_preset(model_preset) else re.sub(r"[^\w.-]+", "_", model_preset)[-40:].strip("_")
-    name = f"{task.name}-{model_name}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
-    folder = cache_dir / "sft" / name
-    lock = _checkpoint_lock(folder.resolve())
-    while not lock.acquire(timeout=0.25):
-        if progress is not None:
-            progress(0, math.nan)  # still waiting: the caller may stop here
+    folders = [checkpoint_folder(cache_dir, task, tokenizer, model_preset, s, demo_noise, steps) for s in seeds]
+    # In one order for every thread, so that two threads that want some of the same checkpoints never deadlock.
+    locks = [_checkpoint_lock(folder) for folder in sorted({f.resolve() for f in folders})]
+    held = []
     try:
-        return _load_or_train(
-            folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress
-        )
+        for lock in locks:
+            while not lock.acquire(timeout=0.25):
+                if progress is not None:
+                    progress(0, [math.nan] * len(seeds))  # still waiting: the caller may stop here
+            held.append(lock)
+        return _load_or_train(folders, task, tokenizer, model_preset, seeds, demo_noise, steps, device, progress)
     finally:
-        lock.release()
+        for lock in held:
+            lock.release()
 
 
 @torch.no_grad()
@@ -153,53 +223,83 @@ def sft_success_rate(policy: GPT2LMHeadModel, tokenizer, task: ToyTask) -> float
     return sum(task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist()).successes) / len(prompts)
 
 
-def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, steps, learning_rate, device, progress):
-    """The checkpoint in `folder` if it is readable, else a newly trained one written there (staging folder, then
-    a rename). An unreadable checkpoint (a truncated or emptied weights file, say) is reported and trained again, and
-    so is one whose LM head was saved apart from the embeddings: that policy was built untied (see
-    `models.MODEL_CONSTRUCTION`), and loading would tie the head to the embeddings and so change the model."""
+def _load_or_train(folders, task, tokenizer, model_preset, seeds, demo_noise, steps, device, progress):
+    """Each seed's checkpoint from its folder if it is readable, else trained (the missing ones as one group) and
+    written there (a staging folder, then a rename)."""
+    found = {seed: _cached(folder, model_preset, device) for seed, folder in zip(seeds, folders)}
+    missing = [seed for seed in seeds if found[seed] is None]
+    if missing:
+        trained = _train_in_band(task, tokenizer, model_preset, missing, demo_noise, steps, device, progress)
+        for seed, folder in zip(seeds, folders):
+            if seed in trained:
+                found[seed] = _publish(folder, *trained[seed], tokenizer, device)
+    return [found[seed] for seed in seeds]
+
+
+def _cached(folder: Path, model_preset: str, device) -> tuple[GPT2LMHeadModel, dict] | None:
+    """The checkpoint in `folder` and its report, or None when there is none. An unreadable checkpoint (a truncated
+    or emptied weights file, say) is reported and removed, and so is one whose LM head was saved apart from the
+    embeddings: that policy was built untied (see `models.MODEL_CONSTRUCTION`), and loading would tie the head to
+    the embeddings and so change the model."""
     if folder.parent.exists():
         remove_stale_staging(folder.parent, cache=True)  # left by a process killed while it saved a checkpoint
-    if folder.exists():
-        try:
-            with safe_open(folder / "model.safetensors", "pt") as weights:
-                if is_preset(model_preset) and "lm_head.weight" in weights.keys():  # noqa: SIM118 - safe_open is no mapping: `in` needs the list
-                    raise ValueError("its LM head was trained untied from the embeddings")
-            return load_policy(folder).to(device), json.loads((folder / "sft.json").read_text())
-        except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"
-            log.warning(
-                "the cached SFT checkpoint %s is unreadable (%s: %s); training it again",
-                folder.name,
-                type(error).__name__,
-                error,
-            )
-            shutil.rmtree(folder, ignore_errors=True)
+    if not folder.exists():
+        return None
+    try:
+        with safe_open(folder / "model.safetensors", "pt") as weights:
+            if is_preset(model_preset) and "lm_head.weight" in weights.keys():  # noqa: SIM118 - safe_open is no mapping: `in` needs the list
+                raise ValueError("its LM head was trained untied from the embeddings")
+        return load_policy(folder).to(device), json.loads((folder / "sft.json").read_text())
+    except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"
+        log.warning(
+            "the cached SFT checkpoint %s is unreadable (%s: %s); training it again",
+            folder.name,
+            type(error).__name__,
+            error,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
+def _train_in_band(task, tokenizer, model_preset, seeds, demo_noise, steps, device, progress) -> dict:
+    """Seed → (trained policy, report), the seeds trained as one group. A seed whose warm start lands outside its
+    band goes on into another round, with the other such seeds as a smaller group, up to SFT_ATTEMPTS rounds."""
     designed = is_preset(model_preset) and demo_noise == task.default_demo_noise and steps == DEFAULT_SFT_STEPS
     band = task.sft_success_band if designed else None
-    tried = []
-    policy = None
+    tried: dict[int, list[float]] = {seed: [] for seed in seeds}
+    policies: dict[int, GPT2LMHeadModel] = {}
+    training = list(seeds)
     for attempt in range(SFT_ATTEMPTS if band else 1):
-        if policy is None or tried[-1] > band[1]:
-            # The initial weights come from the seed (and the attempt) alone; the global RNG is left as it was found.
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed + 1000 * attempt)
-                policy = initial_policy(model_preset, tokenizer).to(device)
+        for seed in training:
+            if seed not in policies or tried[seed][-1] > band[1]:
+                # The initial weights come from the seed (and the attempt) alone; the global RNG is left as it was.
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(seed + 1000 * attempt)
+                    policies[seed] = initial_policy(model_preset, tokenizer).to(device)
         # Below the band the same weights train on (another `steps`, on fresh demonstrations): they are short of the
         # skill. Above it, learning more cannot help, so the next attempt starts from other weights.
         train_sft(
-            policy,
+            [policies[seed] for seed in training],
             tokenizer,
             task,
             steps,
             demo_noise,
-            seed + 1000 * attempt,
-            learning_rate=learning_rate,
+            [seed + 1000 * attempt for seed in training],
+            learning_rate=sft_learning_rate(model_preset),
             progress=progress,
         )
-        policy.eval()
-        tried.append(sft_success_rate(policy, tokenizer, task))
-        if band is None or band[0] <= tried[-1] <= band[1]:
+        for seed in training:
+            policies[seed].eval()
+            tried[seed].append(sft_success_rate(policies[seed], tokenizer, task))
+        training = [seed for seed in training if band is not None and not band[0] <= tried[seed][-1] <= band[1]]
+        if not training:
             break
+    return {seed: (policies[seed], _report(task, seed, steps, tried[seed], band)) for seed in seeds}
+
+
+def _report(task: ToyTask, seed: int, steps: int, tried: list[float], band) -> dict:
+    """What `sft.json` says of a warm start that succeeded at the rates `tried`, round by round; a note (also
+    logged as a warning) where it took more than one round or stayed outside its band."""
     success = tried[-1]
     report = {"success_rate": success, "attempts": len(tried), "band": band}
     if len(tried) > 1 or (band and not band[0] <= success <= band[1]):
@@ -210,6 +310,11 @@ def _load_or_train(folder, task, tokenizer, model_preset, seed, demo_noise, step
             f"weights), against the band {band[0]:.2f}–{band[1]:.2f}: {outcome}"
         )
         log.warning(report["note"])
+    return report
+
+
+def _publish(folder: Path, policy, report: dict, tokenizer, device) -> tuple[GPT2LMHeadModel, dict]:
+    """Write the checkpoint and its report to `folder` (a staging folder, then a rename) and load it from there."""
     staging = staging_folder(folder, cache=True)
     policy.save_pretrained(staging)  # safetensors: written from device tensors directly
     tokenizer.save_pretrained(staging)

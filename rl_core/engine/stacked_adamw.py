@@ -44,6 +44,10 @@ class StackedAdamW:
         # The fused kernel where torch has one for the device (CPU and CUDA); its for-loop form elsewhere.
         self.fused = buffer.device.type in ("cpu", "cuda")
 
+    def learning_rates(self, lr: list[float]) -> None:
+        """Run r steps at `lr[r]` from now on (a schedule's rates), with its ε as it was."""
+        self.settings = [(rate, eps) for rate, (_, eps) in zip(lr, self.settings)]
+
     @torch.no_grad()
     def step(self, active: torch.Tensor) -> None:
         """One AdamW update of the runs where `active` `[R]` is True (the buffer's gradient as it is)."""

@@ -164,12 +164,12 @@ def _tasks():
     return remote(_warm_start_task), remote(_training_task)
 
 
-def _warm_start_task(run: RunConfig, cache_dir: Path | None) -> Iterator[dict]:
-    """`rl_core.runs.sweep.warm_start` on a worker; a generator like the training task (it yields nothing), so one loop
-    awaits and stops both."""
-    from rl_core.runs.sweep import warm_start  # the sweep imports this module
+def _warm_start_task(runs: list[RunConfig], cache_dir: Path | None) -> Iterator[dict]:
+    """`rl_core.runs.sweep.warm_starts` on a worker; a generator like the training task (it yields nothing), so one
+    loop awaits and stops both."""
+    from rl_core.runs.sweep import warm_starts  # the sweep imports this module
 
-    warm_start(run, cache_dir)
+    warm_starts(runs, cache_dir)
     yield from ()
 
 
@@ -218,16 +218,16 @@ class RayPool:
         self.threads = stack.enter_context(ThreadPoolExecutor(workers, thread_name_prefix="ray-run"))
         self.stop_event, self.store, self.cap = stop_event, store, cap
 
-    def warm_start(self, run: RunConfig, cache_dir: Path | None) -> Future:
-        return self.threads.submit(self._warm_start, run, cache_dir)
+    def warm_start(self, runs: list[RunConfig], cache_dir: Path | None) -> Future:
+        return self.threads.submit(self._warm_start, runs, cache_dir)
 
     def train(self, run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> Future:
         """Train the runs as one batch; their outcomes are their statuses in the store, the future only says when
         the batch ended."""
         return self.threads.submit(self._train, run_ids, runs, cache_dir)
 
-    def _warm_start(self, run: RunConfig, cache_dir: Path | None) -> None:
-        for _ in _items(_tasks()[0].remote(run, cache_dir), self.stop_event.is_set):
+    def _warm_start(self, runs: list[RunConfig], cache_dir: Path | None) -> None:
+        for _ in _items(_tasks()[0].remote(runs, cache_dir), self.stop_event.is_set):
             pass
 
     def _train(self, run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> None:

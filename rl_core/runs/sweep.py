@@ -11,8 +11,9 @@ matrices gain nothing from a second thread, and a sweep already gives every core
 
 Warm starts first. Runs that differ only in the preset or a knob share an SFT checkpoint and a reward model
 (cached on disk per task, model, seed, noise and SFT steps). The sweep trains each distinct one once, in a
-worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint; distinct
-ones (one per seed) are trained in parallel.
+worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint. The SFT
+warm starts of many seeds (and a distillation's teachers) train as one group (`sft.sft_policies`), the seeds cut
+into jobs of `WARM_START_GROUP` from the plan alone (`warm_start_jobs`), which the workers train in parallel.
 
 Batches. The runs that can train as one group (`rl_core.engine.trainer.group_plan`: the arms of an experiment that
 share their shapes, over all its seeds) train as one vectorised program in one worker, and take one place under the
@@ -55,9 +56,10 @@ from transformers.utils import logging as transformers_logging
 from rl_core.algorithms import get_run_algo
 from rl_core.config import AlgoConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import select_device
-from rl_core.engine.pretrained import check_model
-from rl_core.engine.sft import sft_policy
+from rl_core.engine.pretrained import check_model, is_preset
+from rl_core.engine.sft import sft_policies
 from rl_core.engine.trainer import TrainingStopped, group_plan
+from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
 from rl_core.runs import cluster
 from rl_core.runs.reuse import run_key
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
@@ -77,6 +79,8 @@ MAX_SWEEP_RUNS = 1000  # every run is a row in the store and a job for the pool:
 # Runs of one shape trained as one program at most: 8 seeds of an arm, or 4 seeds of two arms. A larger group
 # costs a run little less (bench/run_batch.py) and leaves a second core without a batch.
 GROUP_RUNS = 8
+# SFT warm starts of one kind trained as one group at most: an experiment's 8 seeds in two groups, one per core.
+WARM_START_GROUP = 4
 
 # The sweeps running in this process, stopped when the interpreter exits (`_stop_live_sweeps`).
 _live_sweeps: weakref.WeakSet = weakref.WeakSet()
@@ -168,29 +172,78 @@ def warm_start_key(run: RunConfig) -> tuple:
     return run.task, run.model, run.seed, run.demo_noise, run.sft_steps, run.device
 
 
-def warm_start(run: RunConfig, cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
-    """Train (or find cached) the reward model and the SFT checkpoint `run` starts from; TrainingStopped once
-    `stopped()` turns true."""
-    if isinstance(run.algo, RewardConfig):
-        return  # a reward model is fitted from scratch: no task reward model, no SFT policy to start from
-    trainer = trainer_for(run, cache_dir)  # for its task, tokenizer, device and demo noise
+def warm_start_kind(run: RunConfig) -> tuple:
+    """What the warm starts trained as one group share: `warm_start_key` less the seed."""
+    return run.task, run.model, run.demo_noise, run.sft_steps, run.device
 
-    def progress(done: int, loss: float) -> None:
+
+def warm_start_jobs(runs: dict[int, RunConfig]) -> list[list[int]]:
+    """The runs (by id, in plan order) cut into warm-start jobs: the distinct seeds of one `warm_start_kind` in
+    groups of `WARM_START_GROUP` at most (a loaded model's: one), as even as can be (8 seeds: 4 and 4), each job
+    with every run of its seeds. Cut from the plan alone, as the batches are: a warm start trained in a group
+    differs from the same seed's in other company by float rounding."""
+    kinds: dict[tuple, dict[int, list[int]]] = {}
+    for run_id, run in runs.items():
+        kinds.setdefault(warm_start_kind(run), {}).setdefault(run.seed, []).append(run_id)
+    jobs = []
+    for (_, model, *_), by_seed in kinds.items():
+        seeds = list(by_seed)
+        # A loaded model's group would hold a copy of its weights and AdamW moments per seed, where `check_fits`
+        # sized one: its seeds train one per job, as before.
+        most = WARM_START_GROUP if is_preset(model) else 1
+        size = math.ceil(len(seeds) / math.ceil(len(seeds) / most))
+        for i in range(0, len(seeds), size):
+            jobs.append([run_id for seed in seeds[i : i + size] for run_id in by_seed[seed]])
+    return jobs
+
+
+def warm_starts(runs: Sequence[RunConfig], cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
+    """Train (or find cached) what `runs` start from: each seed's reward model, then the SFT checkpoints of one
+    (task, model, noise, SFT steps, device) across seeds as one group (`sft.sft_policies`), then so their teachers
+    (on-policy distillation's π_T); TrainingStopped once `stopped()` turns true."""
+
+    def progress(done: int, losses: list[float]) -> None:
         if stopped():
             raise TrainingStopped("stopped during the SFT warm start")
 
-    trainer.task.prepare(trainer.cache_dir, trainer.device, run.seed)
-    sft_policy(
-        trainer.task,
-        trainer.tokenizer,
-        run.model,
-        run.seed,
-        trainer.demo_noise,
-        run.sft_steps,
-        trainer.device,
-        trainer.cache_dir,
-        progress=progress,
-    )
+    kinds: dict[tuple, list[RunConfig]] = {}
+    for run in runs:
+        if not isinstance(run.algo, RewardConfig):  # a reward model is fitted from scratch: nothing to start from
+            kinds.setdefault(warm_start_kind(run), []).append(run)
+    for family in kinds.values():
+        trainer = trainer_for(family[0], cache_dir)  # for its task, tokenizer, device and demo noise
+        seeds = list(dict.fromkeys(run.seed for run in family))
+        for seed in seeds:
+            trainer.task.prepare(trainer.cache_dir, trainer.device, seed)
+        # The group's success checks score with the task prepared for the last seed: a success is the task's own
+        # check, which no seed's reward model changes.
+        sft_policies(
+            trainer.task,
+            trainer.tokenizer,
+            family[0].model,
+            seeds,
+            trainer.demo_noise,
+            family[0].sft_steps,
+            trainer.device,
+            trainer.cache_dir,
+            progress=progress,
+        )
+        teachers: dict[tuple, dict[int, None]] = {}  # (teacher model, its SFT steps) → its seeds, in order
+        for run in family:
+            if getattr(run.algo, "teacher_model", None) is not None:
+                teachers.setdefault((run.algo.teacher_model, run.algo.teacher_sft_steps), {})[run.seed] = None
+        for (model, steps), teacher_seeds in teachers.items():
+            sft_policies(
+                trainer.task,
+                trainer.tokenizer,
+                model,
+                list(teacher_seeds),
+                TEACHER_DEMO_NOISE,
+                steps,
+                trainer.device,
+                trainer.cache_dir,
+                progress=progress,
+            )
 
 
 class Sweep:
@@ -306,12 +359,9 @@ class Sweep:
         waiting: list[list[int]] = []  # batches some of whose warm starts are not
 
         def prepare_runs(ids: list[int]) -> None:
-            by_key: dict[tuple, list[int]] = {}
-            for run_id in ids:
-                by_key.setdefault(warm_start_key(runs[run_id].run), []).append(run_id)
-            for shared in by_key.values():
-                future = pool().warm_start(runs[shared[0]].run, self.cache_dir)
-                pending[future] = shared
+            for job in warm_start_jobs({run_id: runs[run_id].run for run_id in ids}):
+                future = pool().warm_start([runs[run_id].run for run_id in job], self.cache_dir)
+                pending[future] = job
                 warm_starts.add(future)
             waiting.extend(batches({run_id: runs[run_id].run for run_id in ids}))
 
@@ -441,8 +491,9 @@ class LocalPool:
             )
         )
 
-    def warm_start(self, run: RunConfig, cache_dir: Path | None) -> Future:
-        return _submit(self.pool, _warm_start, run, cache_dir)
+    def warm_start(self, runs: list[RunConfig], cache_dir: Path | None) -> Future:
+        """Train what the runs start from (`warm_starts`)."""
+        return _submit(self.pool, _warm_start, runs, cache_dir)
 
     def train(self, run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> Future:
         """Train the runs as one batch; their outcomes are their statuses in the store, the future only says when
@@ -511,8 +562,8 @@ def _watch_coordinator(coordinator: int) -> None:
     os._exit(1)
 
 
-def _warm_start(run: RunConfig, cache_dir: Path | None) -> None:
-    warm_start(run, cache_dir, _stop_event.is_set)
+def _warm_start(runs: list[RunConfig], cache_dir: Path | None) -> None:
+    warm_starts(runs, cache_dir, _stop_event.is_set)
 
 
 def _train(run_ids: list[int], runs: list[RunConfig], cache_dir: Path | None) -> None:
