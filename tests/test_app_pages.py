@@ -306,6 +306,23 @@ def test_a_bad_value_in_the_link_is_refused_by_name_and_the_default_kept(name, v
     assert not at.button(key="grpo:train").disabled
 
 
+@pytest.mark.timeout(TRAINING_TIMEOUT + 120)
+def test_lora_is_a_knob_of_every_page_and_a_link_to_it_trains_adapters_only():
+    at = open_with_url("grpo", use_peft="true", lora_r="4", lora_target_modules="c_attn,c_proj")
+    assert not at.exception and not at.warning
+    assert at.toggle(key="grpo:use_peft").value is True
+    assert at.select_slider(key="grpo:lora_r").value == 4
+    quick_settings(at, "grpo")
+    snap = train(at, "grpo")
+    assert snap.status == "finished", snap.error
+    job = at.session_state["grpo:runs"][-1]
+    algo = job.run.algo
+    assert (algo.use_peft, algo.lora_r, algo.lora_target_modules) == (True, 4, "c_attn,c_proj")
+    for page in ALGORITHM_PAGES:
+        other = open_with_url(page)
+        assert other.toggle(key=f"{ALGORITHM_PAGES[page]}:use_peft").value is False, page
+
+
 def test_switching_gspo_to_the_token_clip_loads_the_token_clip_range(open_page):
     at = open_page("gspo")
     assert at.select_slider(key="gspo:epsilon").value == 3e-4

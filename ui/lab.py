@@ -51,6 +51,8 @@ KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overla
 DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
+# LoRA (peft's adapters over the frozen policy) applies to every RL algorithm: on every page, under "All knobs".
+ADAPTER_KNOBS = ("use_peft", "lora_r", "lora_alpha", "lora_target_modules")
 URL_WRITTEN = "lab:urls"  # the query parameters the pages of this session wrote, the latest last
 URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a rerun per key press under load)
 
@@ -104,7 +106,7 @@ def live_lab(
     runs = page_runs(page)
     current = runs[-1] if runs else None
     busy = current is not None and current.active
-    all_knobs = tuple(dict.fromkeys((*lesson, *knobs)))
+    all_knobs = tuple(dict.fromkeys((*lesson, *knobs, *ADAPTER_KNOBS)))
     _apply_url(page, variants, all_knobs)
     controls, effect = st.columns([10, 23], gap="medium")
     with controls:
