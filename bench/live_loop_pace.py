@@ -4,7 +4,8 @@ For each N (default 1, 5, 10), N learners each hand one run to one `RunLoop` (th
 the same moment, from a thread of their own, as N learners pressing Train do. The runs are the page's default
 (`grpo` on its default task, the tiny model, one CPU thread); learner k's run has seed k mod 4 (warm starts of
 seeds 0–3, trained first if missing and not timed) and its own clip range ε = 0.2 + 0.001·k, so that no two runs
-are the same computation. Each run trains `--steps` steps. Printed per N: the wall seconds from the joint start to
+are the same computation. Each run trains `--steps` steps, after an untimed round of one run of 2 steps that pays
+the process's one-time costs. Printed per N: the wall seconds from the joint start to
 the last run's end, the steps per second of each run (median and slowest over the N), and the median's ratio to
 N = 1 measured in this process: the pace of a learner's run among N against alone. The loop is one thread, so on
 a quiet machine its wall time is its CPU time; other work on the cores stretches the wall, so the same ratio is also
@@ -85,6 +86,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="a JSON report")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    round_of(1, 2, args.cache_dir)  # untimed: the process's first steps pay one-time costs (allocations, lazy imports)
     load_before = os.getloadavg()
     rounds = [round_of(n, args.steps, args.cache_dir) for n in args.learners]
     alone = next((r["steps_per_s_median"] for r in rounds if r["learners"] == 1), None)
