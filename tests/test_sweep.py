@@ -18,7 +18,7 @@ from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import plan_experiment
 from rl_core.runs.store import RunStore, process_alive
 from rl_core.runs.summary import format_table, run_outcome, summarise
-from rl_core.runs.sweep import Sweep, batch_count, batches, parse_grid, plan_sweep, warm_start_key
+from rl_core.runs.sweep import Sweep, batch_count, batches, parse_grid, plan_sweep, warm_start_kind
 from rl_core.runs.workers import trains_in_local_workers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,8 @@ def test_a_plan_crosses_presets_grid_values_and_seeds():
     ]
     assert len(planned) == 8 and all(p.run.algo.prompts_per_step == 4 and p.run.sft_steps == 10 for p in planned)
     assert [p.run.algo.beta for p in planned if p.run.algo.name == "rloo"] == [0.0, 0.0, 0.1, 0.1]
-    assert len({warm_start_key(p.run) for p in planned}) == 2  # one SFT checkpoint per seed, shared by all
+    # One SFT checkpoint per seed, shared by all: one kind, two seeds.
+    assert len({(warm_start_kind(p.run), p.run.seed) for p in planned}) == 2
 
 
 @pytest.mark.parametrize(

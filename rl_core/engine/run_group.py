@@ -38,7 +38,15 @@ from torch.utils._pytree import tree_map
 from rl_core.engine.lora import share_base
 from rl_core.engine.rollout import Rollout, token_logprobs
 from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
-from rl_core.engine.stacked_runs import AdapterStack, Stack, StackedGPT2, sample_runs, stacked_trees, teacher_forced
+from rl_core.engine.stacked_runs import (
+    AdapterStack,
+    Stack,
+    StackedGPT2,
+    sample_runs,
+    stacked_trees,
+    teacher_forced,
+    teacher_forced_logits,
+)
 from rl_core.formulas import kl as kl_estimators
 from rl_core.formulas.advantages import reward_to_go, running_mean_update
 from rl_core.formulas.aggregation import aggregate_loss
@@ -514,10 +522,8 @@ class RunGroup:
         """Logits `[R', B, T, V]` / each run's temperature of a stacked language model over a stacked layout."""
         module = self.trainers[0].teacher if stack is self.teacher else self.trainers[0].policy
         model = StackedGPT2(module, stack.views(part.index if runs is None else runs, grad))
-        hidden = teacher_forced(model, layout)
-        R, B, T = hidden.shape[:3]
         temperature = self.temperature if part.index is None else self.temperature[part.index]
-        return model._head(hidden.flatten(1, 2)).view(R, B, T, -1) / temperature[:, None, None, None]
+        return teacher_forced_logits(model, layout) / temperature[:, None, None, None]
 
     def _values(self, part: Part, layout, grad: bool) -> torch.Tensor:
         """The critics' V(s_t) `[R', B, T]` at the state before each response token (where its logits are read)."""

@@ -41,7 +41,7 @@ from rl_core.engine.packing import prefix_tree
 from rl_core.engine.pretrained import check_fits, initial_policy, is_preset, model_identity, sft_learning_rate
 from rl_core.engine.rollout import encode_pairs, sample, token_logprobs
 from rl_core.engine.stacked_adamw import StackedAdamW
-from rl_core.engine.stacked_runs import Stack, StackedGPT2, stacked_trees, teacher_forced
+from rl_core.engine.stacked_runs import Stack, StackedGPT2, stacked_trees, teacher_forced_logits
 from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
@@ -125,8 +125,7 @@ def train_sft(
         ids = torch.stack([F.pad(b.response_ids, (0, width - b.response_ids.shape[1]), value=pad) for b in batches])
         mask = torch.stack([F.pad(b.response_mask, (0, width - b.response_mask.shape[1])) for b in batches])
         model = StackedGPT2(policies[0], stack.views())
-        hidden = teacher_forced(model, stacked_trees(batches, width))
-        logits = model._head(hidden.flatten(1, 2)).view(runs, batch_size, width, -1)
+        logits = teacher_forced_logits(model, stacked_trees(batches, width))
         loss = sft_loss(token_logprobs(logits, ids), mask)
         stack.buffer.grad = None
         loss.sum().backward()  # the runs' losses touch only their own rows: each row gets its own run's gradient

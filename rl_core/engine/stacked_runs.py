@@ -248,6 +248,13 @@ def teacher_forced(model: StackedGPT2, layout: tuple[torch.Tensor, ...]) -> torc
     return hidden.gather(1, index.reshape(R, B * T, 1).expand(-1, -1, hidden.shape[-1])).view(R, B, T, -1)
 
 
+def teacher_forced_logits(model: StackedGPT2, layout: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Logits `[R, B, T, V]` at the positions that predict each response token (`teacher_forced`, then the LM
+    head)."""
+    hidden = teacher_forced(model, layout)
+    return model._head(hidden.flatten(1, 2)).view(*hidden.shape[:3], -1)
+
+
 def _four_d(attention_mask: torch.Tensor) -> torch.Tensor:
     """A prefix tree's mask as `[U, L, L]` bool: its 4-D mask as it is, or the padded layout's 2-D key mask made
     causal (a left-padding query sees itself, so that no softmax row is empty; nothing reads it)."""

@@ -167,13 +167,9 @@ def plan_sweep(
     return planned
 
 
-def warm_start_key(run: RunConfig) -> tuple:
-    """What the cached SFT checkpoint and reward model of a run depend on."""
-    return run.task, run.model, run.seed, run.demo_noise, run.sft_steps, run.device
-
-
 def warm_start_kind(run: RunConfig) -> tuple:
-    """What the warm starts trained as one group share: `warm_start_key` less the seed."""
+    """What the warm starts trained as one group share: what a run's cached SFT checkpoint and reward model depend
+    on, less the seed."""
     return run.task, run.model, run.demo_noise, run.sft_steps, run.device
 
 
