@@ -145,7 +145,12 @@ def test_ipo_gradient_pulls_h_to_its_target_from_either_side():
 def test_preference_metrics_by_hand():
     # β = 0.5: implicit rewards chosen [0.5, 0], rejected [−0.5, 0.5]; means 0.25 and 0; the first pair is ordered,
     # the second not: accuracy 0.5; margins [1, −0.5], mean 0.25. Mean log-probs: chosen −1.5, rejected −2.
-    metrics = preference_metrics(torch.tensor(0.7), CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5)
+    metrics = {
+        name: value.item()
+        for name, value in preference_metrics(
+            torch.tensor(0.7), CHOSEN, REJECTED, REF_CHOSEN, REF_REJECTED, 0.5
+        ).items()
+    }
     assert metrics == pytest.approx(
         {
             "loss": 0.7,

@@ -15,9 +15,10 @@ Pairs are `reward_model.PreferencePair`s; the accuracy and the margin of the imp
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -35,13 +36,23 @@ from rl_core.engine.reward_model import (
     split_pairs,
 )
 from rl_core.engine.rollout import (
+    TokenBatch,
     encode_pairs,
     frozen_response_logits,
     response_logits,
-    sample,
     token_logprobs,
 )
+from rl_core.engine.run_group import Records
 from rl_core.engine.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
+from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
+from rl_core.engine.stacked_runs import (
+    Stack,
+    StackedGPT2,
+    response_token_logprobs,
+    sample_runs,
+    stacked_trees,
+    teacher_forced_logits,
+)
 from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.engine.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
 from rl_core.formulas.kl import kl_exact, kl_k3
@@ -49,6 +60,9 @@ from rl_core.formulas.masking import masked_mean, masked_sum
 from toy_tasks.base import ToyTask
 
 MAX_BETA = DPO_RANGES["beta"].high  # the lab's upper bound on β, as a DPO run's knob has it
+ADAM_EPS = 1e-8  # torch.optim.AdamW's default, as TRL's DPOTrainer uses it
+# TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
+MAX_GRAD_NORM = 1.0
 
 
 def implicit_reward(logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -> torch.Tensor:
@@ -162,6 +176,13 @@ def pair_logprobs(
     return logps[: len(pairs)], logps[len(pairs) :]
 
 
+def pair_batch(tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], device: torch.device) -> TokenBatch:
+    """The teacher-forcing layout of the pairs' chosen responses, then their rejected ones, after their prompts (the
+    batch `pair_logprobs` reads)."""
+    prompts = [p.prompt for p in pairs] * 2
+    return encode_pairs(tokenizer, prompts, [p.chosen for p in pairs] + [p.rejected for p in pairs], device)
+
+
 def pair_lengths(
     tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], device: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,21 +202,22 @@ def preference_metrics(
     rejected_logps: torch.Tensor,
     ref_chosen_logps: torch.Tensor,
     ref_rejected_logps: torch.Tensor,
-    beta: float,
-) -> dict[str, float]:
-    """TRL's DPOTrainer metrics of a batch of pairs: `loss`, `rewards/chosen`, `rewards/rejected` (mean implicit
-    rewards), `rewards/accuracies` (the share whose implicit chosen reward is strictly higher), `rewards/margins`
-    (their mean difference), `logps/chosen`, `logps/rejected` (mean sequence log-probabilities)."""
+    beta: float | torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """TRL's DPOTrainer metrics of a batch of pairs, as 0-dim tensors (read from the host once per step, with every
+    run's of a group): `loss`, `rewards/chosen`, `rewards/rejected` (mean implicit rewards), `rewards/accuracies`
+    (the share whose implicit chosen reward is strictly higher), `rewards/margins` (their mean difference),
+    `logps/chosen`, `logps/rejected` (mean sequence log-probabilities)."""
     chosen = implicit_reward(chosen_logps, ref_chosen_logps, beta).detach()
     rejected = implicit_reward(rejected_logps, ref_rejected_logps, beta).detach()
     return {
-        "loss": loss.item(),
-        "rewards/chosen": chosen.mean().item(),
-        "rewards/rejected": rejected.mean().item(),
-        "rewards/accuracies": pairwise_accuracy(chosen, rejected).item(),
-        "rewards/margins": reward_margin(chosen, rejected).item(),
-        "logps/chosen": chosen_logps.detach().mean().item(),
-        "logps/rejected": rejected_logps.detach().mean().item(),
+        "loss": loss.detach(),
+        "rewards/chosen": chosen.mean(),
+        "rewards/rejected": rejected.mean(),
+        "rewards/accuracies": pairwise_accuracy(chosen, rejected),
+        "rewards/margins": reward_margin(chosen, rejected),
+        "logps/chosen": chosen_logps.detach().mean(),
+        "logps/rejected": rejected_logps.detach().mean(),
     }
 
 
@@ -277,7 +299,9 @@ class DPOTraining:
         self.eval_seed = seed + 1
         # The SFT policy has no dropout, and eval mode keeps it so (as TRL's disable_dropout) through training.
         self.policy.eval()
-        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
+        self.learning_rate = float(learning_rate)
+        self.adam_state: dict | None = None  # AdamW's moments and step count, views of its group's once it trains
+        self.group: DPOGroup | None = None  # the group it last trained in
 
     def steps(self) -> Iterator[dict[str, float]]:
         """Train; one record per step: `step`, the minibatch's `preference_metrics`, and where evaluated (step 0,
@@ -290,63 +314,24 @@ class DPOTraining:
                 record |= self.evaluate()
             yield record
 
+    def alone(self) -> DPOGroup:
+        """The group of this training alone (formed again where it last trained in other company)."""
+        if self.group is None or self.group.trainings != [self]:
+            DPOGroup([self])
+        return self.group
+
     def update(self) -> dict[str, float]:
         """One optimiser step on `batch_size` training pairs drawn with replacement; returns the minibatch's
-        `preference_metrics`, measured before the step (as TRL logs them)."""
-        batch = self.rng.choices(self.train, k=self.batch_size)
-        chosen, rejected = pair_logprobs(self.policy, self.tokenizer, batch)
-        ref_chosen, ref_rejected = pair_logprobs(self.reference, self.tokenizer, batch, frozen=True)
-        loss = preference_loss(
-            self.loss_type,
-            chosen,
-            rejected,
-            ref_chosen,
-            ref_rejected,
-            self.beta,
-            *pair_lengths(self.tokenizer, batch, self.device),
-        )
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        # TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
-        self.optimizer.step()
-        return preference_metrics(loss, chosen, rejected, ref_chosen, ref_rejected, self.beta)
+        `preference_metrics`, measured before the step (as TRL logs them). A group of one (`DPOGroup.update`)."""
+        return self.alone().update()[0]
 
-    @torch.no_grad()
     def evaluate(self, samples: int = 0, pairs: bool = True) -> dict:
         """The held-out pairs' metrics (`eval_` + TRL's names; unless not `pairs`), and of one sample (temperature
         1) per fixed prompt the gold `success_rate`, the task's reward `reward_mean` (its learned reward model's
         standardised score), and the per-token KL(π_θ‖π_ref): `kl_exact` over the vocabulary at each sampled
         state, `kl_k3` its k3 estimate at the sampled token. With `samples`, the first few samples as `samples`
-        (token views)."""
-        metrics = {}
-        if pairs:
-            chosen, rejected = pair_logprobs(self.policy, self.tokenizer, self.held_out, frozen=True)
-            ref_chosen, ref_rejected = self.held_out_ref_logps
-            loss = preference_loss(
-                self.loss_type, chosen, rejected, ref_chosen, ref_rejected, self.beta, *self.held_out_lengths
-            )
-            metrics = {
-                f"eval_{key}": value
-                for key, value in preference_metrics(
-                    loss, chosen, rejected, ref_chosen, ref_rejected, self.beta
-                ).items()
-            }
-        generator = torch.Generator(device=next(self.policy.parameters()).device).manual_seed(self.eval_seed)
-        rollout = sample(self.policy, self.tokenizer, self.eval_prompts, self.task.max_new_tokens, 1.0, generator)
-        ref_logits = frozen_response_logits(self.reference, rollout)
-        ref_logp = token_logprobs(ref_logits, rollout.response_ids)
-        scores = self.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
-        mask = rollout.response_mask
-        metrics |= {
-            "success_rate": sum(scores.successes) / len(scores.successes),
-            "reward_mean": sum(scores.rewards) / len(scores.rewards),
-            "kl_exact": masked_mean(kl_exact(rollout.logits, ref_logits), mask).item(),
-            "kl_k3": masked_mean(kl_k3(rollout.old_logp, ref_logp), mask).item(),
-        }
-        if samples:
-            metrics["samples"] = self._sample_views(rollout, ref_logp, scores, samples)
-        return metrics
+        (token views). A group of one (`DPOGroup.evaluate`)."""
+        return self.alone().evaluate([samples], [pairs])[0]
 
     def _sample_views(self, rollout, ref_logp: torch.Tensor, scores, n: int) -> list[dict]:
         """The first `n` evaluation samples token by token: what the RL runs' views hold that DPO has (reward,
@@ -370,6 +355,152 @@ class DPOTraining:
                 }
             )
         return views
+
+
+class DPOGroup:
+    """R `DPOTraining`s of one shape (model, minibatch size, held-out pairs, evaluation prompts) trained as one
+    program, as a group of RL runs is (docs/ARCHITECTURE.md, "A group of runs"): the policies and the references each
+    one `Stack` (every training's modules are views of their rows from now on), one teacher-forced pass of the
+    policies over every run's chosen and rejected responses, one of the references, the same pure losses
+    (`preference_loss`, vmapped over the runs of each `loss_type` with β an `[R]` tensor), one backward, each run's
+    gradient clipped to its own norm, and one `StackedAdamW` step with each run's learning rate. Each run draws its
+    own minibatches from its own `random.Random`, exactly as alone; the evaluation samples every run's prompts in one
+    loop (`sample_runs`, each run from its own generator). A group of one is how a training steps alone."""
+
+    def __init__(self, trainings: Sequence[DPOTraining]):
+        self.trainings = list(trainings)
+        first = self.trainings[0]
+        for knob, value in (
+            ("batch_size", lambda t: t.batch_size),
+            ("held-out pairs", lambda t: len(t.held_out)),
+            ("n_eval_prompts", lambda t: len(t.eval_prompts)),
+            ("max_new_tokens", lambda t: t.task.max_new_tokens),
+        ):
+            if len({value(t) for t in self.trainings}) > 1:
+                raise ValueError(f"the trainings differ in {knob}; a group holds trainings of one shape")
+        self.R, self.device, self.tokenizer = len(self.trainings), first.device, first.tokenizer
+        self.policy = Stack([t.policy for t in self.trainings], trainable=True)
+        self.reference = Stack([t.reference for t in self.trainings])
+        self.optimizer = StackedAdamW(
+            self.policy.buffer,
+            torch.tensor([t.learning_rate for t in self.trainings], dtype=torch.float64),
+            torch.full((self.R,), ADAM_EPS, dtype=torch.float64),
+            stacked_state([t.adam_state for t in self.trainings], self.policy.buffer),
+        )
+        self.beta = torch.tensor([t.beta for t in self.trainings], device=self.device)
+        self.max_grad_norm = torch.full((self.R,), MAX_GRAD_NORM, device=self.device)
+        # The runs of each loss type, whose losses are one vmapped call.
+        self.loss_types: dict[str, list[int]] = {}
+        for r, training in enumerate(self.trainings):
+            self.loss_types.setdefault(training.loss_type, []).append(r)
+            training.group = self
+            training.adam_state = self.optimizer.run_state(r)
+
+    def _sequence_logprobs(self, stack: Stack, module, batches: list[TokenBatch], runs=None) -> torch.Tensor:
+        """log π(y|x) `[R', B]` of each run's batch under its row of `stack` (the runs `runs`, all when None)."""
+        model = StackedGPT2(module, stack.views(runs, grad=torch.is_grad_enabled()))
+        logp, mask = response_token_logprobs(model, batches, self.tokenizer.pad_token_id)
+        return masked_sum(logp, mask, dim=-1)
+
+    def _losses(self, runs: list[int], logps, ref_logps, lengths) -> torch.Tensor:
+        """`preference_loss` `[R']` of the runs `runs` from their sequence log-probabilities and lengths `[R', 2N]`
+        (the chosen responses, then the rejected)."""
+        n = logps.shape[1] // 2
+        losses = [None] * len(runs)
+        for loss_type, members in self.loss_types.items():
+            positions = [p for p, r in enumerate(runs) if r in members]
+            if not positions:
+                continue
+            index = torch.tensor(positions, device=self.device)
+            pieces = [t[index] for t in (logps, ref_logps, lengths)]
+            beta = self.beta[torch.tensor(runs, device=self.device)[index]]
+            loss = torch.func.vmap(functools.partial(_pair_loss, loss_type, n))(*pieces, beta)
+            for p, value in zip(positions, loss.unbind()):
+                losses[p] = value
+        return torch.stack(losses)
+
+    def _metrics(self, runs: list[int], loss, logps, ref_logps) -> dict[str, torch.Tensor]:
+        """`preference_metrics` of each run `[R']`."""
+        n = logps.shape[1] // 2
+        beta = self.beta[torch.tensor(runs, device=self.device)]
+        return torch.func.vmap(lambda loss, lp, ref, b: preference_metrics(loss, lp[:n], lp[n:], ref[:n], ref[n:], b))(
+            loss, logps, ref_logps, beta
+        )
+
+    def update(self) -> list[dict[str, float]]:
+        """`DPOTraining.update` of every run: each run's minibatch from its own generator, one pass of the policies and
+        one of the references, one backward and one optimiser step; every run's metrics in one transfer."""
+        everyone = list(range(self.R))
+        drawn = [t.rng.choices(t.train, k=t.batch_size) for t in self.trainings]
+        batches = [pair_batch(self.tokenizer, pairs, self.device) for pairs in drawn]
+        logps = self._sequence_logprobs(self.policy, self.trainings[0].policy, batches)
+        with torch.no_grad():
+            ref_logps = self._sequence_logprobs(self.reference, self.trainings[0].reference, batches)
+        lengths = torch.stack([torch.cat(pair_lengths(self.tokenizer, pairs, self.device)) for pairs in drawn])
+        loss = self._losses(everyone, logps, ref_logps, lengths)
+        self.policy.buffer.grad = None
+        loss.sum().backward()  # each run's loss reaches its own row only: every row gets its own run's gradient
+        clip_grad_norms(self.policy.buffer.grad, self.max_grad_norm)
+        self.optimizer.step(torch.ones(self.R, dtype=torch.bool))
+        records = Records(self.R)
+        records.add(None, self._metrics(everyone, loss, logps.detach(), ref_logps))
+        return records.values()
+
+    @torch.no_grad()
+    def evaluate(self, samples: list[int], pairs: list[bool]) -> list[dict]:
+        """`DPOTraining.evaluate(samples[r], pairs[r])` of every run r: the held-out pairs of the runs that ask for
+        them in one pass, every run's evaluation prompts sampled in one loop and read by the references in one pass;
+        the numbers in one transfer."""
+        records = Records(self.R)
+        held = [r for r in range(self.R) if pairs[r]]
+        if held:
+            trainings = [self.trainings[r] for r in held]
+            runs = None if len(held) == self.R else torch.tensor(held, device=self.device)
+            batches = [pair_batch(self.tokenizer, t.held_out, self.device) for t in trainings]
+            logps = self._sequence_logprobs(self.policy, trainings[0].policy, batches, runs)
+            ref_logps = torch.stack([torch.cat(t.held_out_ref_logps) for t in trainings])
+            lengths = torch.stack([torch.cat(t.held_out_lengths) for t in trainings])
+            metrics = self._metrics(held, self._losses(held, logps, ref_logps, lengths), logps, ref_logps)
+            records.add(runs, {f"eval_{key}": value for key, value in metrics.items()})
+        first = self.trainings[0]
+        rollouts = sample_runs(
+            StackedGPT2(first.policy, self.policy.views(grad=False)),
+            self.tokenizer,
+            [t.eval_prompts for t in self.trainings],
+            first.task.max_new_tokens,
+            [1.0] * self.R,
+            [torch.Generator(device=self.device).manual_seed(t.eval_seed) for t in self.trainings],
+        )
+        width = max(rollout.response_mask.shape[1] for rollout in rollouts)
+        reference = StackedGPT2(first.reference, self.reference.views(grad=False))
+        ref_logits = teacher_forced_logits(reference, stacked_trees(rollouts, width))
+        extra = []
+        for r, (training, rollout) in enumerate(zip(self.trainings, rollouts)):
+            logits = ref_logits[r, :, : rollout.response_mask.shape[1]]
+            ref_logp = token_logprobs(logits, rollout.response_ids)
+            scores = training.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+            mask = rollout.response_mask
+            kls = {
+                "kl_exact": masked_mean(kl_exact(rollout.logits, logits), mask),
+                "kl_k3": masked_mean(kl_k3(rollout.old_logp, ref_logp), mask),
+            }
+            records.add(torch.tensor([r]), {name: value[None] for name, value in kls.items()})
+            extra.append(
+                {
+                    "success_rate": sum(scores.successes) / len(scores.successes),
+                    "reward_mean": sum(scores.rewards) / len(scores.rewards),
+                }
+            )
+            if samples[r]:
+                extra[-1]["samples"] = training._sample_views(rollout, ref_logp, scores, samples[r])
+        return [record | more for record, more in zip(records.values(), extra)]
+
+
+def _pair_loss(loss_type: str, n: int, logps, ref_logps, lengths, beta) -> torch.Tensor:
+    """`preference_loss` of one run from its sequence log-probabilities and lengths `[2N]`, chosen then rejected."""
+    return preference_loss(
+        loss_type, logps[:n], logps[n:], ref_logps[:n], ref_logps[n:], beta, lengths[:n], lengths[n:]
+    )
 
 
 class DPOTrainer(PairRunTrainer):

@@ -32,16 +32,15 @@ from pathlib import Path
 
 import platformdirs
 import torch
-import torch.nn.functional as F
 from safetensors import safe_open
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.engine.models import load_policy
 from rl_core.engine.packing import prefix_tree
 from rl_core.engine.pretrained import check_fits, initial_policy, is_preset, model_identity, sft_learning_rate
-from rl_core.engine.rollout import encode_pairs, sample, token_logprobs
+from rl_core.engine.rollout import encode_pairs, sample
 from rl_core.engine.stacked_adamw import StackedAdamW
-from rl_core.engine.stacked_runs import Stack, StackedGPT2, stacked_trees, teacher_forced_logits
+from rl_core.engine.stacked_runs import Stack, StackedGPT2, response_token_logprobs
 from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
@@ -121,12 +120,7 @@ def train_sft(
     losses = []
     for step in range(steps):
         batches = [demonstration_batch(task, tokenizer, rng, batch_size, demo_noise, device) for rng in rngs]
-        width = max(b.response_mask.shape[1] for b in batches)
-        ids = torch.stack([F.pad(b.response_ids, (0, width - b.response_ids.shape[1]), value=pad) for b in batches])
-        mask = torch.stack([F.pad(b.response_mask, (0, width - b.response_mask.shape[1])) for b in batches])
-        model = StackedGPT2(policies[0], stack.views())
-        logits = teacher_forced_logits(model, stacked_trees(batches, width))
-        loss = sft_loss(token_logprobs(logits, ids), mask)
+        loss = sft_loss(*response_token_logprobs(StackedGPT2(policies[0], stack.views()), batches, pad))
         stack.buffer.grad = None
         loss.sum().backward()  # the runs' losses touch only their own rows: each row gets its own run's gradient
         optimizer.learning_rates([learning_rate * (1.0 - step / max(steps, 1))] * runs)  # as LambdaLR computes it

@@ -31,7 +31,14 @@ from transformers import PreTrainedTokenizerBase
 from rl_core.engine.lora import adapter_parameters, lora_scaling_of
 from rl_core.engine.models import position_ids_from_mask
 from rl_core.engine.packing import prefix_tree
-from rl_core.engine.rollout import Rollout, TokenBatch, categorical_from_uniform, encode_prompts, rollout_from_decoded
+from rl_core.engine.rollout import (
+    Rollout,
+    TokenBatch,
+    categorical_from_uniform,
+    encode_prompts,
+    rollout_from_decoded,
+    token_logprobs,
+)
 
 # The sampler drops finished rows from its batch once the busiest run's rows fill at most this share of its slots.
 COMPACT_AT = 0.75
@@ -253,6 +260,18 @@ def teacher_forced_logits(model: StackedGPT2, layout: tuple[torch.Tensor, ...]) 
     head)."""
     hidden = teacher_forced(model, layout)
     return model._head(hidden.flatten(1, 2)).view(*hidden.shape[:3], -1)
+
+
+def response_token_logprobs(
+    model: StackedGPT2, batches: Sequence[TokenBatch], pad: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π_r(y_t | x, y_<t) `[R, B, T]` of each run's given responses (`teacher_forced_logits` of R batches, run r
+    under its own weights) and their masks `[R, B, T]`, each batch padded to the longest response (id `pad`, mask 0).
+    """
+    width = max(b.response_mask.shape[1] for b in batches)
+    ids = torch.stack([F.pad(b.response_ids, (0, width - b.response_ids.shape[1]), value=pad) for b in batches])
+    mask = torch.stack([F.pad(b.response_mask, (0, width - b.response_mask.shape[1])) for b in batches])
+    return token_logprobs(teacher_forced_logits(model, stacked_trees(batches, width)), ids), mask
 
 
 def _four_d(attention_mask: torch.Tensor) -> torch.Tensor:
