@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rl_core.config import PairRunConfig, RunConfig
@@ -15,6 +15,22 @@ from rl_core.engine.pretrained import model_tokenizer
 from rl_core.engine.reward_model import PreferencePair
 from rl_core.engine.sft import default_cache_dir
 from toy_tasks import get_task
+
+
+def pair_group_plan(run: RunConfig) -> tuple:
+    """What runs fitted to preference pairs must share to train as one group, as their configs say: the kind, model,
+    device and task, the minibatch size, the held-out share and the evaluation prompts. Seeds, learning rates, β and
+    DPO's loss type may differ."""
+    algo = run.algo
+    return (
+        type(algo).__name__,
+        run.model,
+        run.device,
+        run.task,
+        algo.per_device_train_batch_size,
+        algo.holdout_fraction,
+        getattr(algo, "n_eval_prompts", None),
+    )
 
 
 class PairRunTrainer:
@@ -51,10 +67,20 @@ class PairRunTrainer:
         while self.step_index < self.run.steps and not self.stop_event.is_set():
             yield self.step()
 
+    def group_key(self) -> tuple:
+        """Runs with equal keys train as one group (`pair_group_plan` of their configs)."""
+        return pair_group_plan(self.run)
+
     def prepare(self, progress=None) -> dict:
         raise NotImplementedError
 
     def step(self) -> dict:
+        """One step alone: a group of one run (`step_group`)."""
+        return self.step_group([self])[0]
+
+    @classmethod
+    def step_group(cls, trainers: Sequence[PairRunTrainer]) -> list[dict]:
+        """One step of each prepared trainer of one `group_key`, as one program; their records, in order."""
         raise NotImplementedError
 
     def evaluate(self) -> dict:

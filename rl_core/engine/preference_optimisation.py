@@ -543,15 +543,23 @@ class DPOTrainer(PairRunTrainer):
         self.reference = self.training.reference
         return setup | {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
 
-    def step(self) -> dict:
-        step = self.step_index + 1
+    @classmethod
+    def step_group(cls, trainers: Sequence[DPOTrainer]) -> list[dict]:
+        """One step of each run, as one `DPOGroup` (kept while its runs stay the same): each run's evaluation of its
+        policy as it is, then one update of all."""
+        trainings = [t.training for t in trainers]
+        group = trainings[0].group
+        if group is None or group.trainings != trainings:
+            group = DPOGroup(trainings)
+        steps = [t.step_index + 1 for t in trainers]
         # The held-out pairs (a fifth of the task's, by default 600) cost most of a step: at the first step, every
         # `eval_steps` and at the last, as TRL evaluates.
-        pairs = step == 1 or step % self.algo.eval_steps == 0 or step == self.run.steps
-        record = {"step": step} | self.training.evaluate(self.run.samples_per_record, pairs)
-        record |= self.training.update()
-        self.step_index += 1
-        return record
+        pairs = [s == 1 or s % t.algo.eval_steps == 0 or s == t.run.steps for s, t in zip(steps, trainers)]
+        evaluated = group.evaluate([t.run.samples_per_record for t in trainers], pairs)
+        records = [{"step": s} | e | u for s, e, u in zip(steps, evaluated, group.update())]
+        for trainer in trainers:
+            trainer.step_index += 1
+        return records
 
     def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
         """The final evaluation every run gets (`rl_core.engine.trainer.evaluate_policy`, temperature 1)."""

@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
-from rl_core.engine.models import ValueModel, build_value_model
+from rl_core.engine.models import ValueModel, build_value_model, position_ids_from_mask
+from rl_core.engine.run_group import Records
+from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
+from rl_core.engine.stacked_runs import Stack, StackedGPT2, own_storage, teacher_forced
+
+ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which the fit uses
+# A reward model can saturate early (every score the same, no signal left); clipping keeps steps small.
+MAX_GRAD_NORM = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,9 +73,7 @@ def pair_scores(
     model: ValueModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores of the chosen and of the rejected responses, computed in one forward pass."""
-    prompts = [p.prompt for p in pairs] * 2
-    responses = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-    scores = reward_scores(model, tokenizer, prompts, responses)
+    scores = reward_scores(model, tokenizer, [p.prompt for p in pairs] * 2, _responses(pairs))
     return scores[: len(pairs)], scores[len(pairs) :]
 
 
@@ -90,6 +95,16 @@ def preference_accuracy(model: ValueModel, tokenizer: PreTrainedTokenizerBase, p
     return preference_stats(model, tokenizer, pairs)["accuracy"]
 
 
+def pair_statistics(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The Bradley-Terry `loss`, the pairwise `accuracy` and the mean `margin` of the pairs' scores `[N]`, as 0-dim
+    tensors (read from the host once per step, with every run's of a group)."""
+    return {
+        "loss": bradley_terry_loss(chosen_rewards, rejected_rewards),
+        "accuracy": pairwise_accuracy(chosen_rewards, rejected_rewards),
+        "margin": reward_margin(chosen_rewards, rejected_rewards),
+    }
+
+
 @torch.no_grad()
 def preference_stats(
     model: ValueModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair]
@@ -99,11 +114,7 @@ def preference_stats(
     model.eval()
     chosen, rejected = pair_scores(model, tokenizer, pairs)
     model.train(was_training)
-    return {
-        "loss": bradley_terry_loss(chosen, rejected).item(),
-        "accuracy": pairwise_accuracy(chosen, rejected).item(),
-        "margin": reward_margin(chosen, rejected).item(),
-    }
+    return {name: value.item() for name, value in pair_statistics(chosen, rejected).items()}
 
 
 def check_pair_training(
@@ -136,9 +147,25 @@ def split_pairs(
     return shuffled[:n_holdout], shuffled[n_holdout:]
 
 
+def stacked_reward_scores(model: StackedGPT2, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Scores `[R, B]` of R runs' left-padded batches `[R, B, L]` (`encode_for_reward`'s, padded on the left to one
+    width), run r's under its own weights: the value head read at the last column, as `reward_scores` reads it."""
+    R, B, L = input_ids.shape
+    device = input_ids.device
+    # Causal over each row's real tokens; a padding query sees itself, so that no softmax row is empty.
+    causal = torch.ones((L, L), dtype=torch.bool, device=device).tril()
+    real = attention_mask.bool().reshape(R * B, 1, L)
+    mask = ((causal & real) | torch.eye(L, dtype=torch.bool, device=device))[:, None]
+    last = (torch.arange(B, device=device) * L + L - 1).expand(R, B)[..., None]
+    positions = position_ids_from_mask(attention_mask).view(R, B * L)
+    hidden = teacher_forced(model, (input_ids.view(R, B * L), positions, mask, last))
+    return model.values(hidden[:, :, 0])
+
+
 class RewardModelTraining:
     """A fresh reward model fitted to `pairs` with the Bradley-Terry loss (AdamW, minibatches drawn with
     replacement), one step at a time: `steps()` yields a record per optimiser step, so a page can draw the fit live.
+    It steps as a group of one (`RewardModelGroup`); fits of many seeds step as one group.
 
     A `holdout_fraction` of the pairs is kept out of training (`held_out`); every `eval_every` steps, and at the
     last, a record also carries the loss, accuracy and margin on them (`heldout_*`)."""
@@ -161,48 +188,116 @@ class RewardModelTraining:
         self.total_steps = steps
         self.batch_size = batch_size
         self.eval_every = eval_every
+        self.learning_rate = float(learning_rate)
         self.rng = random.Random(seed)
         self.held_out, self.train = split_pairs(pairs, holdout_fraction, self.rng)
         torch.manual_seed(seed)
-        self.model = build_value_model(preset, tokenizer).to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate, weight_decay=0.0)
+        # No dropout in the presets: the mode changes nothing, and eval is how a finished model is used.
+        self.model = build_value_model(preset, tokenizer).to(device).eval()
+        self.step_index = 0
+        self.adam_state: dict | None = None  # AdamW's moments and step count, views of its group's once it trains
+        self.group: RewardModelGroup | None = None  # the group it last trained in
 
     def steps(self) -> Iterator[dict[str, float]]:
         """Train; one record per step (`step`, `loss`, `accuracy`, `margin` on its minibatch, and `heldout_*`
-        where evaluated). The model is left in eval mode when the generator ends or is closed."""
-        self.model.train()
-        try:
-            for step in range(1, self.total_steps + 1):
-                chosen, rejected = pair_scores(
-                    self.model, self.tokenizer, self.rng.choices(self.train, k=self.batch_size)
-                )
-                loss = bradley_terry_loss(chosen, rejected)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                # A reward model can saturate early (every score the same, no signal left); clipping keeps steps
-                # small.
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-                self.optimizer.step()
-                record = {
-                    "step": step,
-                    "loss": loss.item(),
-                    "accuracy": pairwise_accuracy(chosen.detach(), rejected.detach()).item(),
-                    "margin": reward_margin(chosen.detach(), rejected.detach()).item(),
-                }
-                if self.eval_every and (step % self.eval_every == 0 or step == self.total_steps):
-                    stats = preference_stats(self.model, self.tokenizer, self.held_out)
-                    record |= {f"heldout_{key}": value for key, value in stats.items()}
-                yield record
-        finally:
-            self.model.eval()
+        where evaluated)."""
+        while self.step_index < self.total_steps:
+            if self.group is None or self.group.trainings != [self]:
+                RewardModelGroup([self])
+            yield self.group.step()[0]
+
+
+class RewardModelGroup:
+    """R `RewardModelTraining`s of one shape (model, minibatch size, held-out pairs) fitted as one program, as a group
+    of runs is (docs/ARCHITECTURE.md, "A group of runs"): the models one `Stack` (each training's model a view of
+    its row from now on), one pass over every run's minibatch, the same pure loss vmapped over the runs, one
+    backward, each run's gradient clipped to its own norm, one `StackedAdamW` step with each run's learning rate.
+    Each run draws its minibatches from its own `random.Random`, exactly as alone."""
+
+    def __init__(self, trainings: Sequence[RewardModelTraining]):
+        self.trainings = list(trainings)
+        for knob, value in (("batch_size", lambda t: t.batch_size), ("held-out pairs", lambda t: len(t.held_out))):
+            if len({value(t) for t in self.trainings}) > 1:
+                raise ValueError(f"the fits differ in {knob}; a group holds fits of one shape")
+        self.R, self.tokenizer = len(self.trainings), self.trainings[0].tokenizer
+        self.stack = Stack([t.model for t in self.trainings], trainable=True)
+        self.device = self.stack.buffer.device
+        self.optimizer = StackedAdamW(
+            self.stack.buffer,
+            torch.tensor([t.learning_rate for t in self.trainings], dtype=torch.float64),
+            torch.full((self.R,), ADAM_EPS, dtype=torch.float64),
+            stacked_state([t.adam_state for t in self.trainings], self.stack.buffer),
+        )
+        self.max_grad_norm = torch.full((self.R,), MAX_GRAD_NORM, device=self.device)
+        for r, training in enumerate(self.trainings):
+            training.group = self
+            training.adam_state = self.optimizer.run_state(r)
+
+    def scores(self, pairs: list[list[PreferencePair]], runs: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores `[R', 2N]` of each run's pairs (the chosen responses, then the rejected) under its model (the runs
+        `runs`, every run when None): one pass of the stacked models."""
+        encoded = [
+            encode_for_reward(self.tokenizer, [p.prompt for p in run] * 2, _responses(run), self.device)
+            for run in pairs
+        ]
+        width = max(ids.shape[1] for ids, _ in encoded)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.stack([F.pad(ids, (width - ids.shape[1], 0), value=pad) for ids, _ in encoded])
+        mask = torch.stack([F.pad(mask, (width - mask.shape[1], 0)) for _, mask in encoded])
+        weights = self.stack.views(runs, grad=torch.is_grad_enabled())
+        return stacked_reward_scores(StackedGPT2(self.trainings[0].model, weights), ids, mask)
+
+    def step(self) -> list[dict[str, float]]:
+        """One optimiser step of every fit, with its record (`RewardModelTraining.steps`)."""
+        drawn = [t.rng.choices(t.train, k=t.batch_size) for t in self.trainings]
+        scores = self.scores(drawn)
+        n = scores.shape[1] // 2
+        loss = torch.func.vmap(bradley_terry_loss)(scores[:, :n], scores[:, n:])
+        self.stack.buffer.grad = None
+        loss.sum().backward()  # each run's loss reaches its own row only: every row gets its own run's gradient
+        clip_grad_norms(self.stack.buffer.grad, self.max_grad_norm)
+        self.optimizer.step(torch.ones(self.R, dtype=torch.bool))
+        records = Records(self.R)
+        scores = scores.detach()
+        records.add(None, torch.func.vmap(pair_statistics)(scores[:, :n], scores[:, n:]))
+        for training in self.trainings:
+            training.step_index += 1
+        due = [
+            r
+            for r, t in enumerate(self.trainings)
+            if t.eval_every and (t.step_index % t.eval_every == 0 or t.step_index == t.total_steps)
+        ]
+        if due:
+            index = torch.tensor(due, device=self.device)
+            with torch.no_grad():
+                held = self.scores([self.trainings[r].held_out for r in due], index)
+            n = held.shape[1] // 2
+            stats = torch.func.vmap(pair_statistics)(held[:, :n], held[:, n:])
+            records.add(index, {f"heldout_{name}": value for name, value in stats.items()})
+        return [{"step": t.step_index} | record for t, record in zip(self.trainings, records.values())]
+
+
+def _responses(pairs: list[PreferencePair]) -> list[str]:
+    return [p.chosen for p in pairs] + [p.rejected for p in pairs]
+
+
+def train_reward_models(
+    fits: Sequence[tuple[list[PreferencePair], int]], tokenizer: PreTrainedTokenizerBase, **options
+) -> list[tuple[ValueModel, float]]:
+    """Fit a fresh reward model to each `(pairs, seed)` of `fits` (`RewardModelTraining` with these `options`), all
+    as one group (`RewardModelGroup`), run to their end; returns each model (in eval mode) and its preference
+    accuracy on its held-out pairs."""
+    trainings = [RewardModelTraining(pairs, tokenizer, seed=seed, **options) for pairs, seed in fits]
+    group = RewardModelGroup(trainings)
+    for _ in range(trainings[0].total_steps):
+        group.step()
+    own_storage([t.model for t in trainings])  # a saved model holds its tensors, not the group's buffer
+    return [(t.model, preference_accuracy(t.model, tokenizer, t.held_out)) for t in trainings]
 
 
 def train_reward_model(
-    pairs: list[PreferencePair], tokenizer: PreTrainedTokenizerBase, **options
+    pairs: list[PreferencePair], tokenizer: PreTrainedTokenizerBase, seed: int = 0, **options
 ) -> tuple[ValueModel, float]:
-    """Fit a fresh reward model to `pairs` (`RewardModelTraining` with these `options`, run to its end); returns the
-    model (in eval mode) and its preference accuracy on the held-out pairs."""
-    training = RewardModelTraining(pairs, tokenizer, **options)
-    for _ in training.steps():
-        pass
-    return training.model, preference_accuracy(training.model, tokenizer, training.held_out)
+    """Fit a fresh reward model to `pairs` (`train_reward_models` of one fit); returns the model (in eval mode) and
+    its preference accuracy on the held-out pairs."""
+    return train_reward_models([(pairs, seed)], tokenizer, **options)[0]

@@ -4,11 +4,11 @@ sweep, the run store and reuse take it like any run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Sequence
 
 from rl_core.config import RewardConfig
 from rl_core.engine.pair_run import PairRunTrainer
-from rl_core.engine.reward_model import RewardModelTraining, preference_stats
+from rl_core.engine.reward_model import RewardModelGroup, RewardModelTraining, preference_stats
 from rl_core.engine.trainer import Progress
 
 
@@ -39,13 +39,19 @@ class RewardModelTrainer(PairRunTrainer):
             holdout_fraction=algo.holdout_fraction,
             eval_every=algo.eval_steps,
         )
-        self._records: Iterator[dict] = self.training.steps()
         return {"train_pairs": len(self.training.train), "held_out_pairs": len(self.training.held_out)}
 
-    def step(self) -> dict:
-        record = next(self._records)
-        self.step_index += 1
-        return record
+    @classmethod
+    def step_group(cls, trainers: Sequence[RewardModelTrainer]) -> list[dict]:
+        """One step of each fit, as one `RewardModelGroup` (kept while its runs stay the same)."""
+        trainings = [t.training for t in trainers]
+        group = trainings[0].group
+        if group is None or group.trainings != trainings:
+            group = RewardModelGroup(trainings)
+        records = group.step()
+        for trainer in trainers:
+            trainer.step_index += 1
+        return records
 
     def evaluate(self) -> dict:
         """The trained model's loss, accuracy and margin on the held-out pairs."""

@@ -5,7 +5,9 @@ shapes, task, batch and length limit, update schedule, passes — are one vector
 (seed, learning rate, clip range, β, loss…). A group lives as long as its members stay the same: the next step of
 the same runs reuses its stacked weights and optimiser state; a run that joins or leaves forms a new group from the
 runs' own modules and moments (each run's are views of its group's, so nothing is lost in the move). A run fitted to
-preference pairs (DPO, IPO, the reward model) samples nothing and takes its own `step()` in its turn.
+preference pairs (DPO, IPO, the reward model) samples nothing for its update: the runs of one kind and shape
+(`pair_run.pair_group_plan`) step as one group of their kind (`preference_optimisation.DPOGroup`,
+`reward_model.RewardModelGroup`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,11 @@ from rl_core.engine.run_group import RunGroup
 
 
 def groups_of(runs: Sequence) -> list[list[int]]:
-    """The positions of `runs` that train as one group each (RL runs with equal `group_key`), in order of first
-    appearance; a run without a `group_key` (fitted to preference pairs) is a group of its own."""
+    """The positions of `runs` that train as one group each (runs with equal `group_key`), in order of first
+    appearance."""
     groups: dict[object, list[int]] = {}
     for i, run in enumerate(runs):
-        key = run.group_key() if hasattr(run, "group_key") else ("alone", i)
-        groups.setdefault(key, []).append(i)
+        groups.setdefault((type(run).__name__, run.group_key()), []).append(i)
     return list(groups.values())
 
 
@@ -31,8 +32,9 @@ def step_together(runs: Sequence) -> list[dict | Exception]:
     outcomes: list[dict | Exception | None] = [None] * len(runs)
     for members in groups_of(runs):
         trainers = [runs[i] for i in members]
-        if not hasattr(trainers[0], "group_key"):
-            outcomes[members[0]] = _offline_step(trainers[0])
+        if hasattr(trainers[0], "step_group"):  # fitted to preference pairs: DPO, IPO, the reward model
+            for i, outcome in zip(members, _pair_steps(trainers)):
+                outcomes[i] = outcome
             continue
         group = trainers[0].group
         if group is None or group.trainers != trainers:
@@ -47,12 +49,14 @@ def step_together(runs: Sequence) -> list[dict | Exception]:
     return outcomes
 
 
-def _offline_step(run) -> dict | Exception:
-    """The step of a run that samples nothing (its `step()`), with its `step_time`."""
+def _pair_steps(trainers: Sequence) -> list[dict | Exception]:
+    """One step of runs fitted to preference pairs, as one group (their kind's `step_group`), each record with the
+    group's seconds shared evenly as its `step_time`; an exception ends every run of the group."""
     started = time.perf_counter()
     try:
-        record = run.step()
-    except Exception as error:  # noqa: BLE001 - this run's step failed; the caller ends this run only
-        return error
-    record["step_time"] = time.perf_counter() - started
-    return record
+        records = type(trainers[0]).step_group(trainers)
+    except Exception as error:  # noqa: BLE001 - this group's step failed; the caller ends these runs only
+        return [error] * len(trainers)
+    for record in records:
+        record["step_time"] = (time.perf_counter() - started) / len(trainers)
+    return records

@@ -40,7 +40,7 @@ from rl_core.engine.packing import prefix_tree
 from rl_core.engine.pretrained import check_fits, initial_policy, is_preset, model_identity, sft_learning_rate
 from rl_core.engine.rollout import encode_pairs, sample
 from rl_core.engine.stacked_adamw import StackedAdamW
-from rl_core.engine.stacked_runs import Stack, StackedGPT2, response_token_logprobs
+from rl_core.engine.stacked_runs import Stack, StackedGPT2, own_storage, response_token_logprobs
 from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
@@ -128,10 +128,7 @@ def train_sft(
         losses.append(loss.tolist())
         if progress is not None:
             progress(step + 1, losses[-1])
-    with torch.no_grad():
-        for policy in policies:  # their own storage again: a checkpoint saves one model's tensors, not the buffer
-            for parameter in policy.parameters():
-                parameter.data = parameter.data.clone()
+    own_storage(policies)  # a checkpoint saves one model's tensors, not the buffer
     return losses
 
 

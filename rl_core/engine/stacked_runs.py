@@ -105,6 +105,15 @@ class Stack:
         return self._split(buffer if runs is None else buffer[runs])
 
 
+@torch.no_grad()
+def own_storage(modules: Iterable[torch.nn.Module]) -> None:
+    """Give each module's parameters storage of their own again (copies of their rows): they no longer follow a
+    stack's buffer, and a saved module holds its own tensors, not the whole buffer."""
+    for module in modules:
+        for parameter in module.parameters():
+            parameter.data = parameter.data.clone()
+
+
 class AdapterStack:
     """The LoRA policies of R runs (`rl_core.engine.lora`): their adapters in a `Stack` of their own, over the frozen
     base, which is π_ref's stack (π_ref is the base with the adapters off). `buffer` is the adapters' `[R, N_A]`, the

@@ -56,6 +56,7 @@ from transformers.utils import logging as transformers_logging
 from rl_core.algorithms import get_run_algo
 from rl_core.config import AlgoConfig, RewardConfig, RunConfig, parse_overrides, shown
 from rl_core.engine.models import select_device
+from rl_core.engine.pair_run import pair_group_plan
 from rl_core.engine.pretrained import check_model, is_preset
 from rl_core.engine.sft import sft_policies
 from rl_core.engine.trainer import TrainingStopped, group_plan
@@ -416,11 +417,12 @@ class Sweep:
 
 
 def batches(runs: dict[int, RunConfig]) -> list[list[int]]:
-    """The runs (by id, in plan order) cut into batches: those of one `group_plan` together, `GROUP_RUNS` at most
-    and as even as can be (16 runs: 8 and 8; 10: 5 and 5), each batch in plan order; an offline DPO run alone."""
+    """The runs (by id, in plan order) cut into batches: those of one `group_plan` (for runs fitted to preference
+    pairs, `pair_group_plan`) together, `GROUP_RUNS` at most and as even as can be (16 runs: 8 and 8; 10: 5 and 5),
+    each batch in plan order."""
     by_plan: dict[object, list[int]] = {}
     for run_id, run in runs.items():
-        by_plan.setdefault(group_plan(run) if isinstance(run.algo, AlgoConfig) else ("alone", run_id), []).append(
+        by_plan.setdefault(group_plan(run) if isinstance(run.algo, AlgoConfig) else pair_group_plan(run), []).append(
             run_id
         )
     out = []
