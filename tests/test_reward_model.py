@@ -195,7 +195,7 @@ def test_second_prepare_loads_the_cache_without_training(prepared, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("the cached reward model was trained again")
 
-    monkeypatch.setattr(preference, "train_reward_model", no_training)
+    monkeypatch.setattr(preference, "train_reward_models", no_training)
     again = get_task("preference")
     again.prepare(cache_dir, torch.device("cpu"), seed=0)
     assert (folder / "value_model.pt").stat().st_mtime_ns == stamp

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -53,6 +54,12 @@ class ToyTask(abc.ABC):
     def prepare(self, cache_dir: Path, device: torch.device, seed: int) -> None:
         """Build whatever the reward needs (e.g. train a reward model); cached under `cache_dir`."""
         return None  # the default: the reward needs nothing built
+
+    def prepare_seeds(self, cache_dir: Path, device: torch.device, seeds: Sequence[int]) -> None:
+        """`prepare` of each seed, the last one's left in place (a task that trains something per seed may train
+        the seeds' at once)."""
+        for seed in seeds:
+            self.prepare(cache_dir, device, seed)
 
     @abc.abstractmethod
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:

@@ -29,13 +29,14 @@ import logging
 import random
 import shutil
 import string
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
 from rl_core.engine.models import MODEL_PRESETS, ValueModel
-from rl_core.engine.reward_model import PreferencePair, reward_scores, train_reward_model
+from rl_core.engine.reward_model import PreferencePair, reward_scores, train_reward_models
 from rl_core.engine.tokenizer import CHARACTERS, build_char_tokenizer
 from rl_core.runs.staging import publish, staging_folder
 from toy_tasks.base import Scores, ToyTask
@@ -195,20 +196,33 @@ class PreferenceTask(ToyTask):
 
     def prepare(self, cache_dir: Path, device: torch.device, seed: int) -> None:
         """Train the reward model on gold-labelled pairs once per (seed, settings); later calls load it."""
-        folder = self._cache_folder(cache_dir, seed)
-        if folder.exists():  # published whole (a rename), so a failed read means a damaged file
-            try:
-                return self._load(folder, device)
-            except Exception as error:  # noqa: BLE001 - truncated, emptied, deleted: whatever the reader says
-                log.warning(
-                    "the cached reward model %s is unreadable (%s: %s); training it again",
-                    folder.name,
-                    type(error).__name__,
-                    error,
-                )
-                shutil.rmtree(folder, ignore_errors=True)
-        self._train_and_save(folder, device, seed)
-        self._load(folder, device)
+        self.prepare_seeds(cache_dir, device, [seed])
+
+    def prepare_seeds(self, cache_dir: Path, device: torch.device, seeds: Sequence[int]) -> None:
+        """The reward models of the seeds the cache lacks (or holds unreadable) fitted as one group
+        (`train_reward_models`) and saved; then the last seed's loaded."""
+        folders = {seed: self._cache_folder(cache_dir, seed) for seed in seeds}
+        missing = {seed: folder for seed, folder in folders.items() if not self._readable(folder, device)}
+        if missing:
+            self._train_and_save(missing, device)
+        self._load(folders[seeds[-1]], device)
+
+    def _readable(self, folder: Path, device: torch.device) -> bool:
+        """Whether `folder` holds a reward model that loads; a damaged one is reported and removed."""
+        if not folder.exists():
+            return False
+        try:  # published whole (a rename), so a failed read means a damaged file
+            self._load(folder, device)
+            return True
+        except Exception as error:  # noqa: BLE001 - truncated, emptied, deleted: whatever the reader says
+            log.warning(
+                "the cached reward model %s is unreadable (%s: %s); training it again",
+                folder.name,
+                type(error).__name__,
+                error,
+            )
+            shutil.rmtree(folder, ignore_errors=True)
+            return False
 
     def _load(self, folder: Path, device: torch.device) -> None:
         stats = json.loads((folder / "stats.json").read_text())
@@ -217,28 +231,31 @@ class PreferenceTask(ToyTask):
         self.reward_mean, self.reward_std = stats["mean"], stats["std"]
         self.reward_model_accuracy = stats["accuracy"]
 
-    def _train_and_save(self, folder: Path, device: torch.device, seed: int) -> None:
-        rng = random.Random(seed)
-        model, accuracy = train_reward_model(
-            self.preference_pairs(self.n_pairs, rng, self.label_noise),
+    def _train_and_save(self, folders: dict[int, Path], device: torch.device) -> None:
+        """Fit each seed's reward model (all of them as one group) to the pairs `random.Random(seed)` draws, and save
+        it to its folder with its scores' statistics over demonstrations drawn on from the same generator."""
+        rngs = {seed: random.Random(seed) for seed in folders}
+        fits = train_reward_models(
+            [(self.preference_pairs(self.n_pairs, rng, self.label_noise), seed) for seed, rng in rngs.items()],
             self.tokenizer,
             preset=self.reward_model_preset,
             steps=self.rm_steps,
             batch_size=self.rm_batch_size,
             learning_rate=self.rm_learning_rate,
-            seed=seed,
             device=device,
         )
-        # Standardise over the demonstration distribution so rewards are on a unit scale near the SFT policy.
-        prompts = self.sample_prompts(1024, rng)
-        responses = [self.demonstration(p, rng, self.default_demo_noise) for p in prompts]
-        with torch.no_grad():
-            raw = reward_scores(model, self.tokenizer, prompts, responses)
-        stats = {"mean": raw.mean().item(), "std": raw.std().item() + 1e-6, "accuracy": accuracy}
-        staging = staging_folder(folder, cache=True)
-        model.save(staging)
-        (staging / "stats.json").write_text(json.dumps(stats))
-        publish(staging, folder)  # False: another process saved the same reward model first
+        for (seed, folder), (model, accuracy) in zip(folders.items(), fits):
+            # Standardise over the demonstration distribution so rewards are on a unit scale near the SFT policy.
+            rng = rngs[seed]
+            prompts = self.sample_prompts(1024, rng)
+            responses = [self.demonstration(p, rng, self.default_demo_noise) for p in prompts]
+            with torch.no_grad():
+                raw = reward_scores(model, self.tokenizer, prompts, responses)
+            stats = {"mean": raw.mean().item(), "std": raw.std().item() + 1e-6, "accuracy": accuracy}
+            staging = staging_folder(folder, cache=True)
+            model.save(staging)
+            (staging / "stats.json").write_text(json.dumps(stats))
+            publish(staging, folder)  # False: another process saved the same reward model first
 
     def score(self, prompts: list[str], responses: list[str], truncated: list[bool]) -> Scores:
         if self.reward_model is None:

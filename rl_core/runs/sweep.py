@@ -195,9 +195,10 @@ def warm_start_jobs(runs: dict[int, RunConfig]) -> list[list[int]]:
 
 
 def warm_starts(runs: Sequence[RunConfig], cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
-    """Train (or find cached) what `runs` start from: each seed's reward model, then the SFT checkpoints of one
-    (task, model, noise, SFT steps, device) across seeds as one group (`sft.sft_policies`), then so their teachers
-    (on-policy distillation's π_T); TrainingStopped once `stopped()` turns true."""
+    """Train (or find cached) what `runs` start from: the seeds' reward models (`ToyTask.prepare_seeds`: the
+    preference task fits them as one group), then the SFT checkpoints of one (task, model, noise, SFT steps, device)
+    across seeds as one group (`sft.sft_policies`), then so their teachers (on-policy distillation's π_T);
+    TrainingStopped once `stopped()` turns true."""
 
     def progress(done: int, losses: list[float]) -> None:
         if stopped():
@@ -210,8 +211,7 @@ def warm_starts(runs: Sequence[RunConfig], cache_dir: Path | None, stopped: Call
     for family in kinds.values():
         trainer = trainer_for(family[0], cache_dir)  # for its task, tokenizer, device and demo noise
         seeds = list(dict.fromkeys(run.seed for run in family))
-        for seed in seeds:
-            trainer.task.prepare(trainer.cache_dir, trainer.device, seed)
+        trainer.task.prepare_seeds(trainer.cache_dir, trainer.device, seeds)  # their reward models as one group
         # The group's success checks score with the task prepared for the last seed: a success is the task's own
         # check, which no seed's reward model changes.
         sft_policies(
