@@ -30,7 +30,8 @@ def run(preset: str, seed: int, task: str = DEFAULT_TASK, **knobs) -> RunConfig:
 
 # GRPO, GSPO and CISPO share one group (same G, prompts and schedule) with other seeds, learning rates and clip
 # ranges, so they call their losses apart but train as one program; PPO (G = 1, 64 prompts, a critic) forms a
-# group of two; on-policy distillation (a teacher) another; DPO samples nothing and steps by itself beside them.
+# group of two; on-policy distillation (a teacher) another; DPO and IPO (another seed, loss and β) another, of
+# their kind (`DPOGroup`).
 BATCH = [
     run("grpo", 0),
     run("ppo", 1),
@@ -41,6 +42,7 @@ BATCH = [
     run("opd", 1),
     run("opd", 0, learning_rate=5e-4),
     run("dpo", 0, task="preference"),
+    run("ipo", 1, task="preference", beta=0.3),
 ]
 
 
@@ -99,7 +101,7 @@ def together(cache):
 
 def test_the_batch_forms_the_groups_its_shapes_allow(together):
     _, _, trainers = together
-    assert groups_of(trainers) == [[0, 2, 3, 4], [1, 5], [6, 7], [8]]
+    assert groups_of(trainers) == [[0, 2, 3, 4], [1, 5], [6, 7], [8, 9]]
 
 
 @pytest.mark.parametrize("r", range(len(BATCH)), ids=[f"{c.algo.name}-seed{c.seed}" for c in BATCH])

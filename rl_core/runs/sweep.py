@@ -12,8 +12,9 @@ matrices gain nothing from a second thread, and a sweep already gives every core
 Warm starts first. Runs that differ only in the preset or a knob share an SFT checkpoint and a reward model
 (cached on disk per task, model, seed, noise and SFT steps). The sweep trains each distinct one once, in a
 worker, before the runs that need it are handed out, so no two workers ever train the same checkpoint. The SFT
-warm starts of many seeds (and a distillation's teachers) train as one group (`sft.sft_policies`), the seeds cut
-into jobs of `WARM_START_GROUP` from the plan alone (`warm_start_jobs`), which the workers train in parallel.
+warm starts of many seeds (and a distillation's teachers, and the preference task's reward models) train as one
+group (`sft.sft_policies`, `ToyTask.prepare_seeds`), the seeds cut into jobs of `WARM_START_GROUP` from the plan
+alone (`warm_start_jobs`), which the workers train in parallel.
 
 Batches. The runs that can train as one group (`rl_core.engine.trainer.group_plan`: the arms of an experiment that
 share their shapes, over all its seeds) train as one vectorised program in one worker, and take one place under the
