@@ -177,9 +177,13 @@ def test_a_run_whose_loss_is_nan_ends_alone_and_its_group_mate_trains_as_alone(c
 
 
 class Failing:
-    """A run that samples nothing (as one fitted to preference pairs) whose step fails."""
+    """A run that samples nothing (as one fitted to preference pairs) whose group's step fails."""
 
-    def step(self):
+    def group_key(self):
+        return ("failing",)
+
+    @classmethod
+    def step_group(cls, trainers):
         raise TrainingError("the critic diverged")
 
 
