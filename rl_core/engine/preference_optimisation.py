@@ -436,7 +436,8 @@ class DPOGroup:
         logps = self._sequence_logprobs(self.policy, self.trainings[0].policy, batches)
         with torch.no_grad():
             ref_logps = self._sequence_logprobs(self.reference, self.trainings[0].reference, batches)
-        lengths = torch.stack([torch.cat(pair_lengths(self.tokenizer, pairs, self.device)) for pairs in drawn])
+        # The responses' token counts with EOS (`pair_lengths`), read off the masks rather than tokenised again.
+        lengths = torch.stack([batch.response_mask.sum(-1) for batch in batches])
         loss = self._losses(everyone, logps, ref_logps, lengths)
         self.policy.buffer.grad = None
         loss.sum().backward()  # each run's loss reaches its own row only: every row gets its own run's gradient
