@@ -31,6 +31,7 @@ from rl_core.engine.reward_model import (
     PreferencePair,
     bradley_terry_loss,
     check_pair_training,
+    pair_responses,
     pairwise_accuracy,
     reward_margin,
     split_pairs,
@@ -170,17 +171,14 @@ def pair_logprobs(
     model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], frozen: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence log-probabilities of the chosen and of the rejected responses, in one pass over both."""
-    prompts = [p.prompt for p in pairs] * 2
-    responses = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-    logps = sequence_logprobs(model, tokenizer, prompts, responses, frozen)
+    logps = sequence_logprobs(model, tokenizer, [p.prompt for p in pairs] * 2, pair_responses(pairs), frozen)
     return logps[: len(pairs)], logps[len(pairs) :]
 
 
 def pair_batch(tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], device: torch.device) -> TokenBatch:
     """The teacher-forcing layout of the pairs' chosen responses, then their rejected ones, after their prompts (the
     batch `pair_logprobs` reads)."""
-    prompts = [p.prompt for p in pairs] * 2
-    return encode_pairs(tokenizer, prompts, [p.chosen for p in pairs] + [p.rejected for p in pairs], device)
+    return encode_pairs(tokenizer, [p.prompt for p in pairs] * 2, pair_responses(pairs), device)
 
 
 def pair_lengths(
@@ -333,7 +331,7 @@ class DPOTraining:
         (token views). A group of one (`DPOGroup.evaluate`)."""
         return self.alone().evaluate([samples], [pairs])[0]
 
-    def _sample_views(self, rollout, ref_logp: torch.Tensor, scores, n: int) -> list[dict]:
+    def sample_views(self, rollout, ref_logp: torch.Tensor, scores, n: int) -> list[dict]:
         """The first `n` evaluation samples token by token: what the RL runs' views hold that DPO has (reward,
         gold verdict, log-probabilities of the policy and of the reference, entropy)."""
         views = []
@@ -493,7 +491,7 @@ class DPOGroup:
                 }
             )
             if samples[r]:
-                extra[-1]["samples"] = training._sample_views(rollout, ref_logp, scores, samples[r])
+                extra[-1]["samples"] = training.sample_views(rollout, ref_logp, scores, samples[r])
         return [record | more for record, more in zip(records.values(), extra)]
 
 

@@ -41,6 +41,12 @@ class PreferencePair:
     rejected: str
 
 
+def pair_responses(pairs: list[PreferencePair]) -> list[str]:
+    """The pairs' chosen responses, then their rejected ones: the order every pass over both sides of the pairs
+    takes (their prompts are `[p.prompt for p in pairs] * 2`)."""
+    return [p.chosen for p in pairs] + [p.rejected for p in pairs]
+
+
 def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> torch.Tensor:
     """L = −mean_i log σ(r_c,i − r_r,i): the negative log-likelihood of the labels under Bradley-Terry.
 
@@ -73,7 +79,7 @@ def pair_scores(
     model: ValueModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores of the chosen and of the rejected responses, computed in one forward pass."""
-    scores = reward_scores(model, tokenizer, [p.prompt for p in pairs] * 2, _responses(pairs))
+    scores = reward_scores(model, tokenizer, [p.prompt for p in pairs] * 2, pair_responses(pairs))
     return scores[: len(pairs)], scores[len(pairs) :]
 
 
@@ -237,7 +243,7 @@ class RewardModelGroup:
         """Scores `[R', 2N]` of each run's pairs (the chosen responses, then the rejected) under its model (the runs
         `runs`, every run when None): one pass of the stacked models."""
         encoded = [
-            encode_for_reward(self.tokenizer, [p.prompt for p in run] * 2, _responses(run), self.device)
+            encode_for_reward(self.tokenizer, [p.prompt for p in run] * 2, pair_responses(run), self.device)
             for run in pairs
         ]
         width = max(ids.shape[1] for ids, _ in encoded)
@@ -275,10 +281,6 @@ class RewardModelGroup:
             stats = torch.func.vmap(pair_statistics)(held[:, :n], held[:, n:])
             records.add(index, {f"heldout_{name}": value for name, value in stats.items()})
         return [{"step": t.step_index} | record for t, record in zip(self.trainings, records.values())]
-
-
-def _responses(pairs: list[PreferencePair]) -> list[str]:
-    return [p.chosen for p in pairs] + [p.rejected for p in pairs]
 
 
 def train_reward_models(
