@@ -129,71 +129,61 @@ def prefix_trees(
 
     Batch r is rows `[B, …]` of `prompt_ids` / `prompt_mask` `[R, B, P]` (its left-padded prompts, padded further
     on the left to the widest run's P), `response_ids` `[R, B, T]` with `response_lengths` `[R, B]` tokens each; its
-    own widths are `prompt_lengths[r]` and `response_widths[r]` columns. One program for every run, where a tree
-    per run costs about 0.8 ms of Python and small ops (a group step builds six per run). None where the trees
+    own widths are `prompt_lengths[r]` and `response_widths[r]` columns. One program for every run: a tree per run
+    cost about 1 ms of Python and small ops, all 32 trees of R = 32 minibatches cost 0.11 ms per run (one
+    thread; about five trees per run and step). None where the trees
     are not all plain prefix trees: no run would pack (`PACKING_GAIN`: the padded batches run as they are) or a
     sequence outgrows `MAX_SEQUENCE_LENGTH` (it would be split); `stacked_trees` lays those out."""
     R, B, P = prompt_ids.shape
-    T = response_ids.shape[2]
-    N, device = R * B, prompt_ids.device
-    fed = (response_lengths.long() - 1).flatten()  # response tokens that go in as inputs, per row
-    prompt_real = prompt_mask.sum(-1).flatten()
-    rows = torch.arange(N, device=device)
-    run_of_row = rows // B
-    # A sequence per distinct prompt of a run, numbered in order of first appearance, as `prefix_tree` numbers them.
-    keys = torch.cat([run_of_row[:, None], prompt_ids.reshape(N, P), prompt_mask.reshape(N, P)], dim=1)
-    _, key = torch.unique(keys, dim=0, return_inverse=True)
-    K = int(key.max()) + 1
-    first = torch.full((K,), N, device=device).scatter_reduce(0, key, rows, "amin")
-    rank = torch.empty_like(first)
-    rank[first.argsort()] = torch.arange(K, device=device)
-    key_run = first // B
-    per_run = torch.bincount(key_run, minlength=R)
-    sequence_of_key = rank - (per_run.cumsum(0) - per_run)[key_run]
-    sequence = sequence_of_key[key]
+    T, device = response_ids.shape[2], prompt_ids.device
+    fed = response_lengths.long() - 1  # [R, B]: response tokens that go in as inputs
+    prompt_real = prompt_mask.sum(-1)
+    # Rows i, j of a run answer one prompt (its ids and padding alike), compared a prompt column at a time.
+    same = torch.ones((R, B, B), dtype=torch.bool, device=device)
+    for column in (prompt_ids * 2 + prompt_mask).unbind(-1):
+        same &= column[:, :, None] == column[:, None, :]
+    # A sequence per distinct prompt, numbered in order of first appearance, as `prefix_tree` numbers them.
+    row = torch.arange(B, device=device)
+    first = same.byte().argmax(-1)  # [R, B]: the first row of each row's prompt
+    opens = first == row
+    number = opens.cumsum(-1) - 1  # at the rows that open a sequence, its number
+    sequence = number.gather(1, first)
     # Each row's responses start after its prompt and the earlier rows' of its sequence.
-    key_fed = torch.zeros(K, dtype=torch.long, device=device).index_add(0, key, fed)
-    by_key = torch.sort(key, stable=True).indices
-    before = fed[by_key].cumsum(0) - fed[by_key] - (key_fed.cumsum(0) - key_fed)[key[by_key]]
-    start = torch.empty_like(fed)
-    start[by_key] = prompt_real[by_key] + before
-    key_length = prompt_real[first] + key_fed
-    run_length = torch.zeros(R, dtype=torch.long, device=device).scatter_reduce(0, key_run, key_length, "amax")
-    widest = torch.zeros(R, dtype=torch.long, device=device).scatter_reduce(0, run_of_row, fed, "amax")
-    counts = torch.cat([torch.stack([per_run.max(), run_length.max(), key_length.max()]), per_run, run_length])
-    U, L, longest, *rest = torch.cat([counts, widest, prompt_lengths.to(counts)]).tolist()
+    start = prompt_real + (same & (row[None, :] < row[:, None])).long().mul(fed[:, None, :]).sum(-1)
+    length = prompt_real + same.long().mul(fed[:, None, :]).sum(-1)  # [R, B]: each row's sequence's
+    per_run, run_length = opens.sum(-1), length.amax(-1)
+    counts = torch.stack([per_run.max(), run_length.max()])
+    U, L, *rest = torch.cat([counts, per_run, run_length, fed.amax(-1), prompt_lengths.to(counts)]).tolist()
     sequences, lengths, widths, prompts = (rest[i * R : (i + 1) * R] for i in range(4))
     packs = [s * n <= PACKING_GAIN * B * (p + w) for s, n, p, w in zip(sequences, lengths, prompts, widths)]
-    if not any(packs) or longest > MAX_SEQUENCE_LENGTH:
+    if not any(packs) or L > MAX_SEQUENCE_LENGTH:
         return None
-    run = run_of_row
     column = torch.arange(L, device=device)
     inside = (torch.arange(U, device=device)[:, None] < per_run[:, None, None]) & (column < run_length[:, None, None])
     owner = torch.where(inside, FILLER, PAD)  # [R, U, L]
     input_ids = torch.zeros((R, U, L), dtype=torch.long, device=device)
     position_ids = torch.zeros_like(input_ids)
-    # Prompts without their left padding, from each sequence's first row.
-    shifted = torch.arange(P, device=device)[None, :] - (P - prompt_real[first])[:, None]  # [K, P]
-    k, prompt_column = (shifted >= 0).nonzero(as_tuple=True)
-    target = (key_run[k], sequence_of_key[k], shifted[k, prompt_column])
-    input_ids[target] = prompt_ids.reshape(N, P)[first[k], prompt_column]
+    # Prompts without their left padding, from the row that opens each sequence.
+    shifted = torch.arange(P, device=device) - (P - prompt_real)[..., None]  # [R, B, P]
+    r, i, c = (opens[..., None] & (shifted >= 0)).nonzero(as_tuple=True)
+    target = (r, number[r, i], shifted[r, i, c])
+    input_ids[target] = prompt_ids[r, i, c]
     position_ids[target] = target[2]
     owner[target] = PROMPT
     # Responses, each continuing the positions of its prompt.
-    steps = torch.arange(T, device=device)[None, :]
-    row, t = (steps < fed[:, None]).nonzero(as_tuple=True)
-    target = (run[row], sequence[row], start[row] + t)
-    input_ids[target] = response_ids.reshape(N, T)[row, t]
-    position_ids[target] = prompt_real[row] + t
-    owner[target] = row % B
+    steps = torch.arange(T, device=device)
+    r, i, t = (steps < fed[..., None]).nonzero(as_tuple=True)
+    target = (r, sequence[r, i], start[r, i] + t)
+    input_ids[target] = response_ids[r, i, t]
+    position_ids[target] = prompt_real[r, i] + t
+    owner[target] = i
 
     causal = torch.ones((L, L), dtype=torch.bool, device=device).tril()
     keys_, queries = owner[..., None, :], owner[..., :, None]
     allowed = causal & ((keys_ == PROMPT) | (keys_ == queries)) & (queries != PAD)
     mask = allowed | torch.eye(L, dtype=torch.bool, device=device)
 
-    response_lengths = response_lengths.reshape(N, 1)
-    prompt_last = (prompt_real - 1)[:, None]
-    inner = torch.where((steps > 0) & (steps < response_lengths), start[:, None] + steps - 1, prompt_last)
-    index = torch.where(steps < response_widths[run][:, None], sequence[:, None] * L + inner, 0)
-    return input_ids.view(R, U * L), position_ids.view(R, U * L), mask.view(R * U, 1, L, L), index.view(R, B, T)
+    predicted = (steps > 0) & (steps < response_lengths[..., None])
+    inner = torch.where(predicted, start[..., None] + steps - 1, (prompt_real - 1)[..., None])
+    index = torch.where(steps < response_widths[:, None, None], sequence[..., None] * L + inner, 0)
+    return input_ids.view(R, U * L), position_ids.view(R, U * L), mask.view(R * U, 1, L, L), index
