@@ -156,6 +156,9 @@ def test_the_trees_of_many_runs_at_once_are_their_trees_laid_out_together():
     together = packing.prefix_trees(*runs_inputs(batches))
     for mine, theirs in zip(together, stacked_trees(batches, 6)):
         assert torch.equal(mine, theirs)
+    # Asked for every run's own tree, it declines: the second run's own is its padded batch.
+    assert packing.prefix_trees(*runs_inputs(batches), mixed=False) is None
+    assert packing.prefix_trees(*runs_inputs([shared, other]), mixed=False) is not None
 
 
 def test_runs_none_of_which_packs_are_left_to_their_padded_batches():

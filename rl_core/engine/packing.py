@@ -123,6 +123,7 @@ def prefix_trees(
     response_lengths: torch.Tensor,
     response_widths: torch.Tensor,
     prompt_lengths: torch.Tensor,
+    mixed: bool = True,
 ) -> tuple[torch.Tensor, ...] | None:
     """`prefix_tree` of R batches at once, laid out as `stacked_runs.stacked_trees` lays their trees out (the same
     tensors, bit for bit): `(input_ids [R, U·L], position_ids [R, U·L], mask [R·U, 1, L, L], index [R, B, T])`.
@@ -132,8 +133,10 @@ def prefix_trees(
     own widths are `prompt_lengths[r]` and `response_widths[r]` columns. One program for every run: a tree per run
     cost about 1 ms of Python and small ops, all 32 trees of R = 32 minibatches cost 0.11 ms per run (one
     thread; about five trees per run and step). None where the trees
-    are not all plain prefix trees: no run would pack (`PACKING_GAIN`: the padded batches run as they are) or a
-    sequence outgrows `MAX_SEQUENCE_LENGTH` (it would be split); `stacked_trees` lays those out."""
+    are not all plain prefix trees: no run would pack (`PACKING_GAIN`: the padded batches run as they are), some
+    would not and `mixed` is False (`stacked_trees` packs them all the same; a caller that re-reads the layout of a
+    run's own tree needs it) or a sequence outgrows `MAX_SEQUENCE_LENGTH` (it would be split); `stacked_trees` lays
+    those out."""
     R, B, P = prompt_ids.shape
     T, device = response_ids.shape[2], prompt_ids.device
     fed = response_lengths.long() - 1  # [R, B]: response tokens that go in as inputs
@@ -156,7 +159,7 @@ def prefix_trees(
     U, L, *rest = torch.cat([counts, per_run, run_length, fed.amax(-1), prompt_lengths.to(counts)]).tolist()
     sequences, lengths, widths, prompts = (rest[i * R : (i + 1) * R] for i in range(4))
     packs = [s * n <= PACKING_GAIN * B * (p + w) for s, n, p, w in zip(sequences, lengths, prompts, widths)]
-    if not any(packs) or L > MAX_SEQUENCE_LENGTH:
+    if not any(packs) or not (mixed or all(packs)) or L > MAX_SEQUENCE_LENGTH:
         return None
     column = torch.arange(L, device=device)
     inside = (torch.arange(U, device=device)[:, None] < per_run[:, None, None]) & (column < run_length[:, None, None])

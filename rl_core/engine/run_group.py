@@ -194,21 +194,27 @@ class Part:
     def tree(self, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """The stacked prefix trees (`stacked_trees`' layout) of every run's batch, or of its rows `rows` `[R', b]`:
         built for all runs at once (`packing.prefix_trees`), or tree by tree where they are not plain prefix
-        trees. A shuffle of the whole batch reads the batch's own layout, re-indexed, as `Rollout.select` does."""
-        if rows is not None and rows.shape[1] == self.mask.shape[1]:
+        trees. A shuffle of the whole batch reads the batch's layout re-indexed, as `Rollout.select` reads a
+        run's own tree; where the batch's layout is not every run's own tree, the trees themselves."""
+        shuffle = rows is not None and rows.shape[1] == self.mask.shape[1]
+        if shuffle and self.own_trees:
             input_ids, position_ids, mask, index = self.layout
             return input_ids, position_ids, mask, index[self.run_axis, rows]
-        take = (lambda x: x) if rows is None else (lambda x: x[self.run_axis, rows])
-        layout = prefix_trees(
-            take(self.prompt_ids),
-            take(self.prompt_mask),
-            take(self.ids),
-            take(self.mask).sum(-1),
-            self.widths[:, 1],
-            self.widths[:, 0],
-        )
-        if layout is not None:
-            return layout
+        if not shuffle:
+            take = (lambda x: x) if rows is None else (lambda x: x[self.run_axis, rows])
+            layout = prefix_trees(
+                take(self.prompt_ids),
+                take(self.prompt_mask),
+                take(self.ids),
+                take(self.mask).sum(-1),
+                self.widths[:, 1],
+                self.widths[:, 0],
+                mixed=rows is not None,
+            )
+            if rows is None:
+                self.own_trees = layout is not None
+            if layout is not None:
+                return layout
         batches = self.rollouts if rows is None else [b.select(rows[p]) for p, b in enumerate(self.rollouts)]
         return stacked_trees(batches, self.T)
 
