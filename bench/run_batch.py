@@ -60,8 +60,9 @@ def timed(owner, name: str, phase: str) -> None:
 
 def instrument() -> None:
     timed(run_group.RunGroup, "_collect", "sampling and rewards")
-    timed(run_group, "teacher_forced", "teacher-forced passes")
-    timed(run_group, "stacked_trees", "prefix trees")
+    timed(run_group, "teacher_forced", "teacher-forced passes")  # the critics'
+    timed(run_group, "teacher_forced_logits", "teacher-forced passes")  # the language models'
+    timed(run_group.Part, "tree", "prefix trees")
     timed(run_group, "per_run", "formulas (vmapped)")
     timed(torch.Tensor, "backward", "backward")
     timed(run_group.torch.autograd, "grad", "backward")

@@ -6,6 +6,7 @@ import torch
 from rl_core.engine import packing
 from rl_core.engine.models import build_policy, position_ids_from_mask
 from rl_core.engine.rollout import TokenBatch, response_logits, token_logprobs
+from rl_core.engine.stacked_runs import stacked_trees
 from rl_core.engine.tokenizer import build_char_tokenizer
 
 PAD = 0
@@ -124,3 +125,43 @@ def test_single_responses_run_as_the_padded_batch_itself(prompts, all_ones):
         [width + p - 1 + t for t in range(5)],
         [2 * width + p - 1] * 5,
     ]
+
+
+def runs_inputs(batches: list[TokenBatch]) -> tuple[torch.Tensor, ...]:
+    """`prefix_trees`' inputs for batches of one size: prompts left-padded to the widest, responses right-padded."""
+    P = max(b.prompt_length for b in batches)
+    T = max(b.response_mask.shape[1] for b in batches)
+
+    def stack(field, left, right):
+        return torch.stack([torch.nn.functional.pad(field(b), (left(b), right(b))) for b in batches])
+
+    return (
+        stack(lambda b: b.sequences[:, : b.prompt_length], lambda b: P - b.prompt_length, lambda b: 0),
+        stack(lambda b: b.attention_mask[:, : b.prompt_length], lambda b: P - b.prompt_length, lambda b: 0),
+        stack(lambda b: b.response_ids, lambda b: 0, lambda b: T - b.response_ids.shape[1]),
+        stack(lambda b: b.response_mask, lambda b: 0, lambda b: T - b.response_mask.shape[1]).sum(-1),
+        torch.tensor([b.response_mask.shape[1] for b in batches]),
+        torch.tensor([b.prompt_length for b in batches]),
+    )
+
+
+def test_the_trees_of_many_runs_at_once_are_their_trees_laid_out_together():
+    # The independent route: each batch's own `prefix_tree`, laid out together by `stacked_trees`. The second run
+    # shares no prompt (alone it would run its padded batch), which the others' trees pack all the same.
+    shared = shared_prompts_batch()
+    distinct = batch_with_responses([[1, 2], [1, 3, 4, 5, 6], [1, 7], [1, 9, 9], [1, 5], [1, 2, 2]], [2, 6, 1, 1, 3, 2])
+    other = batch_with_responses([[1, 4], [1, 4], [1, 4], [2], [1, 4], [2]], [3, 3, 1, 2, 2, 4])
+    batches = [shared, distinct, other]
+    assert [b.prefix_tree.attention_mask.dim() for b in batches] == [4, 2, 4]
+    together = packing.prefix_trees(*runs_inputs(batches))
+    for mine, theirs in zip(together, stacked_trees(batches, 6)):
+        assert torch.equal(mine, theirs)
+    # Asked for every run's own tree, it declines: the second run's own is its padded batch.
+    assert packing.prefix_trees(*runs_inputs(batches), mixed=False) is None
+    assert packing.prefix_trees(*runs_inputs([shared, other]), mixed=False) is not None
+
+
+def test_runs_none_of_which_packs_are_left_to_their_padded_batches():
+    singles = [batch_with_responses([[1, k], [1, k + 1], [2, k]], [2, 1, 3]) for k in (3, 6)]
+    assert [b.prefix_tree.attention_mask.dim() for b in singles] == [2, 2]
+    assert packing.prefix_trees(*runs_inputs(singles)) is None

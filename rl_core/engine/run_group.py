@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
 from rl_core.engine.lora import share_base
+from rl_core.engine.packing import prefix_trees
 from rl_core.engine.rollout import Rollout, token_logprobs
 from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
 from rl_core.engine.stacked_runs import (
@@ -160,13 +161,23 @@ class Part:
         self.trainers = [group.trainers[r] for r in runs]
         self.rollouts: list[Rollout] = [batches[r][0] for r in runs]
         self.T = max(b.response_mask.shape[1] for b in self.rollouts)
+        self.run_axis = torch.arange(len(runs), device=group.device)[:, None]
         self.rewards = torch.stack([batches[r][1] for r in runs])
         self.successes = torch.stack([batches[r][2] for r in runs])
         mask = self.stacked("response_mask")
         self.mask = mask
         self.ids = self.stacked("response_ids")
         self.truncated = torch.stack([b.truncated for b in self.rollouts])
-        self.layout = stacked_trees(self.rollouts, self.T)
+        # Every run's prompts, left-padded to the widest run's, for the prefix trees of its batch and minibatches.
+        P = max(b.prompt_length for b in self.rollouts)
+        self.prompt_ids, self.prompt_mask = (
+            torch.stack([F.pad(getattr(b, f)[:, : b.prompt_length], (P - b.prompt_length, 0)) for b in self.rollouts])
+            for f in ("sequences", "attention_mask")
+        )
+        self.widths = torch.tensor(
+            [(b.prompt_length, b.response_mask.shape[1]) for b in self.rollouts], device=group.device
+        )
+        self.layout = self.tree()
         self.skip_no_signal = torch.tensor([t.algo.skip_no_signal_updates for t in self.trainers], device=group.device)
         self.formulas = []
         keys: dict[tuple, list[int]] = {}
@@ -179,6 +190,33 @@ class Part:
                 knobs["beta"] = self.knob("beta", positions, state=True)
             index = None if len(keys) == 1 else torch.tensor(positions, device=group.device)
             self.formulas.append(FormulaGroup(algo, index, knobs, "beta" in knobs))
+
+    def tree(self, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """The stacked prefix trees (`stacked_trees`' layout) of every run's batch, or of its rows `rows` `[R', b]`:
+        built for all runs at once (`packing.prefix_trees`), or tree by tree where they are not plain prefix
+        trees. A shuffle of the whole batch reads the batch's layout re-indexed, as `Rollout.select` reads a
+        run's own tree; where the batch's layout is not every run's own tree, the trees themselves."""
+        shuffle = rows is not None and rows.shape[1] == self.mask.shape[1]
+        if shuffle and self.own_trees:
+            input_ids, position_ids, mask, index = self.layout
+            return input_ids, position_ids, mask, index[self.run_axis, rows]
+        if not shuffle:
+            take = (lambda x: x) if rows is None else (lambda x: x[self.run_axis, rows])
+            layout = prefix_trees(
+                take(self.prompt_ids),
+                take(self.prompt_mask),
+                take(self.ids),
+                take(self.mask).sum(-1),
+                self.widths[:, 1],
+                self.widths[:, 0],
+                mixed=rows is not None,
+            )
+            if rows is None:
+                self.own_trees = layout is not None
+            if layout is not None:
+                return layout
+        batches = self.rollouts if rows is None else [b.select(rows[p]) for p, b in enumerate(self.rollouts)]
+        return stacked_trees(batches, self.T)
 
     def knob(self, name: str, positions: Sequence[int] | None = None, state: bool = False) -> torch.Tensor:
         trainers = self.trainers if positions is None else [self.trainers[p] for p in positions]
@@ -373,7 +411,7 @@ class RunGroup:
                     [torch.randperm(B, generator=t.generator, device=self.device) for t in part.trainers]
                 )
                 for rows in order.chunk(self.algo.num_minibatches, dim=1):
-                    layout = stacked_trees([b.select(rows[p]) for p, b in enumerate(part.rollouts)], part.T)
+                    layout = part.tree(rows)
                     mask = part.mask[runs, rows]
                     critic = part.over_formulas(
                         _critic_terms,
@@ -692,7 +730,7 @@ class RunGroup:
                 def take(x, rows=rows):
                     return None if x is None else x[runs, rows]
 
-                layout = stacked_trees([b.select(rows[p]) for p, b in enumerate(part.rollouts)], part.T)
+                layout = part.tree(rows)
                 logits = self._logits(part, self.policy, layout)
                 logp = token_logprobs(logits, take(part.ids))
                 mask, advantages, old_logp = take(loss_mask), take(scored["advantages"]), take(part.old_logp)
@@ -842,7 +880,7 @@ class RunGroup:
             return [[] for _ in part.runs]
         rows = torch.arange(n, device=self.device)
         heads = [b.select(rows) for b in part.rollouts]
-        layout = stacked_trees(heads, part.T)
+        layout = part.tree(rows.expand(len(part.runs), -1))
         with torch.no_grad():
             logits = self._logits(part, self.policy, layout, grad=False)
         logp = token_logprobs(logits, part.ids[:, :n]).requires_grad_()
