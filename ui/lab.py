@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,15 +46,16 @@ from ui.jobs import Job, LiveLoop, TrainingSlots, token_view_responses
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
+from ui.refresh import REFRESH_SECONDS, LivePages, retune
 from ui.session import learner_state, session_token
 
-REFRESH_SECONDS = 1.0
 KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overlay
 DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
 # LoRA (peft's adapters over the frozen policy) applies to every RL algorithm: on every page, under "All knobs".
 ADAPTER_KNOBS = ("use_peft", "lora_r", "lora_alpha", "lora_target_modules")
+LIVE_PAGE = "lab:live_page"  # this session's key among the server's live pages (`live_pages`)
 URL_WRITTEN = "lab:urls"  # the query parameters the pages of this session wrote, the latest last
 URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a rerun per key press under load)
 
@@ -61,6 +64,12 @@ URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a r
 def training_slots() -> TrainingSlots:
     """The one cap shared by every browser session of this server."""
     return TrainingSlots.from_env()
+
+
+@st.cache_resource(show_spinner=False)
+def live_pages() -> LivePages:
+    """The server's live dashboards and what their redraws cost, which set how often they refresh."""
+    return LivePages()
 
 
 @st.cache_resource(show_spinner=False)
@@ -163,23 +172,45 @@ def live_lab(
     with effect:
         # One dashboard fragment per page, registered in every run under the same key, so that a refresh
         # timer still in flight when a run ends always finds it (see docs/ARCHITECTURE.md, "The freeze").
-        fragment = st.fragment(
-            _instrument_dashboard, run_every=REFRESH_SECONDS if busy else None, key=f"{page}-dashboard"
-        )
-        fragment(page, focus, prediction, busy)
+        every = _refresh_every(current) if busy else None
+        fragment = st.fragment(_instrument_dashboard, run_every=every, key=f"{page}-dashboard")
+        fragment(page, focus, prediction, every)
     chat.talk_to_run(page)
 
 
-def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Prediction | None, live: bool) -> None:
+def _refresh_every(current: Job) -> float:
+    """Seconds between the live dashboard's redraws: the class's interval (`LivePages.interval`) once the run has
+    a chart to redraw, every REFRESH_SECONDS before its first point (a cheap redraw, and the point shows at once)."""
+    return live_pages().interval() if current.snapshot().records else REFRESH_SECONDS
+
+
+def _live_page() -> str:
+    """This browser session's key among the server's live pages (one dashboard refreshes at a time per session)."""
+    return st.session_state.setdefault(LIVE_PAGE, secrets.token_hex(8))
+
+
+def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Prediction | None, every: float | None) -> None:
     runs: list[Job] = st.session_state[f"{page}:runs"]
     if not runs:
         st.info("Press **Train**: the charts fill in here live, one point per RL step.", icon=":material/play_arrow:")
         return
-    if live and not runs[-1].active:
+    if every is not None and not runs[-1].active:
         # The run just ended: one full rerun (which draws the dashboard anyway) re-enables the controls and
         # stops the refresh timer; drawing it here first would only delay that.
+        live_pages().forget(_live_page())
         st.rerun()
+    started = time.thread_time()  # this thread's CPU: a wait for the interpreter lock is not the redraw's cost
     dashboard(page, runs, focus, prediction)
+    if every is None:
+        return
+    live_pages().redrawn(_live_page(), time.thread_time() - started, every)
+    if every > REFRESH_SECONDS:
+        st.caption(
+            f"The charts redraw every {every:.0f} s: {len(live_pages().live())} pages are training on this server, "
+            "and their redraws share the server's time with the training itself."
+        )
+    if retune(every, _refresh_every(runs[-1])):
+        st.rerun()  # a full run of the page registers the dashboard again at the interval the class needs now
 
 
 def _train_estimate(run: RunConfig) -> str:

@@ -1,0 +1,57 @@
+"""The live dashboards' refresh: a class of pages whose redraws would take more than their part of the server's
+time refresh less often, by the measured cost of each one's redraw; a page that stops redrawing drops out."""
+
+from pytest import approx
+
+from ui.refresh import LIVE_INTERVALS, LivePages, refresh_seconds, retune
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_refresh_seconds_keeps_the_redraws_within_their_share():
+    # Twenty pages at 0.05 s a redraw, every T s: 1.0 / T of a core; a quarter of a core at T = 4 s.
+    assert refresh_seconds([0.05] * 20, share=0.25) == approx(4.0)
+    # One page costs 0.05 / 1 s: within the share at the one-second floor.
+    assert refresh_seconds([0.05], share=0.25) == 1.0
+    assert refresh_seconds([], share=0.25) == 1.0
+
+
+def test_retune_only_past_the_factor():
+    assert not retune(1.0, 1.4)
+    assert retune(1.0, 1.6)
+    assert retune(4.0, 2.0)
+    assert not retune(4.0, 3.0)
+
+
+def test_live_pages_measure_each_page_and_drop_the_silent_ones():
+    clock = Clock()
+    pages = LivePages(clock, share=0.25)
+    pages.redrawn("a", 0.1, 1.0)
+    pages.redrawn("b", 0.3, 1.0)
+    assert pages.interval() == approx(1.6)  # (0.1 + 0.3) / 0.25
+    pages.redrawn("a", 0.3, 1.0)  # a's cost moves halfway to its newest redraw: 0.2
+    assert pages.live() == approx({"a": 0.2, "b": 0.3})
+    assert pages.interval() == approx(2.0)
+    clock.now += 2.5
+    pages.redrawn("a", 0.2, 1.0)
+    clock.now += LIVE_INTERVALS - 2.5 + 0.5  # b last redrew 3.5 s ago at a 1 s interval: its tab has closed
+    assert pages.live() == approx({"a": 0.2})
+    assert pages.interval() == 1.0  # 0.2 / 0.25 = 0.8: the floor
+    pages.forget("a")
+    assert pages.live() == {}
+
+
+def test_a_page_refreshing_slowly_is_live_for_longer():
+    clock = Clock()
+    pages = LivePages(clock, share=0.25)
+    pages.redrawn("slow", 0.5, 8.0)
+    clock.now += 20.0  # under 3 of its 8 s intervals
+    assert pages.live() == {"slow": 0.5}
+    clock.now += 5.0
+    assert pages.live() == {}
