@@ -159,20 +159,39 @@ def test_a_loaded_machine_stretches_an_estimate_by_its_runnable_processes_per_co
     assert contention(load=0.5, cores=16, workers=2) == 1.0  # cores to spare: as on an idle machine
 
 
-def test_the_train_button_says_how_long_at_this_servers_pace_now(tmp_path, monkeypatch):
-    from rl_core.runs.limits import estimated_seconds
+def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_warm_start_to_build(
+    tmp_path, monkeypatch
+):
+    from rl_core.engine.pretrained import model_tokenizer
+    from rl_core.engine.sft import checkpoint_folder
+    from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_seconds
+    from toy_tasks import TASKS
     from ui.lab import DEFAULT_STEPS
 
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.session_state["lab:session"] = secrets.token_urlsafe(18)
     at.run()
     at.switch_page("app_pages/grpo.py").run()
-    # Alone in the loop (1 learner) on 2 cores at load 7: the estimate × (7 + 1) / 2.
-    seconds = estimated_seconds(RunConfig(algo=get_preset("grpo"), task="caesar", steps=DEFAULT_STEPS)) * 4
+    # Alone in the loop (1 learner) on 2 cores at load 7: every estimate × (7 + 1) / 2; an empty cache first
+    # trains the page's 200-step SFT warm start of the tiny model.
+    run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=DEFAULT_STEPS)
+    seconds = estimated_seconds(run) * 4
+    warm = 200 * SFT_STEP_SECONDS * 4
     assert at.button(key="grpo:train").help.endswith(
-        f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on "
-        "2 cores), after any warm start it has not built yet."
+        f"About {seconds + warm:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 "
+        f"on 2 cores); of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet."
+    )
+    task = TASKS["caesar"]
+    folder = checkpoint_folder(
+        tmp_path / "cache", task, model_tokenizer("tiny"), "tiny", 0, task.default_demo_noise, run.sft_steps
+    )
+    folder.mkdir(parents=True)  # as the warm start's checkpoint is published: its folder
+    at.run()
+    assert at.button(key="grpo:train").help.endswith(
+        f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on 2 "
+        "cores); its warm start is cached on this server."
     )

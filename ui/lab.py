@@ -33,8 +33,9 @@ from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.pretrained import model_choices
+from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.messages import brief
-from rl_core.runs.limits import contention, estimated_seconds
+from rl_core.runs.limits import contention, estimated_seconds, estimated_warm_start_seconds
 from rl_core.runs.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import chat
@@ -214,17 +215,24 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
 
 
 def _train_estimate(run: RunConfig) -> str:
-    """How long the run will take at this server's pace now: its estimated seconds (`estimated_seconds`), times
-    the learners it will share the training loop with (each has an equal part of it), times the machine's load
-    (`contention`)."""
+    """How long the run will take at this server's pace now: the SFT warm starts the cache lacks
+    (`estimated_warm_start_seconds`), then its estimated seconds (`estimated_seconds`) times the learners it will
+    share the training loop with (each has an equal part of it), all times the machine's load (`contention`)."""
     sharing = live_loop().loop.learners + (0 if live_loop().learner_runs(session_token())[0] else 1)
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     sharing = max(sharing, 1)
-    seconds = estimated_seconds(run) * sharing * contention(load, cores, 1)
+    slower = contention(load, cores, 1)
+    warm = estimated_warm_start_seconds(warm_starts_to_build(run, default_cache_dir())) * slower
+    seconds = warm + estimated_seconds(run) * sharing * slower
     learners = "you alone in the training loop" if sharing == 1 else f"{sharing} learners sharing the training loop"
+    built = (
+        f"of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet"
+        if warm
+        else "its warm start is cached on this server"
+    )
     return (
         f"About {seconds:,.0f} s at this server's pace now ({learners}, load average {load:.1f} on {cores} "
-        "cores), after any warm start it has not built yet."
+        f"cores); {built}."
     )
 
 

@@ -156,6 +156,26 @@ def checkpoint_folder(cache_dir: Path, task: ToyTask, tokenizer, model_preset: s
     return cache_dir / "sft" / f"{task.name}-{model_name}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
 
 
+def warm_starts_to_build(run, cache_dir: Path) -> list[tuple[str, int]]:
+    """The SFT warm starts a `RunConfig` trains before its first step because `cache_dir` has no checkpoint of
+    them yet, as (model, SFT steps): its policy's, and on-policy distillation's teacher (`teacher_model`,
+    `teacher_sft_steps`, on noise-free demonstrations)."""
+    from rl_core.engine.pretrained import model_tokenizer
+    from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
+    from toy_tasks import TASKS
+
+    task, tokenizer = TASKS[run.task], model_tokenizer(run.model)
+    wanted = [(run.model, task.default_demo_noise if run.demo_noise is None else run.demo_noise, run.sft_steps)]
+    teacher = getattr(run.algo, "teacher_model", None)
+    if teacher is not None:
+        wanted.append((teacher, TEACHER_DEMO_NOISE, run.algo.teacher_sft_steps))
+    return [
+        (model, steps)
+        for model, noise, steps in wanted
+        if not checkpoint_folder(cache_dir, task, tokenizer, model, run.seed, noise, steps).exists()
+    ]
+
+
 def sft_policy(
     task: ToyTask,
     tokenizer: PreTrainedTokenizerBase,
