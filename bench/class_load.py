@@ -12,13 +12,17 @@ Starts `streamlit run app.py` on 127.0.0.1 (default limits) and speaks Streamlit
    run has its first chart point;
 3. a latecomer presses Train on the default page: the seconds to its first point;
 4. `--hold` seconds more: each run's steps, as a pace against the pace alone times the learners sharing the
-   server (the fair share: 1.0 is exactly its share).
+   server (the fair share: 1.0 is exactly its share); each learner's part of the training time the run store
+   recorded in that time (its steps' `step_time`), times the learners (1.0: exactly its share); each page's
+   dashboard redraws per second and the refresh interval it announced (ui/refresh.py). Meanwhile a learner
+   whose runs trained the whole past hour (written into the run store) opens the page in their browser (their
+   cookie), then with a `?me=` of their own invention: Train must stay disabled both times.
 
 Announced waits: whenever a session's page says "about N s" (queued: "… s to wait"; building a warm start: "…
 s left"; a run's progress bar: "… s left" to its end is not counted) before its first point, the first such
 announcement is compared with the real seconds from then to the point. Connection errors: every ForwardMsg that is
 a reference to the browser's message cache (a `ref_hash`: what the browser can miss) and every session whose
-socket closed. The load average is read before and after.
+socket closed before the end. The load average is read before and after.
 
 Run from the repository root:  python bench/class_load.py [--learners 20] [--alone 20] [--hold 60] [--json out]
 """
@@ -31,6 +35,8 @@ import contextlib
 import json
 import os
 import re
+import secrets
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -44,9 +50,15 @@ from protocol_session import ProtocolSession  # noqa: E402
 from sessions_latency import PAGE, load_average, progress, stop_protocol_runs  # noqa: E402
 
 from app_driver import serve_app  # noqa: E402
+from rl_core.algorithms import get_preset  # noqa: E402
+from rl_core.config import RunConfig  # noqa: E402
+from rl_core.runs.limits import HOUR  # noqa: E402
+from rl_core.runs.store import RunStore  # noqa: E402
+from ui.session import COOKIE  # noqa: E402
 
 HEAVY = "prompts_per_step=256&num_generations=4&ppo_epochs=64&num_minibatches=4&steps=40"
 ANNOUNCED = re.compile(r"about (\d+) s (to wait|left)")
+REDRAW_EVERY = re.compile(r"The charts redraw every (\d+) s")
 FIRST_POINT_TIMEOUT_S = 300
 
 
@@ -54,11 +66,12 @@ class Learner(ProtocolSession):
     """A protocol session that also notes the first wait its page announced before its first point, and the
     references to the browser's message cache it was sent."""
 
-    def __init__(self, url: str, page: str, query: str = ""):
-        super().__init__(url, page)
+    def __init__(self, url: str, page: str, query: str = "", cookies: dict[str, str] | None = None):
+        super().__init__(url, page, cookies)
         self.query_string = query
         self.announced: tuple[float, float, str] | None = None  # (when, seconds announced, its text)
         self.cache_references = 0
+        self.redraw_every: float | None = None  # the refresh interval the page announced last, if above 1 s
 
     def _handle(self, message, now: float) -> None:
         if message.WhichOneof("type") == "ref_hash":
@@ -67,6 +80,10 @@ class Learner(ProtocolSession):
 
     def _draw(self, message, now: float) -> None:
         super()._draw(message, now)
+        if message.delta.new_element.WhichOneof("type") == "markdown":
+            found = REDRAW_EVERY.search(message.delta.new_element.markdown.body)
+            if found:
+                self.redraw_every = float(found.group(1))
         if not self.waiting or self.announced is not None or message.delta.WhichOneof("type") != "new_element":
             return
         element = message.delta.new_element
@@ -110,7 +127,43 @@ async def pace(learners: list[Learner], seconds: float) -> list[float | None]:
     return [None if a is None or b is None else (b - a) / seconds for a, b in zip(before, [s.steps for s in learners])]
 
 
-async def class_load(url: str, learners: int, alone_s: float, hold_s: float) -> dict:
+def training_seconds(db: Path) -> dict[int, float]:
+    """Each active run's seconds of training so far (the sum of its steps' `step_time`: a group's step shared
+    evenly among its runs), read from the server's run store."""
+    store = RunStore(db, recover=False)
+    return {run.id: sum(r.get("step_time", 0.0) for r in store.steps(run.id)) for run in store.runs() if run.active}
+
+
+def spent_learner(db: Path) -> str:
+    """A learner the server issued whose runs trained for the whole past hour (written into its run store): their
+    token, as their browser's cookie holds it."""
+    token = secrets.token_urlsafe(18)
+    store = RunStore(db, recover=False)
+    store.issue_identity(token, "", 1_000, 0.0)
+    run_id = store.add_run(RunConfig(algo=get_preset("grpo"), task="caesar", steps=1), "an hour", session=token)
+    store.finish_run(run_id, "finished")
+    now = time.time()
+    with sqlite3.connect(db) as db_file:
+        db_file.execute("UPDATE runs SET started_at = ?, finished_at = ? WHERE id = ?", (now - HOUR - 60, now, run_id))
+    return token
+
+
+async def refused_learner(url: str, db: Path) -> dict:
+    """The learner whose hour is spent opens the page in their browser (their cookie), then with a `?me=` of
+    their own invention: may they press Train either time?"""
+    cookies = {COOKIE: spent_learner(db)}
+    tries = {"own page": Learner(url, PAGE, cookies=cookies)}
+    tries["with an invented ?me="] = Learner(url, PAGE, f"me={secrets.token_urlsafe(18)}", cookies)
+    found = {}
+    for name, session in tries.items():
+        await session.open()
+        train = session.button("Train")
+        found[name] = {"train_enabled": train is not None and not train.disabled, "alerts": session.alerts()[:200]}
+        await session.close()
+    return found
+
+
+async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: float) -> dict:
     solo = Learner(url, PAGE, "steps=2000")
     await solo.open()
     await solo.click("Train")
@@ -133,10 +186,20 @@ async def class_load(url: str, learners: int, alone_s: float, hold_s: float) -> 
         class_first = await first_points(cls[:-1], FIRST_POINT_TIMEOUT_S)
         await late.click("Train")
         await first_points([late], FIRST_POINT_TIMEOUT_S)
-        paces = await pace(everyone, hold_s)
+        seconds_before, redraws_before = training_seconds(db), [s.fragment_reruns_done for s in everyone]
+        paces, refused = await asyncio.gather(pace(everyone, hold_s), refused_learner(url, db))
+        seconds_after = training_seconds(db)
+        spent = {run: seconds_after[run] - seconds_before.get(run, 0.0) for run in seconds_after}
         sharing = len(everyone)  # learners with a run: each one's fair share is 1/sharing of the server
         shares = [None if p is None or not alone else p * sharing / alone for p in paces]
         return {
+            "training_seconds_in_hold": spent,  # by run: one run per learner
+            # each learner's part of the training time in the hold × learners (1.0: exactly its share)
+            "held_share": [v * sharing / sum(spent.values()) for v in spent.values()] if sum(spent.values()) else [],
+            "redraws_per_s": [(s.fragment_reruns_done - b) / hold_s for s, b in zip(everyone, redraws_before)],
+            "redraw_every_announced": [s.redraw_every for s in everyone],
+            "sockets_closed": sum(s._reader is not None and s._reader.done() for s in everyone),
+            "refused_learner": refused,
             "learners_sharing": sharing,
             "alone_steps_per_s": alone,
             "class_first_point_s": class_first,
@@ -171,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     env = {"RLHF_LAB_CACHE": str(cache), "RLHF_LAB_DB": str(cache / "runs.sqlite"), "RLHF_LAB_WARM_START": "0"}
     results = {"cpus": os.cpu_count(), "load_average_before": load_average()}
     with serve_app(cache / "streamlit.log", env) as (url, _):
-        results |= asyncio.run(class_load(url, args.learners, args.alone, args.hold))
+        results |= asyncio.run(class_load(url, cache / "runs.sqlite", args.learners, args.alone, args.hold))
     results["load_average_after"] = load_average()
     normal = [s for s in results["share_of_fair"][:-2] if s is not None]
     waits = results["announced_waits"]
@@ -202,7 +265,23 @@ def main(argv: list[str] | None = None) -> None:
             else ""
         )
     )
+    held = results["held_share"]
+    if held:
+        print(
+            f"each learner's part of the training time in the hold × {results['learners_sharing']} learners: min "
+            f"{min(held):.2f}, median {statistics.median(held):.2f}, max {max(held):.2f} (1 = exactly its share)"
+        )
+    redraws = results["redraws_per_s"]
+    every = [e for e in results["redraw_every_announced"] if e is not None]
+    print(
+        f"dashboard redraws per session per second in the hold: min {min(redraws):.2f}, median "
+        f"{statistics.median(redraws):.2f}, max {max(redraws):.2f}; the interval the pages announced: "
+        + (f"{min(every):.0f}–{max(every):.0f} s" if every else "1 s (none announced)")
+    )
+    for name, tried in results["refused_learner"].items():
+        print(f"the learner whose hour is spent, {name}: Train enabled {tried['train_enabled']}")
     print(f"references to the browser's message cache sent: {results['cache_references']}")
+    print(f"sessions whose socket closed: {results['sockets_closed']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

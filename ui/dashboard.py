@@ -58,13 +58,15 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
 
 def progress(snap: JobSnapshot, job: Job) -> None:
     if snap.status == "queued":
-        running = "1 run is" if snap.waiting_for == 1 else f"{snap.waiting_for} runs are"
+        ahead = snap.waiting_for + (snap.queue_place or 1) - 1  # the runs training and those queued before it
+        running = "1 is" if snap.waiting_for == 1 else f"{snap.waiting_for} are"
         place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
-        # from the running trainings' remaining steps at their measured pace (TrainingSlots.wait_estimate)
+        # from the running trainings' remaining steps at their measured pace, and the warm starts the runs ahead
+        # still build (TrainingSlots.wait_estimate)
         estimate = f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None else ""
         st.info(
-            f"queued: {running} training, the most the server trains at once… this run starts as soon as one of "
-            f"them ends{place}{estimate}.",
+            f"Queued behind {ahead} {'run' if ahead == 1 else 'runs'}: {running} training, the most the server "
+            f"trains at once… this run starts as soon as one of them ends{place}{estimate}.",
             icon=":material/hourglass_top:",
         )
     elif snap.phase is not None:

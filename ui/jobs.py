@@ -28,10 +28,17 @@ import torch
 
 from rl_core.config import RunConfig
 from rl_core.engine.chat import ChatModels, Probe
+from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
-from rl_core.runs.limits import HOUR, ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.runs.limits import (
+    HOUR,
+    ServerLimits,
+    estimated_seconds,
+    estimated_step_seconds,
+    estimated_warm_start_seconds,
+)
 from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
@@ -452,9 +459,13 @@ class Job(BackgroundJob):
         self._ended: float | None = None
         self._step_walls: deque[float] = deque(maxlen=10)  # wall seconds from each step's record to the next
         self._last_step_at: float | None = None  # when the latest record came
-        # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the
-        # estimate scaled by this server's measured speed until the first steps, then their measured time.
-        self._seconds_left = estimated_seconds(self.run) * self.slots.speed
+        # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the SFT
+        # warm starts the cache lacks and the estimate scaled by this server's measured speed until the first
+        # steps, then their measured time.
+        self._seconds_left = (
+            estimated_warm_start_seconds(warm_starts_to_build(self.run, default_cache_dir()))
+            + estimated_seconds(self.run) * self.slots.speed
+        )
         self._limits = ServerLimits()  # the server's, read again when the run starts (`_work`)
         self._cut_short: str | None = None  # why the server stopped the run (its learner's hour was spent)
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)

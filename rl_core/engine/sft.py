@@ -164,6 +164,8 @@ def warm_starts_to_build(run, cache_dir: Path) -> list[tuple[str, int]]:
     from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
     from toy_tasks import TASKS
 
+    if run.task not in TASKS:
+        return []  # the trainer refuses the run, with its own message
     task, tokenizer = TASKS[run.task], model_tokenizer(run.model)
     wanted = [(run.model, task.default_demo_noise if run.demo_noise is None else run.demo_noise, run.sft_steps)]
     teacher = getattr(run.algo, "teacher_model", None)
