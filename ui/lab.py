@@ -207,7 +207,7 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
     live_pages().redrawn(_live_page(), time.thread_time() - started, every)
     if every > REFRESH_SECONDS:
         st.caption(
-            f"The charts redraw every {every:.0f} s: {len(live_pages().live())} pages are training on this server, "
+            f"The charts redraw every {every:.1f} s: {len(live_pages().live())} pages are training on this server, "
             "and their redraws share the server's time with the training itself."
         )
     if retune(every, _refresh_every(runs[-1])):
