@@ -159,10 +159,15 @@ async def refused_learner(url: str, db: Path) -> dict:
     tries["with an invented ?me="] = Learner(url, PAGE, f"me={secrets.token_urlsafe(18)}", cookies)
     found = {}
     for name, session in tries.items():
-        await session.open()
+        try:
+            await session.open()
+        except TimeoutError as error:  # a page that does not draw is a result too
+            found[name] = {"train_enabled": None, "alerts": str(error)}
+            continue
+        finally:
+            await session.close()
         train = session.button("Train")
         found[name] = {"train_enabled": train is not None and not train.disabled, "alerts": session.alerts()[:200]}
-        await session.close()
     return found
 
 

@@ -3,7 +3,7 @@ time refresh less often, by the measured cost of each one's redraw; a page that 
 
 from pytest import approx
 
-from ui.refresh import LIVE_INTERVALS, LivePages, refresh_seconds, retune
+from ui.refresh import LivePages, live_for, refresh_seconds, retune
 
 
 class Clock:
@@ -38,20 +38,23 @@ def test_live_pages_measure_each_page_and_drop_the_silent_ones():
     pages.redrawn("a", 0.3, 1.0)  # a's cost moves halfway to its newest redraw: 0.2
     assert pages.live() == approx({"a": 0.2, "b": 0.3})
     assert pages.interval() == approx(2.0)
-    clock.now += 2.5
+    clock.now += 25.0
     pages.redrawn("a", 0.2, 1.0)
-    clock.now += LIVE_INTERVALS - 2.5 + 0.5  # b last redrew 3.5 s ago at a 1 s interval: its tab has closed
+    clock.now += 10.0  # b last redrew 35 s ago: more than 30 s, and 3 of its 1 s intervals: its tab has closed
     assert pages.live() == approx({"a": 0.2})
     assert pages.interval() == 1.0  # 0.2 / 0.25 = 0.8: the floor
     pages.forget("a")
     assert pages.live() == {}
 
 
-def test_a_page_refreshing_slowly_is_live_for_longer():
+def test_a_page_stays_live_for_three_of_its_intervals_and_at_least_30_s():
+    # A saturated server redraws a page late: dropping it then would shorten every page's interval.
+    assert live_for(1.0) == 30.0
+    assert live_for(20.0) == 60.0
     clock = Clock()
     pages = LivePages(clock, share=0.25)
-    pages.redrawn("slow", 0.5, 8.0)
-    clock.now += 20.0  # under 3 of its 8 s intervals
+    pages.redrawn("slow", 0.5, 20.0)
+    clock.now += 59.0
     assert pages.live() == {"slow": 0.5}
-    clock.now += 5.0
+    clock.now += 2.0
     assert pages.live() == {}

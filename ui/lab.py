@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +57,17 @@ RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
 # LoRA (peft's adapters over the frozen policy) applies to every RL algorithm: on every page, under "All knobs".
 ADAPTER_KNOBS = ("use_peft", "lora_r", "lora_alpha", "lora_target_modules")
+
+
+class _ThreadCPU(threading.local):
+    """Per script thread: `at`, its CPU time when it last measured a redraw; `inline`, while a full run of the page
+    draws the dashboard (not a rerun of the fragment alone)."""
+
+    at = 0.0
+    inline = False
+
+
+_cpu = _ThreadCPU()
 LIVE_PAGE = "lab:live_page"  # this session's key among the server's live pages (`live_pages`)
 URL_WRITTEN = "lab:urls"  # the query parameters the pages of this session wrote, the latest last
 URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a rerun per key press under load)
@@ -175,7 +187,11 @@ def live_lab(
         # timer still in flight when a run ends always finds it (see docs/ARCHITECTURE.md, "The freeze").
         every = _refresh_every(current) if busy else None
         fragment = st.fragment(_instrument_dashboard, run_every=every, key=f"{page}-dashboard")
-        fragment(page, focus, prediction, every)
+        _cpu.inline = True
+        try:
+            fragment(page, focus, prediction, every)
+        finally:
+            _cpu.inline = False
     chat.talk_to_run(page)
 
 
@@ -204,7 +220,11 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
     dashboard(page, runs, focus, prediction)
     if every is None:
         return
-    live_pages().redrawn(_live_page(), time.thread_time() - started, every)
+    # A rerun of the fragment costs what its thread spent since it last measured one (a thread new to the rerun:
+    # since it started), Streamlit's own work on the rerun included; a full run of the page, the drawing alone.
+    now = time.thread_time()
+    live_pages().redrawn(_live_page(), now - (started if _cpu.inline else _cpu.at), every)
+    _cpu.at = now
     if every > REFRESH_SECONDS:
         st.caption(
             f"The charts redraw every {every:.1f} s: {len(live_pages().live())} pages are training on this server, "

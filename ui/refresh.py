@@ -19,8 +19,11 @@ from collections.abc import Callable, Hashable, Iterable
 REFRESH_SECONDS = 1.0  # the fastest refresh: a chart gains a point about once a turn of the training loop
 # The part of one core the live pages' redraws may take together: the loop, in the same process, keeps the rest.
 REDRAW_SHARE = 0.25
-# A page is live while its latest redraw is at most this many of its intervals old: a closed tab drops out.
+# A page is live while its latest redraw is at most this many of its intervals old, and at least LIVE_SECONDS: a
+# closed tab drops out. Not fewer seconds: on a saturated server a page's redraws come late, and a page dropped
+# for that would shorten everyone's interval and saturate it further.
 LIVE_INTERVALS = 3.0
+LIVE_SECONDS = 30.0
 # How much of a redraw's newest measurement a page's running cost takes (a new point or tab changes it).
 COST_WEIGHT = 0.5
 # The interval a page runs at is changed (by a full rerun of the page) only when the one wanted differs by more
@@ -32,6 +35,12 @@ def refresh_seconds(costs: Iterable[float], share: float = REDRAW_SHARE, floor: 
     """The interval T at which pages whose redraws cost `costs` CPU seconds each, all redrawn every T seconds, use
     at most `share` of a core: they use Σ costs / T, so T = max(floor, Σ costs / share)."""
     return max(floor, sum(costs) / share)
+
+
+def live_for(interval: float) -> float:
+    """Seconds a page refreshing every `interval` seconds stays live without a redraw:
+    max(LIVE_INTERVALS × interval, LIVE_SECONDS)."""
+    return max(LIVE_INTERVALS * interval, LIVE_SECONDS)
 
 
 def retune(running: float, wanted: float, factor: float = RETUNE_FACTOR) -> bool:
@@ -62,10 +71,11 @@ class LivePages:
             self._pages.pop(page, None)
 
     def live(self) -> dict[Hashable, float]:
-        """The live pages and their redraw costs; a page not redrawn for LIVE_INTERVALS of its interval is gone."""
+        """The live pages and their redraw costs; a page not redrawn for LIVE_INTERVALS of its interval (and
+        LIVE_SECONDS) is gone."""
         now = self._clock()
         with self._lock:
-            for page in [p for p, (at, _, every) in self._pages.items() if now - at > LIVE_INTERVALS * every]:
+            for page in [p for p, (at, _, every) in self._pages.items() if now - at > live_for(every)]:
                 del self._pages[page]
             return {page: cost for page, (_, cost, _) in self._pages.items()}
 

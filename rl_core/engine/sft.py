@@ -18,6 +18,7 @@ seed's batch to the group's longest), as a run in a group of runs does (docs/ARC
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -141,6 +142,12 @@ def train_sft(
     return losses
 
 
+@functools.lru_cache(maxsize=64)
+def _task_source(task_type: type) -> str:
+    """The code of a task's module as this process imported it (read once: a page asks for many folders)."""
+    return inspect.getsource(inspect.getmodule(task_type))
+
+
 def checkpoint_folder(cache_dir: Path, task: ToyTask, tokenizer, model_preset: str, seed: int, demo_noise, steps):
     """Where the warm start of this (task, model, seed, noise, steps) is cached. The architecture (a loaded model's
     files), its SFT learning rate and the task's code are part of the name, so a changed preset, a folder saved
@@ -148,7 +155,7 @@ def checkpoint_folder(cache_dir: Path, task: ToyTask, tokenizer, model_preset: s
     sources = (
         model_identity(model_preset, tokenizer)
         + f"lr={sft_learning_rate(model_preset)}"
-        + inspect.getsource(inspect.getmodule(type(task)))
+        + _task_source(type(task))
         + f"band={task.sft_success_band}"
     )
     version = fingerprint(sources, 10)
