@@ -24,9 +24,10 @@ def test_refresh_seconds_keeps_the_redraws_within_their_share():
 
 def test_retune_only_past_the_factor():
     assert not retune(1.0, 1.4)
-    assert retune(1.0, 1.6)
-    assert retune(4.0, 2.0)
-    assert not retune(4.0, 3.0)
+    assert not retune(1.0, 1.9)
+    assert retune(1.0, 2.1)
+    assert retune(8.0, 3.0)
+    assert not retune(8.0, 5.0)
 
 
 def test_live_pages_measure_each_page_and_drop_the_silent_ones():
@@ -58,3 +59,19 @@ def test_a_page_stays_live_for_three_of_its_intervals_and_at_least_30_s():
     assert pages.live() == {"slow": 0.5}
     clock.now += 2.0
     assert pages.live() == {}
+
+
+def test_pages_waiting_for_a_first_point_have_a_budget_of_their_own():
+    clock = Clock()
+    pages = LivePages(clock, share=0.1)
+    for k in range(20):
+        pages.redrawn(f"class {k}", 0.15, 30.0)  # twenty pages with charts: 3 s of redraws, every 30 s
+    pages.redrawn("latecomer", 0.05, 1.0, charted=False)
+    assert pages.interval() == approx(30.0)  # 20 × 0.15 / 0.1
+    assert pages.interval(charted=False) == 1.0  # 0.05 / 0.1 = 0.5: the floor, so its first point shows at once
+    assert pages.live(charted=False) == {"latecomer": 0.05}
+    # Its first point: from then on it is a charted page, its cost measured afresh.
+    pages.redrawn("latecomer", 0.15, 1.0, charted=True)
+    assert pages.live(charted=False) == {}
+    assert pages.live()["latecomer"] == 0.15
+    assert pages.interval() == approx(31.5)

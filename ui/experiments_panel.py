@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -273,7 +274,8 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     # 14.3 s against 14.6, dynamic_sampling 23.2 s against 171), so the caption gives it as a bound.
     # A first run also trains the SFT warm starts the cache lacks (a first distillation run took 54 s where its
     # steps alone came to 6 s, its teachers untrained): counted apart, shared among the workers as the runs are.
-    warm = estimated_warm_start_seconds(_warm_starts_to_build(planned)) / at_once * slower
+    warm = estimated_warm_start_seconds(_warm_starts_to_build(experiment.name, str(default_cache_dir()))) / at_once
+    warm *= slower
     built = (
         f" Before them, about {_seconds(warm)} to train the SFT warm starts (policies, teachers) this server has "
         "not cached yet."
@@ -287,15 +289,22 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     )
 
 
-def _warm_starts_to_build(planned: list[RunConfig]) -> list[tuple[str, int]]:
-    """The SFT warm starts of `planned` that the cache lacks, each once however many runs start from it."""
-    cache, asked, builds = default_cache_dir(), set(), {}
-    for run in planned:
+# How long a page trusts its look at the cache for an experiment's warm starts: a look costs about 0.1 s (a
+# tokenizer and a model's identity per seed), and every page with the experiment redraws it in every full run.
+WARM_START_LOOK_SECONDS = 30
+
+
+@st.cache_data(ttl=WARM_START_LOOK_SECONDS, show_spinner=False)
+def _warm_starts_to_build(name: str, cache: str) -> list[tuple[str, int]]:
+    """The SFT warm starts of experiment `name`'s runs that the cache folder `cache` lacks, each once however many
+    runs start from it."""
+    asked, builds = set(), {}
+    for run in (arm_run.planned.run for arm_run in plan_experiment(EXPERIMENTS[name])):
         teacher = getattr(run.algo, "teacher_model", None), getattr(run.algo, "teacher_sft_steps", None)
         if (warm_start_kind(run), run.seed, teacher) in asked:
             continue
         asked.add((warm_start_kind(run), run.seed, teacher))
-        for build in warm_starts_to_build(run, cache):  # (model, steps): a policy's and a teacher's differ
+        for build in warm_starts_to_build(run, Path(cache)):  # (model, steps): a policy's and a teacher's differ
             builds[warm_start_kind(run), run.seed, build] = build
     return list(builds.values())
 

@@ -196,9 +196,13 @@ def live_lab(
 
 
 def _refresh_every(current: Job) -> float:
-    """Seconds between the live dashboard's redraws: the class's interval (`LivePages.interval`) once the run has
-    a chart to redraw, every REFRESH_SECONDS before its first point (a cheap redraw, and the point shows at once)."""
-    return live_pages().interval() if current.snapshot().records else REFRESH_SECONDS
+    """Seconds between the live dashboard's redraws: the class's interval (`LivePages.interval`) for pages with
+    charts once the run has points, for pages waiting for a first point before (cheap redraws: a faster one)."""
+    return live_pages().interval(charted=_charted(current))
+
+
+def _charted(job: Job) -> bool:
+    return bool(job.snapshot().records)
 
 
 def _live_page() -> str:
@@ -222,15 +226,16 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
         return
     # A rerun of the fragment costs what its thread spent since it last measured one (a thread new to the rerun:
     # since it started), Streamlit's own work on the rerun included; a full run of the page, the drawing alone.
-    now = time.thread_time()
-    live_pages().redrawn(_live_page(), now - (started if _cpu.inline else _cpu.at), every)
+    now, charted = time.thread_time(), _charted(runs[-1])
+    live_pages().redrawn(_live_page(), now - (started if _cpu.inline else _cpu.at), every, charted)
     _cpu.at = now
     if every > REFRESH_SECONDS:
         st.caption(
-            f"The charts redraw every {every:.1f} s: {len(live_pages().live())} pages are training on this server, "
-            "and their redraws share the server's time with the training itself."
+            f"The charts redraw every {every:.1f} s: {len(live_pages().live())} pages with charts and "
+            f"{len(live_pages().live(charted=False))} waiting for a first point are training on this server, and "
+            "their redraws share the server's time with the training itself."
         )
-    if retune(every, _refresh_every(runs[-1])):
+    if retune(every, live_pages().interval(charted)):
         st.rerun()  # a full run of the page registers the dashboard again at the interval the class needs now
 
 

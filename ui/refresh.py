@@ -2,12 +2,13 @@
 the server, so that the redraws of all its open pages together take at most a fixed part of one core.
 
 Every page's redraws run in the server's one process, under the one interpreter lock that the training loop needs
-too. A redraw of a training dashboard (its charts built as plotly figures and sent as JSON) costs tens of
-milliseconds of CPU; twenty pages redrawn every second asked for more than the interpreter can run, so the pages
-stopped redrawing and the loop stopped stepping. Each page's redraw cost is measured as it goes (the CPU time of
-the script thread that drew it), and the interval every charted page refreshes at is the one at which all of
-them together stay within `REDRAW_SHARE`. A page still waiting for its run's first point is cheap (no chart) and
-keeps the one-second refresh, so the point shows as soon as it comes.
+too. A redraw costs tens of milliseconds of CPU (a fragment rerun's own machinery about 60 ms, then the charts
+built as plotly figures and sent as JSON); twenty pages redrawn every second asked for more than the interpreter
+can run, so the pages stopped redrawing and the loop stopped stepping (bench/class_load.py). Each page's redraw
+cost is measured as it goes (the CPU time of the script thread that drew it), and the pages refresh at the
+interval at which all of them together stay within `REDRAW_SHARE`. Pages still waiting for their run's first
+point have a budget of their own: their redraws are cheap (no chart), so a latecomer's first point still shows
+within a second or two of its step while twenty charted pages redraw every fifteen seconds.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 
 REFRESH_SECONDS = 1.0  # the fastest refresh: a chart gains a point about once a turn of the training loop
-# The part of one core the live pages' redraws may take together: the loop, in the same process, keeps the rest.
-REDRAW_SHARE = 0.25
+# The part of one core the charted pages' redraws may take together, and as much again the waiting pages': the
+# loop, in the same process, keeps the rest. A quarter left twenty pages refreshing every 5 to 7 s with the loop
+# at under half its share of a machine at load 13 (bench/class_load.py); a tenth.
+REDRAW_SHARE = 0.1
 # A page is live while its latest redraw is at most this many of its intervals old, and at least LIVE_SECONDS: a
 # closed tab drops out. Not fewer seconds: on a saturated server a page's redraws come late, and a page dropped
 # for that would shorten everyone's interval and saturate it further.
@@ -26,9 +29,9 @@ LIVE_INTERVALS = 3.0
 LIVE_SECONDS = 30.0
 # How much of a redraw's newest measurement a page's running cost takes (a new point or tab changes it).
 COST_WEIGHT = 0.5
-# The interval a page runs at is changed (by a full rerun of the page) only when the one wanted differs by more
-# than this factor, so that pages do not rerun whole at every small change in the class.
-RETUNE_FACTOR = 1.5
+# The interval a page runs at is changed (by a full rerun of the page, itself a costly redraw) only when the one
+# wanted differs by more than this factor, so that pages do not rerun whole at every change in the class.
+RETUNE_FACTOR = 2.0
 
 
 def refresh_seconds(costs: Iterable[float], share: float = REDRAW_SHARE, floor: float = REFRESH_SECONDS) -> float:
@@ -50,35 +53,37 @@ def retune(running: float, wanted: float, factor: float = RETUNE_FACTOR) -> bool
 
 
 class LivePages:
-    """The server's live pages (by session), the measured cost of each one's redraw, and the interval they
-    refresh at. `clock` (seconds, monotonic) is injectable for tests."""
+    """The server's live pages (by session), the measured cost of each one's redraw, whether it draws charts yet,
+    and the interval each kind refreshes at. `clock` (seconds, monotonic) is injectable for tests."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, share: float = REDRAW_SHARE):
         self._clock = clock
         self.share = share
         self._lock = threading.Lock()
-        self._pages: dict[Hashable, tuple[float, float, float]] = {}  # page → (redrawn at, cost, its interval)
+        # page → (redrawn at, cost, its interval, whether it drew charts)
+        self._pages: dict[Hashable, tuple[float, float, float, bool]] = {}
 
-    def redrawn(self, page: Hashable, cpu_seconds: float, interval: float) -> None:
-        """`page`, refreshing every `interval` seconds, has just redrawn at a cost of `cpu_seconds`."""
+    def redrawn(self, page: Hashable, cpu_seconds: float, interval: float, charted: bool = True) -> None:
+        """`page`, refreshing every `interval` seconds, has just redrawn at a cost of `cpu_seconds`; `charted`:
+        its run has points (else it waits for its first)."""
         with self._lock:
-            cost = self._pages[page][1] if page in self._pages else cpu_seconds
-            self._pages[page] = (self._clock(), cost + COST_WEIGHT * (cpu_seconds - cost), interval)
+            cost = self._pages[page][1] if page in self._pages and self._pages[page][3] == charted else cpu_seconds
+            self._pages[page] = (self._clock(), cost + COST_WEIGHT * (cpu_seconds - cost), interval, charted)
 
     def forget(self, page: Hashable) -> None:
         """`page` no longer refreshes (its run ended)."""
         with self._lock:
             self._pages.pop(page, None)
 
-    def live(self) -> dict[Hashable, float]:
-        """The live pages and their redraw costs; a page not redrawn for LIVE_INTERVALS of its interval (and
-        LIVE_SECONDS) is gone."""
+    def live(self, charted: bool = True) -> dict[Hashable, float]:
+        """The live pages of one kind (with charts, or waiting for a first point) and their redraw costs; a page
+        not redrawn for LIVE_INTERVALS of its interval (and LIVE_SECONDS) is gone."""
         now = self._clock()
         with self._lock:
-            for page in [p for p, (at, _, every) in self._pages.items() if now - at > live_for(every)]:
+            for page in [p for p, (at, _, every, _) in self._pages.items() if now - at > live_for(every)]:
                 del self._pages[page]
-            return {page: cost for page, (_, cost, _) in self._pages.items()}
+            return {page: cost for page, (_, cost, _, drew) in self._pages.items() if drew == charted}
 
-    def interval(self) -> float:
-        """The interval every charted live page refreshes at now (`refresh_seconds` of their costs)."""
-        return refresh_seconds(self.live().values(), self.share)
+    def interval(self, charted: bool = True) -> float:
+        """The interval the live pages of one kind refresh at now (`refresh_seconds` of their costs)."""
+        return refresh_seconds(self.live(charted).values(), self.share)
