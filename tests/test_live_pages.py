@@ -64,14 +64,16 @@ def test_a_page_stays_live_for_three_of_its_intervals_and_at_least_30_s():
 def test_pages_waiting_for_a_first_point_have_a_budget_of_their_own():
     clock = Clock()
     pages = LivePages(clock, share=0.1)
-    for k in range(20):
-        pages.redrawn(f"class {k}", 0.15, 30.0)  # twenty pages with charts: 3 s of redraws, every 30 s
+    for k in range(19):
+        pages.redrawn(f"class {k}", 0.15, 30.0)  # nineteen pages with charts: 2.85 s of redraws
+    pages.redrawn("cheap", 0.1, 30.0)
     pages.redrawn("latecomer", 0.05, 1.0, charted=False)
-    assert pages.interval() == approx(30.0)  # 20 × 0.15 / 0.1
     assert pages.interval(charted=False) == 1.0  # 0.05 / 0.1 = 0.5: the floor, so its first point shows at once
     assert pages.live(charted=False) == {"latecomer": 0.05}
+    # The charted pages count the waiting one as one of them, at their median cost: (2.85 + 0.1 + 0.15) / 0.1.
+    assert pages.interval() == approx(31.0)
     # Its first point: from then on it is a charted page, its cost measured afresh.
-    pages.redrawn("latecomer", 0.15, 1.0, charted=True)
+    pages.redrawn("latecomer", 0.25, 1.0, charted=True)
     assert pages.live(charted=False) == {}
-    assert pages.live()["latecomer"] == 0.15
-    assert pages.interval() == approx(31.5)
+    assert pages.live()["latecomer"] == 0.25
+    assert pages.interval() == approx(32.0)

@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import os
 import secrets
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,7 +47,7 @@ from ui.jobs import Job, LiveLoop, TrainingSlots, token_view_responses
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
-from ui.refresh import REFRESH_SECONDS, LivePages, retune
+from ui.refresh import REFRESH_SECONDS, RERUN_SECONDS, LivePages, retune
 from ui.session import learner_state, session_token
 
 KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overlay
@@ -59,15 +58,6 @@ WARM_START_KNOBS = ("sft_steps", "demo_noise")
 ADAPTER_KNOBS = ("use_peft", "lora_r", "lora_alpha", "lora_target_modules")
 
 
-class _ThreadCPU(threading.local):
-    """Per script thread: `at`, its CPU time when it last measured a redraw; `inline`, while a full run of the page
-    draws the dashboard (not a rerun of the fragment alone)."""
-
-    at = 0.0
-    inline = False
-
-
-_cpu = _ThreadCPU()
 LIVE_PAGE = "lab:live_page"  # this session's key among the server's live pages (`live_pages`)
 URL_WRITTEN = "lab:urls"  # the query parameters the pages of this session wrote, the latest last
 URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a rerun per key press under load)
@@ -187,11 +177,7 @@ def live_lab(
         # timer still in flight when a run ends always finds it (see docs/ARCHITECTURE.md, "The freeze").
         every = _refresh_every(current) if busy else None
         fragment = st.fragment(_instrument_dashboard, run_every=every, key=f"{page}-dashboard")
-        _cpu.inline = True
-        try:
-            fragment(page, focus, prediction, every)
-        finally:
-            _cpu.inline = False
+        fragment(page, focus, prediction, every)
     chat.talk_to_run(page)
 
 
@@ -224,18 +210,19 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
     dashboard(page, runs, focus, prediction)
     if every is None:
         return
-    # A rerun of the fragment costs what its thread spent since it last measured one (a thread new to the rerun:
-    # since it started), Streamlit's own work on the rerun included; a full run of the page, the drawing alone.
-    now, charted = time.thread_time(), _charted(runs[-1])
-    live_pages().redrawn(_live_page(), now - (started if _cpu.inline else _cpu.at), every, charted)
-    _cpu.at = now
+    # The drawing's CPU, and Streamlit's own work on a rerun (not measurable here: a thread can carry the end of a
+    # full run of the page into the rerun after it).
+    charted = _charted(runs[-1])
+    live_pages().redrawn(_live_page(), time.thread_time() - started + RERUN_SECONDS, every, charted)
     if every > REFRESH_SECONDS:
         st.caption(
             f"The charts redraw every {every:.1f} s: {len(live_pages().live())} pages with charts and "
             f"{len(live_pages().live(charted=False))} waiting for a first point are training on this server, and "
             "their redraws share the server's time with the training itself."
         )
-    if retune(every, live_pages().interval(charted)):
+    # A page waiting for its first point keeps the interval it started with (a full run costs more than its
+    # redraws); from its first point on, a page follows the class's interval.
+    if charted and retune(every, live_pages().interval()):
         st.rerun()  # a full run of the page registers the dashboard again at the interval the class needs now
 
 

@@ -5,7 +5,8 @@ Every page's redraws run in the server's one process, under the one interpreter 
 too. A redraw costs tens of milliseconds of CPU (a fragment rerun's own machinery about 60 ms, then the charts
 built as plotly figures and sent as JSON); twenty pages redrawn every second asked for more than the interpreter
 can run, so the pages stopped redrawing and the loop stopped stepping (bench/class_load.py). Each page's redraw
-cost is measured as it goes (the CPU time of the script thread that drew it), and the pages refresh at the
+cost is measured as it goes (the CPU time of the script thread that drew it, and RERUN_SECONDS for Streamlit's
+own work on a rerun), and the pages refresh at the
 interval at which all of them together stay within `REDRAW_SHARE`. Pages still waiting for their run's first
 point have a budget of their own: their redraws are cheap (no chart), so a latecomer's first point still shows
 within a second or two of its step while twenty charted pages redraw every fifteen seconds.
@@ -29,6 +30,9 @@ LIVE_INTERVALS = 3.0
 LIVE_SECONDS = 30.0
 # How much of a redraw's newest measurement a page's running cost takes (a new point or tab changes it).
 COST_WEIGHT = 0.5
+# CPU seconds a rerun of a fragment costs before it draws anything (Streamlit's own work: a script thread, the
+# fragment's saved cursors copied): about 0.06 s in a server of twenty live pages, read in the script threads.
+RERUN_SECONDS = 0.06
 # The interval a page runs at is changed (by a full rerun of the page, itself a costly redraw) only when the one
 # wanted differs by more than this factor, so that pages do not rerun whole at every change in the class.
 RETUNE_FACTOR = 2.0
@@ -85,5 +89,11 @@ class LivePages:
             return {page: cost for page, (_, cost, _, drew) in self._pages.items() if drew == charted}
 
     def interval(self, charted: bool = True) -> float:
-        """The interval the live pages of one kind refresh at now (`refresh_seconds` of their costs)."""
-        return refresh_seconds(self.live(charted).values(), self.share)
+        """The interval the live pages of one kind refresh at now (`refresh_seconds` of their costs). Pages with
+        charts count each waiting page as one of them (the median charted cost) too: it will be one at its first
+        point, and a class pressing Train together then finds its interval at once instead of in many retunes."""
+        costs = list(self.live(charted).values())
+        if charted and costs:
+            waiting = len(self.live(charted=False))
+            costs += [sorted(costs)[len(costs) // 2]] * waiting
+        return refresh_seconds(costs, self.share)
