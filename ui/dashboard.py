@@ -23,12 +23,15 @@ TABS = ("Charts", "Tokens")
 ALL_GROUPS = "all"
 
 
-def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None) -> None:
+def dashboard(
+    page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None, refresh: float | None = None
+) -> None:
     """Progress of the latest run, then tabs: every chart with data (the page's `focus` charts first) and the
-    token view. Clicking a chart point opens that step in the token view."""
+    token view. Clicking a chart point opens that step in the token view. `refresh`: seconds between the page's
+    redraws while it is live."""
     current = runs[-1]
     snap = current.snapshot()
-    progress(snap, current)
+    progress(snap, current, refresh)
     if prediction is not None:
         reveal(page, current, snap, prediction)
     if not snap.records:
@@ -56,7 +59,10 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
             token_view(page, token_job, token_snap, token_label(token_job), newest=token_job is current)
 
 
-def progress(snap: JobSnapshot, job: Job) -> None:
+def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
+    """The run's state in a line. While it builds its warm start, the seconds until its first point shows: the
+    phase's time left at its pace, and half the page's `refresh` interval (a point waits that long on average for
+    the page's next redraw)."""
     if snap.status == "queued":
         ahead = snap.waiting_for + (snap.queue_place or 1) - 1  # the runs training and those queued before it
         running = "1 is" if snap.waiting_for == 1 else f"{snap.waiting_for} are"
@@ -73,7 +79,8 @@ def progress(snap: JobSnapshot, job: Job) -> None:
         phase, done, total = snap.phase
         task = TASKS[job.run.task]
         what = SETUP_PHASES[phase] if phase != "reward" or hasattr(task, "reward_model_preset") else "the task"
-        left = f", about {snap.phase_left:.0f} s left" if snap.phase_left is not None else ""
+        shown = None if snap.phase_left is None else snap.phase_left + (refresh or 0.0) / 2
+        left = f", about {shown:.0f} s left" if shown is not None else ""
         building = "building the warm start" if phase in ("sft", "teacher") else "setting up"
         st.progress(done / max(total, 1), text=f"{building.capitalize()}: {what} {done}/{total}{left}")
     elif snap.status in ("preparing", "training"):

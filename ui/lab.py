@@ -207,7 +207,7 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
         live_pages().forget(_live_page())
         st.rerun()
     started = time.thread_time()  # this thread's CPU: a wait for the interpreter lock is not the redraw's cost
-    dashboard(page, runs, focus, prediction)
+    dashboard(page, runs, focus, prediction, every)
     if every is None:
         return
     # The drawing's CPU, and Streamlit's own work on a rerun (not measurable here: a thread can carry the end of a
