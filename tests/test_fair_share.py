@@ -195,3 +195,35 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
         f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on 2 "
         "cores); its warm start is cached on this server."
     )
+
+
+def test_a_warm_starts_time_left_counts_half_the_pages_refresh_interval():
+    from ui.jobs import JobSnapshot
+
+    def page(snap, job, refresh):
+        from ui.dashboard import progress
+
+        progress(snap, job, refresh)
+
+    job = Job(tiny_run(steps=5), LiveLoop(1))
+    snap = JobSnapshot(
+        status="preparing",
+        steps_total=5,
+        records=[],
+        samples={},
+        phase=("sft", 10, 50),
+        setup={},
+        error=None,
+        waiting_for=0,
+        queue_place=None,
+        wait_estimate=None,
+        elapsed=8.0,
+        seconds_per_step=None,
+        phase_left=20.0,  # 40 SFT steps to go at 0.5 s each
+    )
+    # A page redrawn every 14 s shows the first point 7 s after it comes, on average: 20 + 14 / 2.
+    for refresh, shown in ((14.0, 27), (None, 20)):
+        at = AppTest.from_function(page, args=(snap, job, refresh)).run()
+        assert not at.exception, at.exception
+        text = at.get("progress")[0].proto.text
+        assert text.startswith("Building the warm start:") and text.endswith(f"10/50, about {shown} s left"), text

@@ -20,8 +20,9 @@ from collections.abc import Callable, Hashable, Iterable
 
 REFRESH_SECONDS = 1.0  # the fastest refresh: a chart gains a point about once a turn of the training loop
 # The part of one core the charted pages' redraws may take together, and as much again the waiting pages': the
-# loop, in the same process, keeps the rest. A quarter left twenty pages refreshing every 5 to 7 s with the loop
-# at under half its share of a machine at load 13 (bench/class_load.py); a tenth.
+# loop, in the same process, keeps the rest. With twenty pages at load 9 to 13 on 2 cores, a quarter (its costs
+# measured otherwise) left the script threads most of a profile of the server; a tenth kept every normal run at
+# 0.95 to 1.39 of its fair share, the pages redrawing every 20 to 24 s (bench/README.md, class_load.py).
 REDRAW_SHARE = 0.1
 # A page is live while its latest redraw is at most this many of its intervals old, and at least LIVE_SECONDS: a
 # closed tab drops out. Not fewer seconds: on a saturated server a page's redraws come late, and a page dropped
