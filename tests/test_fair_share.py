@@ -197,7 +197,7 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
     )
 
 
-def test_a_warm_starts_time_left_counts_half_the_pages_refresh_interval():
+def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
     from ui.jobs import JobSnapshot
 
     def page(snap, job, refresh):
@@ -219,11 +219,82 @@ def test_a_warm_starts_time_left_counts_half_the_pages_refresh_interval():
         wait_estimate=None,
         elapsed=8.0,
         seconds_per_step=None,
-        phase_left=20.0,  # 40 SFT steps to go at 0.5 s each
+        first_point_in=20.0,
     )
     # A page redrawn every 14 s shows the first point 7 s after it comes, on average: 20 + 14 / 2.
     for refresh, shown in ((14.0, 27), (None, 20)):
         at = AppTest.from_function(page, args=(snap, job, refresh)).run()
         assert not at.exception, at.exception
         text = at.get("progress")[0].proto.text
-        assert text.startswith("Building the warm start:") and text.endswith(f"10/50, about {shown} s left"), text
+        assert text == f"Building the warm start: SFT warm start 10/50, about {shown} s to its first point", text
+
+
+def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
+    from rl_core.runs.first_point import first_point_seconds, sft_step_seconds
+
+    # 40 SFT steps left and the check's 3, at 0.5 s a step, then 1.5 turns of 2 s: 21.5 + 3.
+    assert first_point_seconds(40, 0.5, 2.0) == pytest.approx(24.5)
+    assert first_point_seconds(0, 0.5, 2.0) == pytest.approx(3.0)  # a cached warm start: no check
+    assert sft_step_seconds(done=8, elapsed=4.0, measured=0.1) == pytest.approx(0.5)  # its own pace from 5 steps
+    assert sft_step_seconds(done=2, elapsed=4.0, measured=0.1) == pytest.approx(0.1)  # the server's before
+
+
+class Clock:
+    """A monotonic clock the test sets."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_runs_first_point_is_announced_from_its_first_setup_step_counting_every_phase_before_it(
+    tmp_path, monkeypatch
+):
+    from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_step_seconds
+
+    monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path))  # empty: the 50-step warm start is trained
+    clock, slots = Clock(), LiveLoop(2)
+    run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50, sft_steps=50)
+    job = Job(run, slots, clock=clock)
+    job._set(status="preparing")
+    turn = estimated_step_seconds(run)  # an empty loop: the run's turn is its own step (the server's speed 1)
+    # Before any SFT step: the 50 steps and the check's 3 at the estimated SFT step, then 1.5 turns.
+    assert job.snapshot().first_point_in == pytest.approx(53 * SFT_STEP_SECONDS + 1.5 * turn)
+    job._on_progress("sft", 1, 50)
+    clock.now += 2.0
+    job._on_progress("sft", 3, 50)  # 2 steps in 2 s: too few for its own pace, the server's stands
+    assert job.snapshot().first_point_in == pytest.approx((47 + 3) * SFT_STEP_SECONDS + 1.5 * turn)
+    clock.now += 4.0
+    job._on_progress("sft", 7, 50)  # 6 steps in 6 s: 1 s a step from here on
+    assert job.snapshot().first_point_in == pytest.approx((43 + 3) * 1.0 + 1.5 * turn)
+    clock.now += 43.0
+    job._on_progress("sft", 50, 50)  # done: a later run's announcement starts from the pace measured here
+    assert slots.sft_step_seconds == pytest.approx(1.0)
+    later = Job(run, slots, clock=clock)
+    later._set(status="preparing")
+    assert later.snapshot().first_point_in == pytest.approx(53 * 1.0 + 1.5 * turn)
+    job._set(status="training", phase=None)  # prepared: only its first turn is left
+    assert job.snapshot().first_point_in == pytest.approx(1.5 * turn)
+    job._add({"step": 1, "reward_mean": 0.5})
+    assert job.snapshot().first_point_in is None
+
+
+def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    learner = secrets.token_urlsafe(18)
+    gone = tmp_path / "saved-model"  # saved with save_pretrained, trained on, then deleted
+    run = RunConfig(algo=get_preset("grpo"), task="caesar", model=str(gone), steps=3, sft_steps=0)
+    store = RunStore()
+    run_id = store.add_run(run, "grpo · grpo page #1", session=learner, page="grpo", page_run=1)
+    store.start_run(run_id)
+    for step in (1, 2, 3):
+        store.add_step(run_id, {"step": step, "reward_mean": 0.5})
+    store.finish_run(run_id, "finished")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["lab:session"] = learner
+    at.run()
+    at.switch_page("app_pages/grpo.py").run()
+    assert not at.exception, at.exception
+    assert any(s.value.startswith("Finished 3 steps") for s in at.success), [s.value for s in at.success]
