@@ -16,11 +16,14 @@ Starts `streamlit run app.py` on 127.0.0.1 (default limits) and speaks Streamlit
    recorded in that time (its steps' `step_time`), times the learners (1.0: exactly its share); each page's
    dashboard redraws per second and the refresh interval it announced (ui/refresh.py). Meanwhile a learner
    whose runs trained more than the hour's allowance (written into the run store) opens the page in their browser (their
-   cookie), then with a `?me=` of their own invention: Train must stay disabled both times.
+   cookie), then with a `?me=` of their own invention: Train must stay disabled both times;
+5. the experiment panel, the class still training: a learner opens EXPERIMENT_PAGE, reads the wait its See it
+   happen panel announces (its runs and the warm starts it trains first), presses Run and waits for the verdict
+   (`--no-experiment` leaves this out).
 
-Announced waits: whenever a session's page says "about N s" (queued: "… s to wait"; building a warm start: "…
-s left"; a run's progress bar: "… s left" to its end is not counted) before its first point, the first such
-announcement is compared with the real seconds from then to the point. Connection errors: every ForwardMsg that is
+Announced waits: whenever a session's page says "about N s to its first point" (queued: "about N s to wait for
+its first point") before its first point, the first such announcement is compared with the real seconds from then
+to the point. Connection errors: every ForwardMsg that is
 a reference to the browser's message cache (a `ref_hash`: what the browser can miss) and every session whose
 socket closed before the end. The load average is read before and after.
 
@@ -56,7 +59,13 @@ from rl_core.runs.store import RunStore  # noqa: E402
 from ui.session import COOKIE  # noqa: E402
 
 HEAVY = "prompts_per_step=256&num_generations=4&ppo_epochs=64&num_minibatches=4&steps=40"
-ANNOUNCED = re.compile(r"about (\d+) s (to wait|left)")
+ANNOUNCED = re.compile(r"about (\d+) s (?:to wait for|to) its first point")
+# The experiment panel's caption: its runs' time (a bound for a first run, "About" from earlier runs here), and the
+# warm starts it trains first when the cache lacks them.
+EXPERIMENT_RUNS = re.compile(r"(?:up to about|About) (\d+) (s|min) for \d+ runs")
+EXPERIMENT_WARM = re.compile(r"Before them, about (\d+) (s|min) to train the SFT warm starts")
+EXPERIMENT_PAGE = "policy_gradient"  # its one experiment, pg_baseline: 16 runs of 40 steps, the cheapest caesar one
+EXPERIMENT_TIMEOUT_S = 900
 REDRAW_EVERY = re.compile(r"The charts redraw every ([\d.]+) s")
 FIRST_POINT_TIMEOUT_S = 300
 CLASS_TIMEOUT_S = 180  # for the whole class's first points: the latecomer presses Train by then in any case
@@ -95,7 +104,7 @@ class Learner(ProtocolSession):
             element.WhichOneof("type"), lambda: ""
         )()
         found = ANNOUNCED.search(text)
-        if found and not text.startswith("step "):  # a run's own "… s left" to its end is not a wait for a point
+        if found:
             self.announced = (now, float(found.group(1)), text)
 
     @property
@@ -172,7 +181,40 @@ async def refused_learner(url: str, db: Path) -> dict:
     return found
 
 
-async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: float) -> dict:
+def seconds_in(found: re.Match | None) -> float:
+    return 0.0 if found is None else float(found.group(1)) * (60 if found.group(2) == "min" else 1)
+
+
+async def experiment_wait(url: str) -> dict:
+    """A learner opens EXPERIMENT_PAGE on the loaded server, reads what its See it happen panel announces, presses
+    the experiment's Run and waits for its verdict (an alert "… comparing … with …"): announced against real."""
+    session = Learner(url, EXPERIMENT_PAGE)
+    try:
+        await session.open()
+        captions = " ".join(
+            e.markdown.body for _, e in sorted(session.elements.items()) if e.WhichOneof("type") == "markdown"
+        )
+        runs, warm = EXPERIMENT_RUNS.search(captions), EXPERIMENT_WARM.search(captions)
+        announced = seconds_in(runs) + seconds_in(warm)
+        if not await session.click("Run"):
+            return {"announced_s": announced, "real_s": None, "text": "Run was not enabled"}
+        try:
+            await session.wait_for(lambda: "comparing " in session.alerts(), EXPERIMENT_TIMEOUT_S, "a verdict")
+            real = time.monotonic() - session.clicked_at
+        except TimeoutError:
+            real = None
+        return {
+            "announced_s": announced,
+            "real_s": real,
+            "ratio": announced / real if real else None,
+            "text": " ".join(m.group(0) for m in (runs, warm) if m),
+            "load_average": load_average(),
+        }
+    finally:
+        await session.close()
+
+
+async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: float, experiment: bool) -> dict:
     solo = Learner(url, PAGE, "steps=2000")
     await solo.open()
     await solo.click("Train")
@@ -198,6 +240,8 @@ async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: 
         seconds_before, redraws_before = training_seconds(db), [s.fragment_reruns_done for s in everyone]
         paces, refused = await asyncio.gather(pace(everyone, hold_s), refused_learner(url, db))
         seconds_after = training_seconds(db)
+        load_in_hold = load_average()
+        panel = await experiment_wait(url) if experiment else None  # the class still training
         spent = {run: seconds_after[run] - seconds_before.get(run, 0.0) for run in seconds_after}
         sharing = len(everyone)  # learners with a run: each one's fair share is 1/sharing of the server
         shares = [None if p is None or not alone else p * sharing / alone for p in paces]
@@ -220,6 +264,8 @@ async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: 
             "steps_per_s": paces,
             "share_of_fair": shares,  # 1.0: exactly 1/sharing of its pace alone
             "announced_waits": [a for s in everyone if (a := s.announced_against_real()) is not None],
+            "load_average_in_hold": load_in_hold,
+            "experiment_panel": panel,
             "cache_references": sum(s.cache_references for s in everyone),
             "last_alerts": {s.query_string or "latecomer": s.alerts()[:200] for s in (cls[0], cls[-1], late)},
         }
@@ -237,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--alone", type=float, default=20.0, help="seconds the pace alone is measured over")
     parser.add_argument("--hold", type=float, default=60.0, help="seconds the class's paces are measured over")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--no-experiment", action="store_true", help="leave out the experiment panel's announced and real wait"
+    )
     args = parser.parse_args(argv)
     cache = Path(tempfile.mkdtemp(prefix="rlhf-lab-class-bench-"))
     env = {
@@ -247,7 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     results = {"cpus": os.cpu_count(), "load_average_before": load_average()}
     with serve_app(cache / "streamlit.log", env) as (url, _):
-        results |= asyncio.run(class_load(url, cache / "runs.sqlite", args.learners, args.alone, args.hold))
+        results |= asyncio.run(
+            class_load(url, cache / "runs.sqlite", args.learners, args.alone, args.hold, not args.no_experiment)
+        )
     results["load_average_after"] = load_average()
     normal = [s for s in results["share_of_fair"][:-2] if s is not None]
     waits = results["announced_waits"]
@@ -269,15 +320,27 @@ def main(argv: list[str] | None = None) -> None:
             f"min {min(normal):.2f}, median {statistics.median(normal):.2f}, max {max(normal):.2f}; the heavy run "
             f"{shown(results['share_of_fair'][-2])}, the latecomer {shown(results['share_of_fair'][-1])}"
         )
-    ratios = [w["ratio"] for w in waits if w["ratio"]]
-    print(
-        f"announced waits: {len(waits)}"
-        + (
-            f", announced ÷ real min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max {max(ratios):.2f}"
-            if ratios
-            else ""
+    for kind, told in (
+        ("first point", [w for w in waits if not w["text"].startswith("Queued")]),
+        ("queue", [w for w in waits if w["text"].startswith("Queued")]),
+    ):
+        ratios = [w["ratio"] for w in told if w["ratio"]]
+        print(
+            f"announced waits ({kind}): {len(told)}"
+            + (
+                f", announced ÷ real min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max "
+                f"{max(ratios):.2f}"
+                if ratios
+                else ""
+            )
         )
-    )
+    panel = results["experiment_panel"]
+    if panel is not None:
+        print(
+            f"experiment panel ({EXPERIMENT_PAGE}): announced {panel['announced_s']:.0f} s, verdict after "
+            f"{shown(panel['real_s'])} s, announced ÷ real {shown(panel.get('ratio'))} ({panel['text']})"
+        )
+    print(f"load average at the end of the hold: {results['load_average_in_hold']}")
     held = results["held_share"]
     if held:
         print(
