@@ -33,7 +33,7 @@ from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
-from rl_core.runs.first_point import PACED_AFTER, first_point_seconds, sft_step_seconds
+from rl_core.runs.first_point import PACED_AFTER, builds_sharing, first_point_seconds, sft_step_seconds
 from rl_core.runs.limits import (
     HOUR,
     SFT_STEP_SECONDS,
@@ -77,6 +77,7 @@ class TrainingSlots:
         self._left: dict[object, Callable[[float | None], float]] = {}  # ticket → its seconds left (`hold`)
         self._speeds: deque[float] = deque(maxlen=20)  # measured ÷ estimated step time of the latest runs
         self._sft_step: float | None = None  # wall seconds of a tiny-model SFT step, as the latest warm start took
+        self._building: set[object] = set()  # the tickets building an SFT warm start now
 
     @classmethod
     def from_env(cls) -> TrainingSlots:
@@ -102,15 +103,22 @@ class TrainingSlots:
 
     @property
     def sft_step_seconds(self) -> float:
-        """Wall seconds of an SFT warm-start step of the tiny model on this server: as the latest warm start built
-        here took it (its model's factor divided out), else the estimate SFT_STEP_SECONDS."""
+        """Wall seconds of an SFT warm-start step of the tiny model on this server now: as the latest warm start
+        built here took it (its model's factor divided out, and the warm starts built beside it), else the estimate
+        SFT_STEP_SECONDS; times the warm starts building now sharing the cores (`builds_sharing`)."""
         with self._condition:
-            return SFT_STEP_SECONDS if self._sft_step is None else self._sft_step
+            alone = SFT_STEP_SECONDS if self._sft_step is None else self._sft_step
+            return alone * builds_sharing(len(self._building), os.cpu_count() or 1)
 
     def observe_sft_step(self, seconds: float, model: str) -> None:
-        """A warm start of `model` has trained at `seconds` a step."""
+        """A warm start of `model` has trained at `seconds` a step, beside the warm starts building now."""
         with self._condition:
-            self._sft_step = seconds / model_factor(model)
+            self._sft_step = seconds / model_factor(model) / builds_sharing(len(self._building), os.cpu_count() or 1)
+
+    def building(self, ticket: object, now: bool) -> None:
+        """`ticket` builds an SFT warm start from `now` on (True) or no longer (False)."""
+        with self._condition:
+            (self._building.add if now else self._building.discard)(ticket)
 
     @property
     def running(self) -> int:
@@ -658,6 +666,7 @@ class Job(BackgroundJob):
             self._on_progress(*item[PHASE])
         elif SETUP in item:
             self._set(status="training", phase=None, setup=item[SETUP])
+            self.slots.building(self, False)
             if trainer is not None:
                 self._start_probe(trainer)
         else:
@@ -728,6 +737,7 @@ class Job(BackgroundJob):
             with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
                     self._set(status="preparing")
+                    self.slots.building(self, bool(self._builds))  # its warm starts slow the others' down
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not self.slots.claim(store, run_id, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
@@ -753,6 +763,7 @@ class Job(BackgroundJob):
                 status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
             finally:
                 self.slots.release(store, run_id)
+        self.slots.building(self, False)
         self._set(status=status, error=error, phase=None, ended=self.clock())
 
 

@@ -27,6 +27,13 @@ def sft_step_seconds(done: int, elapsed: float, measured: float) -> float:
     return elapsed / done if done >= PACED_AFTER else measured
 
 
+def builds_sharing(builders: int, cores: int) -> float:
+    """How many times slower a warm start's step is while `builders` warm starts train at once in the process on
+    `cores` cores than alone: each trains on one thread (the tiny and small presets' `cpu_threads`), so
+    max(1, builders / cores)."""
+    return max(1.0, builders / cores)
+
+
 def first_point_seconds(warm_start_steps: float, sft_step: float, turn: float) -> float:
     """Seconds until a run's first point: its warm starts' `warm_start_steps` still to train and their success
     check, at `sft_step` seconds a step, then its first turn in the loop, whose turns take `turn` seconds now:
