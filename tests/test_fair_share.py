@@ -230,13 +230,15 @@ def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
 
 
 def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
-    from rl_core.runs.first_point import first_point_seconds, sft_step_seconds
+    from rl_core.runs.first_point import builds_sharing, first_point_seconds, sft_step_seconds
 
     # 40 SFT steps left and the check's 3, at 0.5 s a step, then 1.5 turns of 2 s: 21.5 + 3.
     assert first_point_seconds(40, 0.5, 2.0) == pytest.approx(24.5)
     assert first_point_seconds(0, 0.5, 2.0) == pytest.approx(3.0)  # a cached warm start: no check
     assert sft_step_seconds(done=8, elapsed=4.0, measured=0.1) == pytest.approx(0.5)  # its own pace from 5 steps
     assert sft_step_seconds(done=2, elapsed=4.0, measured=0.1) == pytest.approx(0.1)  # the server's before
+    # Nineteen warm starts at once on 2 cores, one thread each: 9.5 times as slow; one alone: as measured.
+    assert builds_sharing(19, 2) == 9.5 and builds_sharing(1, 2) == builds_sharing(0, 2) == 1.0
 
 
 class Clock:
@@ -275,6 +277,13 @@ def test_a_runs_first_point_is_announced_from_its_first_setup_step_counting_ever
     later = Job(run, slots, clock=clock)
     later._set(status="preparing")
     assert later.snapshot().first_point_in == pytest.approx(53 * 1.0 + 1.5 * turn)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    class_of_four = [object() for _ in range(4)]
+    for learner in class_of_four:  # four warm starts building at once on 2 cores: each step twice as long
+        slots.building(learner, True)
+    assert later.snapshot().first_point_in == pytest.approx(53 * 2.0 + 1.5 * turn)
+    for learner in class_of_four:
+        slots.building(learner, False)
     job._set(status="training", phase=None)  # prepared: only its first turn is left
     assert job.snapshot().first_point_in == pytest.approx(1.5 * turn)
     job._add({"step": 1, "reward_mean": 0.5})
