@@ -105,15 +105,15 @@ class TrainingSlots:
     def sft_step_seconds(self) -> float:
         """Wall seconds of an SFT warm-start step of the tiny model on this server now: as the latest warm start
         built here took it (its model's factor divided out, and the warm starts built beside it), else the estimate
-        SFT_STEP_SECONDS; times the warm starts building now sharing the cores (`builds_sharing`)."""
+        SFT_STEP_SECONDS; times the warm starts building now, which share the interpreter (`builds_sharing`)."""
         with self._condition:
             alone = SFT_STEP_SECONDS if self._sft_step is None else self._sft_step
-            return alone * builds_sharing(len(self._building), os.cpu_count() or 1)
+            return alone * builds_sharing(len(self._building))
 
     def observe_sft_step(self, seconds: float, model: str) -> None:
         """A warm start of `model` has trained at `seconds` a step, beside the warm starts building now."""
         with self._condition:
-            self._sft_step = seconds / model_factor(model) / builds_sharing(len(self._building), os.cpu_count() or 1)
+            self._sft_step = seconds / model_factor(model) / builds_sharing(len(self._building))
 
     def building(self, ticket: object, now: bool) -> None:
         """`ticket` builds an SFT warm start from `now` on (True) or no longer (False)."""

@@ -27,11 +27,12 @@ def sft_step_seconds(done: int, elapsed: float, measured: float) -> float:
     return elapsed / done if done >= PACED_AFTER else measured
 
 
-def builds_sharing(builders: int, cores: int) -> float:
-    """How many times slower a warm start's step is while `builders` warm starts train at once in the process on
-    `cores` cores than alone: each trains on one thread (the tiny and small presets' `cpu_threads`), so
-    max(1, builders / cores)."""
-    return max(1.0, builders / cores)
+def builds_sharing(builders: int) -> float:
+    """How many times slower a warm start's step is while `builders` warm starts train at once in the process than
+    alone: max(1, builders). The tiny and small presets' steps are mostly the interpreter's work, which one lock
+    serialises whatever the cores: nineteen warm starts on 2 cores took about 0.5 s a step against 0.02 alone, and
+    announcements at builders ÷ cores came to 0.2 to 0.5 of the real waits (bench/class_load.py)."""
+    return max(1.0, float(builders))
 
 
 def first_point_seconds(warm_start_steps: float, sft_step: float, turn: float) -> float:

@@ -116,6 +116,7 @@ class RunLoop:
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
+        self._turn_took_in = False  # whether the turn under way took in runs (its group built anew: not timed)
         self._lock = threading.Lock()
         self._joining: list[_Member] = []
         self._members: list[_Member] = []
@@ -139,8 +140,10 @@ class RunLoop:
     @property
     def turn_wall(self) -> float | None:
         """Wall seconds a turn of the loop takes now, from one turn's start to the next's (its runs' steps, their
-        records handed over, and whatever else the process ran meanwhile): the median of the latest TURNS_TIMED;
-        None before two turns in a row were timed."""
+        records handed over, and whatever else the process ran meanwhile): the median of the latest TURNS_TIMED
+        that took in no run (one that does builds its stacked group anew: a class joining one by one made turns of
+        the joining runs several times as long as the turns after, and a latecomer was told 19 s for 5); None
+        before such a turn was timed."""
         with self._lock:
             return statistics.median(self._turn_walls) if self._turn_walls else None
 
@@ -185,6 +188,7 @@ class RunLoop:
         """One turn; False once no run is left in the loop (the thread then ends, and the next `train` starts
         another; lanes go on by themselves)."""
         with self._lock:
+            took_in = list(self._joining)
             for member in self._joining:
                 self._members.append(member)
             self._joining.clear()
@@ -200,8 +204,9 @@ class RunLoop:
                 self._thread, self._turn_began = None, None
                 return False
             began, self._turn_began = self._turn_began, self._clock()
-            if began is not None:
+            if began is not None and not self._turn_took_in:
                 self._turn_walls.append(self._turn_began - began)
+            self._turn_took_in = bool(took_in)
             self._turn_number += 1
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
         for member, outcome in zip(stepping, step_together([m.trainer for m in stepping])):
