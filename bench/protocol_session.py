@@ -63,8 +63,9 @@ def draws_a_point(message: ForwardMsg) -> bool:
 class ProtocolSession:
     """A session on one page of the app at `url` (http://host:port), opened with `await open()`."""
 
-    def __init__(self, url: str, page: str):
+    def __init__(self, url: str, page: str, cookies: dict[str, str] | None = None):
         self.url, self.page = url, page
+        self.cookies = cookies or {}  # what the browser sends with the websocket's request (the learner's)
         self.page_script_hash = ""
         self.query_string = ""
         self.elements: dict[tuple[int, ...], object] = {}  # delta path → the Element drawn there
@@ -86,8 +87,14 @@ class ProtocolSession:
         """Connect, ask for the page as a browser that opens its URL does, and wait until its first run is drawn."""
         ws_url = self.url.replace("http", "ws", 1) + "/_stcore/stream"
         # No keepalive pings: a busy server answers late, and the browser sends none either.
+        cookie = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
         self._socket = await connect(
-            ws_url, subprotocols=["streamlit"], max_size=None, ping_interval=None, open_timeout=OPEN_TIMEOUT_S
+            ws_url,
+            subprotocols=["streamlit"],
+            max_size=None,
+            ping_interval=None,
+            open_timeout=OPEN_TIMEOUT_S,
+            additional_headers={"Cookie": cookie} if cookie else None,
         )
         self._reader = asyncio.create_task(self._read())
         await self._rerun(page_name=self.page)

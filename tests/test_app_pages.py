@@ -236,7 +236,7 @@ def test_a_training_beyond_the_cap_waits_in_the_queue_and_says_so(open_page, one
     long_run(second, "ppo")
     second.run()
     assert any(
-        note.value.startswith("queued: 1 run is training")
+        note.value.startswith("Queued behind 1 run: 1 is training")
         and "you are number 1 in the queue" in note.value
         and re.search(r"about \d+ s to wait", note.value)
         for note in second.info

@@ -26,6 +26,7 @@ from rl_core.experiments.runner import (
     records_file,
     shared_departures,
 )
+from rl_core.runs.limits import SFT_STEP_SECONDS
 from rl_core.runs.records import read_jsonl
 from rl_core.runs.reuse import recorded_when, run_key
 from rl_core.runs.store import RunStore
@@ -107,8 +108,9 @@ def test_the_panel_names_what_every_arm_sets_away_from_its_presets_defaults():
     assert shared_departures(get_experiment("gspo_clipping")) == {}, "GRPO's and GSPO's presets as they are"
 
 
-def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(monkeypatch):
+def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(monkeypatch, tmp_path):
     monkeypatch.setenv("RLHF_LAB_MAX_SESSION_WORKERS", "1")  # one run at a time: the arithmetic below
+    monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path / "cache"))  # no warm start cached
     load = [0.0]  # an idle machine of 2 cores until the end
     monkeypatch.setattr(os, "getloadavg", lambda: (load[0], load[0], load[0]))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
@@ -121,7 +123,12 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
         f"Not run on this server yet: up to about {shown} for 16 runs, 1 at a time (each run's steps at "
         "the step times measured on the reference CPU:"
     ) in first
-    assert first.index("about ") < first.index("Any warm start this server has not cached yet")
+    # Its 8 seeds' 200-step SFT warm starts of the tiny model, one at a time, at the measured SFT step time.
+    warm = 8 * 200 * SFT_STEP_SECONDS
+    assert (
+        f"Before them, about {warm:.0f} s to train the SFT warm starts (policies, teachers) this server has not "
+        "cached yet."
+    ) in first
     # A live training that stepped twelve times slower than the reference (a busy machine) leaves it as it was.
     training_slots().observe_speed(12.0, 1.0)
     assert " ".join(c.value for c in panel(experiment.pages[0]).run().caption) == first

@@ -159,20 +159,150 @@ def test_a_loaded_machine_stretches_an_estimate_by_its_runnable_processes_per_co
     assert contention(load=0.5, cores=16, workers=2) == 1.0  # cores to spare: as on an idle machine
 
 
-def test_the_train_button_says_how_long_at_this_servers_pace_now(tmp_path, monkeypatch):
-    from rl_core.runs.limits import estimated_seconds
+def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_warm_start_to_build(
+    tmp_path, monkeypatch
+):
+    from rl_core.engine.pretrained import model_tokenizer
+    from rl_core.engine.sft import checkpoint_folder
+    from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_seconds
+    from toy_tasks import TASKS
     from ui.lab import DEFAULT_STEPS
 
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.session_state["lab:session"] = secrets.token_urlsafe(18)
     at.run()
     at.switch_page("app_pages/grpo.py").run()
-    # Alone in the loop (1 learner) on 2 cores at load 7: the estimate × (7 + 1) / 2.
-    seconds = estimated_seconds(RunConfig(algo=get_preset("grpo"), task="caesar", steps=DEFAULT_STEPS)) * 4
+    # Alone in the loop (1 learner) on 2 cores at load 7: every estimate × (7 + 1) / 2; an empty cache first
+    # trains the page's 200-step SFT warm start of the tiny model.
+    run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=DEFAULT_STEPS)
+    seconds = estimated_seconds(run) * 4
+    warm = 200 * SFT_STEP_SECONDS * 4
     assert at.button(key="grpo:train").help.endswith(
-        f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on "
-        "2 cores), after any warm start it has not built yet."
+        f"About {seconds + warm:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 "
+        f"on 2 cores); of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet."
     )
+    task = TASKS["caesar"]
+    folder = checkpoint_folder(
+        tmp_path / "cache", task, model_tokenizer("tiny"), "tiny", 0, task.default_demo_noise, run.sft_steps
+    )
+    folder.mkdir(parents=True)  # as the warm start's checkpoint is published: its folder
+    at.run()
+    assert at.button(key="grpo:train").help.endswith(
+        f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on 2 "
+        "cores); its warm start is cached on this server."
+    )
+
+
+def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
+    from ui.jobs import JobSnapshot
+
+    def page(snap, job, refresh):
+        from ui.dashboard import progress
+
+        progress(snap, job, refresh)
+
+    job = Job(tiny_run(steps=5), LiveLoop(1))
+    snap = JobSnapshot(
+        status="preparing",
+        steps_total=5,
+        records=[],
+        samples={},
+        phase=("sft", 10, 50),
+        setup={},
+        error=None,
+        waiting_for=0,
+        queue_place=None,
+        wait_estimate=None,
+        elapsed=8.0,
+        seconds_per_step=None,
+        first_point_in=20.0,
+    )
+    # A page redrawn every 14 s shows the first point 7 s after it comes, on average: 20 + 14 / 2.
+    for refresh, shown in ((14.0, 27), (None, 20)):
+        at = AppTest.from_function(page, args=(snap, job, refresh)).run()
+        assert not at.exception, at.exception
+        text = at.get("progress")[0].proto.text
+        assert text == f"Building the warm start: SFT warm start 10/50, about {shown} s to its first point", text
+
+
+def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
+    from rl_core.runs.first_point import builds_sharing, first_point_seconds, sft_step_seconds
+
+    # 40 SFT steps left and the check's 3, at 0.5 s a step, then 1.5 turns of 2 s: 21.5 + 3.
+    assert first_point_seconds(40, 0.5, 2.0) == pytest.approx(24.5)
+    assert first_point_seconds(0, 0.5, 2.0) == pytest.approx(3.0)  # a cached warm start: no check
+    assert sft_step_seconds(done=8, elapsed=4.0, measured=0.1) == pytest.approx(0.5)  # its own pace from 5 steps
+    assert sft_step_seconds(done=2, elapsed=4.0, measured=0.1) == pytest.approx(0.1)  # the server's before
+    # Nineteen warm starts at once in the process: 19 times as slow each; one alone: as measured.
+    assert builds_sharing(19) == 19.0 and builds_sharing(1) == builds_sharing(0) == 1.0
+
+
+class Clock:
+    """A monotonic clock the test sets."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_runs_first_point_is_announced_from_its_first_setup_step_counting_every_phase_before_it(
+    tmp_path, monkeypatch
+):
+    from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_step_seconds
+
+    monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path))  # empty: the 50-step warm start is trained
+    clock, slots = Clock(), LiveLoop(2)
+    run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50, sft_steps=50)
+    job = Job(run, slots, clock=clock)
+    job._set(status="preparing")
+    turn = estimated_step_seconds(run)  # an empty loop: the run's turn is its own step (the server's speed 1)
+    # Before any SFT step: the 50 steps and the check's 3 at the estimated SFT step, then 1.5 turns.
+    assert job.snapshot().first_point_in == pytest.approx(53 * SFT_STEP_SECONDS + 1.5 * turn)
+    job._on_progress("sft", 1, 50)
+    clock.now += 2.0
+    job._on_progress("sft", 3, 50)  # 2 steps in 2 s: too few for its own pace, the server's stands
+    assert job.snapshot().first_point_in == pytest.approx((47 + 3) * SFT_STEP_SECONDS + 1.5 * turn)
+    clock.now += 4.0
+    job._on_progress("sft", 7, 50)  # 6 steps in 6 s: 1 s a step from here on
+    assert job.snapshot().first_point_in == pytest.approx((43 + 3) * 1.0 + 1.5 * turn)
+    clock.now += 43.0
+    job._on_progress("sft", 50, 50)  # done: a later run's announcement starts from the pace measured here
+    assert slots.sft_step_seconds == pytest.approx(1.0)
+    later = Job(run, slots, clock=clock)
+    later._set(status="preparing")
+    assert later.snapshot().first_point_in == pytest.approx(53 * 1.0 + 1.5 * turn)
+    class_of_four = [object() for _ in range(4)]
+    for learner in class_of_four:  # four warm starts building at once: each step four times as long
+        slots.building(learner, True)
+    assert later.snapshot().first_point_in == pytest.approx(53 * 4.0 + 1.5 * turn)
+    for learner in class_of_four:
+        slots.building(learner, False)
+    job._set(status="training", phase=None)  # prepared: only its first turn is left
+    assert job.snapshot().first_point_in == pytest.approx(1.5 * turn)
+    job._add({"step": 1, "reward_mean": 0.5})
+    assert job.snapshot().first_point_in is None
+
+
+def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
+    learner = secrets.token_urlsafe(18)
+    gone = tmp_path / "saved-model"  # saved with save_pretrained, trained on, then deleted
+    run = RunConfig(algo=get_preset("grpo"), task="caesar", model=str(gone), steps=3, sft_steps=0)
+    store = RunStore()
+    run_id = store.add_run(run, "grpo · grpo page #1", session=learner, page="grpo", page_run=1)
+    store.start_run(run_id)
+    for step in (1, 2, 3):
+        store.add_step(run_id, {"step": step, "reward_mean": 0.5})
+    store.finish_run(run_id, "finished")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["lab:session"] = learner
+    at.run()
+    at.switch_page("app_pages/grpo.py").run()
+    assert not at.exception, at.exception
+    assert any(s.value.startswith("Finished 3 steps") for s in at.success), [s.value for s in at.success]

@@ -23,12 +23,15 @@ TABS = ("Charts", "Tokens")
 ALL_GROUPS = "all"
 
 
-def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None) -> None:
+def dashboard(
+    page: str, runs: list[Job], focus: Sequence[str], prediction: Prediction | None, refresh: float | None = None
+) -> None:
     """Progress of the latest run, then tabs: every chart with data (the page's `focus` charts first) and the
-    token view. Clicking a chart point opens that step in the token view."""
+    token view. Clicking a chart point opens that step in the token view. `refresh`: seconds between the page's
+    redraws while it is live."""
     current = runs[-1]
     snap = current.snapshot()
-    progress(snap, current)
+    progress(snap, current, refresh)
     if prediction is not None:
         reveal(page, current, snap, prediction)
     if not snap.records:
@@ -56,29 +59,37 @@ def dashboard(page: str, runs: list[Job], focus: Sequence[str], prediction: Pred
             token_view(page, token_job, token_snap, token_label(token_job), newest=token_job is current)
 
 
-def progress(snap: JobSnapshot, job: Job) -> None:
+def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
+    """The run's state in a line. Before its first point, the seconds until it shows: every phase still ahead of it
+    (`JobSnapshot.first_point_in`) and half the page's `refresh` interval (a point waits that long on average for
+    the page's next redraw)."""
+    first = None if snap.first_point_in is None else snap.first_point_in + (refresh or 0.0) / 2
+    until = f"about {first:.0f} s to its first point" if first is not None else ""
     if snap.status == "queued":
-        running = "1 run is" if snap.waiting_for == 1 else f"{snap.waiting_for} runs are"
+        ahead = snap.waiting_for + (snap.queue_place or 1) - 1  # the runs training and those queued before it
+        running = "1 is" if snap.waiting_for == 1 else f"{snap.waiting_for} are"
         place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
-        # from the running trainings' remaining steps at their measured pace (TrainingSlots.wait_estimate)
-        estimate = f", about {snap.wait_estimate:.0f} s to wait" if snap.wait_estimate is not None else ""
+        # from the running trainings' remaining steps at their measured pace, and the warm starts the runs ahead
+        # still build (TrainingSlots.wait_estimate), then this run's own phases before its first point
+        wait = f", about {first:.0f} s to wait for its first point" if first is not None else ""
         st.info(
-            f"queued: {running} training, the most the server trains at once… this run starts as soon as one of "
-            f"them ends{place}{estimate}.",
+            f"Queued behind {ahead} {'run' if ahead == 1 else 'runs'}: {running} training, the most the server "
+            f"trains at once… this run starts as soon as one of them ends{place}{wait}.",
             icon=":material/hourglass_top:",
         )
     elif snap.phase is not None:
         phase, done, total = snap.phase
         task = TASKS[job.run.task]
         what = SETUP_PHASES[phase] if phase != "reward" or hasattr(task, "reward_model_preset") else "the task"
-        left = f", about {snap.phase_left:.0f} s left" if snap.phase_left is not None else ""
         building = "building the warm start" if phase in ("sft", "teacher") else "setting up"
-        st.progress(done / max(total, 1), text=f"{building.capitalize()}: {what} {done}/{total}{left}")
+        text = f"{building.capitalize()}: {what} {done}/{total}{', ' + until if until else ''}"
+        st.progress(done / max(total, 1), text=text)
     elif snap.status in ("preparing", "training"):
         eta = f", about {snap.eta:.0f} s left" if snap.eta is not None else ""
-        if snap.status == "training" and snap.steps_done == 0:  # before its first point: say why it waits
+        if snap.steps_done == 0:  # before its first point: say why it waits
             sharing = f", {snap.learners} learners share it" if snap.learners > 1 else ""
-            eta = f", waiting for its first turn in the training loop{sharing}"
+            doing = "waiting for its first turn in the training loop" if snap.status == "training" else "preparing"
+            eta = f", {doing}{sharing}{', ' + until if until else ''}"
         st.progress(
             snap.steps_done / snap.steps_total,
             text=f"step {snap.steps_done}/{snap.steps_total} · {snap.elapsed:.0f} s{eta}",

@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from rl_core.config import RunConfig
+from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.experiments import EXPERIMENTS, Arm, Experiment
 from rl_core.experiments._measures import mean_over_steps
 from rl_core.experiments.runner import (
@@ -34,10 +36,10 @@ from rl_core.experiments.runner import (
 )
 from rl_core.messages import brief
 from rl_core.numbers import number
-from rl_core.runs.limits import contention
+from rl_core.runs.limits import contention, estimated_warm_start_seconds
 from rl_core.runs.reuse import every_run_reusable
 from rl_core.runs.store import RunStore, StoredRun, StoreError
-from rl_core.runs.sweep import batch_count, default_workers
+from rl_core.runs.sweep import batch_count, default_workers, warm_start_kind
 from ui.compare import CURVE_UNITS, CURVES, PLOT_CONFIG, band_figure
 from ui.experiment_jobs import ExperimentJob, ExperimentSnapshot
 from ui.jobs import reference_seconds, time_left
@@ -270,15 +272,41 @@ def _duration(experiment: Experiment, planned: list[RunConfig]) -> str:
     # The step times are the server limits' estimate, meant not to fall short: on the reference CPU (2 cores,
     # bench/experiments_speed.py) every experiment at its 8 seeds took 1.0 to 7.4 times less (critic_from_rm
     # 14.3 s against 14.6, dynamic_sampling 23.2 s against 171), so the caption gives it as a bound.
-    # They leave out what a first run also pays: starting the workers and training the SFT warm starts.
-    # Measured: a first distillation run took 54 s where its steps alone came to 6 s (its teachers untrained).
+    # A first run also trains the SFT warm starts the cache lacks (a first distillation run took 54 s where its
+    # steps alone came to 6 s, its teachers untrained): counted apart, shared among the workers as the runs are.
+    warm = estimated_warm_start_seconds(_warm_starts_to_build(experiment.name, str(default_cache_dir()))) / at_once
+    warm *= slower
+    built = (
+        f" Before them, about {_seconds(warm)} to train the SFT warm starts (policies, teachers) this server has "
+        "not cached yet."
+        if warm
+        else " Every SFT warm start they start from is cached on this server."
+    )
     return (
         f"Not run on this server yet: up to about {_seconds(seconds)} for {len(planned)} runs, {at_once} at a "
         "time (each run's steps at the step times measured on the reference CPU: there the experiments took "
-        f"from about this long down to a seventh of it).{busy} "
-        "Any warm start this server has not cached yet (a seed's SFT checkpoint, its reward model or teacher) is "
-        "trained first, often taking several times the training itself."
+        f"from about this long down to a seventh of it).{busy}{built}"
     )
+
+
+# How long a page trusts its look at the cache for an experiment's warm starts: a look costs about 0.1 s (a
+# tokenizer and a model's identity per seed), and every page with the experiment redraws it in every full run.
+WARM_START_LOOK_SECONDS = 30
+
+
+@st.cache_data(ttl=WARM_START_LOOK_SECONDS, show_spinner=False)
+def _warm_starts_to_build(name: str, cache: str) -> list[tuple[str, int]]:
+    """The SFT warm starts of experiment `name`'s runs that the cache folder `cache` lacks, each once however many
+    runs start from it."""
+    asked, builds = set(), {}
+    for run in (arm_run.planned.run for arm_run in plan_experiment(EXPERIMENTS[name])):
+        teacher = getattr(run.algo, "teacher_model", None), getattr(run.algo, "teacher_sft_steps", None)
+        if (warm_start_kind(run), run.seed, teacher) in asked:
+            continue
+        asked.add((warm_start_kind(run), run.seed, teacher))
+        for build in warm_starts_to_build(run, Path(cache)):  # (model, steps): a policy's and a teacher's differ
+            builds[warm_start_kind(run), run.seed, build] = build
+    return list(builds.values())
 
 
 def _seconds(seconds: float) -> str:

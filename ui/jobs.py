@@ -13,6 +13,7 @@ ten learners' runs interleave step by step rather than queueing behind each othe
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import statistics
@@ -28,13 +29,25 @@ import torch
 
 from rl_core.config import RunConfig
 from rl_core.engine.chat import ChatModels, Probe
+from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
-from rl_core.runs.limits import HOUR, ServerLimits, estimated_seconds, estimated_step_seconds
+from rl_core.runs.first_point import PACED_AFTER, builds_sharing, first_point_seconds, sft_step_seconds
+from rl_core.runs.limits import (
+    HOUR,
+    SFT_STEP_SECONDS,
+    ServerLimits,
+    estimated_seconds,
+    estimated_step_seconds,
+    estimated_warm_start_seconds,
+    model_factor,
+)
 from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
+
+log = logging.getLogger(__name__)
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
 # What a page says of a run the server stopped with it (a crash, a restart), by whether it had started.
@@ -63,6 +76,8 @@ class TrainingSlots:
         self._durations: deque[float] = deque(maxlen=20)  # seconds of the latest finished holds
         self._left: dict[object, Callable[[float | None], float]] = {}  # ticket → its seconds left (`hold`)
         self._speeds: deque[float] = deque(maxlen=20)  # measured ÷ estimated step time of the latest runs
+        self._sft_step: float | None = None  # wall seconds of a tiny-model SFT step, as the latest warm start took
+        self._building: set[object] = set()  # the tickets building an SFT warm start now
 
     @classmethod
     def from_env(cls) -> TrainingSlots:
@@ -85,6 +100,25 @@ class TrainingSlots:
     def observe_speed(self, measured_step: float, estimated_step: float) -> None:
         with self._condition:
             self._speeds.append(measured_step / estimated_step)
+
+    @property
+    def sft_step_seconds(self) -> float:
+        """Wall seconds of an SFT warm-start step of the tiny model on this server now: as the latest warm start
+        built here took it (its model's factor divided out, and the warm starts built beside it), else the estimate
+        SFT_STEP_SECONDS; times the warm starts building now, which share the interpreter (`builds_sharing`)."""
+        with self._condition:
+            alone = SFT_STEP_SECONDS if self._sft_step is None else self._sft_step
+            return alone * builds_sharing(len(self._building))
+
+    def observe_sft_step(self, seconds: float, model: str) -> None:
+        """A warm start of `model` has trained at `seconds` a step, beside the warm starts building now."""
+        with self._condition:
+            self._sft_step = seconds / model_factor(model) / builds_sharing(len(self._building))
+
+    def building(self, ticket: object, now: bool) -> None:
+        """`ticket` builds an SFT warm start from `now` on (True) or no longer (False)."""
+        with self._condition:
+            (self._building.add if now else self._building.discard)(ticket)
 
     @property
     def running(self) -> int:
@@ -366,7 +400,7 @@ class JobSnapshot:
     wait_estimate: float | None  # seconds until it starts, once the server has timed a finished training
     elapsed: float  # seconds from the job's creation (and start: the lab does both at once) to its end, or to now
     seconds_per_step: float | None  # wall seconds between its latest steps: in the live loop, a turn of every run
-    phase_left: float | None = None  # seconds the setup phase still needs, at its pace so far (`time_left`)
+    first_point_in: float | None = None  # seconds until its first point (`Job.first_point_in`); None once it has one
     learners: int = 0  # learners sharing the live loop now
 
     @property
@@ -386,9 +420,7 @@ class JobSnapshot:
         return (self.steps_total - self.steps_done) * self.seconds_per_step
 
 
-# Setup steps (of an SFT warm start, say) before its time left is announced: from its first one or two the
-# announcement was 0.5 to 1.1 times the wait (bench/class_load.py, 8 learners building warm starts at once).
-PACED_AFTER = 5
+WARM_START_PHASES = ("sft", "teacher")  # the setup phases that train an SFT warm start (a policy's, a teacher's)
 
 
 def time_left(elapsed: float, done: int, total: int) -> float | None:
@@ -434,6 +466,7 @@ class Job(BackgroundJob):
     session: str | None = None  # the browser session that owns the run in the store
     page: str | None = None  # the lab page whose run it is, in the store too (a restarted server shows it there)
     stop_event: threading.Event = field(default_factory=threading.Event)
+    clock: Callable[[], float] = time.monotonic  # seconds, monotonic: when its phases began; injectable for tests
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -445,16 +478,31 @@ class Job(BackgroundJob):
         self._probe_start: list[float] = []  # the probe before RL, never thinned away
         self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
-        self._phase_started = 0.0  # when the current setup phase reported first
+        self._phase_started = (0.0, 0)  # when the current setup phase reported first, and its units done then
         self._setup: dict = {}
         self._error: str | None = None
-        self._started = time.monotonic()
+        self._started = self.clock()
         self._ended: float | None = None
         self._step_walls: deque[float] = deque(maxlen=10)  # wall seconds from each step's record to the next
         self._last_step_at: float | None = None  # when the latest record came
-        # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the
-        # estimate scaled by this server's measured speed until the first steps, then their measured time.
-        self._seconds_left = estimated_seconds(self.run) * self.slots.speed
+        # What the run's estimates start from, read once: the SFT warm starts the cache lacks, as (model, steps, the
+        # model's factor), and its step's estimated seconds. A run whose model cannot be read now (a loaded model's
+        # folder deleted since) has none: a page rebuilding it from the store still draws, and a run started with
+        # it fails with the trainer's own message.
+        try:
+            self._builds = [(m, n, model_factor(m)) for m, n in warm_starts_to_build(self.run, default_cache_dir())]
+            self._step_estimate = estimated_step_seconds(self.run)
+            seconds = estimated_seconds(self.run)
+        except (OSError, ValueError) as unreadable:
+            log.info("a run of %s is not estimated: %s", self.run.model, unreadable)
+            self._builds, self._step_estimate, seconds = [], 0.0, 0.0
+        # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the SFT
+        # warm starts the cache lacks and the estimate scaled by this server's measured speed until the first
+        # steps, then their measured time.
+        self._seconds_left = (
+            estimated_warm_start_seconds([(model, steps) for model, steps, _ in self._builds])
+            + seconds * self.slots.speed
+        )
         self._limits = ServerLimits()  # the server's, read again when the run starts (`_work`)
         self._cut_short: str | None = None  # why the server stopped the run (its learner's hour was spent)
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
@@ -507,13 +555,40 @@ class Job(BackgroundJob):
                 waiting_for=self.slots.running if self._status == "queued" else 0,
                 queue_place=self.slots.queue_place(self) if self._status == "queued" else None,
                 wait_estimate=self.slots.wait_estimate(self) if self._status == "queued" else None,
-                elapsed=(self._ended or time.monotonic()) - self._started,
+                elapsed=(self._ended or self.clock()) - self._started,
                 seconds_per_step=statistics.fmean(self._step_walls) if self._step_walls else None,
-                phase_left=None
-                if self._phase is None or self._phase[1] < PACED_AFTER
-                else time_left(time.monotonic() - self._phase_started, self._phase[1], self._phase[2]),
+                first_point_in=self._first_point_in(),
                 learners=self.slots.loop.learners,
             )
+
+    def _first_point_in(self) -> float | None:
+        """Seconds until the run's first point (`first_point_seconds`), under the lock: the warm starts still to
+        train (the one under way at its own pace, the others at the server's), their success check, and its first
+        turn at the loop's pace now; queued, the queue's wait before all that. None once it has a point or ended."""
+        if self._latest is not None or self._status not in ACTIVE_STATUSES:
+            return None
+        turn = self.slots.loop.turn_wall
+        if turn is None:  # nothing in the loop: the run's first turn is its own step
+            turn = self._step_estimate * self.slots.speed
+        if self._status == "training":  # prepared: its first turn is all that is left
+            return first_point_seconds(0, 0.0, turn)
+        measured = self.slots.sft_step_seconds  # a tiny-model step
+        builds = self._builds
+        if self._phase is not None and self._phase[0] in WARM_START_PHASES:
+            name, done, total = self._phase
+            model = self.run.model if name == "sft" else self.run.algo.teacher_model
+            factor = next((f for m, _, f in builds if m == model), 1.0)
+            began, done_then = self._phase_started
+            step = sft_step_seconds(done - done_then, self.clock() - began, measured * factor)
+            later = builds[1:] if name == "sft" else []  # a teacher's, trained after the policy's
+            return first_point_seconds(total - done + sum(n * f / factor for _, n, f in later), step, turn)
+        if self._phase is not None and self._phase[0] not in ("reward",):  # after the warm starts (value pretraining)
+            return first_point_seconds(0, 0.0, turn)
+        own = first_point_seconds(sum(n * f for _, n, f in builds), measured, turn)  # in tiny-model steps
+        if self._status == "queued":
+            wait = self.slots.wait_estimate(self)
+            return None if wait is None else wait + own
+        return own
 
     def chat_models(self) -> ChatModels | None:
         """The ended run's policy and reference to talk to; None while it runs, if it never trained a step, or
@@ -557,14 +632,20 @@ class Job(BackgroundJob):
                 setattr(self, f"_{name}", value)
 
     def _on_progress(self, phase: str, done: int, total: int) -> None:
+        now = self.clock()
         with self._lock:
             if self._phase is None or self._phase[0] != phase:
-                self._phase_started = time.monotonic()
+                self._phase_started = (now, done)
             self._phase = (phase, done, total)
+            began, done_then = self._phase_started
+        if phase in WARM_START_PHASES and done == total and done - done_then >= PACED_AFTER:
+            # the pace later runs' announcements start from, before their own warm starts have one
+            model = self.run.model if phase == "sft" else self.run.algo.teacher_model
+            self.slots.observe_sft_step((now - began) / (done - done_then), model)
 
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             # From the first record on: before it the run waited for its turn and its probe.
             if self._last_step_at is not None:
@@ -585,6 +666,7 @@ class Job(BackgroundJob):
             self._on_progress(*item[PHASE])
         elif SETUP in item:
             self._set(status="training", phase=None, setup=item[SETUP])
+            self.slots.building(self, False)
             if trainer is not None:
                 self._start_probe(trainer)
         else:
@@ -655,6 +737,7 @@ class Job(BackgroundJob):
             with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
                     self._set(status="preparing")
+                    self.slots.building(self, bool(self._builds))  # its warm starts slow the others' down
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not self.slots.claim(store, run_id, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
@@ -680,7 +763,8 @@ class Job(BackgroundJob):
                 status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
             finally:
                 self.slots.release(store, run_id)
-        self._set(status=status, error=error, phase=None, ended=time.monotonic())
+        self.slots.building(self, False)
+        self._set(status=status, error=error, phase=None, ended=self.clock())
 
 
 _upkeep_begun = threading.Event()

@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,8 +33,9 @@ from rl_core.algorithms import PRESETS, get_preset
 from rl_core.config import AlgoConfig, RunConfig, knob_differences
 from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.pretrained import model_choices
+from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.messages import brief
-from rl_core.runs.limits import contention, estimated_seconds
+from rl_core.runs.limits import contention, estimated_seconds, estimated_warm_start_seconds
 from rl_core.runs.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import chat
@@ -44,15 +47,18 @@ from ui.jobs import Job, LiveLoop, TrainingSlots, token_view_responses
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
+from ui.refresh import REFRESH_SECONDS, RERUN_SECONDS, LivePages, retune
 from ui.session import learner_state, session_token
 
-REFRESH_SECONDS = 1.0
 KEPT_RUNS = 6  # per page: the latest run plus up to five earlier ones to overlay
 DEFAULT_STEPS = 50
 RUN_KNOBS = ("steps", "seed")
 WARM_START_KNOBS = ("sft_steps", "demo_noise")
 # LoRA (peft's adapters over the frozen policy) applies to every RL algorithm: on every page, under "All knobs".
 ADAPTER_KNOBS = ("use_peft", "lora_r", "lora_alpha", "lora_target_modules")
+
+
+LIVE_PAGE = "lab:live_page"  # this session's key among the server's live pages (`live_pages`)
 URL_WRITTEN = "lab:urls"  # the query parameters the pages of this session wrote, the latest last
 URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a rerun per key press under load)
 
@@ -61,6 +67,12 @@ URLS_KEPT = 32  # a browser's query string lags a few writes behind at most (a r
 def training_slots() -> TrainingSlots:
     """The one cap shared by every browser session of this server."""
     return TrainingSlots.from_env()
+
+
+@st.cache_resource(show_spinner=False)
+def live_pages() -> LivePages:
+    """The server's live dashboards and what their redraws cost, which set how often they refresh."""
+    return LivePages()
 
 
 @st.cache_resource(show_spinner=False)
@@ -163,37 +175,76 @@ def live_lab(
     with effect:
         # One dashboard fragment per page, registered in every run under the same key, so that a refresh
         # timer still in flight when a run ends always finds it (see docs/ARCHITECTURE.md, "The freeze").
-        fragment = st.fragment(
-            _instrument_dashboard, run_every=REFRESH_SECONDS if busy else None, key=f"{page}-dashboard"
-        )
-        fragment(page, focus, prediction, busy)
+        every = _refresh_every(current) if busy else None
+        fragment = st.fragment(_instrument_dashboard, run_every=every, key=f"{page}-dashboard")
+        fragment(page, focus, prediction, every)
     chat.talk_to_run(page)
 
 
-def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Prediction | None, live: bool) -> None:
+def _refresh_every(current: Job) -> float:
+    """Seconds between the live dashboard's redraws: the class's interval (`LivePages.interval`) for pages with
+    charts once the run has points, for pages waiting for a first point before (cheap redraws: a faster one)."""
+    return live_pages().interval(charted=_charted(current))
+
+
+def _charted(job: Job) -> bool:
+    return bool(job.snapshot().records)
+
+
+def _live_page() -> str:
+    """This browser session's key among the server's live pages (one dashboard refreshes at a time per session)."""
+    return st.session_state.setdefault(LIVE_PAGE, secrets.token_hex(8))
+
+
+def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Prediction | None, every: float | None) -> None:
     runs: list[Job] = st.session_state[f"{page}:runs"]
     if not runs:
         st.info("Press **Train**: the charts fill in here live, one point per RL step.", icon=":material/play_arrow:")
         return
-    if live and not runs[-1].active:
+    if every is not None and not runs[-1].active:
         # The run just ended: one full rerun (which draws the dashboard anyway) re-enables the controls and
         # stops the refresh timer; drawing it here first would only delay that.
+        live_pages().forget(_live_page())
         st.rerun()
-    dashboard(page, runs, focus, prediction)
+    started = time.thread_time()  # this thread's CPU: a wait for the interpreter lock is not the redraw's cost
+    dashboard(page, runs, focus, prediction, every)
+    if every is None:
+        return
+    # The drawing's CPU, and Streamlit's own work on a rerun (not measurable here: a thread can carry the end of a
+    # full run of the page into the rerun after it).
+    charted = _charted(runs[-1])
+    live_pages().redrawn(_live_page(), time.thread_time() - started + RERUN_SECONDS, every, charted)
+    if every > REFRESH_SECONDS:
+        st.caption(
+            f"The charts redraw every {every:.1f} s: {len(live_pages().live())} pages with charts and "
+            f"{len(live_pages().live(charted=False))} waiting for a first point are training on this server, and "
+            "their redraws share the server's time with the training itself."
+        )
+    # A page waiting for its first point keeps the interval it started with (a full run costs more than its
+    # redraws); from its first point on, a page follows the class's interval.
+    if charted and retune(every, live_pages().interval()):
+        st.rerun()  # a full run of the page registers the dashboard again at the interval the class needs now
 
 
 def _train_estimate(run: RunConfig) -> str:
-    """How long the run will take at this server's pace now: its estimated seconds (`estimated_seconds`), times
-    the learners it will share the training loop with (each has an equal part of it), times the machine's load
-    (`contention`)."""
+    """How long the run will take at this server's pace now: the SFT warm starts the cache lacks
+    (`estimated_warm_start_seconds`), then its estimated seconds (`estimated_seconds`) times the learners it will
+    share the training loop with (each has an equal part of it), all times the machine's load (`contention`)."""
     sharing = live_loop().loop.learners + (0 if live_loop().learner_runs(session_token())[0] else 1)
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     sharing = max(sharing, 1)
-    seconds = estimated_seconds(run) * sharing * contention(load, cores, 1)
+    slower = contention(load, cores, 1)
+    warm = estimated_warm_start_seconds(warm_starts_to_build(run, default_cache_dir())) * slower
+    seconds = warm + estimated_seconds(run) * sharing * slower
     learners = "you alone in the training loop" if sharing == 1 else f"{sharing} learners sharing the training loop"
+    built = (
+        f"of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet"
+        if warm
+        else "its warm start is cached on this server"
+    )
     return (
         f"About {seconds:,.0f} s at this server's pace now ({learners}, load average {load:.1f} on {cores} "
-        "cores), after any warm start it has not built yet."
+        f"cores); {built}."
     )
 
 

@@ -18,6 +18,7 @@ seed's batch to the group's longest), as a run in a group of runs does (docs/ARC
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -132,6 +133,12 @@ def train_sft(
     return losses
 
 
+@functools.lru_cache(maxsize=64)
+def _task_source(task_type: type) -> str:
+    """The code of a task's module as this process imported it (read once: a page asks for many folders)."""
+    return inspect.getsource(inspect.getmodule(task_type))
+
+
 def checkpoint_folder(cache_dir: Path, task: ToyTask, tokenizer, model_preset: str, seed: int, demo_noise, steps):
     """Where the warm start of this (task, model, seed, noise, steps) is cached. The architecture (a loaded model's
     files), its SFT learning rate and the task's code are part of the name, so a changed preset, a folder saved
@@ -139,12 +146,34 @@ def checkpoint_folder(cache_dir: Path, task: ToyTask, tokenizer, model_preset: s
     sources = (
         model_identity(model_preset, tokenizer)
         + f"lr={sft_learning_rate(model_preset)}"
-        + inspect.getsource(inspect.getmodule(type(task)))
+        + _task_source(type(task))
         + f"band={task.sft_success_band}"
     )
     version = fingerprint(sources, 10)
     model_name = model_preset if is_preset(model_preset) else re.sub(r"[^\w.-]+", "_", model_preset)[-40:].strip("_")
     return cache_dir / "sft" / f"{task.name}-{model_name}-{version}-seed{seed}-noise{demo_noise:g}-steps{steps}"
+
+
+def warm_starts_to_build(run, cache_dir: Path) -> list[tuple[str, int]]:
+    """The SFT warm starts a `RunConfig` trains before its first step because `cache_dir` has no checkpoint of
+    them yet, as (model, SFT steps): its policy's, and on-policy distillation's teacher (`teacher_model`,
+    `teacher_sft_steps`, on noise-free demonstrations)."""
+    from rl_core.engine.pretrained import model_tokenizer
+    from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
+    from toy_tasks import TASKS
+
+    if run.task not in TASKS:
+        return []  # the trainer refuses the run, with its own message
+    task, tokenizer = TASKS[run.task], model_tokenizer(run.model)
+    wanted = [(run.model, task.default_demo_noise if run.demo_noise is None else run.demo_noise, run.sft_steps)]
+    teacher = getattr(run.algo, "teacher_model", None)
+    if teacher is not None:
+        wanted.append((teacher, TEACHER_DEMO_NOISE, run.algo.teacher_sft_steps))
+    return [
+        (model, steps)
+        for model, noise, steps in wanted
+        if not checkpoint_folder(cache_dir, task, tokenizer, model, run.seed, noise, steps).exists()
+    ]
 
 
 def sft_policy(

@@ -28,7 +28,10 @@ the loop go on stepping meanwhile.
 
 from __future__ import annotations
 
+import statistics
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +43,8 @@ from rl_core.runs.run_stream import stepped_out
 TURN_SECONDS = 1.0
 # How much of a step's newest measurement its running estimate takes (the first step is slower than the rest).
 STEP_WEIGHT = 0.5
+# Turns whose wall time `RunLoop.turn_wall` takes the median of: the loop's pace now, not at its start.
+TURNS_TIMED = 5
 
 
 @dataclass(eq=False)
@@ -100,9 +105,18 @@ class RunLoop:
     """The loop's thread, started by the first run that joins and ended when none is left; and the lanes of runs
     whose steps cost more than a turn."""
 
-    def __init__(self, name: str = "training-loop", turn_seconds: float = TURN_SECONDS):
+    def __init__(
+        self,
+        name: str = "training-loop",
+        turn_seconds: float = TURN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.name = name
         self.turn_seconds = turn_seconds
+        self._clock = clock  # seconds, monotonic; injectable for tests
+        self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
+        self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
+        self._turn_took_in = False  # whether the turn under way took in runs (its group built anew: not timed)
         self._lock = threading.Lock()
         self._joining: list[_Member] = []
         self._members: list[_Member] = []
@@ -122,6 +136,16 @@ class RunLoop:
         """Learners with a run in the loop, in a lane or about to join: each has 1/learners of the time."""
         with self._lock:
             return self._learner_count()
+
+    @property
+    def turn_wall(self) -> float | None:
+        """Wall seconds a turn of the loop takes now, from one turn's start to the next's (its runs' steps, their
+        records handed over, and whatever else the process ran meanwhile): the median of the latest TURNS_TIMED
+        that took in no run (one that does builds its stacked group anew: a class joining one by one made turns of
+        the joining runs several times as long as the turns after, and a latecomer was told 19 s for 5); None
+        before such a turn was timed."""
+        with self._lock:
+            return statistics.median(self._turn_walls) if self._turn_walls else None
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
@@ -156,7 +180,7 @@ class RunLoop:
             with self._lock:
                 members, self._members = self._members + self._joining, []
                 self._joining.clear()
-                self._thread = None
+                self._thread, self._turn_began = None, None
             for member in members:
                 member.leave(error)
 
@@ -164,6 +188,7 @@ class RunLoop:
         """One turn; False once no run is left in the loop (the thread then ends, and the next `train` starts
         another; lanes go on by themselves)."""
         with self._lock:
+            took_in = list(self._joining)
             for member in self._joining:
                 self._members.append(member)
             self._joining.clear()
@@ -176,8 +201,12 @@ class RunLoop:
             for learner in [key for key in self._accounts if key not in present]:  # a learner who left
                 del self._accounts[learner]
             if not self._members:
-                self._thread = None
+                self._thread, self._turn_began = None, None
                 return False
+            began, self._turn_began = self._turn_began, self._clock()
+            if began is not None and not self._turn_took_in:
+                self._turn_walls.append(self._turn_began - began)
+            self._turn_took_in = bool(took_in)
             self._turn_number += 1
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
         for member, outcome in zip(stepping, step_together([m.trainer for m in stepping])):
