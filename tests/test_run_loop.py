@@ -13,14 +13,22 @@ from rl_core.runs.run_loop import RunLoop, lane_pause
 
 
 class Counting:
-    """A trainer's surface as the loop uses it: `step_index`, `run.steps`, `stop_event` and `step()` (a run that
-    samples nothing, as one fitted to preference pairs). Its step logs `(name, step)`; `fail_at` makes it raise."""
+    """A trainer's surface as the loop uses it: `step_index`, `run.steps`, `stop_event`, and the group interface of a
+    run that samples nothing, as one fitted to preference pairs (`group_key`, `step_group`), each run a group of its
+    own. Its step logs `(name, step)`; `fail_at` makes it raise."""
 
     def __init__(self, name: str, steps: int, log: list, fail_at: int | None = None, cost: float = 0.0):
         self.name, self.log, self.fail_at, self.cost = name, log, fail_at, cost
         self.run = SimpleNamespace(steps=steps)
         self.step_index = 0
         self.stop_event = threading.Event()
+
+    def group_key(self):
+        return (id(self),)
+
+    @classmethod
+    def step_group(cls, trainers):
+        return [trainer.step() for trainer in trainers]
 
     def step(self):
         if self.step_index + 1 == self.fail_at:

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import random
-import shutil
 import string
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,10 +36,8 @@ import torch
 from rl_core.engine.models import MODEL_PRESETS, ValueModel
 from rl_core.engine.reward_model import PreferencePair, reward_scores, train_reward_models
 from rl_core.engine.tokenizer import CHARACTERS, build_char_tokenizer
-from rl_core.runs.staging import publish, staging_folder
+from rl_core.runs.staging import discard_damaged, publish, staging_folder
 from toy_tasks.base import Scores, ToyTask
-
-log = logging.getLogger(__name__)
 
 NAMES = ("al", "bo", "ivy", "max", "zoe", "anna", "ravi", "oscar", "sofia", "amelie")
 MAX_MARKS = 3  # the gold judge's limit, and the most marks a demonstration ever has
@@ -215,13 +211,7 @@ class PreferenceTask(ToyTask):
             self._load(folder, device)
             return True
         except Exception as error:  # noqa: BLE001 - truncated, emptied, deleted: whatever the reader says
-            log.warning(
-                "the cached reward model %s is unreadable (%s: %s); training it again",
-                folder.name,
-                type(error).__name__,
-                error,
-            )
-            shutil.rmtree(folder, ignore_errors=True)
+            discard_damaged(folder, "reward model", error)
             return False
 
     def _load(self, folder: Path, device: torch.device) -> None:

@@ -26,7 +26,6 @@ import math
 import os
 import random
 import re
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,7 +42,7 @@ from rl_core.engine.rollout import encode_pairs, sample
 from rl_core.engine.stacked_adamw import StackedAdamW
 from rl_core.engine.stacked_runs import Stack, StackedGPT2, own_storage, response_token_logprobs
 from rl_core.runs.reuse import fingerprint
-from rl_core.runs.staging import publish, remove_stale_staging, staging_folder
+from rl_core.runs.staging import discard_damaged, publish, remove_stale_staging, staging_folder
 from toy_tasks.base import ToyTask
 
 log = logging.getLogger(__name__)
@@ -271,13 +270,7 @@ def _cached(folder: Path, model_preset: str, device) -> tuple[GPT2LMHeadModel, d
                 raise ValueError("its LM head was trained untied from the embeddings")
         return load_policy(folder).to(device), json.loads((folder / "sft.json").read_text())
     except Exception as error:  # noqa: BLE001 - safetensors, JSON and OS errors alike mean "rebuild it"
-        log.warning(
-            "the cached SFT checkpoint %s is unreadable (%s: %s); training it again",
-            folder.name,
-            type(error).__name__,
-            error,
-        )
-        shutil.rmtree(folder, ignore_errors=True)
+        discard_damaged(folder, "SFT checkpoint", error)
         return None
 
 

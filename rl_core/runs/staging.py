@@ -10,6 +10,7 @@ an hour old: no write takes that long.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -22,6 +23,8 @@ from rl_core.runs.store import process_alive
 MARK = ".staging-"
 UNMARKED = re.compile(r"^.+\.[a-z0-9_]{8}$")  # tempfile.mkdtemp(prefix=name + ".") before staging names had a pid
 UNMARKED_STALE_AFTER = 3600.0
+
+log = logging.getLogger(__name__)
 
 
 def staging_folder(folder: Path, cache: bool = False) -> Path:
@@ -58,3 +61,12 @@ def remove_stale_staging(parent: Path, cache: bool = False) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def discard_damaged(folder: Path, what: str, error: Exception) -> None:
+    """Report a cached `folder` (`what` it holds) that its reader could not load, and remove it so that it is trained
+    again: folders are published whole (a rename), so a failed read means a damaged file, not one half-written."""
+    log.warning(
+        "the cached %s %s is unreadable (%s: %s); training it again", what, folder.name, type(error).__name__, error
+    )
+    shutil.rmtree(folder, ignore_errors=True)
