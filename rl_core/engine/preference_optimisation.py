@@ -45,7 +45,7 @@ from rl_core.engine.rollout import (
 )
 from rl_core.engine.run_group import Records
 from rl_core.engine.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
-from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
+from rl_core.engine.stacked_adamw import ADAM_EPS, StackedAdamW, clip_grad_norms, stacked_state
 from rl_core.engine.stacked_runs import (
     Stack,
     StackedGPT2,
@@ -61,7 +61,6 @@ from rl_core.formulas.masking import masked_mean, masked_sum
 from toy_tasks.base import ToyTask
 
 MAX_BETA = DPO_RANGES["beta"].high  # the lab's upper bound on β, as a DPO run's knob has it
-ADAM_EPS = 1e-8  # torch.optim.AdamW's default, as TRL's DPOTrainer uses it
 # TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
 MAX_GRAD_NORM = 1.0
 

@@ -24,10 +24,9 @@ from transformers import PreTrainedTokenizerBase
 
 from rl_core.engine.models import ValueModel, build_value_model, position_ids_from_mask
 from rl_core.engine.run_group import Records
-from rl_core.engine.stacked_adamw import StackedAdamW, clip_grad_norms, stacked_state
+from rl_core.engine.stacked_adamw import ADAM_EPS, StackedAdamW, clip_grad_norms, stacked_state
 from rl_core.engine.stacked_runs import Stack, StackedGPT2, own_storage, teacher_forced
 
-ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which the fit uses
 # A reward model can saturate early (every score the same, no signal left); clipping keeps steps small.
 MAX_GRAD_NORM = 1.0
 

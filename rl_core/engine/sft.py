@@ -39,7 +39,7 @@ from rl_core.engine.models import load_policy
 from rl_core.engine.packing import prefix_tree
 from rl_core.engine.pretrained import check_fits, initial_policy, is_preset, model_identity, sft_learning_rate
 from rl_core.engine.rollout import encode_pairs, sample
-from rl_core.engine.stacked_adamw import StackedAdamW
+from rl_core.engine.stacked_adamw import ADAM_EPS, StackedAdamW
 from rl_core.engine.stacked_runs import Stack, StackedGPT2, own_storage, response_token_logprobs
 from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import discard_damaged, publish, remove_stale_staging, staging_folder
@@ -51,7 +51,6 @@ DEFAULT_SFT_STEPS = 200  # the step count the tasks' success bands are designed 
 SFT_ATTEMPTS = 3
 SFT_EVAL_PROMPTS = 256
 SFT_EVAL_SEED = 12345
-ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which the warm start uses
 # A prompt's demonstrations go on in a further sequence past this many positions. A group pads every seed's
 # sequences to its longest one, and short sequences waste the least: a group of 8 seeds ran 21–39 % fewer positions
 # per seed at 32 than at the default 256 on the tasks whose prompts repeat (coin_flip, count, preference,

@@ -14,6 +14,8 @@ import torch
 from torch.optim.adamw import adamw
 
 BETAS = (0.9, 0.999)  # torch's defaults, which every optimiser of the lab uses
+# torch.optim.AdamW's default ε, which the SFT warm start, DPO (as TRL's DPOTrainer) and the reward model's fit use
+ADAM_EPS = 1e-8
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s `max_norm / (norm + 1e-6)`
 
 

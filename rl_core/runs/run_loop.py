@@ -188,7 +188,7 @@ class RunLoop:
         """One turn; False once no run is left in the loop (the thread then ends, and the next `train` starts
         another; lanes go on by themselves)."""
         with self._lock:
-            took_in = list(self._joining)
+            took_in = bool(self._joining)
             for member in self._joining:
                 self._members.append(member)
             self._joining.clear()
@@ -206,7 +206,7 @@ class RunLoop:
             began, self._turn_began = self._turn_began, self._clock()
             if began is not None and not self._turn_took_in:
                 self._turn_walls.append(self._turn_began - began)
-            self._turn_took_in = bool(took_in)
+            self._turn_took_in = took_in
             self._turn_number += 1
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
         for member, outcome in zip(stepping, step_together([m.trainer for m in stepping])):
