@@ -6,10 +6,10 @@ too. A redraw costs tens of milliseconds of CPU (a fragment rerun's own machiner
 built as plotly figures and sent as JSON); twenty pages redrawn every second asked for more than the interpreter
 can run, so the pages stopped redrawing and the loop stopped stepping (bench/class_load.py). Each page's redraw
 cost is measured as it goes (the CPU time of the script thread that drew it, and RERUN_SECONDS for Streamlit's
-own work on a rerun), and the pages refresh at the
-interval at which all of them together stay within `REDRAW_SHARE`. Pages still waiting for their run's first
-point have a budget of their own: their redraws are cheap (no chart), so a latecomer's first point still shows
-within a second or two of its step while twenty charted pages redraw every fifteen seconds.
+own work on a rerun), and the pages refresh at the interval at which all of them together stay within
+`REDRAW_SHARE`. Pages still waiting for their run's first point have a budget of their own: their redraws are
+cheap (no chart), so a latecomer's first point still shows within a second or two of its step while twenty charted
+pages redraw every 20 to 24 s.
 """
 
 from __future__ import annotations
