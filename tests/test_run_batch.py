@@ -144,6 +144,23 @@ def test_the_same_group_twice_gives_identical_records(cache, together):
     close(again, together[0], tolerance=0.0)
 
 
+def test_runs_that_stepped_in_another_group_meanwhile_form_a_new_group(cache):
+    """a, b, c step together, then b and c without a (a new group of two), then all three again: b's step must
+    start from the weights its step with c left and move the weights its module holds, not resume the first
+    group's stale row of it."""
+    trainers = [Trainer(run("grpo", seed), cache_dir=cache) for seed in (0, 1, 0)]
+    for trainer in trainers:
+        trainer.prepare()
+    a, b, c = trainers
+    step_together(trainers)
+    step_together([b, c])
+    before = b.policy.transformer.wte.weight.detach().clone()
+    record = step_together(trainers)[1]
+    assert record["skipped_updates"] < b.algo.ppo_epochs * b.algo.num_minibatches  # so the weights must move
+    assert not torch.equal(b.policy.transformer.wte.weight, before)
+    assert a.group is b.group is c.group and a.group.trainers == trainers
+
+
 def test_runs_group_by_shape_not_by_seed_or_knobs():
     def key(preset, seed=0, **knobs):
         trainer = Trainer(run(preset, seed, **knobs))

@@ -37,7 +37,10 @@ def step_together(runs: Sequence) -> list[dict | Exception]:
                 outcomes[i] = outcome
             continue
         group = trainers[0].group
-        if group is None or group.trainers != trainers:
+        # The group of these very runs, unless one of them has stepped in another group since (a turn of the live
+        # loop that stepped some of them): its weights and moments are in that group's buffers now, and the old
+        # group's rows of it are stale.
+        if group is None or group.trainers != trainers or any(t.group is not group for t in trainers):
             try:
                 group = RunGroup(trainers)
             except Exception as error:  # noqa: BLE001 - these runs cannot be stacked: each ends, the others go on
