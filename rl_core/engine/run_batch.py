@@ -3,11 +3,11 @@
 RL runs (`Trainer`s) step as groups (`rl_core.engine.run_group.RunGroup`): the runs with one `group_key` — model
 shapes, task, batch and length limit, update schedule, passes — are one vectorised program, whatever else differs
 (seed, learning rate, clip range, β, loss…). A group lives as long as its members stay the same: the next step of
-the same runs reuses its stacked weights and optimiser state; a run that joins or leaves forms a new group from the
-runs' own modules and moments (each run's are views of its group's, so nothing is lost in the move). A run fitted to
-preference pairs (DPO, IPO, the reward model) samples nothing for its update: the runs of one kind and shape
-(`pair_run.pair_group_plan`) step as one group of their kind (`preference_optimisation.DPOGroup`,
-`reward_model.RewardModelGroup`).
+the same runs reuses its stacked weights and optimiser state; a run that joins or leaves, or that stepped in another
+group meanwhile, makes a new group from the runs' own modules and moments (each run's are views of its group's, so
+nothing is lost in the move). A run fitted to preference pairs (DPO, IPO, the reward model) samples nothing for its
+update: the runs of one kind and shape (`pair_run.pair_group_plan`) step as one group of their kind
+(`preference_optimisation.DPOGroup`, `reward_model.RewardModelGroup`).
 """
 
 from __future__ import annotations
