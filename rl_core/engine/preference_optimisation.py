@@ -45,7 +45,7 @@ from rl_core.engine.rollout import (
 )
 from rl_core.engine.run_group import Records
 from rl_core.engine.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
-from rl_core.engine.stacked_adamw import ADAM_EPS, StackedAdamW, clip_grad_norms, stacked_state
+from rl_core.engine.stacked_adamw import MAX_GRAD_NORM, StackedAdamW, clip_grad_norms
 from rl_core.engine.stacked_runs import (
     Stack,
     StackedGPT2,
@@ -61,8 +61,6 @@ from rl_core.formulas.masking import masked_mean, masked_sum
 from toy_tasks.base import ToyTask
 
 MAX_BETA = DPO_RANGES["beta"].high  # the lab's upper bound on β, as a DPO run's knob has it
-# TRL's default max_grad_norm: one pair far from its target cannot throw the policy far in one step.
-MAX_GRAD_NORM = 1.0
 
 
 def implicit_reward(logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -> torch.Tensor:
@@ -378,13 +376,11 @@ class DPOGroup:
         self.R, self.device, self.tokenizer = len(self.trainings), first.device, first.tokenizer
         self.policy = Stack([t.policy for t in self.trainings], trainable=True)
         self.reference = Stack([t.reference for t in self.trainings])
-        self.optimizer = StackedAdamW(
-            self.policy.buffer,
-            torch.tensor([t.learning_rate for t in self.trainings], dtype=torch.float64),
-            torch.full((self.R,), ADAM_EPS, dtype=torch.float64),
-            stacked_state([t.adam_state for t in self.trainings], self.policy.buffer),
+        self.optimizer = StackedAdamW.at_torch_defaults(
+            self.policy.buffer, [t.learning_rate for t in self.trainings], [t.adam_state for t in self.trainings]
         )
         self.beta = torch.tensor([t.beta for t in self.trainings], device=self.device)
+        # TRL's max_grad_norm: one pair far from its target cannot throw the policy far in one step.
         self.max_grad_norm = torch.full((self.R,), MAX_GRAD_NORM, device=self.device)
         # The runs of each loss type, whose losses are one vmapped call.
         self.loss_types: dict[str, list[int]] = {}

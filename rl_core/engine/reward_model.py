@@ -24,11 +24,8 @@ from transformers import PreTrainedTokenizerBase
 
 from rl_core.engine.models import ValueModel, build_value_model, position_ids_from_mask
 from rl_core.engine.run_group import Records
-from rl_core.engine.stacked_adamw import ADAM_EPS, StackedAdamW, clip_grad_norms, stacked_state
+from rl_core.engine.stacked_adamw import MAX_GRAD_NORM, StackedAdamW, clip_grad_norms
 from rl_core.engine.stacked_runs import Stack, StackedGPT2, own_storage, teacher_forced
-
-# A reward model can saturate early (every score the same, no signal left); clipping keeps steps small.
-MAX_GRAD_NORM = 1.0
 
 
 @dataclass(frozen=True)
@@ -227,12 +224,10 @@ class RewardModelGroup:
         self.R, self.tokenizer = len(self.trainings), self.trainings[0].tokenizer
         self.stack = Stack([t.model for t in self.trainings], trainable=True)
         self.device = self.stack.buffer.device
-        self.optimizer = StackedAdamW(
-            self.stack.buffer,
-            torch.tensor([t.learning_rate for t in self.trainings], dtype=torch.float64),
-            torch.full((self.R,), ADAM_EPS, dtype=torch.float64),
-            stacked_state([t.adam_state for t in self.trainings], self.stack.buffer),
+        self.optimizer = StackedAdamW.at_torch_defaults(
+            self.stack.buffer, [t.learning_rate for t in self.trainings], [t.adam_state for t in self.trainings]
         )
+        # A reward model can saturate early (every score the same, no signal left); clipping keeps steps small.
         self.max_grad_norm = torch.full((self.R,), MAX_GRAD_NORM, device=self.device)
         for r, training in enumerate(self.trainings):
             training.group = self

@@ -39,7 +39,7 @@ from rl_core.engine.models import load_policy
 from rl_core.engine.packing import prefix_tree
 from rl_core.engine.pretrained import check_fits, initial_policy, is_preset, model_identity, sft_learning_rate
 from rl_core.engine.rollout import encode_pairs, sample
-from rl_core.engine.stacked_adamw import ADAM_EPS, StackedAdamW
+from rl_core.engine.stacked_adamw import StackedAdamW
 from rl_core.engine.stacked_runs import Stack, StackedGPT2, own_storage, response_token_logprobs
 from rl_core.runs.reuse import fingerprint
 from rl_core.runs.staging import discard_damaged, publish, remove_stale_staging, staging_folder
@@ -112,8 +112,7 @@ def train_sft(
     runs = len(policies)
     rngs = [random.Random(seed) for seed in seeds]
     stack = Stack(policies, trainable=True)
-    rates = torch.full((runs,), learning_rate, dtype=torch.float64)  # float64: `tolist()` gives the rate exactly
-    optimizer = StackedAdamW(stack.buffer, rates, torch.full((runs,), ADAM_EPS, dtype=torch.float64))
+    optimizer = StackedAdamW.at_torch_defaults(stack.buffer, [learning_rate] * runs, [None] * runs)
     everyone = torch.ones(runs, dtype=torch.bool)
     pad = tokenizer.pad_token_id
     losses = []

@@ -16,6 +16,8 @@ from torch.optim.adamw import adamw
 BETAS = (0.9, 0.999)  # torch's defaults, which every optimiser of the lab uses
 # torch.optim.AdamW's default ε, which the SFT warm start, DPO (as TRL's DPOTrainer) and the reward model's fit use
 ADAM_EPS = 1e-8
+# transformers' TrainingArguments default, which TRL's trainers inherit: DPO's and the reward model's gradient clip
+MAX_GRAD_NORM = 1.0
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s `max_norm / (norm + 1e-6)`
 
 
@@ -45,6 +47,15 @@ class StackedAdamW:
         }
         # The fused kernel where torch has one for the device (CPU and CUDA); its for-loop form elsewhere.
         self.fused = buffer.device.type in ("cpu", "cuda")
+
+    @classmethod
+    def at_torch_defaults(cls, buffer: torch.Tensor, lr: list[float], states: list[dict | None]) -> StackedAdamW:
+        """The optimiser of runs that use torch's AdamW as it comes (ε = ADAM_EPS), run r at learning rate `lr[r]`,
+        continuing `states[r]` where a run has one (`stacked_state`)."""
+        runs = len(lr)
+        # float64, so that the settings' `tolist()` gives each rate and ε back exactly
+        rates, eps = torch.tensor(lr, dtype=torch.float64), torch.full((runs,), ADAM_EPS, dtype=torch.float64)
+        return cls(buffer, rates, eps, stacked_state(states, buffer))
 
     def learning_rates(self, lr: list[float]) -> None:
         """Run r steps at `lr[r]` from now on (a schedule's rates), with its ε as it was."""
