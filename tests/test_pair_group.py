@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import types
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from rl_core.engine.models import build_policy, position_ids_from_mask
 from rl_core.engine.preference_optimisation import DPOGroup, DPOTraining, pair_batch
 from rl_core.engine.reward_model import PreferencePair, RewardModelGroup, RewardModelTraining, reward_scores
 from rl_core.engine.rollout import token_logprobs
+from rl_core.engine.run_group import bound_group
 from rl_core.engine.tokenizer import build_char_tokenizer
 from rl_core.experiments import get_experiment
 from rl_core.experiments.runner import plan_experiment
@@ -152,3 +154,20 @@ def test_a_sweep_puts_the_dpo_arms_seeds_in_one_batch():
     planned = [a.planned.run for a in plan_experiment(get_experiment("dpo_vs_rl"))]
     dpo = [i for i, run in enumerate(planned) if run.algo.name == "dpo"]
     assert len(dpo) == 8 and dpo in batches(dict(enumerate(planned)))
+
+
+def test_a_group_is_stepped_again_only_while_every_run_of_it_is_still_bound_to_it():
+    """`bound_group`, which DPO's and the reward model's `step_group` ask as RL groups do: a, b, c stepped together,
+    then b and c alone as a group of two, so a group of all three must be formed again (its rows of b and c are
+    stale); a group of other runs, or in another order, is not stepped either."""
+    a, b, c = (type("Fit", (), {"group": None})() for _ in range(3))  # equal only to itself, as a training
+    listed = lambda group: group.trainings  # noqa: E731
+    assert bound_group([a, b, c], listed) is None
+    everyone = types.SimpleNamespace(trainings=[a, b, c])
+    a.group = b.group = c.group = everyone
+    assert bound_group([a, b, c], listed) is everyone
+    assert bound_group([c, b, a], listed) is None
+    assert bound_group([b, c], listed) is None
+    b.group = c.group = types.SimpleNamespace(trainings=[b, c])
+    assert bound_group([b, c], listed) is b.group
+    assert bound_group([a, b, c], listed) is None

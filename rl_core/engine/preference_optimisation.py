@@ -43,7 +43,7 @@ from rl_core.engine.rollout import (
     response_logits,
     token_logprobs,
 )
-from rl_core.engine.run_group import Records
+from rl_core.engine.run_group import Records, bound_group
 from rl_core.engine.sft import DEFAULT_SFT_STEPS, default_cache_dir, sft_policy
 from rl_core.engine.stacked_adamw import MAX_GRAD_NORM, StackedAdamW, clip_grad_norms
 from rl_core.engine.stacked_runs import (
@@ -542,8 +542,8 @@ class DPOTrainer(PairRunTrainer):
         """One step of each run, as one `DPOGroup` (kept while its runs stay the same): each run's evaluation of its
         policy as it is, then one update of all."""
         trainings = [t.training for t in trainers]
-        group = trainings[0].group
-        if group is None or group.trainings != trainings:
+        group = bound_group(trainings, lambda g: g.trainings)
+        if group is None:
             group = DPOGroup(trainings)
         steps = [t.step_index + 1 for t in trainers]
         # The held-out pairs (a fifth of the task's, by default 600) cost most of a step: at the first step, every

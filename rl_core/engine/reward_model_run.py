@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from rl_core.config import RewardConfig
 from rl_core.engine.pair_run import PairRunTrainer
 from rl_core.engine.reward_model import RewardModelGroup, RewardModelTraining, preference_stats
+from rl_core.engine.run_group import bound_group
 from rl_core.engine.trainer import Progress
 
 
@@ -45,8 +46,8 @@ class RewardModelTrainer(PairRunTrainer):
     def step_group(cls, trainers: Sequence[RewardModelTrainer]) -> list[dict]:
         """One step of each fit, as one `RewardModelGroup` (kept while its runs stay the same)."""
         trainings = [t.training for t in trainers]
-        group = trainings[0].group
-        if group is None or group.trainings != trainings:
+        group = bound_group(trainings, lambda g: g.trainings)
+        if group is None:
             group = RewardModelGroup(trainings)
         records = group.step()
         for trainer in trainers:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from rl_core.engine.run_group import RunGroup
+from rl_core.engine.run_group import RunGroup, bound_group
 
 
 def groups_of(runs: Sequence) -> list[list[int]]:
@@ -36,11 +36,8 @@ def step_together(runs: Sequence) -> list[dict | Exception]:
             for i, outcome in zip(members, _pair_steps(trainers)):
                 outcomes[i] = outcome
             continue
-        group = trainers[0].group
-        # The group of these very runs, unless one of them has stepped in another group since (a turn of the live
-        # loop that stepped some of them): its weights and moments are in that group's buffers now, and the old
-        # group's rows of it are stale.
-        if group is None or group.trainers != trainers or any(t.group is not group for t in trainers):
+        group = bound_group(trainers, lambda g: g.trainers)
+        if group is None:
             try:
                 group = RunGroup(trainers)
             except Exception as error:  # noqa: BLE001 - these runs cannot be stacked: each ends, the others go on

@@ -285,6 +285,17 @@ class Records:
         return records
 
 
+def bound_group(members: Sequence, listed: Callable[[object], list]):
+    """The group `members` formed last, to step again, or None when a new one must be formed: when it holds other
+    runs (`listed(group)` is not `members`), or when one of them has stepped in another group since (a turn of the
+    live loop that stepped only some of them), since its weights and moments are in that group's buffers now and
+    the old group's rows of it are stale."""
+    group = members[0].group
+    if group is None or listed(group) != list(members) or any(m.group is not group for m in members):
+        return None
+    return group
+
+
 class RunGroup:
     """R prepared trainers of one `group_key`, their models stacked: `step()` trains one step of each."""
 
