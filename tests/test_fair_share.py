@@ -165,7 +165,7 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
     from rl_core.engine.pretrained import model_tokenizer
     from rl_core.engine.sft import checkpoint_folder
     from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_seconds
-    from toy_tasks import TASKS
+    from toy_tasks import get_task
     from ui.lab import DEFAULT_STEPS
 
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
@@ -185,7 +185,7 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
         f"About {seconds + warm:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 "
         f"on 2 cores); of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet."
     )
-    task = TASKS["caesar"]
+    task = get_task("caesar")  # as the trainer names the folder it publishes the checkpoint in
     folder = checkpoint_folder(
         tmp_path / "cache", task, model_tokenizer("tiny"), "tiny", 0, task.default_demo_noise, run.sft_steps
     )
