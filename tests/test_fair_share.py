@@ -230,15 +230,11 @@ def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
 
 
 def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
-    from rl_core.runs.first_point import builds_sharing, first_point_seconds, sft_step_seconds
+    from rl_core.runs.first_point import first_point_seconds
 
     # 40 SFT steps left and the check's 3, at 0.5 s a step, then 1.5 turns of 2 s: 21.5 + 3.
     assert first_point_seconds(40, 0.5, 2.0) == pytest.approx(24.5)
     assert first_point_seconds(0, 0.5, 2.0) == pytest.approx(3.0)  # a cached warm start: no check
-    assert sft_step_seconds(done=8, elapsed=4.0, measured=0.1) == pytest.approx(0.5)  # its own pace from 5 steps
-    assert sft_step_seconds(done=2, elapsed=4.0, measured=0.1) == pytest.approx(0.1)  # the server's before
-    # Nineteen warm starts at once in the process: 19 times as slow each; one alone: as measured.
-    assert builds_sharing(19) == 19.0 and builds_sharing(1) == builds_sharing(0) == 1.0
 
 
 class Clock:
@@ -251,39 +247,38 @@ class Clock:
         return self.now
 
 
-def test_a_runs_first_point_is_announced_from_its_first_setup_step_counting_every_phase_before_it(
-    tmp_path, monkeypatch
-):
+def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and_its_first_turn(tmp_path, monkeypatch):
+    from test_warm_start_builder import Builds, wait_until
+
     from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_step_seconds
+    from rl_core.runs.warm_start_builder import WarmStartBuilder
 
     monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path))  # empty: the 50-step warm start is trained
-    clock, slots = Clock(), LiveLoop(2)
+    clock, slots, builds = Clock(), LiveLoop(2), Builds()
+    slots.builder = WarmStartBuilder(build_group=builds, clock=clock)
     run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50, sft_steps=50)
     job = Job(run, slots, clock=clock)
     job._set(status="preparing")
     turn = estimated_step_seconds(run)  # an empty loop: the run's turn is its own step (the server's speed 1)
-    # Before any SFT step: the 50 steps and the check's 3 at the estimated SFT step, then 1.5 turns.
+    # Not yet with the builder: the 50 steps and the check's 3 at the estimated step of one seed, then 1.5 turns.
     assert job.snapshot().first_point_in == pytest.approx(53 * SFT_STEP_SECONDS + 1.5 * turn)
-    job._on_progress("sft", 1, 50)
-    clock.now += 2.0
-    job._on_progress("sft", 3, 50)  # 2 steps in 2 s: too few for its own pace, the server's stands
-    assert job.snapshot().first_point_in == pytest.approx((47 + 3) * SFT_STEP_SECONDS + 1.5 * turn)
-    clock.now += 4.0
-    job._on_progress("sft", 7, 50)  # 6 steps in 6 s: 1 s a step from here on
-    assert job.snapshot().first_point_in == pytest.approx((43 + 3) * 1.0 + 1.5 * turn)
-    clock.now += 43.0
-    job._on_progress("sft", 50, 50)  # done: a later run's announcement starts from the pace measured here
-    assert slots.sft_step_seconds == pytest.approx(1.0)
-    later = Job(run, slots, clock=clock)
-    later._set(status="preparing")
-    assert later.snapshot().first_point_in == pytest.approx(53 * 1.0 + 1.5 * turn)
-    class_of_four = [object() for _ in range(4)]
-    for learner in class_of_four:  # four warm starts building at once: each step four times as long
-        slots.building(learner, True)
-    assert later.snapshot().first_point_in == pytest.approx(53 * 4.0 + 1.5 * turn)
-    for learner in class_of_four:
-        slots.building(learner, False)
-    job._set(status="training", phase=None)  # prepared: only its first turn is left
+    # Its thread, with a trainer whose `prepare` finds the checkpoint and a loop that is not stepped here.
+    monkeypatch.setattr(ui.jobs, "prepared_items", lambda trainer: iter(()))
+    monkeypatch.setattr(slots.loop, "train", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ui.jobs, "end_item", lambda trainer: {})
+    trained = threading.Thread(target=job._train, args=(object(), None, None), daemon=True)
+    trained.start()
+    _, on_step, release = builds.next()
+    wait_until(lambda: job.snapshot().warm_start is not None)
+    assert job.snapshot().first_point_in is None  # its group under way, no pace of its own yet
+    on_step(1)
+    clock.now += 6.0
+    on_step(7)  # 1 s a step: 43 steps and 3 of checks left, then its first turn
+    assert job.snapshot().first_point_in == pytest.approx(46.0 + 1.5 * turn)
+    release.set()
+    trained.join(10)
+    assert not trained.is_alive()
+    assert job.snapshot().warm_start is None and job._builds == []  # built: what is left is its first turn
     assert job.snapshot().first_point_in == pytest.approx(1.5 * turn)
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None
