@@ -301,3 +301,20 @@ def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path,
     at.switch_page("app_pages/grpo.py").run()
     assert not at.exception, at.exception
     assert any(s.value.startswith("Finished 3 steps") for s in at.success), [s.value for s in at.success]
+
+
+def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_wall_on():
+    from rl_core.runs.limits import estimated_seconds, estimated_step_seconds
+
+    clock, slots = Clock(), LiveLoop(2)
+    run = tiny_run(steps=50)
+    job = Job(run, slots, clock=clock)
+    for step in (1, 2, 3):
+        job._add({"step": step, "reward_mean": 0.5})
+        clock.now += 2.0
+    assert slots.speed == 1.0  # two step walls: its joining the loop may still be in them
+    job._add({"step": 4, "reward_mean": 0.5})  # three walls of 2 s
+    speed = 2.0 / estimated_step_seconds(run)
+    assert slots.speed == pytest.approx(speed)
+    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace.
+    assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)

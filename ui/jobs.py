@@ -50,6 +50,9 @@ from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait
 log = logging.getLogger(__name__)
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
+# Step walls of a run before its pace counts in the server's (`TrainingSlots.observe_speed`): its first one or two
+# include joining the loop.
+PACED_STEPS = 3
 # What a page says of a run the server stopped with it (a crash, a restart), by whether it had started.
 RESTARTED_WAITING = (
     "the server stopped while this run was waiting for a place, so it never started: press Train to run it"
@@ -618,9 +621,14 @@ class Job(BackgroundJob):
                 # loop a step comes once a turn of every run), and the evaluation after the last one, which takes
                 # about a step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer responses a step).
                 self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_walls)
+            paced = statistics.median(self._step_walls) if len(self._step_walls) >= PACED_STEPS else None
             self._history.add(scalars)
             self._latest = scalars
             self._samples.add(record["step"], record.get("samples", []))
+        if paced is not None and self._step_estimate > 0:
+            # The server's pace now, in the loop's company, for the runs that have not stepped yet (the queue's
+            # announcements): a run's estimate read off the finished runs alone was its pace with the class gone.
+            self.slots.observe_speed(paced, self._step_estimate)
 
     def _take(self, item: dict, trainer: Trainer | None, store: RunStore, run_id: int) -> None:
         """One item of the run (`rl_core.runs.run_stream`) other than its end: setup progress, or a step's record."""
@@ -710,8 +718,6 @@ class Job(BackgroundJob):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
                     trainer = self._local_trainer()
                     final = self._train(trainer, store, run_id)
-                    if final is not None and self._step_walls:  # wall time: a step's pace in the loop's company
-                        self.slots.observe_speed(statistics.fmean(self._step_walls), estimated_step_seconds(self.run))
                     # A run trained on a cluster has no models here; one that never stepped has nothing to say.
                     if trainer is not None and self._last_step_at is not None:
                         KEPT_MODELS.keep(self, ChatModels.of(trainer))
