@@ -130,7 +130,7 @@ def test_run_says_how_long_it_will_take_from_this_servers_earlier_runs_of_it(mon
         "cached yet."
     ) in first
     # A live training that stepped twelve times slower than the reference (a busy machine) leaves it as it was.
-    training_slots().observe_speed(12.0, 12.0, 1.0)
+    training_slots().observe_speed(12.0, 1.0)
     assert " ".join(c.value for c in panel(experiment.pages[0]).run().caption) == first
     store = RunStore()
     for label, seconds, status in (("GRPO", 10.0, "finished"), ("GSPO", 30.0, "finished"), ("GSPO", 500.0, "failed")):

@@ -271,6 +271,9 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     _, on_step, release = builds.next()
     wait_until(lambda: job.snapshot().warm_start is not None)
     assert job.snapshot().first_point_in is None  # its group under way, no pace of its own yet
+    classmate = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=50, sft_steps=50, seed=1), slots)
+    classmate._set(status="preparing")
+    assert classmate.snapshot().first_point_in is None  # the builder busy: the group it will join is not known
     on_step(1)
     clock.now += 6.0
     on_step(7)  # 1 s a step: 43 steps and 3 of checks left, then its first turn
@@ -310,22 +313,20 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     run = tiny_run(steps=50)
     job = Job(run, slots, clock=clock)
     for step in (1, 2, 3):
-        job._add({"step": step, "reward_mean": 0.5, "step_time": 0.5})
+        job._add({"step": step, "reward_mean": 0.5})
         clock.now += 2.0
-    assert slots.speed == 1.0 and slots.step_cost == 1.0  # two step walls: its joining the loop may be in them
-    job._add({"step": 4, "reward_mean": 0.5, "step_time": 0.5})  # three walls of 2 s, each step itself 0.5 s
+    assert slots.speed == 1.0  # two step walls: its joining the loop may still be in them
+    job._add({"step": 4, "reward_mean": 0.5})  # three walls of 2 s
     speed = 2.0 / estimated_step_seconds(run)
     assert slots.speed == pytest.approx(speed)
-    assert slots.step_cost == pytest.approx(0.5 / estimated_step_seconds(run))
     # A run that has not stepped yet (one queued behind it, say) is estimated at that pace.
     assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)
-    # A run whose step outlasts the loop's turn steps in a lane at once: its first point is half a turn to join
-    # (an empty loop's turn: its own step), then its step at the cost a step has now.
+    # A run whose step outlasts the loop's turn steps in a lane of its own: no turn of the loop times its first
+    # point, so its page gives no number.
     heavy = RunConfig(
         algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
     )
     assert estimated_step_seconds(heavy) > slots.loop.turn_seconds
     waiting = Job(heavy, slots, clock=clock)
     waiting._set(status="training")
-    cost = estimated_step_seconds(heavy) * 0.5 / estimated_step_seconds(run)
-    assert waiting.snapshot().first_point_in == pytest.approx(0.5 * estimated_step_seconds(heavy) * speed + cost)
+    assert waiting.snapshot().first_point_in is None

@@ -33,7 +33,7 @@ from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
-from rl_core.runs.first_point import first_point_seconds, lane_first_point_seconds
+from rl_core.runs.first_point import first_point_seconds
 from rl_core.runs.limits import (
     HOUR,
     ServerLimits,
@@ -78,9 +78,7 @@ class TrainingSlots:
         self._holders: dict[object, tuple[float, int]] = {}  # ticket → (start time, slots)
         self._durations: deque[float] = deque(maxlen=20)  # seconds of the latest finished holds
         self._left: dict[object, Callable[[float | None], float]] = {}  # ticket → its seconds left (`hold`)
-        # (wall, cost) ÷ estimated step time of the latest steps: the wall between a run's steps (in the loop's
-        # company) and what its step itself cost (`step_time`)
-        self._speeds: deque[tuple[float, float]] = deque(maxlen=20)
+        self._speeds: deque[float] = deque(maxlen=20)  # measured ÷ estimated step time of the latest steps
 
     @classmethod
     def from_env(cls) -> TrainingSlots:
@@ -99,17 +97,11 @@ class TrainingSlots:
         """How much slower than `rl_core.runs.limits`' estimate this server's trainings step, from one step's
         record to the next (median of the latest)."""
         with self._condition:
-            return statistics.median(wall for wall, _ in self._speeds) if self._speeds else 1.0
+            return statistics.median(self._speeds) if self._speeds else 1.0
 
-    @property
-    def step_cost(self) -> float:
-        """How much more than its estimate a step itself costs on this server now (median of the latest)."""
+    def observe_speed(self, measured_step: float, estimated_step: float) -> None:
         with self._condition:
-            return statistics.median(cost for _, cost in self._speeds) if self._speeds else 1.0
-
-    def observe_speed(self, wall: float, step_time: float, estimated_step: float) -> None:
-        with self._condition:
-            self._speeds.append((wall / estimated_step, step_time / estimated_step))
+            self._speeds.append(measured_step / estimated_step)
 
     @property
     def running(self) -> int:
@@ -563,9 +555,11 @@ class Job(BackgroundJob):
         turn = self.slots.loop.turn_wall
         if turn is None:  # nothing in the loop: the run's first turn is its own step
             turn = self._step_estimate * self.slots.speed
+        if self._step_estimate > self.slots.loop.turn_seconds:
+            # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
+            # steps of other runs time (the class bench's heavy run was told 1 s, then 6 s, for 13 and 23 s).
+            return None
         first_turn = first_point_seconds(0, 0.0, turn)
-        if self._step_estimate > self.slots.loop.turn_seconds:  # a lane of its own: its first point is its own step
-            first_turn = lane_first_point_seconds(self._step_estimate * self.slots.step_cost, turn)
         if self._with_builder:
             wait = self.slots.builder.wait(self)
             if wait is None:  # its group has ended: its thread loads the checkpoints
@@ -573,6 +567,8 @@ class Job(BackgroundJob):
             return None if wait.seconds_left is None else wait.seconds_left + first_turn
         own = first_turn
         if self._builds and self._status != "training":  # its warm starts, in tiny-model steps, as a group of one
+            if self.slots.builder.busy:  # it will join a group that forms behind the builder's work: not known yet
+                return None
             builds = sum(n * f for _, n, f in self._builds)
             own += first_point_seconds(builds, self.slots.builder.seed_step_seconds, 0.0)
         if self._status == "queued":
@@ -641,7 +637,7 @@ class Job(BackgroundJob):
         if paced is not None and self._step_estimate > 0:
             # The server's pace now, in the loop's company, for the runs that have not stepped yet (the queue's
             # announcements): a run's estimate read off the finished runs alone was its pace with the class gone.
-            self.slots.observe_speed(paced, record.get("step_time", paced), self._step_estimate)
+            self.slots.observe_speed(paced, self._step_estimate)
 
     def _take(self, item: dict, trainer: Trainer | None, store: RunStore, run_id: int) -> None:
         """One item of the run (`rl_core.runs.run_stream`) other than its end: setup progress, or a step's record."""

@@ -29,11 +29,3 @@ def first_point_seconds(warm_start_steps: float, sft_step: float, turn: float) -
     start is trained (a cached one is loaded with its report)."""
     check = CHECK_SFT_STEPS if warm_start_steps > 0 else 0.0
     return (warm_start_steps + check) * sft_step + FIRST_TURN_TURNS * turn
-
-
-def lane_first_point_seconds(step: float, turn: float) -> float:
-    """Seconds from its warm start's end to the first point of a run whose step costs more than the loop's turn
-    (`run_loop`: it steps in a lane of its own, its first step at once): its joining at the next turn, then that
-    step of `step` seconds: (FIRST_TURN_TURNS − 1) × turn + step. Counted as loop turns, the heavy run of the class
-    bench (12.8 s a step on the reference CPU) was told 1 s for 13.4 s."""
-    return (FIRST_TURN_TURNS - 1) * turn + step

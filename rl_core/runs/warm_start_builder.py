@@ -110,6 +110,12 @@ class WarmStartBuilder:
         self._check_steps = CHECK_SFT_STEPS
 
     @property
+    def busy(self) -> bool:
+        """Whether a group builds or forms: a run that comes now joins a group whose start and size are not known."""
+        with self._lock:
+            return bool(self._groups)
+
+    @property
     def seed_step_seconds(self) -> float:
         """Seconds of one seed's SFT step of the tiny model in the latest group built here (or the estimate)."""
         with self._lock:
