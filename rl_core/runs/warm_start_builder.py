@@ -87,9 +87,9 @@ def group_seconds_left(steps_left: int, step: float, check_steps: float) -> floa
 class WarmStartBuilder:
     """One thread that trains the pending warm starts of the live lab, group by group in the order they opened.
 
-    `build(run, ticket, builds, stopped)` blocks the caller (a run's thread) until the run's warm starts are in the cache;
-    `wait(ticket)` says where that run stands. `build_group` is `sweep.warm_starts` (injectable for tests), `clock`
-    the monotonic clock its paces are read on."""
+    `build(run, ticket, builds, stopped)` blocks the caller (a run's thread) until the run's warm starts are in the
+    cache; `wait(ticket)` says where that run stands. `build_group` is `sweep.warm_starts` (injectable for tests),
+    `clock` the monotonic clock its paces are read on."""
 
     def __init__(
         self,
