@@ -17,7 +17,10 @@ Starts `streamlit run app.py` on 127.0.0.1 (default limits) and speaks Streamlit
    dashboard redraws per second and the refresh interval it announced (ui/refresh.py). Meanwhile a learner
    whose runs trained more than the hour's allowance (written into the run store) opens the page in their browser (their
    cookie), then with a `?me=` of their own invention: Train must stay disabled both times;
-5. the experiment panel, the class still training: a learner opens EXPERIMENT_PAGE, reads the wait its See it
+5. the queue, the class still training: the server's loop has `--queue` places beyond the class's (its
+   RLHF_LAB_MAX_LIVE_RUNS), so `--queue` learners take them with runs of QUEUE_STEPS steps and `--queue` more press
+   Train after them and queue until those end (`--queue 0` leaves this out);
+6. the experiment panel, the class still training: a learner opens EXPERIMENT_PAGE, reads the wait its See it
    happen panel announces (its runs and the warm starts it trains first), presses Run and waits for the verdict
    (`--no-experiment` leaves this out).
 
@@ -27,7 +30,8 @@ to the point. Connection errors: every ForwardMsg that is
 a reference to the browser's message cache (a `ref_hash`: what the browser can miss) and every session whose
 socket closed before the end. The load average is read before and after.
 
-Run from the repository root:  python bench/class_load.py [--learners 20] [--alone 20] [--hold 60] [--json out]
+Run from the repository root:
+    python bench/class_load.py [--learners 20] [--alone 20] [--hold 60] [--queue 3] [--json out]
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ CLASS_TIMEOUT_S = 180  # for the whole class's first points: the latecomer press
 # trains; the learner whose hour is spent trained SPENT_S of the past hour, more than it.
 ALLOWANCE_S = 1800
 SPENT_S = 3000
+QUEUE_STEPS = 5  # the queue phase's runs: a few turns each at a class's share, so the queue moves within the bench
+QUEUE_TIMEOUT_S = 300
 
 
 class Learner(ProtocolSession):
@@ -214,7 +220,22 @@ async def experiment_wait(url: str) -> dict:
         await session.close()
 
 
-async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: float, experiment: bool) -> dict:
+async def queue_waits(url: str, places: int) -> list[Learner]:
+    """`places` learners take the loop's last places with runs of QUEUE_STEPS steps, then `places` more press Train
+    and queue behind them; each waits for its first point (at most QUEUE_TIMEOUT_S). The sessions, still open."""
+    ahead = [Learner(url, PAGE, f"steps={QUEUE_STEPS}&seed=0") for _ in range(places)]
+    queued = [Learner(url, PAGE, f"steps={QUEUE_STEPS}&seed=0") for _ in range(places)]
+    await asyncio.gather(*(s.open() for s in ahead + queued))
+    for session in ahead + queued:
+        if not await session.click("Train"):
+            raise RuntimeError("Train is not enabled for a learner of the queue phase")
+    await first_points(ahead + queued, QUEUE_TIMEOUT_S)
+    return ahead + queued
+
+
+async def class_load(
+    url: str, db: Path, learners: int, alone_s: float, hold_s: float, experiment: bool, queue: int
+) -> dict:
     solo = Learner(url, PAGE, "steps=2000")
     await solo.open()
     await solo.click("Train")
@@ -228,6 +249,7 @@ async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: 
     cls = [Learner(url, PAGE, query) for query in queries]
     late = Learner(url, PAGE)
     everyone = [*cls, late]
+    in_queue: list[Learner] = []
     try:
         await asyncio.gather(*(s.open() for s in everyone))
         started = time.monotonic()
@@ -241,7 +263,9 @@ async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: 
         paces, refused = await asyncio.gather(pace(everyone, hold_s), refused_learner(url, db))
         seconds_after = training_seconds(db)
         load_in_hold = load_average()
-        panel = await experiment_wait(url) if experiment else None  # the class still training
+        in_queue = await queue_waits(url, queue) if queue else []  # the class still training
+        load_in_queue = load_average()
+        panel = await experiment_wait(url) if experiment else None
         spent = {run: seconds_after[run] - seconds_before.get(run, 0.0) for run in seconds_after}
         sharing = len(everyone)  # learners with a run: each one's fair share is 1/sharing of the server
         shares = [None if p is None or not alone else p * sharing / alone for p in paces]
@@ -263,14 +287,18 @@ async def class_load(url: str, db: Path, learners: int, alone_s: float, hold_s: 
             "latecomer_first_point_s": None if late.first_point_at is None else late.first_point_at - late.clicked_at,
             "steps_per_s": paces,
             "share_of_fair": shares,  # 1.0: exactly 1/sharing of its pace alone
-            "announced_waits": [a for s in everyone if (a := s.announced_against_real()) is not None],
+            "announced_waits": [a for s in everyone + in_queue if (a := s.announced_against_real()) is not None],
             "load_average_in_hold": load_in_hold,
+            "load_average_after_queue": load_in_queue,
+            "queue_first_point_s": [
+                None if s.first_point_at is None else s.first_point_at - s.clicked_at for s in in_queue
+            ],
             "experiment_panel": panel,
             "cache_references": sum(s.cache_references for s in everyone),
             "last_alerts": {s.query_string or "latecomer": s.alerts()[:200] for s in (cls[0], cls[-1], late)},
         }
     finally:  # the runs go on until the server stops with the bench: a Stop in 21 busy pages took minutes
-        await asyncio.gather(*(s.close() for s in everyone), return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in everyone + in_queue), return_exceptions=True)
 
 
 def shown(value: float | None) -> str:
@@ -282,6 +310,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learners", type=int, default=20)
     parser.add_argument("--alone", type=float, default=20.0, help="seconds the pace alone is measured over")
     parser.add_argument("--hold", type=float, default=60.0, help="seconds the class's paces are measured over")
+    parser.add_argument(
+        "--queue", type=int, default=3, help="places beyond the class's in the loop, and as many runs queued behind"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--no-experiment", action="store_true", help="leave out the experiment panel's announced and real wait"
@@ -293,11 +324,15 @@ def main(argv: list[str] | None = None) -> None:
         "RLHF_LAB_DB": str(cache / "runs.sqlite"),
         "RLHF_LAB_WARM_START": "0",
         "RLHF_LAB_LEARNER_SECONDS_PER_HOUR": str(ALLOWANCE_S),
+        # the class and the latecomer, and the queue phase's first runs: the runs after them queue
+        "RLHF_LAB_MAX_LIVE_RUNS": str(args.learners + 1 + args.queue),
     }
     results = {"cpus": os.cpu_count(), "load_average_before": load_average()}
     with serve_app(cache / "streamlit.log", env) as (url, _):
         results |= asyncio.run(
-            class_load(url, cache / "runs.sqlite", args.learners, args.alone, args.hold, not args.no_experiment)
+            class_load(
+                url, cache / "runs.sqlite", args.learners, args.alone, args.hold, not args.no_experiment, args.queue
+            )
         )
     results["load_average_after"] = load_average()
     normal = [s for s in results["share_of_fair"][:-2] if s is not None]
@@ -340,7 +375,11 @@ def main(argv: list[str] | None = None) -> None:
             f"experiment panel ({EXPERIMENT_PAGE}): announced {panel['announced_s']:.0f} s, verdict after "
             f"{shown(panel['real_s'])} s, announced ÷ real {shown(panel.get('ratio'))} ({panel['text']})"
         )
-    print(f"load average at the end of the hold: {results['load_average_in_hold']}")
+    print(
+        f"load average at the end of the hold: {results['load_average_in_hold']}, after the queue phase: "
+        f"{results['load_average_after_queue']}; the queue phase's first points (s, the queued ones last): "
+        + ", ".join(shown(t) for t in results["queue_first_point_s"])
+    )
     held = results["held_share"]
     if held:
         print(

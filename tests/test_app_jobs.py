@@ -447,13 +447,13 @@ def test_a_runs_seconds_left_before_its_first_step_count_the_warm_start_the_cach
     from rl_core.engine.pretrained import model_tokenizer
     from rl_core.engine.sft import checkpoint_folder
     from rl_core.runs.limits import SFT_STEP_SECONDS
-    from toy_tasks import TASKS
+    from toy_tasks import get_task
 
     monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path))
     run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50)  # the tiny model's 200-step warm start
     # A fresh server's speed is 1: the estimate as measured on the reference CPU, the SFT steps before it.
     assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(200 * SFT_STEP_SECONDS + estimated_seconds(run))
-    task = TASKS["caesar"]
+    task = get_task("caesar")  # as the trainer names the folder it publishes the checkpoint in
     checkpoint_folder(tmp_path, task, model_tokenizer("tiny"), "tiny", 0, task.default_demo_noise, 200).mkdir(
         parents=True
     )

@@ -165,7 +165,7 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
     from rl_core.engine.pretrained import model_tokenizer
     from rl_core.engine.sft import checkpoint_folder
     from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_seconds
-    from toy_tasks import TASKS
+    from toy_tasks import get_task
     from ui.lab import DEFAULT_STEPS
 
     monkeypatch.setenv("RLHF_LAB_DB", str(tmp_path / "runs.sqlite"))
@@ -185,7 +185,7 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
         f"About {seconds + warm:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 "
         f"on 2 cores); of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet."
     )
-    task = TASKS["caesar"]
+    task = get_task("caesar")  # as the trainer names the folder it publishes the checkpoint in
     folder = checkpoint_folder(
         tmp_path / "cache", task, model_tokenizer("tiny"), "tiny", 0, task.default_demo_noise, run.sft_steps
     )
@@ -230,15 +230,11 @@ def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
 
 
 def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
-    from rl_core.runs.first_point import builds_sharing, first_point_seconds, sft_step_seconds
+    from rl_core.runs.first_point import first_point_seconds
 
     # 40 SFT steps left and the check's 3, at 0.5 s a step, then 1.5 turns of 2 s: 21.5 + 3.
     assert first_point_seconds(40, 0.5, 2.0) == pytest.approx(24.5)
     assert first_point_seconds(0, 0.5, 2.0) == pytest.approx(3.0)  # a cached warm start: no check
-    assert sft_step_seconds(done=8, elapsed=4.0, measured=0.1) == pytest.approx(0.5)  # its own pace from 5 steps
-    assert sft_step_seconds(done=2, elapsed=4.0, measured=0.1) == pytest.approx(0.1)  # the server's before
-    # Nineteen warm starts at once in the process: 19 times as slow each; one alone: as measured.
-    assert builds_sharing(19) == 19.0 and builds_sharing(1) == builds_sharing(0) == 1.0
 
 
 class Clock:
@@ -251,39 +247,41 @@ class Clock:
         return self.now
 
 
-def test_a_runs_first_point_is_announced_from_its_first_setup_step_counting_every_phase_before_it(
-    tmp_path, monkeypatch
-):
+def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and_its_first_turn(tmp_path, monkeypatch):
+    from test_warm_start_builder import Builds, wait_until
+
     from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_step_seconds
+    from rl_core.runs.warm_start_builder import WarmStartBuilder
 
     monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path))  # empty: the 50-step warm start is trained
-    clock, slots = Clock(), LiveLoop(2)
+    clock, slots, builds = Clock(), LiveLoop(2), Builds()
+    slots.builder = WarmStartBuilder(build_group=builds, clock=clock)
     run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50, sft_steps=50)
     job = Job(run, slots, clock=clock)
     job._set(status="preparing")
     turn = estimated_step_seconds(run)  # an empty loop: the run's turn is its own step (the server's speed 1)
-    # Before any SFT step: the 50 steps and the check's 3 at the estimated SFT step, then 1.5 turns.
+    # Not yet with the builder: the 50 steps and the check's 3 at the estimated step of one seed, then 1.5 turns.
     assert job.snapshot().first_point_in == pytest.approx(53 * SFT_STEP_SECONDS + 1.5 * turn)
-    job._on_progress("sft", 1, 50)
-    clock.now += 2.0
-    job._on_progress("sft", 3, 50)  # 2 steps in 2 s: too few for its own pace, the server's stands
-    assert job.snapshot().first_point_in == pytest.approx((47 + 3) * SFT_STEP_SECONDS + 1.5 * turn)
-    clock.now += 4.0
-    job._on_progress("sft", 7, 50)  # 6 steps in 6 s: 1 s a step from here on
-    assert job.snapshot().first_point_in == pytest.approx((43 + 3) * 1.0 + 1.5 * turn)
-    clock.now += 43.0
-    job._on_progress("sft", 50, 50)  # done: a later run's announcement starts from the pace measured here
-    assert slots.sft_step_seconds == pytest.approx(1.0)
-    later = Job(run, slots, clock=clock)
-    later._set(status="preparing")
-    assert later.snapshot().first_point_in == pytest.approx(53 * 1.0 + 1.5 * turn)
-    class_of_four = [object() for _ in range(4)]
-    for learner in class_of_four:  # four warm starts building at once: each step four times as long
-        slots.building(learner, True)
-    assert later.snapshot().first_point_in == pytest.approx(53 * 4.0 + 1.5 * turn)
-    for learner in class_of_four:
-        slots.building(learner, False)
-    job._set(status="training", phase=None)  # prepared: only its first turn is left
+    # Its thread, with a trainer whose `prepare` finds the checkpoint and a loop that is not stepped here.
+    monkeypatch.setattr(ui.jobs, "prepared_items", lambda trainer: iter(()))
+    monkeypatch.setattr(slots.loop, "train", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ui.jobs, "end_item", lambda trainer: {})
+    trained = threading.Thread(target=job._train, args=(object(), None, None), daemon=True)
+    trained.start()
+    _, on_step, release = builds.next()
+    wait_until(lambda: job.snapshot().warm_start is not None)
+    assert job.snapshot().first_point_in is None  # its group under way, no pace of its own yet
+    classmate = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=50, sft_steps=50, seed=1), slots)
+    classmate._set(status="preparing")
+    assert classmate.snapshot().first_point_in is None  # the builder busy: the group it will join is not known
+    on_step(1)
+    clock.now += 6.0
+    on_step(7)  # 1 s a step: 43 steps and 3 of checks left, then its first turn
+    assert job.snapshot().first_point_in == pytest.approx(46.0 + 1.5 * turn)
+    release.set()
+    trained.join(10)
+    assert not trained.is_alive()
+    assert job.snapshot().warm_start is None and job._builds == []  # built: what is left is its first turn
     assert job.snapshot().first_point_in == pytest.approx(1.5 * turn)
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None
@@ -306,3 +304,29 @@ def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path,
     at.switch_page("app_pages/grpo.py").run()
     assert not at.exception, at.exception
     assert any(s.value.startswith("Finished 3 steps") for s in at.success), [s.value for s in at.success]
+
+
+def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_wall_on():
+    from rl_core.runs.limits import estimated_seconds, estimated_step_seconds
+
+    clock, slots = Clock(), LiveLoop(2)
+    run = tiny_run(steps=50)
+    job = Job(run, slots, clock=clock)
+    for step in (1, 2, 3):
+        job._add({"step": step, "reward_mean": 0.5})
+        clock.now += 2.0
+    assert slots.speed == 1.0  # two step walls: its joining the loop may still be in them
+    job._add({"step": 4, "reward_mean": 0.5})  # three walls of 2 s
+    speed = 2.0 / estimated_step_seconds(run)
+    assert slots.speed == pytest.approx(speed)
+    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace.
+    assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)
+    # A run whose step outlasts the loop's turn steps in a lane of its own: no turn of the loop times its first
+    # point, so its page gives no number.
+    heavy = RunConfig(
+        algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
+    )
+    assert estimated_step_seconds(heavy) > slots.loop.turn_seconds
+    waiting = Job(heavy, slots, clock=clock)
+    waiting._set(status="training")
+    assert waiting.snapshot().first_point_in is None

@@ -10,6 +10,7 @@ import streamlit as st
 
 from rl_core.numbers import number
 from rl_core.runs.run_stream import SETUP_PHASES
+from rl_core.runs.warm_start_builder import WarmStartWait
 from toy_tasks import TASKS
 from ui.bridge import unipo_download
 from ui.charts import CHARTS, ChartRun, caption, figure, has_data, run_colour
@@ -77,6 +78,8 @@ def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
             f"trains at once… this run starts as soon as one of them ends{place}{wait}.",
             icon=":material/hourglass_top:",
         )
+    elif snap.warm_start is not None:
+        st.progress(*warm_start_line(snap.warm_start, until))
     elif snap.phase is not None:
         phase, done, total = snap.phase
         task = TASKS[job.run.task]
@@ -108,6 +111,19 @@ def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
             "Explained variance of the critic after value pretraining: "
             f"**{snap.setup['value_pretrain_explained_variance']:.3f}** (1 = it predicts the returns)."
         )
+
+
+def warm_start_line(wait: WarmStartWait, until: str) -> tuple[float, str]:
+    """A progress bar's value and text for a run whose SFT warm start is with the builder: its group's steps once
+    it builds (and the first point's time, once its pace is known); while it forms, what it waits for, with no
+    number for its own group, which a later click may still join."""
+    group = f"as one group with {wait.runs - 1} other {'run' if wait.runs == 2 else 'runs'}" if wait.runs > 1 else ""
+    if wait.groups_ahead == 0:
+        text = f"Building the warm start{' ' + group if group else ''}: SFT step {wait.done}/{wait.total}"
+        return min(wait.done / max(wait.total, 1), 1.0), text + (f", {until}" if until else "")
+    ahead = f"{wait.groups_ahead} {'group' if wait.groups_ahead == 1 else 'groups'} of other warm starts"
+    when = f"after {ahead}" if wait.free_in is None else f"the builder is free for it in about {wait.free_in:.0f} s"
+    return 0.0, f"Waiting to build the warm start{' ' + group if group else ''}: {when}"
 
 
 def reveal(page: str, job: Job, snap: JobSnapshot, prediction: Prediction) -> None:

@@ -33,10 +33,9 @@ from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
-from rl_core.runs.first_point import PACED_AFTER, builds_sharing, first_point_seconds, sft_step_seconds
+from rl_core.runs.first_point import first_point_seconds
 from rl_core.runs.limits import (
     HOUR,
-    SFT_STEP_SECONDS,
     ServerLimits,
     estimated_seconds,
     estimated_step_seconds,
@@ -46,10 +45,14 @@ from rl_core.runs.limits import (
 from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
+from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait
 
 log = logging.getLogger(__name__)
 
 ACTIVE_STATUSES = ("queued", "preparing", "training")
+# Step walls of a run before its pace counts in the server's (`TrainingSlots.observe_speed`): its first one or two
+# include joining the loop.
+PACED_STEPS = 3
 # What a page says of a run the server stopped with it (a crash, a restart), by whether it had started.
 RESTARTED_WAITING = (
     "the server stopped while this run was waiting for a place, so it never started: press Train to run it"
@@ -75,9 +78,7 @@ class TrainingSlots:
         self._holders: dict[object, tuple[float, int]] = {}  # ticket → (start time, slots)
         self._durations: deque[float] = deque(maxlen=20)  # seconds of the latest finished holds
         self._left: dict[object, Callable[[float | None], float]] = {}  # ticket → its seconds left (`hold`)
-        self._speeds: deque[float] = deque(maxlen=20)  # measured ÷ estimated step time of the latest runs
-        self._sft_step: float | None = None  # wall seconds of a tiny-model SFT step, as the latest warm start took
-        self._building: set[object] = set()  # the tickets building an SFT warm start now
+        self._speeds: deque[float] = deque(maxlen=20)  # measured ÷ estimated step time of the latest steps
 
     @classmethod
     def from_env(cls) -> TrainingSlots:
@@ -93,32 +94,14 @@ class TrainingSlots:
 
     @property
     def speed(self) -> float:
-        """How much slower than `rl_core.runs.limits`' estimate this server's trainings step (median of the latest)."""
+        """How much slower than `rl_core.runs.limits`' estimate this server's trainings step, from one step's
+        record to the next (median of the latest)."""
         with self._condition:
             return statistics.median(self._speeds) if self._speeds else 1.0
 
     def observe_speed(self, measured_step: float, estimated_step: float) -> None:
         with self._condition:
             self._speeds.append(measured_step / estimated_step)
-
-    @property
-    def sft_step_seconds(self) -> float:
-        """Wall seconds of an SFT warm-start step of the tiny model on this server now: as the latest warm start
-        built here took it (its model's factor divided out, and the warm starts built beside it), else the estimate
-        SFT_STEP_SECONDS; times the warm starts building now, which share the interpreter (`builds_sharing`)."""
-        with self._condition:
-            alone = SFT_STEP_SECONDS if self._sft_step is None else self._sft_step
-            return alone * builds_sharing(len(self._building))
-
-    def observe_sft_step(self, seconds: float, model: str) -> None:
-        """A warm start of `model` has trained at `seconds` a step, beside the warm starts building now."""
-        with self._condition:
-            self._sft_step = seconds / model_factor(model) / builds_sharing(len(self._building))
-
-    def building(self, ticket: object, now: bool) -> None:
-        """`ticket` builds an SFT warm start from `now` on (True) or no longer (False)."""
-        with self._condition:
-            (self._building.add if now else self._building.discard)(ticket)
 
     @property
     def running(self) -> int:
@@ -232,6 +215,7 @@ class LiveLoop(TrainingSlots):
         self.shared = shared  # False: each run is a training of its own (a Ray task)
         self.per_learner = per_learner  # runs of one learner (a ticket's `session`) in the loop at once; None: any
         self.loop = RunLoop("live-training")
+        self.builder = WarmStartBuilder()  # the runs' SFT warm starts, a group of one kind at a time
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
 
@@ -402,6 +386,7 @@ class JobSnapshot:
     seconds_per_step: float | None  # wall seconds between its latest steps: in the live loop, a turn of every run
     first_point_in: float | None = None  # seconds until its first point (`Job.first_point_in`); None once it has one
     learners: int = 0  # learners sharing the live loop now
+    warm_start: WarmStartWait | None = None  # where it stands with the warm-start builder, while it waits for it
 
     @property
     def active(self) -> bool:
@@ -418,9 +403,6 @@ class JobSnapshot:
         if self.seconds_per_step is None or not self.active:
             return None
         return (self.steps_total - self.steps_done) * self.seconds_per_step
-
-
-WARM_START_PHASES = ("sft", "teacher")  # the setup phases that train an SFT warm start (a policy's, a teacher's)
 
 
 def time_left(elapsed: float, done: int, total: int) -> float | None:
@@ -478,7 +460,7 @@ class Job(BackgroundJob):
         self._probe_start: list[float] = []  # the probe before RL, never thinned away
         self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
-        self._phase_started = (0.0, 0)  # when the current setup phase reported first, and its units done then
+        self._with_builder = False  # whether its warm starts are with the builder (`slots.builder`) now
         self._setup: dict = {}
         self._error: str | None = None
         self._started = self.clock()
@@ -559,32 +541,36 @@ class Job(BackgroundJob):
                 seconds_per_step=statistics.fmean(self._step_walls) if self._step_walls else None,
                 first_point_in=self._first_point_in(),
                 learners=self.slots.loop.learners,
+                warm_start=self.slots.builder.wait(self) if self._with_builder else None,
             )
 
     def _first_point_in(self) -> float | None:
-        """Seconds until the run's first point (`first_point_seconds`), under the lock: the warm starts still to
-        train (the one under way at its own pace, the others at the server's), their success check, and its first
-        turn at the loop's pace now; queued, the queue's wait before all that. None once it has a point or ended."""
+        """Seconds until the run's first point, under the lock: with the warm-start builder, its group's time left
+        (None while the group forms, a later click may still join it, or before the group has a pace), then its
+        first turn at the loop's pace now (`first_point_seconds`); before it reaches the builder, its warm starts
+        at the builder's latest pace per seed, as a group of one, and the first turn; queued, the queue's wait
+        before all that. None once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
             return None
         turn = self.slots.loop.turn_wall
         if turn is None:  # nothing in the loop: the run's first turn is its own step
             turn = self._step_estimate * self.slots.speed
-        if self._status == "training":  # prepared: its first turn is all that is left
-            return first_point_seconds(0, 0.0, turn)
-        measured = self.slots.sft_step_seconds  # a tiny-model step
-        builds = self._builds
-        if self._phase is not None and self._phase[0] in WARM_START_PHASES:
-            name, done, total = self._phase
-            model = self.run.model if name == "sft" else self.run.algo.teacher_model
-            factor = next((f for m, _, f in builds if m == model), 1.0)
-            began, done_then = self._phase_started
-            step = sft_step_seconds(done - done_then, self.clock() - began, measured * factor)
-            later = builds[1:] if name == "sft" else []  # a teacher's, trained after the policy's
-            return first_point_seconds(total - done + sum(n * f / factor for _, n, f in later), step, turn)
-        if self._phase is not None and self._phase[0] not in ("reward",):  # after the warm starts (value pretraining)
-            return first_point_seconds(0, 0.0, turn)
-        own = first_point_seconds(sum(n * f for _, n, f in builds), measured, turn)  # in tiny-model steps
+        if self._step_estimate > self.slots.loop.turn_seconds:
+            # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
+            # steps of other runs time (the class bench's heavy run was told 1 s, then 6 s, for 13 and 23 s).
+            return None
+        first_turn = first_point_seconds(0, 0.0, turn)
+        if self._with_builder:
+            wait = self.slots.builder.wait(self)
+            if wait is None:  # its group has ended: its thread loads the checkpoints
+                return first_turn
+            return None if wait.seconds_left is None else wait.seconds_left + first_turn
+        own = first_turn
+        if self._builds and self._status != "training":  # its warm starts, in tiny-model steps, as a group of one
+            if self.slots.builder.busy:  # it will join a group that forms behind the builder's work: not known yet
+                return None
+            builds = sum(n * f for _, n, f in self._builds)
+            own += first_point_seconds(builds, self.slots.builder.seed_step_seconds, 0.0)
         if self._status == "queued":
             wait = self.slots.wait_estimate(self)
             return None if wait is None else wait + own
@@ -631,18 +617,6 @@ class Job(BackgroundJob):
             for name, value in fields.items():
                 setattr(self, f"_{name}", value)
 
-    def _on_progress(self, phase: str, done: int, total: int) -> None:
-        now = self.clock()
-        with self._lock:
-            if self._phase is None or self._phase[0] != phase:
-                self._phase_started = (now, done)
-            self._phase = (phase, done, total)
-            began, done_then = self._phase_started
-        if phase in WARM_START_PHASES and done == total and done - done_then >= PACED_AFTER:
-            # the pace later runs' announcements start from, before their own warm starts have one
-            model = self.run.model if phase == "sft" else self.run.algo.teacher_model
-            self.slots.observe_sft_step((now - began) / (done - done_then), model)
-
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
         now = self.clock()
@@ -656,17 +630,21 @@ class Job(BackgroundJob):
                 # loop a step comes once a turn of every run), and the evaluation after the last one, which takes
                 # about a step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer responses a step).
                 self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_walls)
+            paced = statistics.median(self._step_walls) if len(self._step_walls) >= PACED_STEPS else None
             self._history.add(scalars)
             self._latest = scalars
             self._samples.add(record["step"], record.get("samples", []))
+        if paced is not None and self._step_estimate > 0:
+            # The server's pace now, in the loop's company, for the runs that have not stepped yet (the queue's
+            # announcements): a run's estimate read off the finished runs alone was its pace with the class gone.
+            self.slots.observe_speed(paced, self._step_estimate)
 
     def _take(self, item: dict, trainer: Trainer | None, store: RunStore, run_id: int) -> None:
         """One item of the run (`rl_core.runs.run_stream`) other than its end: setup progress, or a step's record."""
         if PHASE in item:
-            self._on_progress(*item[PHASE])
+            self._set(phase=tuple(item[PHASE]))
         elif SETUP in item:
             self._set(status="training", phase=None, setup=item[SETUP])
-            self.slots.building(self, False)
             if trainer is not None:
                 self._start_probe(trainer)
         else:
@@ -701,6 +679,13 @@ class Job(BackgroundJob):
                 else:
                     self._take(item, None, store, run_id)
             return final
+        if self._builds:  # built with the other runs' of its kind, then loaded from the cache by `prepare`
+            self._set(with_builder=True)
+            try:
+                builds = [(model, steps) for model, steps, _ in self._builds]
+                self.slots.builder.build(self.run, self, builds, self.stop_event.is_set)
+            finally:
+                self._set(with_builder=False, builds=[])
         for item in prepared_items(trainer):
             self._take(item, trainer, store, run_id)
         # The run spends its learner's share of the loop (a run without a session is a learner of its own).
@@ -737,14 +722,11 @@ class Job(BackgroundJob):
             with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
                     self._set(status="preparing")
-                    self.slots.building(self, bool(self._builds))  # its warm starts slow the others' down
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not self.slots.claim(store, run_id, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
                     trainer = self._local_trainer()
                     final = self._train(trainer, store, run_id)
-                    if final is not None and self._step_walls:  # wall time: a step's pace in the loop's company
-                        self.slots.observe_speed(statistics.fmean(self._step_walls), estimated_step_seconds(self.run))
                     # A run trained on a cluster has no models here; one that never stepped has nothing to say.
                     if trainer is not None and self._last_step_at is not None:
                         KEPT_MODELS.keep(self, ChatModels.of(trainer))
@@ -763,7 +745,6 @@ class Job(BackgroundJob):
                 status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
             finally:
                 self.slots.release(store, run_id)
-        self.slots.building(self, False)
         self._set(status=status, error=error, phase=None, ended=self.clock())
 
 

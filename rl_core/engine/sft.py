@@ -157,11 +157,13 @@ def warm_starts_to_build(run, cache_dir: Path) -> list[tuple[str, int]]:
     `teacher_sft_steps`, on noise-free demonstrations)."""
     from rl_core.engine.pretrained import model_tokenizer
     from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
-    from toy_tasks import TASKS
+    from toy_tasks import TASKS, get_task
 
     if run.task not in TASKS:
         return []  # the trainer refuses the run, with its own message
-    task, tokenizer = TASKS[run.task], model_tokenizer(run.model)
+    # An instance, as the trainer's: the folder's name takes the code of the instance's class, and the class itself
+    # would give its metaclass's (every warm start then read as not cached: a cached run was told 111 s for 35 s).
+    task, tokenizer = get_task(run.task), model_tokenizer(run.model)
     wanted = [(run.model, task.default_demo_noise if run.demo_noise is None else run.demo_noise, run.sft_steps)]
     teacher = getattr(run.algo, "teacher_model", None)
     if teacher is not None:

@@ -1,11 +1,12 @@
 """How far a live run's first chart point is: every phase before it, each at this server's measured pace now.
 
-A run's first point comes after (1) the SFT warm starts its cache lacks, step by step, (2) the success check of a
-warm start it has just trained (`sft.sft_success_rate` samples 256 prompts; then its checkpoint is written and the
-reference copied), and (3) its first turn in the live training loop (`rl_core.runs.run_loop`), which it takes in
-the turn after the one under way. An announcement that counted the warm start alone was 0.42 to 0.80 of the real
-wait in a class of twenty (bench/class_load.py): the check and the first turn, at a loaded server's pace, were the
-4 to 11 s it left out.
+A run's first point comes after (1) the SFT warm starts its cache lacks, step by step (in the live lab, as one
+group with the other runs of their kind: `rl_core.runs.warm_start_builder`), (2) the success check of a warm start
+it has just trained (`sft.sft_success_rate` samples 256 prompts; then its checkpoint is written and the reference
+copied), and (3) its first turn in the live training loop (`rl_core.runs.run_loop`), which it takes in the turn
+after the one under way. An announcement that counted the warm start alone was 0.42 to 0.80 of the real wait in a
+class of twenty (bench/class_load.py): the check and the first turn, at a loaded server's pace, were the 4 to 11 s
+it left out.
 """
 
 from __future__ import annotations
@@ -16,23 +17,9 @@ CHECK_SFT_STEPS = 3.0
 # A run joining the loop steps in the turn after the one under way: on average half a turn, then the whole turn
 # its step is part of (the record is handed over as the turn's steps are).
 FIRST_TURN_TURNS = 1.5
-# SFT steps of a warm start before its own pace is trusted: from its first one or two the time left came to 0.5 to
-# 1.1 times the wait (bench/class_load.py, 8 learners building warm starts at once); before, the server's.
+# SFT steps of a warm-start group before its own pace is trusted (rl_core.runs.warm_start_builder): from its first
+# one or two the time left came to 0.5 to 1.1 times the wait (bench/class_load.py, 8 warm starts building at once).
 PACED_AFTER = 5
-
-
-def sft_step_seconds(done: int, elapsed: float, measured: float) -> float:
-    """Wall seconds of one step of a warm start that has trained `done` steps in `elapsed` seconds: its own pace
-    `elapsed / done` from PACED_AFTER steps on, else `measured` (the pace this server measured last)."""
-    return elapsed / done if done >= PACED_AFTER else measured
-
-
-def builds_sharing(builders: int) -> float:
-    """How many times slower a warm start's step is while `builders` warm starts train at once in the process than
-    alone: max(1, builders). The tiny and small presets' steps are mostly the interpreter's work, which one lock
-    serialises whatever the cores: nineteen warm starts on 2 cores took about 0.5 s a step against 0.02 alone, and
-    announcements at builders ÷ cores came to 0.2 to 0.5 of the real waits (bench/class_load.py)."""
-    return max(1.0, float(builders))
 
 
 def first_point_seconds(warm_start_steps: float, sft_step: float, turn: float) -> float:

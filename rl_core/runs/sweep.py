@@ -195,15 +195,22 @@ def warm_start_jobs(runs: dict[int, RunConfig]) -> list[list[int]]:
     return jobs
 
 
-def warm_starts(runs: Sequence[RunConfig], cache_dir: Path | None, stopped: Callable[[], bool] = lambda: False) -> None:
+def warm_starts(
+    runs: Sequence[RunConfig],
+    cache_dir: Path | None,
+    stopped: Callable[[], bool] = lambda: False,
+    on_step: Callable[[int], None] = lambda done: None,
+) -> None:
     """Train (or find cached) what `runs` start from: the seeds' reward models (`ToyTask.prepare_seeds`: the
     preference task fits them as one group), then the SFT checkpoints of one (task, model, noise, SFT steps, device)
     across seeds as one group (`sft.sft_policies`), then so their teachers (on-policy distillation's π_T);
-    TrainingStopped once `stopped()` turns true."""
+    TrainingStopped once `stopped()` turns true. `on_step(done)` after each step of a group (`done` counts from 1
+    in each group; 0 while another thread trains one of its checkpoints)."""
 
     def progress(done: int, losses: list[float]) -> None:
         if stopped():
             raise TrainingStopped("stopped during the SFT warm start")
+        on_step(done)
 
     kinds: dict[tuple, list[RunConfig]] = {}
     for run in runs:

@@ -1,0 +1,162 @@
+"""The live lab's warm-start builder: groups of one kind in the order they opened, each closed when it starts, and
+waits announced only from work already committed, at the group's own pace (a clock the test sets)."""
+
+import queue
+import threading
+
+import pytest
+
+from rl_core.algorithms import get_preset
+from rl_core.config import RunConfig
+from rl_core.engine.trainer import TrainingStopped
+from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait, group_seconds_left
+from ui.dashboard import warm_start_line
+
+WAIT_S = 10  # the longest a test waits for the builder's thread to get somewhere (it never should)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Builds:
+    """A stand-in for `sweep.warm_starts` that the test steps: each call hands the test its runs, its `on_step`
+    and an event that ends it."""
+
+    def __init__(self):
+        self.calls: queue.Queue = queue.Queue()
+        self.error: Exception | None = None
+
+    def __call__(self, runs, stopped, on_step) -> None:
+        release = threading.Event()
+        self.calls.put(([run.seed for run in runs], on_step, release))
+        while not release.wait(0.01):
+            if stopped():
+                raise TrainingStopped("stopped during the SFT warm start")
+        if self.error is not None:
+            raise self.error
+
+    def next(self):
+        return self.calls.get(timeout=WAIT_S)
+
+
+def run(seed: int, task: str = "caesar") -> RunConfig:
+    return RunConfig(algo=get_preset("grpo"), task=task, steps=10, seed=seed, sft_steps=50)
+
+
+class Waiting:
+    """A run's thread blocked in `builder.build`; `error` is what it raised."""
+
+    def __init__(self, builder: WarmStartBuilder, config: RunConfig):
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._build, args=(builder, config), daemon=True)
+        self.thread.start()
+
+    def _build(self, builder, config):
+        try:
+            builder.build(config, self, [("tiny", config.sft_steps)], self.stop.is_set)
+        except BaseException as error:  # noqa: BLE001 - the test reads it
+            self.error = error
+
+    def done(self) -> bool:
+        self.thread.join(WAIT_S)
+        return not self.thread.is_alive()
+
+
+def wait_until(condition) -> None:
+    done = threading.Event()
+    for _ in range(WAIT_S * 100):
+        if condition():
+            return
+        done.wait(0.01)
+    raise AssertionError("the builder never got there")
+
+
+def test_a_groups_time_left_is_its_steps_and_checks_at_its_own_pace():
+    # 43 steps and the checks' 3 at 1 s a step; finished steps, checks left: 3 s.
+    assert group_seconds_left(43, 1.0, 3.0) == pytest.approx(46.0)
+    assert group_seconds_left(0, 0.5, 3.0) == pytest.approx(1.5)
+
+
+def test_groups_build_in_the_order_they_opened_each_closed_when_it_starts_with_waits_from_committed_work():
+    clock, builds = Clock(), Builds()
+    builder = WarmStartBuilder(build_group=builds, clock=clock)
+    first = Waiting(builder, run(0))
+    seeds, on_step, release_first = builds.next()  # alone: its group starts at once, closed
+    assert seeds == [0]
+    second, third = Waiting(builder, run(1)), Waiting(builder, run(2))
+    other_kind = Waiting(builder, run(0, task="reverse"))
+    wait_until(lambda: builder.wait(other_kind) is not None)
+    wait_until(lambda: builder.wait(third) is not None and builder.wait(third).runs == 2)
+    # Nothing is known of the group under way before its PACED_AFTER steps; the forming group has no number.
+    assert builder.wait(first) == WarmStartWait(1, 0, 0, 50, None, None)
+    assert builder.wait(second) == WarmStartWait(2, 1, 0, 50, None, None)
+    on_step(1)
+    clock.now = 106.0
+    on_step(7)  # 6 steps in 6 s: 1 s a step; 43 left and 3 of checks
+    assert builder.wait(first) == WarmStartWait(1, 0, 7, 50, 46.0, None)
+    assert builder.wait(third) == WarmStartWait(2, 1, 0, 50, None, 46.0)  # only the group under way ahead
+    assert builder.wait(other_kind) == WarmStartWait(1, 2, 0, 50, None, None)  # a forming group ahead may grow
+    clock.now = 110.0
+    assert builder.wait(first).seconds_left == pytest.approx(42.0)  # counting down between steps
+    clock.now = 149.0
+    on_step(50)
+    clock.now = 153.0  # its check took 4 s: 4 of its 1 s steps
+    release_first.set()
+    seeds, on_step, release = builds.next()
+    assert seeds == [1, 2] and first.done() and first.error is None
+    assert builder.seed_step_seconds == pytest.approx(1.0)  # 1 s a step, one seed, the tiny model
+    late = Waiting(builder, run(3))  # the group of its kind is under way: it opens the next one, after reverse
+    wait_until(lambda: builder.wait(late) is not None)
+    assert builder.wait(late) == WarmStartWait(1, 2, 0, 50, None, None)
+    assert builder.wait(second).runs == 2  # the latecomer did not join a group under way
+    on_step(1)
+    clock.now = 163.0
+    on_step(6)  # 2 s a step: 44 left, then 4 steps of checks as measured
+    assert builder.wait(second).seconds_left == pytest.approx((44 + 4) * 2.0)
+    release.set()
+    assert builds.next()[0] == [0]  # reverse, opened before the latecomer
+    assert second.done() and third.done()
+
+
+def test_a_stopped_run_leaves_a_forming_group_and_a_failed_build_fails_every_run_of_its_group():
+    builds = Builds()
+    builder = WarmStartBuilder(build_group=builds, clock=Clock())
+    first = Waiting(builder, run(0))
+    _, _, release_first = builds.next()
+    leaving, staying = Waiting(builder, run(1)), Waiting(builder, run(2))
+    wait_until(lambda: (builder.wait(staying) or builder.wait(leaving)).runs == 2)
+    leaving.stop.set()
+    assert leaving.done() and leaving.error is None
+    assert builder.wait(leaving) is None and builder.wait(staying).runs == 1
+    builds.error = ValueError("the disk is full")
+    release_first.set()
+    assert first.done() and isinstance(first.error, ValueError)
+    seeds, _, release = builds.next()
+    assert seeds == [2]  # without the stopped run
+    release.set()
+    assert staying.done() and str(staying.error) == "the disk is full"
+
+
+def test_a_page_says_what_its_warm_start_waits_for_and_a_number_only_once_its_group_builds():
+    assert warm_start_line(WarmStartWait(3, 0, 10, 50, 46.0, None), "about 49 s to its first point") == (
+        0.2,
+        "Building the warm start as one group with 2 other runs: SFT step 10/50, about 49 s to its first point",
+    )
+    assert warm_start_line(WarmStartWait(1, 0, 2, 50, None, None), "") == (
+        0.04,
+        "Building the warm start: SFT step 2/50",
+    )
+    assert warm_start_line(WarmStartWait(2, 1, 0, 50, None, 12.4), "") == (
+        0.0,
+        "Waiting to build the warm start as one group with 1 other run: the builder is free for it in about 12 s",
+    )
+    assert warm_start_line(WarmStartWait(1, 2, 0, 50, None, None), "") == (
+        0.0,
+        "Waiting to build the warm start: after 2 groups of other warm starts",
+    )
