@@ -232,9 +232,12 @@ def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
 def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
     from rl_core.runs.first_point import first_point_seconds
 
-    # 40 SFT steps left and the check's 3, at 0.5 s a step, then 1.5 turns of 2 s: 21.5 + 3.
+    # 40 SFT steps left and the check's 3, at 0.5 s a step, then half a turn of 2 s and, before a turn that took in
+    # runs was timed, one more such turn: 21.5 + 1 + 2.
     assert first_point_seconds(40, 0.5, 2.0) == pytest.approx(24.5)
     assert first_point_seconds(0, 0.5, 2.0) == pytest.approx(3.0)  # a cached warm start: no check
+    # The turn that takes it in measured at 7 s (its group formed anew): 21.5 + 1 + 7.
+    assert first_point_seconds(40, 0.5, 2.0, take_in=7.0) == pytest.approx(29.5)
 
 
 class Clock:

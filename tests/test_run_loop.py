@@ -312,7 +312,8 @@ def test_a_lane_waits_for_the_other_learners_shares():
 def test_the_loop_times_a_turn_from_its_start_to_the_next_turns_start():
     starts = iter([0.0, 1.0, 3.0, 4.0])  # four turns, each clock reading one turn's start
     loop = RunLoop(clock=lambda: next(starts))
-    assert loop.turn_wall is None  # nothing timed yet
+    assert loop.turn_wall is None and loop.take_in_wall is None  # nothing timed yet
     joined(train_in_thread(loop, Counting("A", 4, [])))
-    # The first turn took the run in (1 s, not timed); then the median of 2 and 1 s.
+    # The first turn took the run in (1 s, timed apart); then the median of 2 and 1 s.
     assert loop.turn_wall == 1.5
+    assert loop.take_in_wall == 1.0

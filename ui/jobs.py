@@ -559,7 +559,7 @@ class Job(BackgroundJob):
             # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
             # steps of other runs time (the class bench's heavy run was told 1 s, then 6 s, for 13 and 23 s).
             return None
-        first_turn = first_point_seconds(0, 0.0, turn)
+        first_turn = first_point_seconds(0, 0.0, turn, self.slots.loop.take_in_wall)
         if self._with_builder:
             wait = self.slots.builder.wait(self)
             if wait is None:  # its group has ended: its thread loads the checkpoints

@@ -116,7 +116,8 @@ class RunLoop:
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
-        self._turn_took_in = False  # whether the turn under way took in runs (its group built anew: not timed)
+        self._take_in_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # … of the latest turns that took in runs
+        self._turn_took_in = False  # whether the turn under way took in runs (its group built anew)
         self._lock = threading.Lock()
         self._joining: list[_Member] = []
         self._members: list[_Member] = []
@@ -146,6 +147,14 @@ class RunLoop:
         before such a turn was timed."""
         with self._lock:
             return statistics.median(self._turn_walls) if self._turn_walls else None
+
+    @property
+    def take_in_wall(self) -> float | None:
+        """Wall seconds of a turn that takes in runs now: the median of the latest TURNS_TIMED, None before one was
+        timed. Such a turn forms its group anew (new stacked weights and moments for every run of it), so it is the
+        turn a joining run's first point comes at the end of, and it lasts longer than `turn_wall`."""
+        with self._lock:
+            return statistics.median(self._take_in_walls) if self._take_in_walls else None
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
@@ -204,8 +213,8 @@ class RunLoop:
                 self._thread, self._turn_began = None, None
                 return False
             began, self._turn_began = self._turn_began, self._clock()
-            if began is not None and not self._turn_took_in:
-                self._turn_walls.append(self._turn_began - began)
+            if began is not None:
+                (self._take_in_walls if self._turn_took_in else self._turn_walls).append(self._turn_began - began)
             self._turn_took_in = took_in
             self._turn_number += 1
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
