@@ -78,8 +78,10 @@ class PlannedRun:
 
 
 MAX_SWEEP_RUNS = 1000  # every run is a row in the store and a job for the pool: a typo must not queue a million
-# Runs of one shape trained as one program at most: 8 seeds of an arm, or 4 seeds of two arms. A larger group
-# costs a run little less (bench/run_batch.py) and leaves a second core without a batch.
+# Runs of one shape trained as one program at most: 8 seeds of an arm, or 4 seeds of two arms. An experiment's 16 runs
+# as one group of 16 took 1.5× (rloo_leave_one_out) and 2.1× (std_normalisation) the CPU of the longer of its two
+# groups of 8, so on two free cores two groups finish first; even on one core the 16 saved at most a fifth of the
+# CPU (0.80× and 1.06× both 8s; bench/group_size.py, 10 steps, load 9–14).
 GROUP_RUNS = 8
 # SFT warm starts of one kind trained as one group at most: an experiment's 8 seeds in two groups, one per core.
 WARM_START_GROUP = 4
