@@ -6,8 +6,9 @@ slowed every warm start already building, and an announcement made at the click 
 of the real wait in a class of twenty, bench/class_load.py). Here a run whose warm starts the cache lacks joins the
 group of its kind (`sweep.warm_start_kind`: the seeds of one task, model, noise and SFT steps) that is still
 forming, or opens a new one; the builder takes the groups in the order they opened and trains each as one
-vectorised group (`sweep.warm_starts`, as a sweep does: far less than its runs one by one). A group is closed when
-it starts, so a later click never joins, and never slows, a group under way.
+vectorised group (`sweep.warm_starts`, as a sweep does: far less than its runs one by one), in a worker process of
+its own (`warm_start_worker.build_in_worker`), so it does not share the server's GIL. A group is closed when it
+starts, so a later click never joins, and never slows, a group under way.
 
 A run's wait is then known from work already committed: while its group builds, the steps left at the group's own
 pace and the success checks after them; while its group forms, the builder's time left on the group under way
