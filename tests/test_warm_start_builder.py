@@ -178,6 +178,10 @@ def test_a_real_group_trains_in_a_worker_process_and_its_steps_and_errors_come_b
     assert steps == [1, 2, 3]  # the group's three SFT steps, as one vectorised group of both seeds
     assert trainers and os.getpid() not in trainers
     assert len(list((tmp_path / "cache").rglob("model.safetensors"))) == 2  # each seed's checkpoint, in the cache here
+    with pytest.raises(TrainingStopped):  # every run stopped: the worker stops at its first step
+        stopping = RunConfig(algo=get_preset("grpo"), task="caesar", steps=2, seed=0, sft_steps=4)
+        build_in_worker([stopping], tmp_path / "cache", lambda: True, on_step)
+    assert steps == [1, 2, 3] and not list((tmp_path / "cache").rglob("*steps4"))
     (tmp_path / "a file").write_text("")
     with pytest.raises(Exception, match="a file"):  # the worker's error, raised here
         build_in_worker(group, tmp_path / "a file", lambda: False, on_step)

@@ -52,32 +52,34 @@ def build_in_worker(
     worker = context.Process(
         target=_build, args=(list(runs), cache_dir, stop, sender, os.getpid()), name="warm-start-worker", daemon=True
     )
+    if stopped():
+        stop.set()  # a group stopped before its worker starts never steps (the worker may step within milliseconds)
     with _main_script_kept_out(), sigint_ignored():
         worker.start()
     sender.close()  # the worker now holds the only sending end: once it ends, the pipe reads as end-of-file here
     stop_asked_at: float | None = None
     try:
         while True:
-            if wait([receiver], POLL_S):
-                try:
-                    kind, value = receiver.recv()
-                except EOFError:
-                    worker.join()
-                    if stop_asked_at is not None:
-                        raise TrainingStopped("stopped during the SFT warm start") from None
-                    raise RuntimeError(f"the warm-start worker ended with exit code {worker.exitcode}") from None
-                if kind == "step":
-                    on_step(value)
-                elif kind == "error":
-                    raise value
-                else:
-                    return
-            elif stop_asked_at is None:
-                if stopped():
-                    stop.set()
-                    stop_asked_at = clock()
-            elif clock() - stop_asked_at > STOP_GRACE_S:
+            if stop_asked_at is None and stopped():
+                stop.set()
+                stop_asked_at = clock()
+            elif stop_asked_at is not None and clock() - stop_asked_at > STOP_GRACE_S:
                 worker.terminate()  # still in a phase without steps (reward models, checks): it would not notice
+            if not wait([receiver], POLL_S):
+                continue
+            try:
+                kind, value = receiver.recv()
+            except EOFError:
+                worker.join()
+                if stop_asked_at is not None:
+                    raise TrainingStopped("stopped during the SFT warm start") from None
+                raise RuntimeError(f"the warm-start worker ended with exit code {worker.exitcode}") from None
+            if kind == "step":
+                on_step(value)
+            elif kind == "error":
+                raise value
+            else:
+                return
     finally:
         receiver.close()
         worker.join(STOP_GRACE_S)
