@@ -508,6 +508,15 @@ def test_a_bad_url_value_is_refused_by_name_and_not_applied(params, named):
     assert preset is None and values == {}
 
 
+def test_a_url_value_allowed_only_beside_a_later_one_is_kept():
+    # 256 prompts × GRPO's 8 generations = 2048 responses, over the batch's 1024; × 4 = 1024 is allowed.
+    heavy = {"prompts_per_step": "256", "num_generations": "4"}
+    preset, values, refused = share.read(heavy, VARIANTS, tuple(heavy), share.check_algo, {})
+    assert not refused and values == {"prompts_per_step": 256, "num_generations": 4}
+    _, values, refused = share.read({"prompts_per_step": "256"}, VARIANTS, tuple(heavy), share.check_algo, {})
+    assert values == {} and len(refused) == 1 and "prompts_per_step" in refused[0]
+
+
 def test_prediction_answers_come_from_the_records():
     records = [{"step": s, "entropy": 1.0 - 0.1 * s, "clip_frac": 0.0, "advantage_mean": 0.2} for s in range(1, 7)]
     assert end_versus_start("entropy", "entropy")(records)[0] == "lower"

@@ -1,6 +1,8 @@
 """The live lab's warm-start builder: groups of one kind in the order they opened, each closed when it starts, and
 waits announced only from work already committed, at the group's own pace (a clock the test sets)."""
 
+import multiprocessing
+import os
 import queue
 import threading
 
@@ -10,6 +12,7 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.engine.trainer import TrainingStopped
 from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait, group_seconds_left
+from rl_core.runs.warm_start_worker import build_in_worker
 from ui.dashboard import warm_start_line
 
 WAIT_S = 10  # the longest a test waits for the builder's thread to get somewhere (it never should)
@@ -160,3 +163,25 @@ def test_a_page_says_what_its_warm_start_waits_for_and_a_number_only_once_its_gr
         0.0,
         "Waiting to build the warm start: after 2 groups of other warm starts",
     )
+
+
+def test_a_real_group_trains_in_a_worker_process_and_its_steps_and_errors_come_back(tmp_path):
+    """The builder's default build: `sweep.warm_starts` in a worker forked from the fork server, not this process."""
+    steps, trainers = [], []
+
+    def on_step(done: int) -> None:
+        steps.append(done)
+        trainers.extend(p.pid for p in multiprocessing.active_children() if p.name == "warm-start-worker")
+
+    group = [RunConfig(algo=get_preset("grpo"), task="caesar", steps=2, seed=seed, sft_steps=3) for seed in (0, 1)]
+    build_in_worker(group, tmp_path / "cache", lambda: False, on_step)
+    assert steps == [1, 2, 3]  # the group's three SFT steps, as one vectorised group of both seeds
+    assert trainers and os.getpid() not in trainers
+    assert len(list((tmp_path / "cache").rglob("model.safetensors"))) == 2  # each seed's checkpoint, in the cache here
+    with pytest.raises(TrainingStopped):  # every run stopped: the worker stops at its first step
+        stopping = RunConfig(algo=get_preset("grpo"), task="caesar", steps=2, seed=0, sft_steps=4)
+        build_in_worker([stopping], tmp_path / "cache", lambda: True, on_step)
+    assert steps == [1, 2, 3] and not list((tmp_path / "cache").rglob("*steps4"))
+    (tmp_path / "a file").write_text("")
+    with pytest.raises(Exception, match="a file"):  # the worker's error, raised here
+        build_in_worker(group, tmp_path / "a file", lambda: False, on_step)

@@ -60,27 +60,47 @@ def read(
     choices: dict[str, Sequence[str]],
 ) -> tuple[str | None, dict, list[str]]:
     """From a URL's parameters: the preset it names (or None), the knob values it sets, and one message per
-    value refused. `check(preset, values)` raises ValueError for values the engine refuses."""
-    refused: list[str] = []
+    value refused. `check(preset, values)` raises ValueError for values the engine refuses.
+
+    A value is checked with the values accepted so far, and one refused is checked again once others are: a value
+    may be allowed only beside another that comes later in the URL (`prompts_per_step=256` needs
+    `num_generations` ≤ 4 for the batch's limit, whichever comes first)."""
+    refused: dict[str, str] = {}
     preset = params.get("algo")
     if preset is not None and preset not in variants.values():
-        refused.append(f"algo={preset!r} is not on this page; allowed: {', '.join(variants.values())}")
+        refused["algo"] = f"algo={preset!r} is not on this page; allowed: {', '.join(variants.values())}"
         preset = None
-    values: dict = {}
+    parsed: dict = {}
     for name, raw in params.items():
         if name == "algo":
             continue
         if name not in knobs and name not in RUN_PARAMS:
-            refused.append(f"{name} is not a knob of this page")
+            refused[name] = f"{name} is not a knob of this page"
             continue
         try:
-            value = parse(name, raw, choices.get(name))
-            check(preset or next(iter(variants.values())), values | {name: value})
+            parsed[name] = parse(name, raw, choices.get(name))
         except ValueError as error:
-            refused.append(str(error))
-            continue
-        values[name] = value
-    return preset, values, refused
+            refused[name] = str(error)
+    values: dict = {}
+    accepted_one = True
+    while accepted_one:  # until a pass accepts nothing more
+        accepted_one = False
+        for name, value in parsed.items():
+            if name in values:
+                continue
+            try:
+                check(preset or next(iter(variants.values())), values | {name: value})
+            except ValueError as error:
+                refused[name] = str(error)
+                continue
+            values[name] = value
+            refused.pop(name, None)
+            accepted_one = True
+    return (
+        preset,
+        {name: values[name] for name in parsed if name in values},
+        [refused[n] for n in params if n in refused],
+    )
 
 
 def check_algo(preset: str, values: dict) -> None:

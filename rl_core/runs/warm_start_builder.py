@@ -6,8 +6,9 @@ slowed every warm start already building, and an announcement made at the click 
 of the real wait in a class of twenty, bench/class_load.py). Here a run whose warm starts the cache lacks joins the
 group of its kind (`sweep.warm_start_kind`: the seeds of one task, model, noise and SFT steps) that is still
 forming, or opens a new one; the builder takes the groups in the order they opened and trains each as one
-vectorised group (`sweep.warm_starts`, as a sweep does: far less than its runs one by one). A group is closed when
-it starts, so a later click never joins, and never slows, a group under way.
+vectorised group (`sweep.warm_starts`, as a sweep does: far less than its runs one by one), in a worker process of
+its own (`warm_start_worker.build_in_worker`), so it does not share the server's GIL. A group is closed when it
+starts, so a later click never joins, and never slows, a group under way.
 
 A run's wait is then known from work already committed: while its group builds, the steps left at the group's own
 pace and the success checks after them; while its group forms, the builder's time left on the group under way
@@ -25,7 +26,8 @@ from rl_core.config import RunConfig
 from rl_core.engine.pretrained import is_preset
 from rl_core.runs.first_point import CHECK_SFT_STEPS, PACED_AFTER
 from rl_core.runs.limits import SFT_STEP_SECONDS, model_factor
-from rl_core.runs.sweep import warm_start_kind, warm_starts
+from rl_core.runs.sweep import warm_start_kind
+from rl_core.runs.warm_start_worker import build_in_worker, start_fork_server
 
 # build(runs, stopped, on_step): trains (or finds cached) the runs' warm starts, as `sweep.warm_starts` does.
 Build = Callable[[Sequence[RunConfig], Callable[[], bool], Callable[[int], None]], None]
@@ -88,8 +90,9 @@ class WarmStartBuilder:
     """One thread that trains the pending warm starts of the live lab, group by group in the order they opened.
 
     `build(run, ticket, builds, stopped)` blocks the caller (a run's thread) until the run's warm starts are in the
-    cache; `wait(ticket)` says where that run stands. `build_group` is `sweep.warm_starts` (injectable for tests),
-    `clock` the monotonic clock its paces are read on."""
+    cache; `wait(ticket)` says where that run stands. `build_group` is `sweep.warm_starts` in a worker process
+    (`build_in_worker`: a core of its own, outside the server's GIL; injectable for tests), `clock` the monotonic
+    clock its paces are read on."""
 
     def __init__(
         self,
@@ -97,9 +100,9 @@ class WarmStartBuilder:
         build_group: Build | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self._build = build_group or (
-            lambda runs, stopped, on_step: warm_starts(runs, cache_dir, stopped, on_step=on_step)
-        )
+        if build_group is None:
+            start_fork_server()  # its engine import starts now, not at the first Train click
+        self._build = build_group or (lambda runs, stopped, on_step: build_in_worker(runs, cache_dir, stopped, on_step))
         self._clock = clock
         self._lock = threading.Condition()
         self._groups: list[_Group] = []  # the group under way (started) first, then the forming ones in order

@@ -1,0 +1,111 @@
+"""A group of warm starts trained in a process of its own, for the live lab's builder.
+
+The builder's thread lives in the server's interpreter, beside the live loop's thread and every page's reruns: a
+group trained there waits for the GIL at every step (a group of 18 seeds stepped at 1.2–2 s a step, about 0.15 s
+alone). Trained in a worker process (`worker_context`: forked from the server that preloaded the engine, in
+milliseconds) it has a core of its own; its steps, and its outcome, come back over a pipe."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as transformers_logging
+
+from rl_core.config import RunConfig
+from rl_core.engine.trainer import TrainingStopped
+from rl_core.runs.sweep import _main_script_kept_out, _watch_coordinator, warm_starts
+from rl_core.runs.workers import sigint_ignored, start_worker_server, worker_context
+
+STOP_GRACE_S = 10.0  # seconds a stopped worker has to notice its stop (at its next step) before it is terminated
+POLL_S = 0.1  # seconds between the builder's looks at whether every run of the group was stopped
+
+
+def start_fork_server() -> None:
+    """Start the workers' fork server now (`start_worker_server`), so its engine import (3–6 s on 2 cores) is not
+    the first group's; without the caller's `__main__` script, which the server would run (a page, under
+    Streamlit)."""
+    with _main_script_kept_out():
+        start_worker_server()
+
+
+def build_in_worker(
+    runs: Sequence[RunConfig],
+    cache_dir: Path | None,
+    stopped: Callable[[], bool],
+    on_step: Callable[[int], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """`sweep.warm_starts(runs, cache_dir, stopped, on_step)`, trained in a worker process: `on_step` is called
+    here as the worker steps; once `stopped()` turns true the worker is asked to stop, and terminated if it has not
+    within STOP_GRACE_S on `clock`; raises what the worker's build raised (TrainingStopped once stopped)."""
+    context = worker_context()
+    receiver, sender = context.Pipe(duplex=False)
+    stop = context.Event()
+    worker = context.Process(
+        target=_build, args=(list(runs), cache_dir, stop, sender, os.getpid()), name="warm-start-worker", daemon=True
+    )
+    if stopped():
+        stop.set()  # a group stopped before its worker starts never steps (the worker may step within milliseconds)
+    with _main_script_kept_out(), sigint_ignored():
+        worker.start()
+    sender.close()  # the worker now holds the only sending end: once it ends, the pipe reads as end-of-file here
+    stop_asked_at: float | None = None
+    try:
+        while True:
+            if stop_asked_at is None and stopped():
+                stop.set()
+                stop_asked_at = clock()
+            elif stop_asked_at is not None and clock() - stop_asked_at > STOP_GRACE_S:
+                worker.terminate()  # still in a phase without steps (reward models, checks): it would not notice
+            if not wait([receiver], POLL_S):
+                continue
+            try:
+                kind, value = receiver.recv()
+            except EOFError:
+                worker.join()
+                if stop_asked_at is not None:
+                    raise TrainingStopped("stopped during the SFT warm start") from None
+                raise RuntimeError(f"the warm-start worker ended with exit code {worker.exitcode}") from None
+            if kind == "step":
+                on_step(value)
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        receiver.close()
+        worker.join(STOP_GRACE_S)
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+
+
+def _build(runs: list[RunConfig], cache_dir: Path | None, stop, sender: Connection, coordinator: int) -> None:
+    """In the worker: train the group, sending ("step", done) after each step, then ("done", None) or
+    ("error", what it raised)."""
+    torch.set_num_threads(1)  # one core: the server's own threads (the live loop) keep the other
+    transformers_logging.disable_progress_bar()
+    threading.Thread(target=_watch_coordinator, args=(coordinator,), name="coordinator-watch", daemon=True).start()
+    try:
+        warm_starts(runs, cache_dir, stop.is_set, on_step=lambda done: sender.send(("step", done)))
+    except Exception as error:  # noqa: BLE001 - the builder raises it in every run of the group
+        sender.send(("error", _carried(error)))
+    else:
+        sender.send(("done", None))
+    finally:
+        sender.close()
+
+
+def _carried(error: Exception) -> Exception:
+    """`error` if it survives the pipe (pickled here, unpickled in the server), else a RuntimeError saying it."""
+    with contextlib.suppress(Exception):
+        return pickle.loads(pickle.dumps(error))
+    return RuntimeError(f"{type(error).__name__}: {error}")
