@@ -179,14 +179,14 @@ def test_every_tasks_sft_policy_lands_in_its_band_for_seeds_0_to_4(name, tmp_pat
     task = get_task(name)
     assert task.sft_success_band is not None, f"task {name} names no sft_success_band"
     low, high = task.sft_success_band
-    tokenizer, seeds = build_char_tokenizer(), range(5)
-    # A success is the task's own check, whichever seed's reward it was prepared with (the preference task's reward
-    # model); the five warm starts train as one group, as an experiment's seeds do (`sft.sft_policies`).
+    tokenizer = build_char_tokenizer()
+    # A success is the task's own check, whichever seed's reward the task was prepared with (the preference task's
+    # reward model): one preparation serves the five seeds.
     task.prepare(tmp_path, torch.device("cpu"), 0)
-    warm_starts = sft.sft_policies(
-        task, tokenizer, "tiny", seeds, task.default_demo_noise, sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path
-    )
-    for seed, (policy, report) in zip(seeds, warm_starts):
+    for seed in range(5):
+        policy, report = sft.sft_policy(
+            task, tokenizer, "tiny", seed, task.default_demo_noise, sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path
+        )
         # Measured again here, on the policy as the trainer gets it (loaded from the checkpoint).
         success = sft.sft_success_rate(policy, tokenizer, task)
         assert success == report["success_rate"]
