@@ -14,3 +14,16 @@ os.environ.setdefault("RLHF_LAB_WARM_START", "0")
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files that drive a browser first, then the rest by their number of tests, the most first: the order in which
+    pytest-xdist hands files to its workers (pytest.ini: `--dist loadfile --no-loadscope-reorder`). Its own order, by
+    number of tests alone, left the files of one browser test (each starts the app, a minute or more) to the end,
+    where the other worker, out of files, waited for them; the suite's wall is the slower worker's."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    browser = {name for name, tests in files.items() if any(t.get_closest_marker("browser") for t in tests)}
+    order = sorted(files, key=lambda name: (name not in browser, -len(files[name])))
+    items[:] = [item for name in order for item in files[name]]
