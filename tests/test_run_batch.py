@@ -231,3 +231,15 @@ def test_a_run_ends_when_its_own_steps_are_done_not_when_the_batch_is(cache):
     items = [(r, END in item, item.get("step")) for r, item in batch_stream(trainers) if "step" in item or END in item]
     assert items.index((0, True, None)) < items.index((1, False, 2))
     assert items[-1] == (1, True, None)
+
+
+def test_a_run_in_a_lane_waits_between_its_updates_and_trains_as_it_would(cache, alone):
+    """The live loop's lane sets `share_pause`: it is called after each of the run's updates (epochs × minibatches
+    of each step) and changes none of its numbers."""
+    calls = []
+    trainer = trainer_for(BATCH[0], cache)
+    trainer.share_pause = lambda: calls.append(trainer.step_index) or 0.0
+    records, _ = trained([trainer])
+    close(records[0], alone[0][0])
+    updates = trainer.algo.ppo_epochs * trainer.algo.num_minibatches
+    assert calls == [step for step in range(STEPS) for _ in range(updates)]

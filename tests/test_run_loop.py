@@ -9,7 +9,7 @@ import pytest
 
 import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
-from rl_core.runs.run_loop import RunLoop, lane_pause
+from rl_core.runs.run_loop import LanePacer, RunLoop, lane_pause
 
 
 class Counting:
@@ -307,6 +307,26 @@ def test_a_run_measured_slower_than_a_turn_moves_to_a_lane(declared_costs):
 def test_a_lane_waits_for_the_other_learners_shares():
     assert lane_pause(12.8, learners=20) == pytest.approx(12.8 * 19)
     assert lane_pause(12.8, learners=1) == 0.0
+
+
+def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
+    """Between a lane's updates: 2 s of work at 3 learners waits 4 s; then 0.5 s of work, a learner gone, 0.5 s."""
+    now = [10.0]
+    waits = []
+
+    class Stop:
+        def wait(self, seconds):
+            waits.append(seconds)
+            now[0] += seconds
+            return False
+
+    learners = iter([3, 2])
+    pace = LanePacer(lambda: next(learners), Stop(), lambda: now[0])
+    now[0] += 2.0
+    assert pace() == 4.0 and now[0] == 16.0
+    now[0] += 0.5
+    assert pace() == 0.5
+    assert waits == [4.0, 0.5]
 
 
 def test_the_loop_times_a_turn_from_its_start_to_the_next_turns_start():

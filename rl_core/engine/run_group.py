@@ -302,6 +302,7 @@ class RunGroup:
     def __init__(self, trainers: Sequence):
         self.trainers = list(trainers)
         self.R = len(self.trainers)
+        self.paused = 0.0  # seconds a run in a lane waited between the updates of the step under way
         first = self.trainers[0]
         self.device, self.tokenizer, self.algo = first.device, first.tokenizer, first.algo
         self.reference = Stack([t.reference for t in self.trainers])
@@ -350,8 +351,9 @@ class RunGroup:
         """One step of every run: its record, or the exception that ended its step (the other runs go on).
 
         A record's `step_time` is the group's seconds shared evenly, and `tokens_per_second` the run's response
-        tokens over that: what the step cost this run, alone or in company."""
-        started = time.perf_counter()
+        tokens over that: what the step cost this run, alone or in company (without a lane's waits between its
+        updates, `Trainer.share_pause`)."""
+        started, self.paused = time.perf_counter(), 0.0
         try:
             batches, stats = self._collect()
         except Exception as error:  # noqa: BLE001 - the shared sampler failed: every run of the group ends
@@ -363,7 +365,7 @@ class RunGroup:
         for runs in sizes.values():
             for r, outcome in zip(runs, self._train(Part(self, runs, batches), [stats[r] for r in runs])):
                 outcomes[r] = outcome
-        seconds = (time.perf_counter() - started) / self.R
+        seconds = (time.perf_counter() - started - self.paused) / self.R
         for outcome, batch in zip(outcomes, batches):
             if isinstance(outcome, dict):
                 outcome["step_time"] = seconds
@@ -798,6 +800,8 @@ class RunGroup:
                     self.critic_adam.step(self._spread(alive, part))
                 skipped += skip.float()
                 metrics["grad_norm"] = grad_norm
+                if self.R == 1 and part.trainers[0].share_pause is not None:  # a run in a lane of its own
+                    self.paused += part.trainers[0].share_pause()
                 for name, value in metrics.items():
                     shared[name] = shared.get(name, 0) + value
                 for fg, (_, _, parts, extra) in results:

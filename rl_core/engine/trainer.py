@@ -190,6 +190,9 @@ class Trainer:
         # The optimisers' moments and step counts (`StackedAdamW.run_state`), views of the group's once it trains.
         self.policy_adam = self.critic_adam = None
         self.group: RunGroup | None = None  # the group it last trained in
+        # Set by the live loop's lane (`run_loop.LanePacer`): called between the updates of its steps alone, it waits
+        # for the other learners' shares and returns the seconds it waited.
+        self.share_pause: Callable[[], float] | None = None
         self.plan = group_plan(run)  # its part of `group_key`, read at every step: worked out once
         self._sampler, self._snapshots, self._snapshot_step = None, None, None  # rollout_staleness > 0
 

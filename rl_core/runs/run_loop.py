@@ -18,8 +18,10 @@ subset a new group for `step_together` (new stacked weights, a smaller program) 
 
 Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured
 step time) would hold every run of the loop for that long, so it steps in a lane of its own, a thread beside the
-loop: after each step it waits `lane_pause` so that it uses its learner's share of the time and no more, and its
-seconds are charged to its learner's account as the loop's are.
+loop: after each of its updates (epoch × minibatch) and after each step it waits `lane_pause` for the work since
+its last wait (`LanePacer`), so that it uses its learner's share of the time and no more even within one long step
+(a step of 1,024 responses × 64 epochs ran for minutes and took a core from the class meanwhile), and its seconds
+are charged to its learner's account as the loop's are.
 
 The thread starts with the first run and ends when the last has left. Preparing a run (building its models, an
 SFT warm start) and evaluating it after its last step are left to the caller's thread, off the loop: the runs in
@@ -74,6 +76,22 @@ def lane_pause(step_seconds: float, learners: int) -> float:
     """Seconds a lane waits after a step of `step_seconds` so that its run uses 1/learners of the time:
     `step_seconds × (learners − 1)`."""
     return step_seconds * max(learners - 1, 0)
+
+
+class LanePacer:
+    """The waits of a lane's run: called between its updates (`Trainer.share_pause`) and after its steps, it waits
+    `lane_pause` of the wall seconds since its last wait, at the learners' count then, or until the run is stopped;
+    returns the seconds it waited (which are not the step's cost)."""
+
+    def __init__(self, learners: Callable[[], int], stop_event: threading.Event, clock: Callable[[], float]):
+        self.learners, self.stop_event, self.clock = learners, stop_event, clock
+        self.since = clock()
+
+    def __call__(self) -> float:
+        began = self.clock()
+        self.stop_event.wait(lane_pause(began - self.since, self.learners()))
+        self.since = self.clock()
+        return self.since - began
 
 
 def choose_turn(
@@ -247,16 +265,20 @@ class RunLoop:
         threading.Thread(target=self._lane, args=(member,), name=f"{self.name}-lane", daemon=True).start()
 
     def _lane(self, member: _Member) -> None:
-        """Step one run by itself, pausing after each step for the other learners' shares, until it ends."""
+        """Step one run by itself, pausing between its updates and after each step for the other learners' shares
+        (`LanePacer`), until it ends."""
+        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock)
+        member.trainer.share_pause = pace
         try:
             while not stepped_out(member.trainer):
                 outcome = step_together([member.trainer])[0]
                 if not self._took(member, outcome):
                     return
-                member.trainer.stop_event.wait(lane_pause(outcome["step_time"], self.learners))
+                pace()
             member.leave()
         except BaseException as error:  # noqa: BLE001 - a fault of the lane itself ends its run
             member.leave(error)
         finally:
+            member.trainer.share_pause = None
             with self._lock:
                 self._lanes.remove(member)
