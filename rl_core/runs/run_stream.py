@@ -140,7 +140,7 @@ def prepared_items(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
     threading.Thread(target=prepare, name="prepare", daemon=True).start()
     while True:
         item = items.get()
-        while PHASE in item and not items.empty():
+        while not isinstance(item, BaseException) and PHASE in item and not items.empty():
             item = items.get()
         if isinstance(item, BaseException):
             raise item
