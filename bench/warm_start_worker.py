@@ -24,7 +24,8 @@ from sessions_latency import load_average  # noqa: E402
 from rl_core.algorithms import get_preset  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
 from rl_core.runs.sweep import warm_starts  # noqa: E402
-from rl_core.runs.warm_start_worker import build_in_worker, start_fork_server  # noqa: E402
+from rl_core.runs.warm_start_worker import build_in_worker  # noqa: E402
+from rl_core.runs.workers import start_worker_server  # noqa: E402
 
 
 def group(seeds: int, steps: int) -> list[RunConfig]:
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the worker: one core each
-    start_fork_server()
+    start_worker_server()
     in_worker(group(1, 1), Path(tempfile.mkdtemp()), lambda done: None)  # the fork server's engine import, not timed
     print(f"load average before: {load_average()}")
     for _ in range(args.rounds):

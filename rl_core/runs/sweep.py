@@ -41,12 +41,11 @@ import os
 import sys
 import threading
 import time
-import types
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +65,7 @@ from rl_core.runs import cluster
 from rl_core.runs.reuse import run_key
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, max_trainings, process_alive
-from rl_core.runs.workers import sigint_ignored, worker_context
+from rl_core.runs.workers import main_script_kept_out, sigint_ignored, worker_context
 from toy_tasks import get_task
 
 
@@ -513,25 +512,8 @@ def _submit(pool: ProcessPoolExecutor, fn: Callable, *args) -> Future:
     """`pool.submit`, with SIGINT ignored meanwhile (`sigint_ignored`: the workers a pool starts inside this call
     never die of a Ctrl+C, which the parent turns into a stop request) and the caller's `__main__` script kept from
     the workers."""
-    with _main_script_kept_out(), sigint_ignored():
+    with main_script_kept_out(), sigint_ignored():
         return pool.submit(fn, *args)
-
-
-@contextmanager
-def _main_script_kept_out() -> Iterator[None]:
-    """A spawned worker first runs the parent's `__main__` script from its path. Under Streamlit that is the page
-    script being run (Streamlit installs it as `__main__`; Streamlit's AppTest, a temporary file), which in a
-    worker draws a page without a server or fails outright, and the pool dies with it. The workers need nothing
-    from it, so while the pool starts them (inside `submit`, for spawned pools) `__main__` is a bare module."""
-    main = sys.modules.get("__main__")
-    if getattr(main, "__file__", None) is None:
-        yield
-        return
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = main
 
 
 # ---------------------------------------------------------------------------------------------- in the workers

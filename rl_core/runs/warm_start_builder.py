@@ -27,7 +27,8 @@ from rl_core.engine.pretrained import is_preset
 from rl_core.runs.first_point import CHECK_SFT_STEPS, PACED_AFTER
 from rl_core.runs.limits import SFT_STEP_SECONDS, model_factor
 from rl_core.runs.sweep import warm_start_kind
-from rl_core.runs.warm_start_worker import build_in_worker, start_fork_server
+from rl_core.runs.warm_start_worker import build_in_worker
+from rl_core.runs.workers import start_worker_server
 
 # build(runs, stopped, on_step): trains (or finds cached) the runs' warm starts, as `sweep.warm_starts` does.
 Build = Callable[[Sequence[RunConfig], Callable[[], bool], Callable[[int], None]], None]
@@ -101,7 +102,7 @@ class WarmStartBuilder:
         clock: Callable[[], float] = time.monotonic,
     ):
         if build_group is None:
-            start_fork_server()  # its engine import starts now, not at the first Train click
+            start_worker_server()  # its engine import starts now, not at the first Train click
         self._build = build_group or (lambda runs, stopped, on_step: build_in_worker(runs, cache_dir, stopped, on_step))
         self._clock = clock
         self._lock = threading.Condition()

@@ -21,19 +21,11 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core.config import RunConfig
 from rl_core.engine.trainer import TrainingStopped
-from rl_core.runs.sweep import _main_script_kept_out, _watch_coordinator, warm_starts
-from rl_core.runs.workers import sigint_ignored, start_worker_server, worker_context
+from rl_core.runs.sweep import _watch_coordinator, warm_starts
+from rl_core.runs.workers import main_script_kept_out, sigint_ignored, worker_context
 
 STOP_GRACE_S = 10.0  # seconds a stopped worker has to notice its stop (at its next step) before it is terminated
 POLL_S = 0.1  # seconds between the builder's looks at whether every run of the group was stopped
-
-
-def start_fork_server() -> None:
-    """Start the workers' fork server now (`start_worker_server`), so its engine import (3–6 s on 2 cores) is not
-    the first group's; without the caller's `__main__` script, which the server would run (a page, under
-    Streamlit)."""
-    with _main_script_kept_out():
-        start_worker_server()
 
 
 def build_in_worker(
@@ -54,7 +46,7 @@ def build_in_worker(
     )
     if stopped():
         stop.set()  # a group stopped before its worker starts never steps (the worker may step within milliseconds)
-    with _main_script_kept_out(), sigint_ignored():
+    with main_script_kept_out(), sigint_ignored():
         worker.start()
     sender.close()  # the worker now holds the only sending end: once it ends, the pipe reads as end-of-file here
     stop_asked_at: float | None = None

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import sys
 import threading
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -42,7 +44,7 @@ def start_worker_server() -> None:
     if isinstance(worker_context(), multiprocessing.context.ForkServerContext):
         from multiprocessing import forkserver  # a POSIX module: imported only where the platform has a fork server
 
-        with sigint_ignored():
+        with main_script_kept_out(), sigint_ignored():  # the server would otherwise run the caller's script
             forkserver.ensure_running()
 
 
@@ -62,3 +64,20 @@ def sigint_ignored() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def main_script_kept_out() -> Iterator[None]:
+    """A spawned worker first runs the parent's `__main__` script from its path. Under Streamlit that is the page
+    script being run (Streamlit installs it as `__main__`; Streamlit's AppTest, a temporary file), which in a
+    worker draws a page without a server or fails outright, and the pool dies with it. The workers need nothing
+    from it, so while the pool starts them (inside `submit`, for spawned pools) `__main__` is a bare module."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None) is None:
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
