@@ -9,7 +9,7 @@ import pytest
 
 import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
-from rl_core.runs.run_loop import LanePacer, RunLoop, lane_pause
+from rl_core.runs.run_loop import LanePacer, RunLoop, _Account, _Member, choose_turn, lane_pause
 
 
 class Counting:
@@ -271,6 +271,22 @@ def test_ten_learners_whose_steps_together_outlast_a_turn_all_step_in_every_turn
     joined(first, *outcomes)
     everyone = sorted(run.name for run in runs)
     assert batches == [["H"], everyone, everyone, everyone]
+
+
+def test_a_turn_in_which_every_learner_is_in_debt_is_skipped_not_run():
+    # Shares of 1.0 / 2 = 0.5 s. A owes 1.2 s and B 0.7 s (their steps took longer than estimated). Earning once
+    # leaves A at -0.7 and B at -0.2: nobody would step. A second round: A -0.2, B 0.3, so B steps; A does not.
+    # In debt alike (1.0 s each), both need three rounds: -0.5, 0.0 (not in credit), then 0.5, and both step.
+    a, b = (_Member(None, print, learner, step_seconds=0.3) for learner in "AB")
+    accounts = {"A": _Account(-1.2), "B": _Account(-0.7)}
+    assert choose_turn([a, b], accounts, 1.0, turn=4) == [b]
+    assert accounts["A"].credit == pytest.approx(-0.2) and accounts["B"].credit == pytest.approx(0.3)
+    assert (a.stepped_at, b.stepped_at) == (-1, 4)
+
+    accounts = {"A": _Account(-1.0), "B": _Account(-1.0)}
+    assert choose_turn([a, b], accounts, 1.0, turn=5) == [a, b]
+    assert accounts["A"].credit == pytest.approx(0.5) and accounts["B"].credit == pytest.approx(0.5)
+    assert (a.stepped_at, b.stepped_at) == (5, 5)
 
 
 def test_a_run_whose_step_costs_more_than_a_turn_steps_in_its_own_lane_and_the_loop_goes_on():

@@ -100,22 +100,28 @@ def choose_turn(
     """The runs that step in turn number `turn`. The learners with runs in `members` (in the order of their first
     run) each earn a share, `turn_seconds / learners` or the cheapest `step_seconds` of `members` if that is more,
     their credit capped at it; a learner in credit then takes its runs in rotation (the least recently stepped
-    first), each at its `step_seconds`, until its credit is spent (at least one run once it is in credit)."""
+    first), each at its `step_seconds`, until its credit is spent (at least one run once it is in credit).
+
+    Where every learner is still in debt after earning (steps that took longer than estimated, as when the load
+    rises), every learner earns again until one is in credit: a turn in which nobody would step is skipped, not
+    run. Run, it took no time, and the loop's pace (`RunLoop.turn_wall`, the median of recent turns) would read it
+    as a turn as quick as nothing, announcing waits shorter than they are."""
     by_learner: dict[Hashable, list[_Member]] = {}
     for member in members:
         by_learner.setdefault(member.learner, []).append(member)
     share = max(turn_seconds / len(by_learner), min(member.step_seconds for member in members))
-    chosen = []
-    for learner, runs in by_learner.items():
-        account = accounts.setdefault(learner, _Account())
-        account.credit = min(account.credit + share, share)
-        budget = account.credit
-        for member in sorted(runs, key=lambda run: run.stepped_at):  # a stable sort: ties in the loop's order
-            if budget <= 0:
-                break
-            chosen.append(member)
-            member.stepped_at = turn
-            budget -= member.step_seconds
+    chosen: list[_Member] = []
+    while not chosen:  # ends: a learner's credit reaches `share` > 0 after at most (its debt / share) + 1 rounds
+        for learner, runs in by_learner.items():
+            account = accounts.setdefault(learner, _Account())
+            account.credit = min(account.credit + share, share)
+            budget = account.credit
+            for member in sorted(runs, key=lambda run: run.stepped_at):  # a stable sort: ties in the loop's order
+                if budget <= 0:
+                    break
+                chosen.append(member)
+                member.stepped_at = turn
+                budget -= member.step_seconds
     return [member for member in members if member in chosen]  # the loop's own order, for stable batches
 
 
