@@ -1,0 +1,73 @@
+"""CPU per run of the evaluation after the last step (`Trainer.evaluate`: 256 fresh prompts, one sample each, scored
+by the task), for a group of R runs trained together.
+
+R runs of one preset (default `grpo` on its default task, the tiny model, one CPU thread) — warm starts of seeds
+0–3 in turn, each run its own clip range ε = 0.2 + 0.001·r, as `bench/run_batch.py` — are prepared and stepped
+`--steps` times as one group (untimed), so that their policies differ as a sweep's do at their end. Then each run's
+evaluation is timed with process-CPU clocks, one run after another (`Trainer.evaluate`). Printed: process-CPU
+seconds per run, with the load average before and after.
+
+Run from the repository root:
+    python bench/evaluation.py [--runs 8] [--algo grpo] [--steps 2] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from rl_core.algorithms import get_preset  # noqa: E402
+from rl_core.config import RunConfig  # noqa: E402
+from rl_core.engine.run_batch import step_together  # noqa: E402
+from rl_core.engine.trainer import Trainer  # noqa: E402
+from toy_tasks import DEFAULT_TASK  # noqa: E402
+
+
+def prepared(algo: str, runs: int, steps: int) -> list[Trainer]:
+    trainers = [
+        Trainer(RunConfig(algo=get_preset(algo, epsilon=0.2 + 0.001 * r), task=DEFAULT_TASK, steps=10**6, seed=r % 4))
+        for r in range(runs)
+    ]
+    for trainer in trainers:
+        trainer.prepare()
+    for _ in range(steps):
+        step_together(trainers)
+    return trainers
+
+
+def cpu_seconds_per_run(evaluate, runs: int) -> float:
+    started = time.process_time()
+    evaluate()
+    return (time.process_time() - started) / runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--algo", default="grpo")
+    parser.add_argument("--steps", type=int, default=2, help="steps trained together before the evaluation")
+    parser.add_argument("--repeats", type=int, default=1, help="timings of each path (the median is printed)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(
+        f"{args.algo} on {DEFAULT_TASK}, tiny model, 1 thread, R = {args.runs}; load average "
+        f"{os.getloadavg()[0]:.1f} before",
+        flush=True,
+    )
+    trainers = prepared(args.algo, args.runs, args.steps)
+    one_by_one = sorted(
+        cpu_seconds_per_run(lambda: [t.evaluate() for t in trainers], args.runs) for _ in range(args.repeats)
+    )[args.repeats // 2]
+    print(f"one run after another: {one_by_one:.3f} CPU s per run")
+    print(f"load average {os.getloadavg()[0]:.1f} after")
+
+
+if __name__ == "__main__":
+    main()
