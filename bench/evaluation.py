@@ -3,9 +3,11 @@ by the task), for a group of R runs trained together.
 
 R runs of one preset (default `grpo` on its default task, the tiny model, one CPU thread) — warm starts of seeds
 0–3 in turn, each run its own clip range ε = 0.2 + 0.001·r, as `bench/run_batch.py` — are prepared and stepped
-`--steps` times as one group (untimed), so that their policies differ as a sweep's do at their end. Then each run's
-evaluation is timed with process-CPU clocks, one run after another (`Trainer.evaluate`). Printed: process-CPU
-seconds per run, with the load average before and after.
+`--steps` times as one group (untimed), so that their policies differ as a sweep's do at their end. Then, back to
+back in this process, `--repeats` times each (the median printed), with process-CPU clocks: every run's evaluation
+one run after another (`Trainer.evaluate`, a group of one each), and all R as one program
+(`run_batch.evaluate_together`, what a sweep's batch does at its end). Printed: process-CPU seconds per run of
+each path, their ratio, whether both gave every run the same numbers, and the load average before and after.
 
 Run from the repository root:
     python bench/evaluation.py [--runs 8] [--algo grpo] [--steps 2] [--repeats 1]
@@ -25,7 +27,7 @@ import torch  # noqa: E402
 
 from rl_core.algorithms import get_preset  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
-from rl_core.engine.run_batch import step_together  # noqa: E402
+from rl_core.engine.run_batch import evaluate_together, step_together  # noqa: E402
 from rl_core.engine.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
@@ -42,10 +44,14 @@ def prepared(algo: str, runs: int, steps: int) -> list[Trainer]:
     return trainers
 
 
-def cpu_seconds_per_run(evaluate, runs: int) -> float:
-    started = time.process_time()
-    evaluate()
-    return (time.process_time() - started) / runs
+def timed(evaluate, runs: int, repeats: int) -> tuple[float, list[dict]]:
+    """The median over `repeats` of `evaluate()`'s process-CPU seconds per run, and its results."""
+    seconds = []
+    for _ in range(repeats):
+        started = time.process_time()
+        results = evaluate()
+        seconds.append((time.process_time() - started) / runs)
+    return sorted(seconds)[repeats // 2], results
 
 
 def main() -> None:
@@ -62,10 +68,11 @@ def main() -> None:
         flush=True,
     )
     trainers = prepared(args.algo, args.runs, args.steps)
-    one_by_one = sorted(
-        cpu_seconds_per_run(lambda: [t.evaluate() for t in trainers], args.runs) for _ in range(args.repeats)
-    )[args.repeats // 2]
-    print(f"one run after another: {one_by_one:.3f} CPU s per run")
+    alone, each = timed(lambda: [t.evaluate() for t in trainers], args.runs, args.repeats)
+    together, grouped = timed(lambda: evaluate_together(trainers), args.runs, args.repeats)
+    print(f"one run after another: {alone:.4f} CPU s per run")
+    print(f"as one program:        {together:.4f} CPU s per run ({together / alone:.2f}× one after another)")
+    print(f"every run's numbers the same on both paths: {each == grouped}")
     print(f"load average {os.getloadavg()[0]:.1f} after")
 
 
