@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from rl_core.engine.lora import adapter_parameters, base_parameters, lora_scaling_of
+from rl_core.engine.rollout import Rollout
 from rl_core.engine.stacked_runs import Stack, StackedGPT2, sample_runs, shape_of
 
 EVALUATION_PROMPTS = 256
@@ -102,14 +103,14 @@ def _evaluated(evaluations: Sequence[PolicyEvaluation], n_prompts: int, seed: in
         [e.temperature for e in evaluations],
         [torch.Generator(device=device).manual_seed(seed) for _ in evaluations],
     )
-    results = []
-    for evaluation, rollout in zip(evaluations, rollouts):
-        scores = evaluation.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
-        results.append(
-            {
-                "success_rate": sum(scores.successes) / n_prompts,
-                "reward_mean": sum(scores.rewards) / n_prompts,
-                "response_length": rollout.lengths.mean().item(),
-            }
-        )
-    return results
+    return [scored(evaluation, rollout) for evaluation, rollout in zip(evaluations, rollouts)]
+
+
+def scored(evaluation: PolicyEvaluation, rollout: Rollout) -> dict:
+    """One run's evaluation record from its sampled responses (one per prompt), scored by its task."""
+    scores = evaluation.task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
+    return {
+        "success_rate": sum(scores.successes) / len(rollout.prompts),
+        "reward_mean": sum(scores.rewards) / len(rollout.prompts),
+        "response_length": rollout.lengths.mean().item(),
+    }
