@@ -1,7 +1,7 @@
 """CPU per run of the evaluation after the last step (`Trainer.evaluate`: 256 fresh prompts, one sample each, scored
 by the task), for a group of R runs trained together.
 
-R runs of one preset (default `grpo` on its default task, the tiny model, one CPU thread) — warm starts of seeds
+R runs of one preset (default `grpo` on the default task, the tiny model, one CPU thread) — warm starts of seeds
 0–3 in turn, each run its own clip range ε = 0.2 + 0.001·r, as `bench/run_batch.py` — are prepared and stepped
 `--steps` times as one group (untimed), so that their policies differ as a sweep's do at their end. Then, back to
 back in this process, `--repeats` times each in turns (the median printed), with process-CPU clocks: every run's
@@ -12,7 +12,7 @@ each path, their ratios to the first, whether all three gave every run the same 
 before and after.
 
 Run from the repository root:
-    python bench/evaluation.py [--runs 8] [--algo grpo] [--steps 2] [--repeats 1]
+    python bench/evaluation.py [--runs 8] [--algo grpo] [--task caesar] [--steps 2] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from rl_core.engine.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
 
-def prepared(algo: str, runs: int, steps: int) -> list[Trainer]:
+def prepared(algo: str, task: str, runs: int, steps: int) -> list[Trainer]:
     trainers = [
-        Trainer(RunConfig(algo=get_preset(algo, epsilon=0.2 + 0.001 * r), task=DEFAULT_TASK, steps=10**6, seed=r % 4))
+        Trainer(RunConfig(algo=get_preset(algo, epsilon=0.2 + 0.001 * r), task=task, steps=10**6, seed=r % 4))
         for r in range(runs)
     ]
     for trainer in trainers:
@@ -77,16 +77,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--algo", default="grpo")
+    parser.add_argument("--task", default=DEFAULT_TASK)
     parser.add_argument("--steps", type=int, default=2, help="steps trained together before the evaluation")
     parser.add_argument("--repeats", type=int, default=1, help="timings of each path (the median is printed)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(
-        f"{args.algo} on {DEFAULT_TASK}, tiny model, 1 thread, R = {args.runs}; load average "
+        f"{args.algo} on {args.task}, tiny model, 1 thread, R = {args.runs}; load average "
         f"{os.getloadavg()[0]:.1f} before",
         flush=True,
     )
-    trainers = prepared(args.algo, args.runs, args.steps)
+    trainers = prepared(args.algo, args.task, args.runs, args.steps)
     paths = {
         "single-run sampler, one run after another": lambda: [single_run_sampler(t) for t in trainers],
         "groups of one, one run after another": lambda: [t.evaluate() for t in trainers],
