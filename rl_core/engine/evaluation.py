@@ -62,7 +62,6 @@ def runs_per_program(evaluation: PolicyEvaluation, n_prompts: int) -> int:
     return max(1, LOGITS_BYTES // one_run)
 
 
-@torch.no_grad()
 def stacked_policy_weights(policies: Sequence[torch.nn.Module]) -> dict[str, torch.Tensor]:
     """The named weights `[R, …]` of R policies of one shape, copied into stacks of their own (the policies stay
     views of their groups' buffers, where they are): a plain model's every parameter; a peft-wrapped policy's frozen
