@@ -7,6 +7,7 @@ import pytest
 import torch
 from peft import PeftModel
 from safetensors.torch import load_file
+from test_evaluation import sampled_alone
 from test_run_batch import TIMING, close
 
 from hf_models import save_gpt2_folder
@@ -16,7 +17,7 @@ from rl_core.engine.lora import adapter_parameters, base_parameters, lora_parame
 from rl_core.engine.models import build_policy, frozen_reference, model_config
 from rl_core.engine.pretrained import check_fits, parameter_count, pretrained_config, training_bytes
 from rl_core.engine.rollout import response_logits, sample, token_logprobs
-from rl_core.engine.run_batch import step_together
+from rl_core.engine.run_batch import evaluate_together, step_together
 from rl_core.engine.run_group import RunGroup
 from rl_core.engine.stacked_runs import AdapterStack, Stack, StackedGPT2, stacked_trees, teacher_forced
 from rl_core.engine.tokenizer import build_char_tokenizer
@@ -299,3 +300,8 @@ def test_the_first_lora_update_has_the_gradient_peft_s_autograd_gives(trained, m
     for name, parameter in adapter_parameters(independent):
         assert parameter.grad.abs().sum() > 0, name
         torch.testing.assert_close(engine[name][0], parameter.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_lora_runs_evaluated_together_get_what_peft_s_own_model_samples_alone(trained):
+    trainers, _ = trained
+    assert evaluate_together(trainers) == [sampled_alone(trainer) for trainer in trainers]

@@ -8,7 +8,7 @@ step, the CPU) and its sampler walks the dataset in order. The lab draws each st
 `Random(seed)`; the TRL dataset is those draws, written out in order, so step k of both sides sees the same pairs.
 TRL logs the metrics of each optimiser step's minibatch under the names the lab's records use (`loss`,
 `rewards/*`, `logps/*`); the gold success of both trained policies is the lab's final evaluation
-(`evaluate_policy`, the same 256 prompts).
+(`DPOTrainer.evaluation` of each side's policy, the same 256 prompts).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import random
 import tempfile
 import textwrap
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,9 +27,9 @@ from rl_core.bridge.export_pairs import export_pair_config
 from rl_core.bridge.parity import _mean_std, parity_table, print_table
 from rl_core.bridge.trl_env import TRL_SCRIPT_PRELUDE, run_trl_script
 from rl_core.config import RunConfig
+from rl_core.engine.evaluation import evaluate_policies
 from rl_core.engine.models import load_policy
 from rl_core.engine.preference_optimisation import DPOTrainer
-from rl_core.engine.trainer import evaluate_policy
 from rl_core.runs.store import RunStore
 
 DPO_KEYS = ("loss", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected")
@@ -119,8 +120,7 @@ def _train_trl(python: Path, trainer: DPOTrainer, workdir: Path) -> tuple[list[d
     logs = run_trl_script(python, TRL_SCRIPT, spec, workdir)["logs"]
     records = [{"step": step, **{key: row[key] for key in DPO_KEYS if key in row}} for step, row in enumerate(logs, 1)]
     policy = load_policy(trained_dir).to(trainer.device).eval()
-    task = trainer.task
-    return records, evaluate_policy(policy, tokenizer, task, task.max_new_tokens, 1.0, 256, 12345)
+    return records, evaluate_policies([replace(trainer.evaluation(), policy=policy)])[0]
 
 
 def run_dpo_parity(

@@ -25,6 +25,7 @@ import torch
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from rl_core.config import DPO_RANGES, DPOConfig, RunConfig
+from rl_core.engine.evaluation import EVALUATION_PROMPTS, EVALUATION_SEED, PolicyEvaluation, evaluate_policies
 from rl_core.engine.models import MODEL_PRESETS, frozen_reference, use_preset_threads
 from rl_core.engine.pair_run import PairRunTrainer
 from rl_core.engine.reward_model import (
@@ -55,7 +56,7 @@ from rl_core.engine.stacked_runs import (
     teacher_forced_logits,
 )
 from rl_core.engine.tokenizer import build_char_tokenizer
-from rl_core.engine.trainer import Progress, evaluate_policy, prepare_warm_start, stoppable
+from rl_core.engine.trainer import Progress, prepare_warm_start, stoppable
 from rl_core.formulas.kl import kl_exact, kl_k3
 from rl_core.formulas.masking import masked_mean, masked_sum
 from toy_tasks.base import ToyTask
@@ -555,6 +556,10 @@ class DPOTrainer(PairRunTrainer):
             trainer.step_index += 1
         return records
 
-    def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
-        """The final evaluation every run gets (`rl_core.engine.trainer.evaluate_policy`, temperature 1)."""
-        return evaluate_policy(self.policy, self.tokenizer, self.task, self.task.max_new_tokens, 1.0, n_prompts, seed)
+    def evaluation(self) -> PolicyEvaluation:
+        """What the evaluation after the last step samples: the policy at its task's length limit, temperature 1."""
+        return PolicyEvaluation(self.policy, self.run.model, self.tokenizer, self.task, self.task.max_new_tokens, 1.0)
+
+    def evaluate(self, n_prompts: int = EVALUATION_PROMPTS, seed: int = EVALUATION_SEED) -> dict:
+        """The final evaluation every run gets (`rl_core.engine.evaluation`), a group of one."""
+        return evaluate_policies([self.evaluation()], n_prompts, seed)[0]

@@ -7,7 +7,8 @@ the same runs reuses its stacked weights and optimiser state; a run that joins o
 group meanwhile, makes a new group from the runs' own modules and moments (each run's are views of its group's, so
 nothing is lost in the move). A run fitted to preference pairs (DPO, IPO, the reward model) samples nothing for its
 update: the runs of one kind and shape (`pair_run.pair_group_plan`) step as one group of their kind
-(`preference_optimisation.DPOGroup`, `reward_model.RewardModelGroup`).
+(`preference_optimisation.DPOGroup`, `reward_model.RewardModelGroup`). `evaluate_together(runs)` gives each run its
+evaluation after the last step, the policies of one shape sampled as one program (`rl_core.engine.evaluation`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from rl_core.engine.evaluation import evaluate_policies, evaluation_key
 from rl_core.engine.run_group import RunGroup, bound_group
 
 
@@ -46,6 +48,31 @@ def step_together(runs: Sequence) -> list[dict | Exception]:
                 continue
         for i, outcome in zip(members, group.step()):
             outcomes[i] = outcome
+    return outcomes
+
+
+def evaluate_together(runs: Sequence) -> list[dict | Exception]:
+    """Each run's evaluation after its last step, in order, or the exception that ended it (the other runs go on):
+    the runs that sample their policy (`evaluation()`: RL, DPO, IPO) as one program per `evaluation_key`, each run
+    with the numbers it gets alone; the others (a reward model's held-out pairs) each by itself."""
+    outcomes: list[dict | Exception | None] = [None] * len(runs)
+    programs: dict[tuple, list] = {}
+    for i, run in enumerate(runs):
+        try:
+            if hasattr(run, "evaluation"):
+                evaluation = run.evaluation()
+                programs.setdefault(evaluation_key(evaluation), []).append((i, evaluation))
+            else:
+                outcomes[i] = run.evaluate()
+        except Exception as error:  # noqa: BLE001 - this run's evaluation failed; the others go on
+            outcomes[i] = error
+    for members in programs.values():
+        try:
+            results = evaluate_policies([evaluation for _, evaluation in members])
+        except Exception as error:  # noqa: BLE001 - the program failed: its runs end, the others go on
+            results = [error] * len(members)
+        for (i, _), result in zip(members, results):
+            outcomes[i] = result
     return outcomes
 
 

@@ -57,14 +57,17 @@ class Stack:
 
     With `trainable` the buffer is a leaf that collects every run's gradient (`buffer.grad[r]` is run r's). Each
     module is bound to its row: its parameters become views of the buffer, so an update of the buffer is the
-    module's update (a tied weight, listed once by `named_parameters`, stays tied). `parameters` picks and names
-    the parameters stacked (all of them by default; a LoRA policy's adapters, `AdapterStack`)."""
+    module's update (a tied weight, listed once by `named_parameters`, stays tied); without `bind` the buffer is a
+    copy and the modules stay as they are (a pass that reads the runs' weights once: the evaluation after their last
+    step). `parameters` picks and names the parameters stacked (all of them by default; a LoRA policy's adapters,
+    `AdapterStack`)."""
 
     def __init__(
         self,
         modules: Sequence[torch.nn.Module],
         trainable: bool = False,
         parameters: Callable[[torch.nn.Module], Iterable[tuple[str, Parameter]]] = torch.nn.Module.named_parameters,
+        bind: bool = True,
     ):
         if not modules:
             raise ValueError("modules is empty; a stack holds at least one run")
@@ -82,8 +85,9 @@ class Stack:
                 [torch.cat([p.detach().reshape(-1) for _, p in parameters(module)]) for module in modules]
             )
         self.buffer.requires_grad_(trainable)
-        for r, module in enumerate(modules):
-            self.bind(module, r)
+        if bind:
+            for r, module in enumerate(modules):
+                self.bind(module, r)
 
     def bind(self, module: torch.nn.Module, r: int) -> None:
         """Make `module`'s parameters views of row r."""
@@ -318,7 +322,10 @@ def sample_runs(
     if len({len(p) for p in prompts}) != 1:
         raise ValueError(f"every run samples the same number of prompts; got {[len(p) for p in prompts]}")
     device = next(iter(model.weights.values())).device
-    encoded = [encode_prompts(tokenizer, p, device) for p in prompts]
+    # Runs given the same prompts (every run's evaluation) share one encoding: the tokenizer is a sizeable share of a
+    # tiny model's sampling.
+    encodings = {key: encode_prompts(tokenizer, list(key), device) for key in {tuple(p) for p in prompts}}
+    encoded = [encodings[tuple(p)] for p in prompts]
     width = max(ids.shape[1] for ids, _ in encoded)
     # Every run's prompts left-padded to the widest run's: positions count from the first real token, and the
     # padding is masked, so a run's logits do not depend on the others' widths.

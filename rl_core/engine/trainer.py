@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from rl_core.config import RunConfig
+from rl_core.engine.evaluation import EVALUATION_PROMPTS, EVALUATION_SEED, PolicyEvaluation, evaluate_policies
 from rl_core.engine.lora import load_adapters, with_adapters
 from rl_core.engine.models import (
     ValueModel,
@@ -27,7 +28,6 @@ from rl_core.engine.models import (
     use_preset_threads,
 )
 from rl_core.engine.pretrained import check_fits, is_preset, model_tokenizer
-from rl_core.engine.rollout import sample
 from rl_core.engine.run_batch import step_together
 from rl_core.engine.run_group import RunGroup, TrainingError  # noqa: F401 - TrainingError: the trainer's error
 from rl_core.engine.sft import default_cache_dir, sft_policy
@@ -103,22 +103,6 @@ def prepare_warm_start(trainer, progress: Progress):
     if "note" in sft_report:
         setup["sft_note"] = sft_report["note"]
     return policy, setup
-
-
-@torch.no_grad()
-def evaluate_policy(
-    policy, tokenizer, task, max_new_tokens: int, temperature: float, n_prompts: int, seed: int
-) -> dict:
-    """Success rate and mean reward of `policy` on `n_prompts` fresh prompts drawn from `seed`, one sample each."""
-    prompts = task.sample_prompts(n_prompts, random.Random(seed))
-    generator = torch.Generator(device=next(policy.parameters()).device).manual_seed(seed)
-    rollout = sample(policy, tokenizer, prompts, max_new_tokens, temperature, generator)
-    scores = task.score(rollout.prompts, rollout.responses, rollout.truncated.tolist())
-    return {
-        "success_rate": sum(scores.successes) / n_prompts,
-        "reward_mean": sum(scores.rewards) / n_prompts,
-        "response_length": rollout.lengths.mean().item(),
-    }
 
 
 def group_plan(run: RunConfig) -> tuple:
@@ -325,12 +309,16 @@ class Trainer:
             raise outcome
         return outcome
 
-    @torch.no_grad()
-    def evaluate(self, n_prompts: int = 256, seed: int = 12345) -> dict:
-        """Success rate and mean reward of the current policy on fresh prompts, one sample each."""
-        return evaluate_policy(
-            self.policy, self.tokenizer, self.task, self.max_new_tokens, self.algo.temperature, n_prompts, seed
+    def evaluation(self) -> PolicyEvaluation:
+        """What the evaluation after the last step samples: the policy at the run's length limit and temperature."""
+        return PolicyEvaluation(
+            self.policy, self.run.model, self.tokenizer, self.task, self.max_new_tokens, self.algo.temperature
         )
+
+    def evaluate(self, n_prompts: int = EVALUATION_PROMPTS, seed: int = EVALUATION_SEED) -> dict:
+        """Success rate and mean reward of the current policy on fresh prompts, one sample each: a group of one
+        (`rl_core.engine.evaluation`; `run_batch.evaluate_together` evaluates many runs as one)."""
+        return evaluate_policies([self.evaluation()], n_prompts, seed)[0]
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, folder: str | Path) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 from rl_core.config import DPOConfig, RewardConfig, RunConfig
 from rl_core.engine.preference_optimisation import DPOTrainer
 from rl_core.engine.reward_model_run import RewardModelTrainer
-from rl_core.engine.run_batch import step_together
+from rl_core.engine.run_batch import evaluate_together, step_together
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs.store import RunStore
@@ -91,10 +91,12 @@ def batch_stream(trainers: Sequence[Trainer | DPOTrainer]) -> Iterator[tuple[int
             yield r, {FAILED: error}
     elapsed = dict.fromkeys(ready, 0.0)
     while ready:
-        # A run ends as soon as it has trained its steps (or is stopped), not when the batch's longest run does.
-        for r in [r for r in ready if stepped_out(trainers[r])]:
+        # A run ends as soon as it has trained its steps (or is stopped), not when the batch's longest run does; the
+        # runs that end together are evaluated together.
+        ending = [r for r in ready if stepped_out(trainers[r])]
+        for r, item in zip(ending, end_items([trainers[r] for r in ending])):
             ready.remove(r)
-            yield r, end_item(trainers[r])
+            yield r, item
         if not ready:
             break
         stepping = list(ready)
@@ -114,14 +116,27 @@ def stepped_out(trainer: Trainer | DPOTrainer) -> bool:
     return trainer.step_index >= trainer.run.steps or trainer.stop_event.is_set()
 
 
+def end_items(trainers: Sequence[Trainer | DPOTrainer]) -> list[dict]:
+    """The items that end runs which stepped without failing: stopped early, or finished with their evaluation
+    (`run_batch.evaluate_together`: the finished runs' policies of one shape sampled as one program), or FAILED
+    where the evaluation failed, as a failed step."""
+    evaluated = iter(evaluate_together([t for t in trainers if t.step_index >= t.run.steps]))
+    items = []
+    for trainer in trainers:
+        if trainer.step_index < trainer.run.steps:  # the stop event ended it early
+            items.append({END: "stopped"})
+            continue
+        outcome = next(evaluated)
+        if isinstance(outcome, Exception):
+            items.append({FAILED: outcome})
+        else:
+            items.append({END: "finished", "final": outcome})
+    return items
+
+
 def end_item(trainer: Trainer | DPOTrainer) -> dict:
-    """The item that ends a run which stepped without failing: stopped early, or finished with its evaluation."""
-    if trainer.step_index < trainer.run.steps:  # the stop event ended it early
-        return {END: "stopped"}
-    try:
-        return {END: "finished", "final": trainer.evaluate()}
-    except Exception as error:  # noqa: BLE001 - as a failed step
-        return {FAILED: error}
+    """`end_items` of one run."""
+    return end_items([trainer])[0]
 
 
 def prepared_items(trainer: Trainer | DPOTrainer) -> Iterator[dict]:
