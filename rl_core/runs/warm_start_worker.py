@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -21,8 +20,8 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core.config import RunConfig
 from rl_core.engine.trainer import TrainingStopped
-from rl_core.runs.sweep import _watch_coordinator, warm_starts
-from rl_core.runs.workers import main_script_kept_out, sigint_ignored, worker_context
+from rl_core.runs.sweep import warm_starts
+from rl_core.runs.workers import main_script_kept_out, sigint_ignored, watch_coordinator, worker_context
 
 STOP_GRACE_S = 10.0  # seconds a stopped worker has to notice its stop (at its next step) before it is terminated
 POLL_S = 0.1  # seconds between the builder's looks at whether every run of the group was stopped
@@ -85,7 +84,7 @@ def _build(runs: list[RunConfig], cache_dir: Path | None, stop, sender: Connecti
     ("error", what it raised)."""
     torch.set_num_threads(1)  # one core: the server's own threads (the live loop) keep the other
     transformers_logging.disable_progress_bar()
-    threading.Thread(target=_watch_coordinator, args=(coordinator,), name="coordinator-watch", daemon=True).start()
+    watch_coordinator(coordinator)  # the server gone, the group's warm starts are for no one
     try:
         warm_starts(runs, cache_dir, stop.is_set, on_step=lambda done: sender.send(("step", done)))
     except Exception as error:  # noqa: BLE001 - the builder raises it in every run of the group
