@@ -272,9 +272,16 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     job = Job(run, slots, clock=clock)
     job._set(status="preparing")
     turn = estimated_step_seconds(run)  # an empty loop: the run's turn is its own step (the server's speed 1)
-    # Not yet with the builder: the 50 steps and the check's 3 at the estimated step of one seed, its preparation
-    # (none timed here yet), then 1.5 turns.
-    assert job.snapshot().first_point_in == pytest.approx(53 * SFT_STEP_SECONDS + PREPARATION_SECONDS + 1.5 * turn)
+    # Queued with the builder idle: the 50 steps and the check's 3 at the estimated step of one seed, its
+    # preparation (none timed here yet), then 1.5 turns, after the queue's wait.
+    job._set(status="queued")
+    monkeypatch.setattr(slots, "wait_estimate", lambda ticket: 4.0)
+    assert job.snapshot().first_point_in == pytest.approx(
+        4.0 + 53 * SFT_STEP_SECONDS + PREPARATION_SECONDS + 1.5 * turn
+    )
+    # Its place taken, about to reach the builder: the group it joins may still grow (classmates' clicks).
+    job._set(status="preparing")
+    assert job.snapshot().first_point_in is None
 
     def prepared(trainer):  # its checkpoint loaded from the cache in 2 s
         clock.now += 2.0
@@ -307,7 +314,7 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     # A run with its warm start cached, 0.5 s into its preparation: 1.5 s of the 2 s this server timed, then its
     # first turn (1.5 of its own steps, the loop being empty).
     cached = Job(tiny_run(steps=5), slots, clock=clock)
-    cached._set(status="preparing", preparing_since=clock.now - 0.5)
+    cached._set(status="preparing", preparing_since=clock.now - 0.5, builds=[])  # nothing for the builder
     assert cached.snapshot().first_point_in == pytest.approx(1.5 + 1.5 * estimated_step_seconds(tiny_run(steps=5)))
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None

@@ -563,9 +563,10 @@ class Job(BackgroundJob):
     def _first_point_in(self) -> float | None:
         """Seconds until the run's first point, under the lock (`first_point_seconds`): with the warm-start
         builder, its group's time left (None while the group forms, a later click may still join it, or before the
-        group has a pace); before it reaches the builder, its warm starts at the builder's latest pace per seed, as
-        a group of one; then its preparation and its wait in the loop as this server times them now, less what has
-        passed of each; queued, the queue's wait before all that. None once it has a point or ended."""
+        group has a pace, and as it reaches the builder); queued, its warm starts at the builder's latest pace per
+        seed, as a group of one (None while the builder is busy); then its preparation and its wait in the loop as
+        this server times them now, less what has passed of each; queued, the queue's wait before all that. None
+        once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
             return None
         if self._step_estimate > self.slots.loop.turn_seconds:
@@ -589,7 +590,10 @@ class Job(BackgroundJob):
             return wait.seconds_left + first_point_seconds(0, 0.0, preparation, first_turn)
         builds = 0.0
         if self._builds and self._status != "training":  # its warm starts, in tiny-model steps, as a group of one
-            if self.slots.builder.busy:  # it will join a group that forms behind the builder's work: not known yet
+            if self._status != "queued" or self.slots.builder.busy:
+                # About to join a group whose size and start are not known yet: one that forms behind the builder's
+                # work, or the one it opens, which the classmates who clicked with it join (a class's runs whose
+                # pages drew before their threads reached the idle builder were told under 3 s for 17-18 s).
                 return None
             builds = sum(n * f for _, n, f in self._builds)
         own = first_point_seconds(builds, self.slots.builder.seed_step_seconds, preparation, first_turn)
