@@ -279,9 +279,13 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     assert job.snapshot().first_point_in == pytest.approx(
         4.0 + 53 * SFT_STEP_SECONDS + PREPARATION_SECONDS + 1.5 * turn
     )
-    # Its place taken, about to reach the builder: the group it joins may still grow (classmates' clicks).
+    # Its place taken, about to reach the builder, then with it but not yet in a group: the group it joins may
+    # still grow (classmates' clicks).
     job._set(status="preparing")
     assert job.snapshot().first_point_in is None
+    job._set(with_builder=True)
+    assert job.snapshot().first_point_in is None
+    job._set(with_builder=False)
 
     def prepared(trainer):  # its checkpoint loaded from the cache in 2 s
         clock.now += 2.0

@@ -583,9 +583,7 @@ class Job(BackgroundJob):
             preparation = still_ahead(self.slots.preparation_wall, self._preparing_since, now)
         if self._with_builder:
             wait = self.slots.builder.wait(self)
-            if wait is None:  # its group has ended: its thread loads the checkpoints
-                return first_point_seconds(0, 0.0, preparation, first_turn)
-            if wait.seconds_left is None:
+            if wait is None or wait.seconds_left is None:  # not in its group yet (or just out of it): not known
                 return None
             return wait.seconds_left + first_point_seconds(0, 0.0, preparation, first_turn)
         builds = 0.0
