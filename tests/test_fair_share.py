@@ -2,6 +2,7 @@
 goes on only while its learner has time to spend, and a server that starts after a crash marks what the dead one
 left as interrupted, its learners' pages saying so."""
 
+import dataclasses
 import os
 import re
 import secrets
@@ -221,23 +222,30 @@ def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
         seconds_per_step=None,
         first_point_in=20.0,
     )
-    # A page redrawn every 14 s shows the first point 7 s after it comes, on average: 20 + 14 / 2.
-    for refresh, shown in ((14.0, 27), (None, 20)):
-        at = AppTest.from_function(page, args=(snap, job, refresh)).run()
+    # A page redrawn every 14 s shows the first point 7 s after it comes, on average: 20 + 14 / 2. A wait under
+    # 3 s gets no number: 1.2 + 2 / 2 = 2.2 s.
+    for first, refresh, shown in ((20.0, 14.0, "about 27 s"), (20.0, None, "about 20 s"), (1.2, 2.0, "under 3 s")):
+        at = AppTest.from_function(page, args=(dataclasses.replace(snap, first_point_in=first), job, refresh)).run()
         assert not at.exception, at.exception
         text = at.get("progress")[0].proto.text
-        assert text == f"Building the warm start: SFT warm start 10/50, about {shown} s to its first point", text
+        assert text == f"Building the warm start: SFT warm start 10/50, {shown} to its first point", text
 
 
 def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
-    from rl_core.runs.first_point import first_point_seconds
+    from rl_core.runs.first_point import first_point_seconds, first_turn_seconds, still_ahead
 
-    # 40 SFT steps left and the check's 3, at 0.5 s a step, then half a turn of 2 s and, before a turn that took in
-    # runs was timed, one more such turn: 21.5 + 1 + 2.
-    assert first_point_seconds(40, 0.5, 2.0) == pytest.approx(24.5)
-    assert first_point_seconds(0, 0.5, 2.0) == pytest.approx(3.0)  # a cached warm start: no check
-    # The turn that takes it in measured at 7 s (its group formed anew): 21.5 + 1 + 7.
-    assert first_point_seconds(40, 0.5, 2.0, take_in=7.0) == pytest.approx(29.5)
+    # Before the loop has timed a run's first record: half the turn under way and the turn that takes it in, 2 s
+    # each: 3 s. Once it has, its measure: 7 s.
+    assert first_turn_seconds(2.0, None) == pytest.approx(3.0)
+    assert first_turn_seconds(2.0, 7.0) == 7.0
+    # 40 SFT steps left and the check's 3, at 0.5 s a step, then a preparation of 1.5 s and a first turn of 3 s:
+    # 21.5 + 1.5 + 3.
+    assert first_point_seconds(40, 0.5, 1.5, 3.0) == pytest.approx(26.0)
+    assert first_point_seconds(0, 0.5, 1.5, 3.0) == pytest.approx(4.5)  # a cached warm start: no check
+    # A phase of 1.5 s begun at 10 s: 1.5 s left before it begins, 0.5 s at 11 s, none once it overran.
+    assert still_ahead(1.5, None, 11.0) == 1.5
+    assert still_ahead(1.5, 10.0, 11.0) == pytest.approx(0.5)
+    assert still_ahead(1.5, 10.0, 13.0) == 0.0
 
 
 class Clock:
@@ -253,6 +261,7 @@ class Clock:
 def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and_its_first_turn(tmp_path, monkeypatch):
     from test_warm_start_builder import Builds, wait_until
 
+    from rl_core.runs.first_point import PREPARATION_SECONDS
     from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_step_seconds
     from rl_core.runs.warm_start_builder import WarmStartBuilder
 
@@ -263,10 +272,27 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     job = Job(run, slots, clock=clock)
     job._set(status="preparing")
     turn = estimated_step_seconds(run)  # an empty loop: the run's turn is its own step (the server's speed 1)
-    # Not yet with the builder: the 50 steps and the check's 3 at the estimated step of one seed, then 1.5 turns.
-    assert job.snapshot().first_point_in == pytest.approx(53 * SFT_STEP_SECONDS + 1.5 * turn)
+    # Queued with the builder idle: the 50 steps and the check's 3 at the estimated step of one seed, its
+    # preparation (none timed here yet), then 1.5 turns, after the queue's wait.
+    job._set(status="queued")
+    monkeypatch.setattr(slots, "wait_estimate", lambda ticket: 4.0)
+    assert job.snapshot().first_point_in == pytest.approx(
+        4.0 + 53 * SFT_STEP_SECONDS + PREPARATION_SECONDS + 1.5 * turn
+    )
+    # Its place taken, about to reach the builder, then with it but not yet in a group: the group it joins may
+    # still grow (classmates' clicks).
+    job._set(status="preparing")
+    assert job.snapshot().first_point_in is None
+    job._set(with_builder=True)
+    assert job.snapshot().first_point_in is None
+    job._set(with_builder=False)
+
+    def prepared(trainer):  # its checkpoint loaded from the cache in 2 s
+        clock.now += 2.0
+        return iter(())
+
     # Its thread, with a trainer whose `prepare` finds the checkpoint and a loop that is not stepped here.
-    monkeypatch.setattr(ui.jobs, "prepared_items", lambda trainer: iter(()))
+    monkeypatch.setattr(ui.jobs, "prepared_items", prepared)
     monkeypatch.setattr(slots.loop, "train", lambda *args, **kwargs: None)
     monkeypatch.setattr(ui.jobs, "end_item", lambda trainer: {})
     trained = threading.Thread(target=job._train, args=(object(), None, None), daemon=True)
@@ -279,13 +305,21 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     assert classmate.snapshot().first_point_in is None  # the builder busy: the group it will join is not known
     on_step(1)
     clock.now += 6.0
-    on_step(7)  # 1 s a step: 43 steps and 3 of checks left, then its first turn
-    assert job.snapshot().first_point_in == pytest.approx(46.0 + 1.5 * turn)
+    on_step(7)  # 1 s a step: 43 steps and 3 of checks left, then its preparation and its first turn
+    assert job.snapshot().first_point_in == pytest.approx(46.0 + PREPARATION_SECONDS + 1.5 * turn)
     release.set()
     trained.join(10)
     assert not trained.is_alive()
-    assert job.snapshot().warm_start is None and job._builds == []  # built: what is left is its first turn
+    assert job.snapshot().warm_start is None and job._builds == []  # built and prepared: its first turn is left
+    assert slots.preparation_wall == 2.0  # from the builder's end to joining the loop
     assert job.snapshot().first_point_in == pytest.approx(1.5 * turn)
+    clock.now += 0.5 * turn
+    assert job.snapshot().first_point_in == pytest.approx(1.0 * turn)  # what is left of it
+    # A run with its warm start cached, 0.5 s into its preparation: 1.5 s of the 2 s this server timed, then its
+    # first turn (1.5 of its own steps, the loop being empty).
+    cached = Job(tiny_run(steps=5), slots, clock=clock)
+    cached._set(status="preparing", preparing_since=clock.now - 0.5, builds=[])  # nothing for the builder
+    assert cached.snapshot().first_point_in == pytest.approx(1.5 + 1.5 * estimated_step_seconds(tiny_run(steps=5)))
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None
 

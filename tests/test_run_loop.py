@@ -345,11 +345,13 @@ def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
     assert waits == [4.0, 0.5]
 
 
-def test_the_loop_times_a_turn_from_its_start_to_the_next_turns_start():
-    starts = iter([0.0, 1.0, 3.0, 4.0])  # four turns, each clock reading one turn's start
-    loop = RunLoop(clock=lambda: next(starts))
-    assert loop.turn_wall is None and loop.take_in_wall is None  # nothing timed yet
+def test_the_loop_times_a_turn_from_its_start_to_the_next_and_a_run_from_joining_to_its_first_record():
+    # The clock's readings in order: the run joins, turn 1 starts (it takes the run in), the run's first record is
+    # handed over, turns 2, 3 and 4 start.
+    readings = iter([0.0, 0.5, 2.0, 2.5, 4.5, 5.5])
+    loop = RunLoop(clock=lambda: next(readings))
+    assert loop.turn_wall is None and loop.first_record_wall is None  # nothing timed yet
     joined(train_in_thread(loop, Counting("A", 4, [])))
-    # The first turn took the run in (1 s, timed apart); then the median of 2 and 1 s.
+    # Joined at 0 s, first record at 2 s; turn 1 took the run in (not an ordinary turn), then 2 s and 1 s.
+    assert loop.first_record_wall == 2.0
     assert loop.turn_wall == 1.5
-    assert loop.take_in_wall == 1.0

@@ -16,6 +16,7 @@ from rl_core.runs.warm_start_worker import build_in_worker
 from ui.dashboard import warm_start_line
 
 WAIT_S = 10  # the longest a test waits for the builder's thread to get somewhere (it never should)
+START_S = 120  # the longest a test waits for a worker to start: the fork server's first start imports the engine
 
 
 class Clock:
@@ -185,3 +186,49 @@ def test_a_real_group_trains_in_a_worker_process_and_its_steps_and_errors_come_b
     (tmp_path / "a file").write_text("")
     with pytest.raises(Exception, match="a file"):  # the worker's error, raised here
         build_in_worker(group, tmp_path / "a file", lambda: False, on_step)
+
+
+def blocking_phase(runs, cache_dir, stopped, on_step) -> None:
+    """A stand-in for `sweep.warm_starts` in a phase without steps (a reward model's fit, a success check): it says
+    it has begun, then never looks at its stop."""
+    on_step(0)
+    threading.Event().wait()
+
+
+class CountedClock(Clock):
+    """A clock the test sets that counts its readings."""
+
+    def __init__(self):
+        super().__init__()
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return self.now
+
+
+def test_a_worker_stopped_in_a_phase_without_steps_is_terminated_once_its_grace_is_over_and_reported_stopped():
+    clock, begun, stop, outcome = CountedClock(), threading.Event(), threading.Event(), {}
+    workers = []
+
+    def on_step(done: int) -> None:
+        workers.extend(p for p in multiprocessing.active_children() if p.name == "warm-start-worker")
+        begun.set()
+
+    def build() -> None:
+        try:
+            build_in_worker([run(0)], None, stop.is_set, on_step, clock=clock, build=blocking_phase)
+        except BaseException as error:  # noqa: BLE001 - the test reads it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    assert begun.wait(START_S)  # the worker is in its phase without steps
+    stop.set()  # every run of the group stopped, at 100 s on the clock
+    wait_until(lambda: clock.readings >= 3)  # the stop asked, and the grace read twice since: not over yet
+    assert thread.is_alive() and workers[0].is_alive()
+    clock.now += 1.1  # a second (and a little) after the stop: its grace is over
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert isinstance(outcome.get("error"), TrainingStopped)  # its runs are told they were stopped
+    assert not workers[0].is_alive()

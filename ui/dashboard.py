@@ -21,6 +21,9 @@ from ui.runs import differences, download, full_labels, labels, picker, short_la
 from ui.tokens import COLOURINGS, EOS_TOKEN, group_summary, groups, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
+# A first point nearer than this gets no number but "under 3 s": a second's rounding is a third of such a wait or
+# more (runs with a cached warm start, told 1–2 s, were 0.25–0.6 of the real wait, bench/class_load.py).
+SHORT_WAIT_SECONDS = 3
 ALL_GROUPS = "all"
 
 
@@ -65,14 +68,14 @@ def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
     (`JobSnapshot.first_point_in`) and half the page's `refresh` interval (a point waits that long on average for
     the page's next redraw)."""
     first = None if snap.first_point_in is None else snap.first_point_in + (refresh or 0.0) / 2
-    until = f"about {first:.0f} s to its first point" if first is not None else ""
+    until = f"{first_point_wait(first)} to its first point" if first is not None else ""
     if snap.status == "queued":
         ahead = snap.waiting_for + (snap.queue_place or 1) - 1  # the runs training and those queued before it
         running = "1 is" if snap.waiting_for == 1 else f"{snap.waiting_for} are"
         place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
         # from the running trainings' remaining steps at their measured pace, and the warm starts the runs ahead
         # still build (TrainingSlots.wait_estimate), then this run's own phases before its first point
-        wait = f", about {first:.0f} s to wait for its first point" if first is not None else ""
+        wait = f", {first_point_wait(first)} to wait for its first point" if first is not None else ""
         st.info(
             f"Queued behind {ahead} {'run' if ahead == 1 else 'runs'}: {running} training, the most the server "
             f"trains at once… this run starts as soon as one of them ends{place}{wait}.",
@@ -111,6 +114,12 @@ def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
             "Explained variance of the critic after value pretraining: "
             f"**{snap.setup['value_pretrain_explained_variance']:.3f}** (1 = it predicts the returns)."
         )
+
+
+def first_point_wait(seconds: float) -> str:
+    """How long a first point is in words: "about N s", N the whole seconds nearest; "under 3 s" below
+    SHORT_WAIT_SECONDS."""
+    return f"under {SHORT_WAIT_SECONDS} s" if seconds < SHORT_WAIT_SECONDS else f"about {seconds:.0f} s"
 
 
 def warm_start_line(wait: WarmStartWait, until: str) -> tuple[float, str]:

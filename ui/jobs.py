@@ -33,7 +33,7 @@ from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
-from rl_core.runs.first_point import first_point_seconds
+from rl_core.runs.first_point import PREPARATION_SECONDS, first_point_seconds, first_turn_seconds, still_ahead
 from rl_core.runs.limits import (
     HOUR,
     ServerLimits,
@@ -42,7 +42,7 @@ from rl_core.runs.limits import (
     estimated_warm_start_seconds,
     model_factor,
 )
-from rl_core.runs.run_loop import RunLoop
+from rl_core.runs.run_loop import TURNS_TIMED, RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
 from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait
@@ -218,6 +218,20 @@ class LiveLoop(TrainingSlots):
         self.builder = WarmStartBuilder()  # the runs' SFT warm starts, a group of one kind at a time
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
+        self._preparations: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest preparations
+
+    @property
+    def preparation_wall(self) -> float:
+        """Wall seconds a run's preparation takes in this server now, from its place in the loop (or its warm
+        starts built) to joining the loop: its models built, its warm starts loaded, its probe. The median of the
+        latest TURNS_TIMED runs' (a class's runs preparing at once each take longer), PREPARATION_SECONDS before
+        one was timed."""
+        with self._condition:
+            return statistics.median(self._preparations) if self._preparations else PREPARATION_SECONDS
+
+    def observe_preparation(self, seconds: float) -> None:
+        with self._condition:
+            self._preparations.append(seconds)
 
     @classmethod
     def from_env(cls) -> LiveLoop:
@@ -461,6 +475,8 @@ class Job(BackgroundJob):
         self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
         self._with_builder = False  # whether its warm starts are with the builder (`slots.builder`) now
+        self._preparing_since: float | None = None  # when its own preparation began, until it joined the loop
+        self._joined_at: float | None = None  # when it joined the loop
         self._setup: dict = {}
         self._error: str | None = None
         self._started = self.clock()
@@ -545,32 +561,40 @@ class Job(BackgroundJob):
             )
 
     def _first_point_in(self) -> float | None:
-        """Seconds until the run's first point, under the lock: with the warm-start builder, its group's time left
-        (None while the group forms, a later click may still join it, or before the group has a pace), then its
-        first turn at the loop's pace now (`first_point_seconds`); before it reaches the builder, its warm starts
-        at the builder's latest pace per seed, as a group of one, and the first turn; queued, the queue's wait
-        before all that. None once it has a point or ended."""
+        """Seconds until the run's first point, under the lock (`first_point_seconds`): with the warm-start
+        builder, its group's time left (None while the group forms, a later click may still join it, or before the
+        group has a pace, and as it reaches the builder); queued, its warm starts at the builder's latest pace per
+        seed, as a group of one (None while the builder is busy); then its preparation and its wait in the loop as
+        this server times them now, less what has passed of each; queued, the queue's wait before all that. None
+        once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
             return None
-        turn = self.slots.loop.turn_wall
-        if turn is None:  # nothing in the loop: the run's first turn is its own step
-            turn = self._step_estimate * self.slots.speed
         if self._step_estimate > self.slots.loop.turn_seconds:
             # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
             # steps of other runs time (the class bench's heavy run was told 1 s, then 6 s, for 13 and 23 s).
             return None
-        first_turn = first_point_seconds(0, 0.0, turn, self.slots.loop.take_in_wall)
+        now, loop = self.clock(), self.slots.loop
+        turn = loop.turn_wall
+        if turn is None:  # nothing in the loop: the run's first turn is its own step
+            turn = self._step_estimate * self.slots.speed
+        first_turn = still_ahead(first_turn_seconds(turn, loop.first_record_wall), self._joined_at, now)
+        preparation = 0.0
+        if self._joined_at is None:
+            preparation = still_ahead(self.slots.preparation_wall, self._preparing_since, now)
         if self._with_builder:
             wait = self.slots.builder.wait(self)
-            if wait is None:  # its group has ended: its thread loads the checkpoints
-                return first_turn
-            return None if wait.seconds_left is None else wait.seconds_left + first_turn
-        own = first_turn
+            if wait is None or wait.seconds_left is None:  # not in its group yet (or just out of it): not known
+                return None
+            return wait.seconds_left + first_point_seconds(0, 0.0, preparation, first_turn)
+        builds = 0.0
         if self._builds and self._status != "training":  # its warm starts, in tiny-model steps, as a group of one
-            if self.slots.builder.busy:  # it will join a group that forms behind the builder's work: not known yet
+            if self._status != "queued" or self.slots.builder.busy:
+                # About to join a group whose size and start are not known yet: one that forms behind the builder's
+                # work, or the one it opens, which the classmates who clicked with it join (a class's runs whose
+                # pages drew before their threads reached the idle builder were told under 3 s for 17-18 s).
                 return None
             builds = sum(n * f for _, n, f in self._builds)
-            own += first_point_seconds(builds, self.slots.builder.seed_step_seconds, 0.0)
+        own = first_point_seconds(builds, self.slots.builder.seed_step_seconds, preparation, first_turn)
         if self._status == "queued":
             wait = self.slots.wait_estimate(self)
             return None if wait is None else wait + own
@@ -680,14 +704,17 @@ class Job(BackgroundJob):
                     self._take(item, None, store, run_id)
             return final
         if self._builds:  # built with the other runs' of its kind, then loaded from the cache by `prepare`
-            self._set(with_builder=True)
+            self._set(with_builder=True, preparing_since=None)  # the builder's wait is not its preparation
             try:
                 builds = [(model, steps) for model, steps, _ in self._builds]
                 self.slots.builder.build(self.run, self, builds, self.stop_event.is_set)
             finally:
-                self._set(with_builder=False, builds=[])
+                self._set(with_builder=False, builds=[], preparing_since=self.clock())
         for item in prepared_items(trainer):
             self._take(item, trainer, store, run_id)
+        joined = self.clock()
+        self.slots.observe_preparation(joined - self._preparing_since)
+        self._set(joined_at=joined, preparing_since=None)
         # The run spends its learner's share of the loop (a run without a session is a learner of its own).
         self.slots.loop.train(
             trainer,
@@ -721,7 +748,7 @@ class Job(BackgroundJob):
             )
             with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
-                    self._set(status="preparing")
+                    self._set(status="preparing", preparing_since=self.clock())
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not self.slots.claim(store, run_id, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")

@@ -3,10 +3,11 @@
 A run's first point comes after (1) the SFT warm starts its cache lacks, step by step (in the live lab, as one
 group with the other runs of their kind: `rl_core.runs.warm_start_builder`), (2) the success check of a warm start
 it has just trained (`sft.sft_success_rate` samples 256 prompts; then its checkpoint is written and the reference
-copied), and (3) its first turn in the live training loop (`rl_core.runs.run_loop`), which it takes in the turn
-after the one under way. An announcement that counted the warm start alone was 0.42 to 0.80 of the real wait in a
-class of twenty (bench/class_load.py): the check and the first turn, at a loaded server's pace, were the 4 to 11 s
-it left out.
+copied), (3) its own preparation in the server (its models built, its warm start loaded from the cache, its
+probe), and (4) its wait in the live training loop (`rl_core.runs.run_loop`) from joining to its first record. An
+announcement that counted the warm start alone was 0.42 to 0.80 of the real wait in a class of twenty
+(bench/class_load.py): the check and the first turn, at a loaded server's pace, were the 4 to 11 s it left out;
+one that left out the preparation and counted the loop in turns told runs with a cached warm start 1–2 s for 3–6 s.
 """
 
 from __future__ import annotations
@@ -14,19 +15,34 @@ from __future__ import annotations
 # The success check after a warm start's last step, in that warm start's steps: 0.061 CPU-s against 0.020 for an
 # SFT step of the tiny model on caesar (one thread, this project's 2-core machine), so it slows as the steps do.
 CHECK_SFT_STEPS = 3.0
-# A run joining the loop steps in the turn after the one under way: on average half a turn, then the turn that takes
-# it in (`RunLoop.take_in_wall`), whose record is handed over as that turn's steps are.
+# A run joining the loop before the loop has timed one: on average half the turn under way, then the turn that
+# takes it in, each a turn as `RunLoop.turn_wall` times them.
 UNDER_WAY_TURNS = 0.5
+# A run's preparation before this server has timed one: a default GRPO run with its warm start cached, from its
+# place in the loop to joining it, took 0.12 to 0.16 s beside twelve runs at load 5 (one process, no pages).
+PREPARATION_SECONDS = 0.15
 # SFT steps of a warm-start group before its own pace is trusted (rl_core.runs.warm_start_builder): from its first
 # one or two the time left came to 0.5 to 1.1 times the wait (bench/class_load.py, 8 warm starts building at once).
 PACED_AFTER = 5
 
 
-def first_point_seconds(warm_start_steps: float, sft_step: float, turn: float, take_in: float | None = None) -> float:
+def first_turn_seconds(turn: float, measured: float | None) -> float:
+    """Seconds from a run's joining the loop to its first record: `measured` (`RunLoop.first_record_wall`, the
+    latest runs' own), or before one was, the turn under way and the one that takes it in at `turn` seconds each:
+    (UNDER_WAY_TURNS + 1) × turn."""
+    return (UNDER_WAY_TURNS + 1) * turn if measured is None else measured
+
+
+def first_point_seconds(warm_start_steps: float, sft_step: float, preparation: float, first_turn: float) -> float:
     """Seconds until a run's first point: its warm starts' `warm_start_steps` still to train and their success
-    check, at `sft_step` seconds a step, then half the loop's turn under way (`turn` seconds now) and the turn that
-    takes it in (`take_in` seconds, `turn` before one was timed):
-    (warm_start_steps + CHECK_SFT_STEPS) × sft_step + UNDER_WAY_TURNS × turn + take_in, the check left out when no
-    warm start is trained (a cached one is loaded with its report)."""
+    check at `sft_step` seconds a step, then its `preparation` and its `first_turn` (`first_turn_seconds`), each the
+    seconds still ahead: (warm_start_steps + CHECK_SFT_STEPS) × sft_step + preparation + first_turn, the check left
+    out when no warm start is trained (a cached one is loaded with its report)."""
     check = CHECK_SFT_STEPS if warm_start_steps > 0 else 0.0
-    return (warm_start_steps + check) * sft_step + UNDER_WAY_TURNS * turn + (turn if take_in is None else take_in)
+    return (warm_start_steps + check) * sft_step + preparation + first_turn
+
+
+def still_ahead(seconds: float, since: float | None, now: float) -> float:
+    """What is left of a phase that takes `seconds` and began at `since` (None: not yet begun): seconds − (now −
+    since), at least 0 (a phase that overran its measure is taken as about to end)."""
+    return seconds if since is None else max(seconds - (now - since), 0.0)

@@ -45,7 +45,8 @@ from rl_core.runs.run_stream import stepped_out
 TURN_SECONDS = 1.0
 # How much of a step's newest measurement its running estimate takes (the first step is slower than the rest).
 STEP_WEIGHT = 0.5
-# Turns whose wall time `RunLoop.turn_wall` takes the median of: the loop's pace now, not at its start.
+# Turns whose wall time `RunLoop.turn_wall` takes the median of, and runs whose wait for their first record
+# `RunLoop.first_record_wall` does: the loop's pace now, not at its start.
 TURNS_TIMED = 5
 
 
@@ -57,6 +58,7 @@ class _Member:
     step_seconds: float  # the estimate of its next step's cost: given at first, then measured
     elapsed: float = 0.0  # seconds of RL so far: the sum of its records' step_time
     stepped_at: int = -1  # the turn of its latest step in the loop: its learner's rotation goes least recent first
+    joined_at: float | None = None  # when it joined, until its first record in a turn (None in a lane)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -140,7 +142,7 @@ class RunLoop:
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
-        self._take_in_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # … of the latest turns that took in runs
+        self._first_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # the latest runs' joining to first record
         self._turn_took_in = False  # whether the turn under way took in runs (its group built anew)
         self._lock = threading.Lock()
         self._joining: list[_Member] = []
@@ -173,12 +175,16 @@ class RunLoop:
             return statistics.median(self._turn_walls) if self._turn_walls else None
 
     @property
-    def take_in_wall(self) -> float | None:
-        """Wall seconds of a turn that takes in runs now: the median of the latest TURNS_TIMED, None before one was
-        timed. Such a turn forms its group anew (new stacked weights and moments for every run of it), so it is the
-        turn a joining run's first point comes at the end of, and it lasts longer than `turn_wall`."""
+    def first_record_wall(self) -> float | None:
+        """Wall seconds from a run's joining the loop (`train`) to its first record being handed over: the median
+        of the latest TURNS_TIMED runs' that stepped in a turn; None before one did. Timed whole, since no sum of
+        turns came to it: a run joins while a turn is under way, more often a long one than a short one (a class's
+        runs joining one by one made the turns that took them in several times as long as the others), then waits
+        for the turn that takes it in, which forms the group anew, and its first step is slower than its next.
+        From the turns' walls a latecomer was told 1 s for 3.1 s, and runs joining a loop of eleven 2 s for 5–6 s
+        (bench/class_load.py)."""
         with self._lock:
-            return statistics.median(self._take_in_walls) if self._take_in_walls else None
+            return statistics.median(self._first_walls) if self._first_walls else None
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
@@ -196,6 +202,7 @@ class RunLoop:
         next one (a record carries `step_time` and `elapsed`, as `run_stream.batch_stream`'s do): it may read the
         run's models then, and whatever it raises ends this run only."""
         member = _Member(trainer, on_record, object() if learner is None else learner, step_seconds)
+        member.joined_at = self._clock()
         with self._lock:
             self._joining.append(member)
             if self._thread is None:
@@ -237,12 +244,16 @@ class RunLoop:
                 self._thread, self._turn_began = None, None
                 return False
             began, self._turn_began = self._turn_began, self._clock()
-            if began is not None:
-                (self._take_in_walls if self._turn_took_in else self._turn_walls).append(self._turn_began - began)
+            if began is not None and not self._turn_took_in:
+                self._turn_walls.append(self._turn_began - began)
             self._turn_took_in = took_in
             self._turn_number += 1
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
         for member, outcome in zip(stepping, step_together([m.trainer for m in stepping])):
+            if member.joined_at is not None and not isinstance(outcome, Exception):
+                with self._lock:
+                    self._first_walls.append(self._clock() - member.joined_at)
+                member.joined_at = None
             if not self._took(member, outcome):
                 with self._lock:
                     self._members.remove(member)
@@ -267,6 +278,7 @@ class RunLoop:
     def _to_lane(self, member: _Member) -> None:
         """Move a run from the loop to a lane of its own (under the lock)."""
         self._members.remove(member)
+        member.joined_at = None  # its first record comes after a step of its own, which no turn times
         self._lanes.append(member)
         threading.Thread(target=self._lane, args=(member,), name=f"{self.name}-lane", daemon=True).start()
 

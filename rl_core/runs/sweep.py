@@ -40,7 +40,6 @@ import math
 import os
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -64,8 +63,8 @@ from rl_core.formulas.distillation import TEACHER_DEMO_NOISE
 from rl_core.runs import cluster
 from rl_core.runs.reuse import run_key
 from rl_core.runs.run_stream import RunInterrupted, batch_training_stream, store_batch, trainer_for
-from rl_core.runs.store import Heartbeat, RunStore, StoredRun, max_trainings, process_alive
-from rl_core.runs.workers import main_script_kept_out, sigint_ignored, worker_context
+from rl_core.runs.store import Heartbeat, RunStore, StoredRun, max_trainings
+from rl_core.runs.workers import main_script_kept_out, sigint_ignored, watch_coordinator, worker_context
 from toy_tasks import get_task
 
 
@@ -521,7 +520,6 @@ _stop_event = None  # the sweep's stop event, shared with the parent
 _store: RunStore | None = None
 _current_runs: list[int] = []  # the batch this worker trains now, if any
 _cap = 1  # runs of the store that may train at once, across processes
-PARENT_WATCH_INTERVAL = 0.5  # seconds between checks that the coordinator still lives
 
 
 def _init_worker(stop_event, db_path: str, coordinator: int, cap: int) -> None:
@@ -532,24 +530,15 @@ def _init_worker(stop_event, db_path: str, coordinator: int, cap: int) -> None:
     _stop_event = stop_event
     _store = RunStore(db_path, recover=False)  # the parent's store recovered stale runs when it opened
     Heartbeat(_store).start()  # for the life of the worker: it refreshes whichever run this process trains
-    threading.Thread(target=_watch_coordinator, args=(coordinator,), name="coordinator-watch", daemon=True).start()
+    watch_coordinator(coordinator, _interrupt_current_runs)  # an orphan would train on, unseen and unstoppable
 
 
-def _watch_coordinator(coordinator: int) -> None:
-    """End this worker soon after the coordinator dies, however it dies (SIGKILL and OOM included).
-
-    A pool's workers are not killed with their parent: an orphan would train on, unseen and unstoppable, holding
-    a core. A forked worker's parent is the fork server, which outlives the coordinator while any worker lives, so
-    the worker looks at the coordinator itself; once it is gone (or a zombie) the run this worker was training is
-    marked interrupted and the process exits at once."""
-    while process_alive(coordinator):
-        time.sleep(PARENT_WATCH_INTERVAL)
-    threading.Timer(5.0, os._exit, (1,)).start()  # a store busy for long must not keep the orphan alive
+def _interrupt_current_runs() -> None:
+    """The coordinator is gone: the batch this worker was training is marked interrupted."""
     if _current_runs:
         # the store may be busy or gone; recovery marks the run later
         with contextlib.suppress(Exception):
             _store.settle(_current_runs, "interrupted", error="the sweep's coordinator process ended")
-    os._exit(1)
 
 
 def _warm_start(runs: list[RunConfig], cache_dir: Path | None) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -21,10 +20,16 @@ from transformers.utils import logging as transformers_logging
 
 from rl_core.config import RunConfig
 from rl_core.engine.trainer import TrainingStopped
-from rl_core.runs.sweep import _watch_coordinator, warm_starts
-from rl_core.runs.workers import main_script_kept_out, sigint_ignored, worker_context
+from rl_core.runs.sweep import warm_starts
+from rl_core.runs.workers import main_script_kept_out, sigint_ignored, watch_coordinator, worker_context
 
-STOP_GRACE_S = 10.0  # seconds a stopped worker has to notice its stop (at its next step) before it is terminated
+# Seconds a stopped worker has to end by itself before it is terminated. In a phase with steps it notices its stop
+# at its next step; in one without (the seeds' reward models fitted, the warm starts' success checks) it never
+# would. Terminating it loses nothing: a checkpoint is written to a staging folder and renamed into place (`sft`,
+# `toy_tasks.preference`), and a stopped group's warm starts are for no one.
+STOP_GRACE_S = 1.0
+# build(runs, cache_dir, stopped, on_step), as `sweep.warm_starts`: what the worker runs.
+Build = Callable[[Sequence[RunConfig], Path | None, Callable[[], bool], Callable[[int], None]], None]
 POLL_S = 0.1  # seconds between the builder's looks at whether every run of the group was stopped
 
 
@@ -34,15 +39,20 @@ def build_in_worker(
     stopped: Callable[[], bool],
     on_step: Callable[[int], None],
     clock: Callable[[], float] = time.monotonic,
+    build: Build = warm_starts,
 ) -> None:
-    """`sweep.warm_starts(runs, cache_dir, stopped, on_step)`, trained in a worker process: `on_step` is called
-    here as the worker steps; once `stopped()` turns true the worker is asked to stop, and terminated if it has not
-    within STOP_GRACE_S on `clock`; raises what the worker's build raised (TrainingStopped once stopped)."""
+    """`build(runs, cache_dir, stopped, on_step)` (`sweep.warm_starts`; a module's function, which the worker
+    imports), trained in a worker process: `on_step` is called here as the worker steps; once `stopped()` turns true
+    the worker is asked to stop, and terminated if it has not ended within STOP_GRACE_S on `clock`; raises what the
+    worker's build raised (TrainingStopped once stopped)."""
     context = worker_context()
     receiver, sender = context.Pipe(duplex=False)
     stop = context.Event()
     worker = context.Process(
-        target=_build, args=(list(runs), cache_dir, stop, sender, os.getpid()), name="warm-start-worker", daemon=True
+        target=_build,
+        args=(build, list(runs), cache_dir, stop, sender, os.getpid()),
+        name="warm-start-worker",
+        daemon=True,
     )
     if stopped():
         stop.set()  # a group stopped before its worker starts never steps (the worker may step within milliseconds)
@@ -56,7 +66,7 @@ def build_in_worker(
                 stop.set()
                 stop_asked_at = clock()
             elif stop_asked_at is not None and clock() - stop_asked_at > STOP_GRACE_S:
-                worker.terminate()  # still in a phase without steps (reward models, checks): it would not notice
+                worker.terminate()  # in a phase without steps (reward models, checks): it would not notice
             if not wait([receiver], POLL_S):
                 continue
             try:
@@ -80,14 +90,16 @@ def build_in_worker(
             worker.join()
 
 
-def _build(runs: list[RunConfig], cache_dir: Path | None, stop, sender: Connection, coordinator: int) -> None:
-    """In the worker: train the group, sending ("step", done) after each step, then ("done", None) or
+def _build(
+    build: Build, runs: list[RunConfig], cache_dir: Path | None, stop, sender: Connection, coordinator: int
+) -> None:
+    """In the worker: train the group with `build`, sending ("step", done) after each step, then ("done", None) or
     ("error", what it raised)."""
     torch.set_num_threads(1)  # one core: the server's own threads (the live loop) keep the other
     transformers_logging.disable_progress_bar()
-    threading.Thread(target=_watch_coordinator, args=(coordinator,), name="coordinator-watch", daemon=True).start()
+    watch_coordinator(coordinator)  # the server gone, the group's warm starts are for no one
     try:
-        warm_starts(runs, cache_dir, stop.is_set, on_step=lambda done: sender.send(("step", done)))
+        build(runs, cache_dir, stop.is_set, lambda done: sender.send(("step", done)))
     except Exception as error:  # noqa: BLE001 - the builder raises it in every run of the group
         sender.send(("error", _carried(error)))
     else:

@@ -1,6 +1,7 @@
 """Where a sweep's worker processes come from: a fork server that has imported the engine once, from which each
 worker forks in milliseconds (a spawned interpreter spends about 4 s importing torch and transformers), or spawned
-interpreters where the platform has no fork server.
+interpreters where the platform has no fork server; and how a worker ends itself once the process it works for
+has died (`watch_coordinator`: a sweep's workers, the live lab's warm-start worker).
 
 This module imports nothing heavy, so that the command line can start the server before it imports torch itself:
 on two cores the two imports then run side by side."""
@@ -8,17 +9,23 @@ on two cores the two imports then run side by side."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 import threading
+import time
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+
+from rl_core.runs.store import process_alive
 
 WORKER_MODULE = "rl_core.runs.sweep"  # what the fork server imports: the workers' functions, and with them the engine
 RAY_ADDRESS_VARIABLE = "RLHF_LAB_RAY_ADDRESS"  # set: sweeps train on that Ray cluster, not in local workers
 # Options after which a command line trains nothing here: it lists, prints help, or hands its runs to a Ray cluster.
 TRAINS_ELSEWHERE = {"--list", "-h", "--help", "--ray-address"}
+PARENT_WATCH_INTERVAL = 0.5  # seconds between a worker's checks that its coordinator still lives
+GONE_GRACE_S = 5.0  # seconds a worker whose coordinator died gives `on_gone` (a busy store) before it exits anyway
 
 
 def trains_in_local_workers(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
@@ -81,3 +88,24 @@ def main_script_kept_out() -> Iterator[None]:
         yield
     finally:
         sys.modules["__main__"] = main
+
+
+def watch_coordinator(coordinator: int, on_gone: Callable[[], None] = lambda: None) -> threading.Thread:
+    """Start a daemon thread that ends this worker process soon after process `coordinator` dies, however it dies
+    (SIGKILL and OOM included): it calls `on_gone()` (what the worker must settle first: a sweep's runs marked
+    interrupted), given GONE_GRACE_S, then exits.
+
+    A worker is not killed with its parent: an orphan would train on, unseen and unstoppable, holding a core. A
+    forked worker's parent is the fork server, which outlives the coordinator while any worker lives, so the worker
+    looks at the coordinator itself, every PARENT_WATCH_INTERVAL seconds."""
+
+    def watch() -> None:
+        while process_alive(coordinator):
+            time.sleep(PARENT_WATCH_INTERVAL)
+        threading.Timer(GONE_GRACE_S, os._exit, (1,)).start()
+        on_gone()
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="coordinator-watch", daemon=True)
+    thread.start()
+    return thread
