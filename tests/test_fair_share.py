@@ -18,6 +18,8 @@ from streamlit.testing.v1 import AppTest
 import ui.jobs
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
+from rl_core.runs.first_point import PREPARATION_SECONDS
+from rl_core.runs.limits import estimated_step_seconds
 from rl_core.runs.store import RunStore
 from ui.jobs import RESTARTED_TRAINING, RESTARTED_WAITING, Job, LiveLoop, start_server_upkeep
 
@@ -311,17 +313,51 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     trained.join(10)
     assert not trained.is_alive()
     assert job.snapshot().warm_start is None and job._builds == []  # built and prepared: its first turn is left
-    assert slots.preparation_wall == 2.0  # from the builder's end to joining the loop
+    assert slots.preparation_wall(1) == 2.0  # from the builder's end to joining the loop, alone
     assert job.snapshot().first_point_in == pytest.approx(1.5 * turn)
     clock.now += 0.5 * turn
     assert job.snapshot().first_point_in == pytest.approx(1.0 * turn)  # what is left of it
     # A run with its warm start cached, 0.5 s into its preparation: 1.5 s of the 2 s this server timed, then its
     # first turn (1.5 of its own steps, the loop being empty).
     cached = Job(tiny_run(steps=5), slots, clock=clock)
-    cached._set(status="preparing", preparing_since=clock.now - 0.5, builds=[])  # nothing for the builder
+    cached._set(status="preparing", builds=[])  # nothing for the builder
+    cached._prepare()
+    clock.now += 0.5
     assert cached.snapshot().first_point_in == pytest.approx(1.5 + 1.5 * estimated_step_seconds(tiny_run(steps=5)))
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None
+
+
+def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_not_the_bursts():
+    """Four runs prepare together for 8 s: 2 s a run. A run preparing alone then is told 2 s (the burst's median
+    wall would be 8 s); a second run that starts 1 s into it makes both 2 s × 2, less what each has done."""
+    clock, slots = Clock(), LiveLoop(8)
+    turn = 1.5 * estimated_step_seconds(tiny_run(steps=5))  # an empty loop: its first turn is its own step
+
+    def preparing() -> Job:
+        job = Job(tiny_run(steps=5), slots, clock=clock)
+        job._set(status="preparing", builds=[])
+        job._prepare()
+        return job
+
+    burst = [preparing() for _ in range(4)]
+    assert burst[0].snapshot().first_point_in == pytest.approx(4 * PREPARATION_SECONDS + turn)  # untimed: 4 at once
+    clock.now += 8.0
+    for job in burst:
+        slots.observe_preparation(*job._prepared(clock.now))
+    assert slots.preparing.count == 0
+    assert slots.preparation_wall(1) == 2.0 and slots.preparation_wall(3) == 6.0
+    queued = Job(tiny_run(steps=5), slots, clock=clock)
+    queued._set(status="preparing", builds=[])  # its place taken, its preparation not begun: itself alone
+    assert queued.snapshot().first_point_in == pytest.approx(2.0 + turn)
+    lone = preparing()
+    assert lone.snapshot().first_point_in == pytest.approx(2.0 + turn)
+    clock.now += 1.0
+    second = preparing()
+    assert lone.snapshot().first_point_in == pytest.approx(2 * 2.0 - 1.0 + turn)
+    assert second.snapshot().first_point_in == pytest.approx(2 * 2.0 + turn)
+    clock.now += 3.0  # the lone run alone for 1 s, then with the second for 3 s: a mean company of 7/4
+    assert lone._prepared(clock.now) == (4.0, 1.75)
 
 
 def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):

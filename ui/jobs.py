@@ -33,6 +33,7 @@ from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
+from rl_core.runs.crowd import Crowd, Entry, crowd_seconds, per_run_seconds
 from rl_core.runs.first_point import PREPARATION_SECONDS, first_point_seconds, first_turn_seconds, still_ahead
 from rl_core.runs.limits import (
     HOUR,
@@ -218,20 +219,22 @@ class LiveLoop(TrainingSlots):
         self.builder = WarmStartBuilder()  # the runs' SFT warm starts, a group of one kind at a time
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
-        self._preparations: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest preparations
+        self.preparing = Crowd()  # the runs preparing now, from their place (or their warm starts built) to the loop
+        self._preparations: deque[float] = deque(maxlen=TURNS_TIMED)  # the latest preparations' seconds per run
 
-    @property
-    def preparation_wall(self) -> float:
+    def preparation_wall(self, concurrency: float) -> float:
         """Wall seconds a run's preparation takes in this server now, from its place in the loop (or its warm
-        starts built) to joining the loop: its models built, its warm starts loaded, its probe. The median of the
-        latest TURNS_TIMED runs' (a class's runs preparing at once each take longer), PREPARATION_SECONDS before
-        one was timed."""
+        starts built) to joining the loop (its models built, its warm starts loaded, its probe), with `concurrency`
+        runs preparing (itself included): `crowd_seconds` of the median of the latest TURNS_TIMED runs' seconds per
+        run (`observe_preparation`), PREPARATION_SECONDS a run before one was timed."""
         with self._condition:
-            return statistics.median(self._preparations) if self._preparations else PREPARATION_SECONDS
+            per_run = statistics.median(self._preparations) if self._preparations else PREPARATION_SECONDS
+        return crowd_seconds(per_run, concurrency)
 
-    def observe_preparation(self, seconds: float) -> None:
+    def observe_preparation(self, seconds: float, concurrency: float) -> None:
+        """A preparation of wall `seconds` among `concurrency` runs preparing on average (`Crowd.leave`)."""
         with self._condition:
-            self._preparations.append(seconds)
+            self._preparations.append(per_run_seconds(seconds, concurrency))
 
     @classmethod
     def from_env(cls) -> LiveLoop:
@@ -475,7 +478,9 @@ class Job(BackgroundJob):
         self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
         self._with_builder = False  # whether its warm starts are with the builder (`slots.builder`) now
-        self._preparing_since: float | None = None  # when its own preparation began, until it joined the loop
+        self._preparation: Entry | None = (
+            None  # its place among the runs preparing (`slots.preparing`), until it joined
+        )
         self._joined_at: float | None = None  # when it joined the loop
         self._setup: dict = {}
         self._error: str | None = None
@@ -579,8 +584,10 @@ class Job(BackgroundJob):
             turn = self._step_estimate * self.slots.speed
         first_turn = still_ahead(first_turn_seconds(turn, loop.first_record_wall), self._joined_at, now)
         preparation = 0.0
-        if self._joined_at is None:
-            preparation = still_ahead(self.slots.preparation_wall, self._preparing_since, now)
+        if self._joined_at is None:  # at the pace of the runs preparing now, itself included
+            since = None if self._preparation is None else self._preparation.since
+            company = self.slots.preparing.count + (self._preparation is None)
+            preparation = still_ahead(self.slots.preparation_wall(company), since, now)
         if self._with_builder:
             wait = self.slots.builder.wait(self)
             if wait is None or wait.seconds_left is None:  # not in its group yet (or just out of it): not known
@@ -635,6 +642,17 @@ class Job(BackgroundJob):
         probabilities = self._probe.probabilities(trainer.policy, self.run.algo.temperature)
         with self._lock:
             self._probe_steps.add({"step": step, "probabilities": probabilities})
+
+    def _prepare(self) -> None:
+        """Its preparation begins: it joins the runs preparing (`slots.preparing`)."""
+        self._set(preparation=self.slots.preparing.enter(self.clock()))
+
+    def _prepared(self, now: float) -> tuple[float, float] | None:
+        """Its preparation ends at `now` (it joins the loop or the builder, or it ended): the preparation's wall
+        seconds and its mean company (`Crowd.leave`); None if it was not preparing."""
+        with self._lock:
+            entry, self._preparation = self._preparation, None
+        return None if entry is None else (now - entry.since, self.slots.preparing.leave(entry, now))
 
     def _set(self, **fields) -> None:
         with self._lock:
@@ -704,17 +722,19 @@ class Job(BackgroundJob):
                     self._take(item, None, store, run_id)
             return final
         if self._builds:  # built with the other runs' of its kind, then loaded from the cache by `prepare`
-            self._set(with_builder=True, preparing_since=None)  # the builder's wait is not its preparation
+            self._prepared(self.clock())  # the builder's wait is not its preparation
+            self._set(with_builder=True)
             try:
                 builds = [(model, steps) for model, steps, _ in self._builds]
                 self.slots.builder.build(self.run, self, builds, self.stop_event.is_set)
             finally:
-                self._set(with_builder=False, builds=[], preparing_since=self.clock())
+                self._set(with_builder=False, builds=[])
+                self._prepare()
         for item in prepared_items(trainer):
             self._take(item, trainer, store, run_id)
         joined = self.clock()
-        self.slots.observe_preparation(joined - self._preparing_since)
-        self._set(joined_at=joined, preparing_since=None)
+        self.slots.observe_preparation(*self._prepared(joined))
+        self._set(joined_at=joined)
         # The run spends its learner's share of the loop (a run without a session is a learner of its own).
         self.slots.loop.train(
             trainer,
@@ -748,7 +768,8 @@ class Job(BackgroundJob):
             )
             with self.slots.hold(self.stop_event, ticket=self, seconds_left=self.seconds_left) as acquired:
                 if acquired:
-                    self._set(status="preparing", preparing_since=self.clock())
+                    self._set(status="preparing")
+                    self._prepare()
                     # The cap holds across processes sharing the store: another server, a command-line sweep.
                     if not self.slots.claim(store, run_id, self.stop_event.is_set):
                         raise TrainingStopped("stopped while other processes' runs held the training cap")
@@ -772,6 +793,7 @@ class Job(BackgroundJob):
                 status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
             finally:
                 self.slots.release(store, run_id)
+        self._prepared(self.clock())  # a run that failed or was stopped while preparing is no longer preparing
         self._set(status=status, error=error, phase=None, ended=self.clock())
 
 
