@@ -478,9 +478,7 @@ class Job(BackgroundJob):
         self._probe_steps = MetricHistory()  # {"step", "probabilities"} after each step
         self._phase: tuple[str, int, int] | None = None
         self._with_builder = False  # whether its warm starts are with the builder (`slots.builder`) now
-        self._preparation: Entry | None = (
-            None  # its place among the runs preparing (`slots.preparing`), until it joined
-        )
+        self._preparation: Entry | None = None  # among the runs preparing (`slots.preparing`) until it joined
         self._joined_at: float | None = None  # when it joined the loop
         self._setup: dict = {}
         self._error: str | None = None
@@ -714,6 +712,7 @@ class Job(BackgroundJob):
         each record before the run's next step (the probe reads the policy then); the evaluation runs here again,
         off the loop."""
         if trainer is None:
+            self._prepared(self.clock())  # prepared on the cluster, not in this server's interpreter
             final = None
             for item in self._remote():
                 if END in item:

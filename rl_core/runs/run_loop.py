@@ -182,7 +182,9 @@ class RunLoop:
         runs joining one by one made the turns that took them in several times as long as the others), then waits
         for the turn that takes it in, which forms the group anew, and its first step is slower than its next.
         From the turns' walls a latecomer was told 1 s for 3.1 s, and runs joining a loop of eleven 2 s for 5–6 s
-        (bench/class_load.py)."""
+        (bench/class_load.py). Not scaled by the runs joining with it, as preparations are (`rl_core.runs.crowd`):
+        the turn that takes runs in builds one group of the whole loop however many it takes in, and the waits of a
+        class of eight joining at once (1.7–3.5 s) were nowhere near eight times a lone run's."""
         with self._lock:
             return statistics.median(self._first_walls) if self._first_walls else None
 
