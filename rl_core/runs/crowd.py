@@ -1,12 +1,12 @@
-"""Runs going through one phase together (preparing in the server, waiting in the loop for a first record): how many
-are in it now, and how many were on average while one of them went through it.
+"""Runs going through one phase together (the live lab's preparations in the server): how many are in it now, and
+how many were on average while one of them went through it.
 
 A phase's wall time depends on its company: the runs of a class preparing at once share the process (its GIL, its
-two cores) and each takes about as many times longer as there are of them, and a run joining the loop amid a burst
-of joiners waits through their take-in turns too. The median of the latest phases' walls, read as is after such a
-burst, told three runs preparing after a class's eighteen 6 s for 3.7 s (bench/class_load.py). So each phase is
-timed with its mean company (`mean_concurrency`), kept as seconds per run (`per_run_seconds`: the phase's wall
-shared among the runs in it, as when they take turns on one core), and announced for the company now
+two cores) and each takes about as many times longer as there are of them (0.7 s for a run alone, 1.5–3.3 s for
+three at once, bench/class_load.py). With the median of the latest preparations' walls read as is after a class's
+eighteen had prepared at once, three runs preparing later were told 6 s for 3.7 s to their first point. So each
+phase is timed with its mean company (`mean_concurrency`), kept as seconds per run (`per_run_seconds`: the phase's
+wall shared among the runs in it, as when they take turns on one core), and announced for the company now
 (`crowd_seconds`).
 """
 
