@@ -184,7 +184,8 @@ class RunLoop:
         From the turns' walls a latecomer was told 1 s for 3.1 s, and runs joining a loop of eleven 2 s for 5–6 s
         (bench/class_load.py). Not scaled by the runs joining with it, as preparations are (`rl_core.runs.crowd`):
         the turn that takes runs in builds one group of the whole loop however many it takes in, and the waits of a
-        class of eight joining at once (1.7–3.5 s) were nowhere near eight times a lone run's."""
+        class of eight's runs were 1.7–3.5 s at turns of 0.6–0.7 s: divided by a company of several, a lone run
+        would be told less than the one turn it waits at least."""
         with self._lock:
             return statistics.median(self._first_walls) if self._first_walls else None
 
