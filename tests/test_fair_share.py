@@ -21,7 +21,6 @@ from rl_core.config import RunConfig
 from rl_core.runs.first_point import PREPARATION_SECONDS
 from rl_core.runs.limits import estimated_step_seconds
 from rl_core.runs.store import RunStore
-from rl_core.runs.warm_start_builder import WarmStartWait
 from ui.jobs import RESTARTED_TRAINING, RESTARTED_WAITING, Job, LiveLoop, start_server_upkeep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -331,8 +330,7 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
 
 def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_not_the_bursts():
     """Four runs prepare together for 8 s: 2 s a run. A run preparing alone then is told 2 s (the burst's median
-    wall would be 8 s); a second run that starts 1 s into it makes both 2 s × 2, less what each has done; a run
-    whose warm-start group holds three is told 2 s × 3 after its group's time left."""
+    wall would be 8 s); a second run that starts 1 s into it makes both 2 s × 2, less what each has done."""
     clock, slots = Clock(), LiveLoop(8)
     turn = 1.5 * estimated_step_seconds(tiny_run(steps=5))  # an empty loop: its first turn is its own step
 
@@ -360,12 +358,6 @@ def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_n
     assert second.snapshot().first_point_in == pytest.approx(2 * 2.0 + turn)
     clock.now += 3.0  # the lone run alone for 1 s, then with the second for 3 s: a mean company of 7/4
     assert lone._prepared(clock.now) == (4.0, 1.75)
-    # With the builder, 10 s from its group of three's warm starts: the three then prepare together.
-    built = Job(tiny_run(steps=5), slots, clock=clock)
-    built._set(status="preparing", with_builder=True)
-    group = WarmStartWait(runs=3, groups_ahead=0, done=5, total=20, seconds_left=10.0, free_in=None)
-    slots.builder.wait = lambda ticket: group
-    assert built.snapshot().first_point_in == pytest.approx(10.0 + 3 * 2.0 + turn)
 
 
 def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):

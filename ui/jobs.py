@@ -590,8 +590,6 @@ class Job(BackgroundJob):
             wait = self.slots.builder.wait(self)
             if wait is None or wait.seconds_left is None:  # not in its group yet (or just out of it): not known
                 return None
-            # Its group's runs prepare together once their warm starts are ready.
-            preparation = self.slots.preparation_wall(wait.runs)
             return wait.seconds_left + first_point_seconds(0, 0.0, preparation, first_turn)
         builds = 0.0
         if self._builds and self._status != "training":  # its warm starts, in tiny-model steps, as a group of one
