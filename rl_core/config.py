@@ -341,6 +341,10 @@ class Range:
 IDENTITY_FIELDS = ("name", "title", "summary")
 MAX_BATCH = 1024  # responses per step (prompts_per_step × num_generations)
 MAX_UPDATES_PER_BATCH = 256  # optimiser steps per batch (ppo_epochs × num_minibatches)
+# The evaluation after a run's last step samples one response to each of this many of its task's prompts: the engine
+# samples them (`rl_core.engine.evaluation`), and the server's estimate of a run's seconds counts them
+# (`rl_core.runs.limits`), which must not import the engine.
+EVALUATION_PROMPTS = 256
 
 # Every numeric knob of AlgoConfig has an entry here (tests/test_config.py checks it). Its type (int, float, bool,
 # a Literal of names, optional or not) comes from the field's annotation; booleans and names need no entry.

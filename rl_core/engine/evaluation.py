@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from rl_core.config import EVALUATION_PROMPTS
 from rl_core.engine.lora import adapter_parameters, base_parameters, lora_scaling_of
 from rl_core.engine.rollout import Rollout
 from rl_core.engine.stacked_runs import Stack, StackedGPT2, sample_runs, shape_of
 
-EVALUATION_PROMPTS = 256
 EVALUATION_SEED = 12345
 # The most that one program's sampled logits `[R, prompts, T, vocabulary]` (float32) may take: a group whose runs
 # would pass it is sampled in programs of fewer runs (the 124M shape's vocabulary, 50,257, takes 1.2 GB per run at

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-from rl_core.config import DPOConfig, RunConfig
+from rl_core.config import EVALUATION_PROMPTS, DPOConfig, RunConfig
 
 # Seconds of one RL step per response, measured on a CPU with the tiny model on caesar (8-token answers):
 # GRPO's 8 × 8 responses with 2 epochs took 0.069 s a step, 256 × 4 responses with 64 epochs 12.8 s, so a
@@ -34,7 +34,6 @@ REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time g
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
 GPT2_PARAMETERS = 124e6  # a loaded model (rl_core.engine.pretrained) scales gpt2's factor by its parameters
 CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
-EVALUATION_PROMPTS = 256  # the final evaluation samples one response to each (Trainer.evaluate)
 # CPU seconds of one SFT warm-start step of the tiny model on caesar, its success check after it included: 200
 # steps took 4.6 CPU-s (50 steps 1.3) on one thread of the reference CPU (rl_core.engine.sft.sft_policy).
 SFT_STEP_SECONDS = 0.023
