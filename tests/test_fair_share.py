@@ -394,12 +394,38 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     assert slots.speed == pytest.approx(speed)
     # A run that has not stepped yet (one queued behind it, say) is estimated at that pace.
     assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)
-    # A run whose step outlasts the loop's turn steps in a lane of its own: no turn of the loop times its first
-    # point, so its page gives no number.
+
+
+def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_the_learners_counting_down(
+    monkeypatch,
+):
+    """A step estimated at 12.8 s on an idle machine, at load 5 on 2 cores (6 runnable: 3 times slower), in a lane
+    whose run waits after each update for 3 other learners' shares: its first record after 12.8 × 3 × 4 s."""
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
+    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
+    clock, slots = Clock(), LiveLoop(2)
+    learners = {"present": 4}
+    monkeypatch.setattr(slots.loop, "learners_with", lambda learner: learners["present"])
     heavy = RunConfig(
         algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
     )
-    assert estimated_step_seconds(heavy) > slots.loop.turn_seconds
-    waiting = Job(heavy, slots, clock=clock)
-    waiting._set(status="training")
-    assert waiting.snapshot().first_point_in is None
+    step = estimated_step_seconds(heavy)
+    assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
+    job = Job(heavy, slots, clock=clock)
+    job._set(status="preparing", builds=[])
+    job._prepare()
+    lane = step * 3 * 4
+    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed yet
+    clock.now += 0.1
+    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
+    slots.observe_preparation(*job._prepared(clock.now))
+    job._set(joined_at=clock.now)  # in its lane: what is left of its first step
+    assert job.snapshot().first_point_in == pytest.approx(lane)
+    clock.now += 50.0
+    assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
+    learners["present"] = 2  # two learners left: it waits for one other share
+    assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
+    clock.now += step * 3 * 2
+    assert job.snapshot().first_point_in == 0.0  # overran: about to come
+    job._add({"step": 1, "reward_mean": 0.5})
+    assert job.snapshot().first_point_in is None

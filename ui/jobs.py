@@ -34,10 +34,17 @@ from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
 from rl_core.runs.crowd import Crowd, Entry, crowd_seconds, per_run_seconds
-from rl_core.runs.first_point import PREPARATION_SECONDS, first_point_seconds, first_turn_seconds, still_ahead
+from rl_core.runs.first_point import (
+    PREPARATION_SECONDS,
+    first_point_seconds,
+    first_turn_seconds,
+    lane_first_step_seconds,
+    still_ahead,
+)
 from rl_core.runs.limits import (
     HOUR,
     ServerLimits,
+    contention,
     estimated_seconds,
     estimated_step_seconds,
     estimated_warm_start_seconds,
@@ -568,19 +575,24 @@ class Job(BackgroundJob):
         builder, its group's time left (None while the group forms, a later click may still join it, or before the
         group has a pace, and as it reaches the builder); queued, its warm starts at the builder's latest pace per
         seed, as a group of one (None while the builder is busy); then its preparation and its wait in the loop as
-        this server times them now, less what has passed of each; queued, the queue's wait before all that. None
+        this server times them now (a run that steps in a lane of its own: its first step there,
+        `lane_first_step_seconds`), less what has passed of each; queued, the queue's wait before all that. None
         once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
             return None
-        if self._step_estimate > self.slots.loop.turn_seconds:
-            # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
-            # steps of other runs time (the class bench's heavy run was told 1 s, then 6 s, for 13 and 23 s).
-            return None
         now, loop = self.clock(), self.slots.loop
-        turn = loop.turn_wall
-        if turn is None:  # nothing in the loop: the run's first turn is its own step
-            turn = self._step_estimate * self.slots.speed
-        first_turn = still_ahead(first_turn_seconds(turn, loop.first_record_wall), self._joined_at, now)
+        if self._step_estimate > loop.turn_seconds:
+            # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
+            # other runs' first records time (from them the class bench's heavy run was told 1 s, then 6 s, for 13
+            # and 23 s), at the machine's load now, paced for the learners sharing the loop once it is in.
+            slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
+            lane = lane_first_step_seconds(self._step_estimate * slower, loop.learners_with(self.session))
+            first_turn = still_ahead(lane, self._joined_at, now)
+        else:
+            turn = loop.turn_wall
+            if turn is None:  # nothing in the loop: the run's first turn is its own step
+                turn = self._step_estimate * self.slots.speed
+            first_turn = still_ahead(first_turn_seconds(turn, loop.first_record_wall), self._joined_at, now)
         preparation = 0.0
         if self._joined_at is None:  # at the pace of the runs preparing now, itself included
             since = None if self._preparation is None else self._preparation.since
