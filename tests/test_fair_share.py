@@ -281,9 +281,10 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     assert job.snapshot().first_point_in == pytest.approx(
         4.0 + 53 * SFT_STEP_SECONDS + PREPARATION_SECONDS + 1.5 * turn
     )
-    # Its place taken, about to reach the builder, then with it but not yet in a group: the group it joins may
-    # still grow (classmates' clicks).
+    # Its place taken (its preparation begun, as `_work` begins it), about to reach the builder, then with it but
+    # not yet in a group: the group it joins may still grow (classmates' clicks).
     job._set(status="preparing")
+    job._prepare()
     assert job.snapshot().first_point_in is None
     job._set(with_builder=True)
     assert job.snapshot().first_point_in is None
@@ -358,6 +359,13 @@ def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_n
     assert second.snapshot().first_point_in == pytest.approx(2 * 2.0 + turn)
     clock.now += 3.0  # the lone run alone for 1 s, then with the second for 3 s: a mean company of 7/4
     assert lone._prepared(clock.now) == (4.0, 1.75)
+    # A preparation ends once: joining the loop without one begun is a fault, not a silent nothing to time; a run
+    # that ends leaves the preparing runs if it was among them, and only then.
+    with pytest.raises(RuntimeError, match="had not begun"):
+        lone._prepared(clock.now)
+    lone._stop_preparing(clock.now)
+    second._stop_preparing(clock.now)
+    assert slots.preparing.count == 0
 
 
 def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):

@@ -50,7 +50,7 @@ from rl_core.runs.limits import (
     estimated_warm_start_seconds,
     model_factor,
 )
-from rl_core.runs.run_loop import TURNS_TIMED, RunLoop
+from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
 from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait
@@ -205,6 +205,10 @@ class TrainingSlots:
 # time-boxed and shared per learner (rl_core.runs.run_loop), so more runs make each learner's runs step less often,
 # never a turn longer, and a learner who presses Train joins at once rather than queueing behind whole runs.
 DEFAULT_LIVE_RUNS = 40
+# Preparations whose seconds per run `LiveLoop.preparation_wall` takes the median of: few, for the server's pace now
+# (a class's burst of preparations is forgotten after five more), and a median, so one odd preparation does not move
+# it. Counted apart from the loop's turns (`run_loop.TURNS_TIMED`), whose pace changes with other things.
+PREPARATIONS_TIMED = 5
 
 
 class LiveLoop(TrainingSlots):
@@ -227,13 +231,13 @@ class LiveLoop(TrainingSlots):
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
         self.preparing = Crowd()  # the runs preparing now, from their place (or their warm starts built) to the loop
-        self._preparations: deque[float] = deque(maxlen=TURNS_TIMED)  # the latest preparations' seconds per run
+        self._preparations: deque[float] = deque(maxlen=PREPARATIONS_TIMED)  # the latest preparations' seconds per run
 
     def preparation_wall(self, concurrency: float) -> float:
         """Wall seconds a run's preparation takes in this server now, from its place in the loop (or its warm
         starts built) to joining the loop (its models built, its warm starts loaded, its probe), with `concurrency`
-        runs preparing (itself included): `crowd_seconds` of the median of the latest TURNS_TIMED runs' seconds per
-        run (`observe_preparation`), PREPARATION_SECONDS a run before one was timed."""
+        runs preparing (itself included): `crowd_seconds` of the median of the latest PREPARATIONS_TIMED runs'
+        seconds per run (`observe_preparation`), PREPARATION_SECONDS a run before one was timed."""
         with self._condition:
             per_run = statistics.median(self._preparations) if self._preparations else PREPARATION_SECONDS
         return crowd_seconds(per_run, concurrency)
@@ -657,12 +661,23 @@ class Job(BackgroundJob):
         """Its preparation begins: it joins the runs preparing (`slots.preparing`)."""
         self._set(preparation=self.slots.preparing.enter(self.clock()))
 
-    def _prepared(self, now: float) -> tuple[float, float] | None:
-        """Its preparation ends at `now` (it joins the loop or the builder, or it ended): the preparation's wall
-        seconds and its mean company (`Crowd.leave`); None if it was not preparing."""
+    def _prepared(self, now: float) -> tuple[float, float]:
+        """Its preparation ends at `now` (it joins the loop or the builder, or its run goes to the cluster): the
+        preparation's wall seconds and its mean company (`Crowd.leave`). Each of those paths comes after a
+        `_prepare`: the one on taking its place in `_work`, or the one after the builder."""
         with self._lock:
             entry, self._preparation = self._preparation, None
-        return None if entry is None else (now - entry.since, self.slots.preparing.leave(entry, now))
+        if entry is None:
+            raise RuntimeError("a run's preparation ended that had not begun")
+        return now - entry.since, self.slots.preparing.leave(entry, now)
+
+    def _stop_preparing(self, now: float) -> None:
+        """A run that ended (failed, stopped, or trained) is no longer preparing, if it still was: it may have ended
+        before its place was taken, while preparing, or after joining the loop."""
+        with self._lock:
+            preparing = self._preparation is not None
+        if preparing:  # only this job's thread begins and ends its preparation
+            self._prepared(now)
 
     def _set(self, **fields) -> None:
         with self._lock:
@@ -804,7 +819,7 @@ class Job(BackgroundJob):
                 status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
             finally:
                 self.slots.release(store, run_id)
-        self._prepared(self.clock())  # a run that failed or was stopped while preparing is no longer preparing
+        self._stop_preparing(self.clock())
         self._set(status=status, error=error, phase=None, ended=self.clock())
 
 
