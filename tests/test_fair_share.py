@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -366,6 +367,38 @@ def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_n
     lone._stop_preparing(clock.now)
     second._stop_preparing(clock.now)
     assert slots.preparing.count == 0
+
+
+def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_intake_not_the_bursts_waits():
+    """A class's runs joined together and waited 7 s each for their first records (each behind the turns that took
+    in the ones before it); now a turn takes 0.8 s and one that takes runs in 2 s, preparations 1 s a run. A run
+    preparing alone: 1 s, then half a turn under way and its intake, 0.4 + 2 s. Two preparing: 2 × 1 s each, and
+    the burst's waits, for they join together."""
+    clock, slots = Clock(), LiveLoop(8)
+    slots.loop = SimpleNamespace(
+        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, learners_with=None
+    )
+    slots.observe_preparation(4.0, 4.0)  # 1 s a run
+
+    def preparing() -> Job:
+        job = Job(tiny_run(steps=5), slots, clock=clock)
+        job._set(status="preparing", builds=[])
+        job._prepare()
+        return job
+
+    lone = preparing()
+    assert lone.snapshot().first_point_in == pytest.approx(1.0 + 0.4 + 2.0)
+    clock.now += 1.0
+    slots.observe_preparation(*lone._prepared(clock.now))
+    lone._set(joined_at=clock.now)
+    clock.now += 0.5
+    assert lone.snapshot().first_point_in == pytest.approx(2.4 - 0.5)  # what is left of its wait in the loop
+    pair = [preparing(), preparing()]
+    assert pair[0].snapshot().first_point_in == pytest.approx(2 * 1.0 + 7.0)
+    queued = Job(tiny_run(steps=5), slots, clock=clock)  # who it will join with is not known: the latest runs' wait
+    queued._set(status="queued")
+    slots.wait_estimate = lambda ticket: 3.0  # the queue's wait
+    assert queued.snapshot().first_point_in == pytest.approx(3.0 + 3 * 1.0 + 7.0)
 
 
 def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):

@@ -39,6 +39,7 @@ from rl_core.runs.first_point import (
     first_point_seconds,
     first_turn_seconds,
     lane_first_step_seconds,
+    lone_first_turn_seconds,
     still_ahead,
 )
 from rl_core.runs.limits import (
@@ -579,9 +580,9 @@ class Job(BackgroundJob):
         builder, its group's time left (None while the group forms, a later click may still join it, or before the
         group has a pace, and as it reaches the builder); queued, its warm starts at the builder's latest pace per
         seed, as a group of one (None while the builder is busy); then its preparation and its wait in the loop as
-        this server times them now (a run that steps in a lane of its own: its first step there,
-        `lane_first_step_seconds`), less what has passed of each; queued, the queue's wait before all that. None
-        once it has a point or ended."""
+        this server times them now (a run that joins alone: `lone_first_turn_seconds`; one that steps in a lane of
+        its own: its first step there, `lane_first_step_seconds`), less what has passed of each; queued, the
+        queue's wait before all that. None once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
             return None
         now, loop = self.clock(), self.slots.loop
@@ -592,6 +593,8 @@ class Job(BackgroundJob):
             slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
             lane = lane_first_step_seconds(self._step_estimate * slower, loop.learners_with(self.session))
             first_turn = still_ahead(lane, self._joined_at, now)
+        elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
+            first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)
         else:
             turn = loop.turn_wall
             if turn is None:  # nothing in the loop: the run's first turn is its own step
@@ -620,6 +623,12 @@ class Job(BackgroundJob):
             wait = self.slots.wait_estimate(self)
             return None if wait is None else wait + own
         return own
+
+    def _alone(self) -> bool:
+        """Whether the run goes into the loop by itself (under the lock): it has its place and no other run is
+        preparing with it; a run with the builder joins with its group, a queued one with whoever gets places then."""
+        others = self.slots.preparing.count - (self._preparation is not None)
+        return self._status != "queued" and not self._with_builder and others == 0
 
     def chat_models(self) -> ChatModels | None:
         """The ended run's policy and reference to talk to; None while it runs, if it never trained a step, or

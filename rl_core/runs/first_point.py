@@ -35,6 +35,19 @@ def first_turn_seconds(turn: float, measured: float | None) -> float:
     return (UNDER_WAY_TURNS + 1) * turn if measured is None else measured
 
 
+def lone_first_turn_seconds(turn: float, intake: float) -> float:
+    """Seconds from a run's joining the loop alone (no other run preparing or joining with it) to its first record:
+    the rest of the ordinary turn under way, of `turn` seconds (`RunLoop.turn_wall`), then the turn that takes it in,
+    of `intake` seconds (`RunLoop.intake_wall`: it builds the group anew): UNDER_WAY_TURNS × turn + intake.
+
+    Not the latest runs' own waits (`RunLoop.first_record_wall`): after a burst of runs joining at once those are
+    the burst's last joiners', each behind the turns that took in the ones before it, and they rise with its size
+    and the load it made. In one process (load 2-3 on 2 cores), twelve runs joining together left a median wait of
+    0.87 s and a lone run then waited 0.62 s; after eight, 0.59 s against 0.76 s, where this sum came to 0.67 s;
+    after twenty, 0.94 s against 1.12 s, where it came to 1.12 s."""
+    return UNDER_WAY_TURNS * turn + intake
+
+
 def lane_first_step_seconds(step_seconds: float, learners: int) -> float:
     """Seconds from a run's joining a lane of its own (`RunLoop._to_lane`) to its first record: its first step of
     `step_seconds` of work, after each update of which the lane waits for the other learners' shares (`lane_pause`:
