@@ -2,6 +2,7 @@
 goes on only while its learner has time to spend, and a server that starts after a crash marks what the dead one
 left as interrupted, its learners' pages saying so."""
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -42,7 +43,7 @@ def wait_for(condition, timeout: float = 60.0) -> None:
 class Request:
     """A queue ticket of a learner's, as a Job is one (`session`)."""
 
-    def __init__(self, session: str):
+    def __init__(self, session: str | None):
         self.session = session
 
 
@@ -375,9 +376,7 @@ def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_i
     preparing alone: 1 s, then half a turn under way and its intake, 0.4 + 2 s. Two preparing: 2 × 1 s each, and
     the burst's waits, for they join together."""
     clock, slots = Clock(), LiveLoop(8)
-    slots.loop = SimpleNamespace(
-        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, learners_with=None
-    )
+    slots.loop = SimpleNamespace(turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20)
     slots.observe_preparation(4.0, 4.0)  # 1 s a run
 
     def preparing() -> Job:
@@ -444,29 +443,35 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     whose run waits after each update for 3 other learners' shares: its first record after 12.8 × 3 × 4 s."""
     monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
     monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
-    clock, slots = Clock(), LiveLoop(2)
-    learners = {"present": 4}
-    monkeypatch.setattr(slots.loop, "learners_with", lambda learner: learners["present"])
+    clock, slots = Clock(), LiveLoop(8)
     heavy = RunConfig(
         algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
     )
     step = estimated_step_seconds(heavy)
     assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
-    job = Job(heavy, slots, clock=clock)
-    job._set(status="preparing", builds=[])
-    job._prepare()
-    lane = step * 3 * 4
-    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed yet
-    clock.now += 0.1
-    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
-    slots.observe_preparation(*job._prepared(clock.now))
-    job._set(joined_at=clock.now)  # in its lane: what is left of its first step
-    assert job.snapshot().first_point_in == pytest.approx(lane)
-    clock.now += 50.0
-    assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
-    learners["present"] = 2  # two learners left: it waits for one other share
-    assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
-    clock.now += step * 3 * 2
-    assert job.snapshot().first_point_in == 0.0  # overran: about to come
-    job._add({"step": 1, "reward_mean": 0.5})
-    assert job.snapshot().first_point_in is None
+    job = Job(heavy, slots, clock=clock, session="c")
+    assert slots.learners_sharing(job) == 1  # no place taken: itself alone
+    with contextlib.ExitStack() as leaving, contextlib.ExitStack() as staying:
+        # Places taken (in the loop, preparing or with the builder): learner a's two runs, b's, one without a
+        # session (a learner of its own); four learners with its own.
+        for ticket in (Request("a"), Request("a"), Request("b")):
+            leaving.enter_context(slots.hold(threading.Event(), ticket=ticket))
+        staying.enter_context(slots.hold(threading.Event(), ticket=Request(None)))
+        assert slots.learners_sharing(job) == 4
+        job._set(status="preparing", builds=[])
+        job._prepare()
+        lane = step * 3 * 4
+        assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed
+        clock.now += 0.1
+        assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
+        slots.observe_preparation(*job._prepared(clock.now))
+        job._set(joined_at=clock.now)  # in its lane: what is left of its first step
+        assert job.snapshot().first_point_in == pytest.approx(lane)
+        clock.now += 50.0
+        assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
+        leaving.close()  # a's and b's runs ended: it waits for one other share
+        assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
+        clock.now += step * 3 * 2
+        assert job.snapshot().first_point_in == 0.0  # overran: about to come
+        job._add({"step": 1, "reward_mean": 0.5})
+        assert job.snapshot().first_point_in is None

@@ -320,25 +320,6 @@ def test_a_run_measured_slower_than_a_turn_moves_to_a_lane(declared_costs):
     assert threads == ["training-loop", "training-loop", "training-loop-lane", "training-loop-lane"]
 
 
-def test_the_learners_a_run_will_share_the_loop_with_count_its_own_learner_once():
-    loop, release = RunLoop(), threading.Event()
-    held = Counting("A", 1, [])
-    step = held.step
-    held.step = lambda: release.wait(10) and step()
-    a = train_in_thread(loop, held, learner="a")
-    deadline = time.monotonic() + 10
-    while not loop.runs and time.monotonic() < deadline:  # its thread has not reached the loop yet
-        time.sleep(0.01)
-    try:
-        assert loop.learners_with("a") == 1  # its run is here already
-        assert loop.learners_with("b") == 2
-        assert loop.learners_with(None) == 2  # a learner of its own
-    finally:
-        release.set()
-    joined(a)
-    assert loop.learners_with("a") == 1  # its run has left: it would be alone
-
-
 def test_a_lane_waits_for_the_other_learners_shares():
     assert lane_pause(12.8, learners=20) == pytest.approx(12.8 * 19)
     assert lane_pause(12.8, learners=1) == 0.0

@@ -271,6 +271,14 @@ class LiveLoop(TrainingSlots):
                 return ticket
         return None
 
+    def learners_sharing(self, ticket: object) -> int:
+        """Learners with a place in the loop now, `ticket`'s counted too: each will have its share of the loop, in
+        it already, preparing, or building their warm starts (the loop's own count leaves out a class whose runs are
+        still with the builder: a lane's run announced at that count was told 31 s, and had no point 213 s later).
+        A ticket's learner is its `session`, or the ticket itself without one (a learner of its own)."""
+        with self._condition:
+            return len({getattr(t, "session", None) or t for t in (*self._holders, ticket)})
+
     def learner_runs(self, learner: str) -> tuple[int, int]:
         """This learner's runs in the loop and waiting for a place (the tickets are jobs: their `session`)."""
         with self._condition:
@@ -589,9 +597,9 @@ class Job(BackgroundJob):
         if self._step_estimate > loop.turn_seconds:
             # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
             # other runs' first records time (from them the class bench's heavy run was told 1 s, then 6 s, for 13
-            # and 23 s), at the machine's load now, paced for the learners sharing the loop once it is in.
+            # and 23 s), at the machine's load now, paced for the learners sharing the loop.
             slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
-            lane = lane_first_step_seconds(self._step_estimate * slower, loop.learners_with(self.session))
+            lane = lane_first_step_seconds(self._step_estimate * slower, self.slots.learners_sharing(self))
             first_turn = still_ahead(lane, self._joined_at, now)
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)

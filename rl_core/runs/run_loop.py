@@ -197,18 +197,8 @@ class RunLoop:
         with self._lock:
             return statistics.median(self._first_walls) if self._first_walls else None
 
-    def learners_with(self, learner: Hashable | None) -> int:
-        """`learners` once `learner`'s run has joined: `learner` counted whether or not it has a run here yet (None:
-        a learner of its own, as in `train`)."""
-        with self._lock:
-            present = self._present()
-        return len(present) + (learner is None or learner not in present)
-
-    def _present(self) -> set[Hashable]:
-        return {member.learner for member in (*self._members, *self._joining, *self._lanes)}
-
     def _learner_count(self) -> int:
-        return len(self._present())
+        return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
 
     def train(
         self, trainer, on_record: Callable[[dict], None], learner: Hashable | None = None, step_seconds: float = 0.0
