@@ -2,7 +2,6 @@
 goes on only while its learner has time to spend, and a server that starts after a crash marks what the dead one
 left as interrupted, its learners' pages saying so."""
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -450,28 +449,28 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     step = estimated_step_seconds(heavy)
     assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
     job = Job(heavy, slots, clock=clock, session="c")
-    assert slots.learners_sharing(job) == 1  # no place taken: itself alone
-    with contextlib.ExitStack() as leaving, contextlib.ExitStack() as staying:
-        # Places taken (in the loop, preparing or with the builder): learner a's two runs, b's, one without a
-        # session (a learner of its own); four learners with its own.
-        for ticket in (Request("a"), Request("a"), Request("b")):
-            leaving.enter_context(slots.hold(threading.Event(), ticket=ticket))
-        staying.enter_context(slots.hold(threading.Event(), ticket=Request(None)))
-        assert slots.learners_sharing(job) == 4
-        job._set(status="preparing", builds=[])
-        job._prepare()
-        lane = step * 3 * 4
-        assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed
-        clock.now += 0.1
-        assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
-        slots.observe_preparation(*job._prepared(clock.now))
-        job._set(joined_at=clock.now)  # in its lane: what is left of its first step
-        assert job.snapshot().first_point_in == pytest.approx(lane)
-        clock.now += 50.0
-        assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
-        leaving.close()  # a's and b's runs ended: it waits for one other share
-        assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
-        clock.now += step * 3 * 2
-        assert job.snapshot().first_point_in == 0.0  # overran: about to come
-        job._add({"step": 1, "reward_mean": 0.5})
-        assert job.snapshot().first_point_in is None
+    assert slots.learners_sharing(job) == 1  # nothing requested: itself alone
+    # Runs requested and not ended (in the loop, queued, preparing or with the builder): learner a's two, b's,
+    # one without a session (a learner of its own); four learners with its own.
+    leaving = [Request("a"), Request("a"), Request("b")]
+    for ticket in (*leaving, Request(None)):
+        slots.request(ticket)
+    assert slots.learners_sharing(job) == 4
+    job._set(status="preparing", builds=[])
+    job._prepare()
+    lane = step * 3 * 4
+    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed
+    clock.now += 0.1
+    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
+    slots.observe_preparation(*job._prepared(clock.now))
+    job._set(joined_at=clock.now)  # in its lane: what is left of its first step
+    assert job.snapshot().first_point_in == pytest.approx(lane)
+    clock.now += 50.0
+    assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
+    for ticket in leaving:  # a's and b's runs ended: it waits for one other share
+        slots.withdraw(ticket)
+    assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
+    clock.now += step * 3 * 2
+    assert job.snapshot().first_point_in == 0.0  # overran: about to come
+    job._add({"step": 1, "reward_mean": 0.5})
+    assert job.snapshot().first_point_in is None

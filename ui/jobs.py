@@ -231,6 +231,7 @@ class LiveLoop(TrainingSlots):
         self.builder = WarmStartBuilder()  # the runs' SFT warm starts, a group of one kind at a time
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
+        self._requests: set[object] = set()  # the runs requested and not ended: queued, in the loop or on the way
         self.preparing = Crowd()  # the runs preparing now, from their place (or their warm starts built) to the loop
         self._preparations: deque[float] = deque(maxlen=PREPARATIONS_TIMED)  # the latest preparations' seconds per run
 
@@ -271,13 +272,24 @@ class LiveLoop(TrainingSlots):
                 return ticket
         return None
 
-    def learners_sharing(self, ticket: object) -> int:
-        """Learners with a place in the loop now, `ticket`'s counted too: each will have its share of the loop, in
-        it already, preparing, or building their warm starts (the loop's own count leaves out a class whose runs are
-        still with the builder: a lane's run announced at that count was told 31 s, and had no point 213 s later).
-        A ticket's learner is its `session`, or the ticket itself without one (a learner of its own)."""
+    def request(self, ticket: object) -> None:
+        """A run was requested (Train pressed): it counts among the runs sharing the loop until `withdraw`."""
         with self._condition:
-            return len({getattr(t, "session", None) or t for t in (*self._holders, ticket)})
+            self._requests.add(ticket)
+
+    def withdraw(self, ticket: object) -> None:
+        with self._condition:
+            self._requests.discard(ticket)
+
+    def learners_sharing(self, ticket: object) -> int:
+        """Learners with a run requested and not ended, `ticket`'s counted too: each has or will have its share of
+        the loop, whether its run is in it already, queued, preparing or building its warm starts. The loop's own
+        count leaves out a class whose runs are still with the builder (a lane's run announced at it was told 31 s,
+        and had no point 213 s later), and the places taken leave out the runs of a class's click whose threads have
+        not reached theirs yet (90 s for 242 s). A ticket's learner is its `session`, or the ticket itself without
+        one (a learner of its own)."""
+        with self._condition:
+            return len({getattr(t, "session", None) or t for t in (*self._requests, ticket)})
 
     def learner_runs(self, learner: str) -> tuple[int, int]:
         """This learner's runs in the loop and waiting for a place (the tickets are jobs: their `session`)."""
@@ -553,6 +565,10 @@ class Job(BackgroundJob):
             job._samples.add(job._latest["step"], store.samples(stored.id))
         job._ended = job._started + (0.0 if math.isnan(stored.wall_time) else stored.wall_time)
         return job
+
+    def start(self):
+        self.slots.request(self)  # from the click on, it is one of the runs that will share the loop
+        return super().start()
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -837,6 +853,7 @@ class Job(BackgroundJob):
             finally:
                 self.slots.release(store, run_id)
         self._stop_preparing(self.clock())
+        self.slots.withdraw(self)
         self._set(status=status, error=error, phase=None, ended=self.clock())
 
 
