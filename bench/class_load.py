@@ -22,17 +22,20 @@ Starts `streamlit run app.py` on 127.0.0.1 (default limits) and speaks Streamlit
    Train after them and queue until those end (`--queue 0` leaves this out);
 6. the experiment panel, the class still training: a learner opens EXPERIMENT_PAGE, reads the wait its See it
    happen panel announces (its runs and the warm starts it trains first), presses Run and waits for the verdict
-   (`--no-experiment` leaves this out).
+   (`--no-experiment` leaves this out);
+7. the heavy run, which steps in a lane of its own paced for the class's shares: if it has no first point yet,
+   `--heavy-wait` seconds more at most for it (its first point is a class's worth of its steps away: many minutes).
 
 Announced waits: whenever a session's page says "about N s to its first point" (queued: "about N s to wait for
 its first point") before its first point, the first such announcement is compared with the real seconds from then
-to the point. A page that says "under 3 s" instead (a wait too short for a number) made a bound: it holds within
+to the point (the heavy run's apart too, with the seconds it had waited by the end if its point never came). A page
+that says "under 3 s" instead (a wait too short for a number) made a bound: it holds within
 1.5× if the point came within 4.5 s, and is counted apart, never as a ratio. Connection errors: every ForwardMsg that is
 a reference to the browser's message cache (a `ref_hash`: what the browser can miss) and every session whose
 socket closed before the end. The load average is read before and after.
 
 Run from the repository root:
-    python bench/class_load.py [--learners 20] [--alone 20] [--hold 60] [--queue 3] [--json out]
+    python bench/class_load.py [--learners 20] [--alone 20] [--hold 60] [--queue 3] [--heavy-wait 0] [--json out]
 """
 
 from __future__ import annotations
@@ -238,8 +241,17 @@ async def queue_waits(url: str, places: int) -> list[Learner]:
     return ahead + queued
 
 
+def announced_so_far(session: Learner) -> dict | None:
+    """The first wait a session's page announced against the real one (`Learner.announced_against_real`); before
+    its first point, the seconds it has waited since the announcement (`waited_s`): the real wait is longer."""
+    if session.announced is None or session.first_point_at is not None:
+        return session.announced_against_real()
+    when, seconds, text = session.announced
+    return {"announced_s": seconds, "real_s": None, "waited_s": time.monotonic() - when, "text": text[:160]}
+
+
 async def class_load(
-    url: str, db: Path, learners: int, alone_s: float, hold_s: float, experiment: bool, queue: int
+    url: str, db: Path, learners: int, alone_s: float, hold_s: float, experiment: bool, queue: int, heavy_wait: float
 ) -> dict:
     solo = Learner(url, PAGE, "steps=2000")
     await solo.open()
@@ -271,6 +283,10 @@ async def class_load(
         in_queue = await queue_waits(url, queue) if queue else []  # the class still training
         load_in_queue = load_average()
         panel = await experiment_wait(url) if experiment else None
+        heavy = cls[-1]
+        if heavy_wait > 0 and heavy.first_point_at is None:
+            with contextlib.suppress(TimeoutError):
+                await heavy.wait_for(lambda: heavy.first_point_at is not None, heavy_wait, "the heavy run's point")
         spent = {run: seconds_after[run] - seconds_before.get(run, 0.0) for run in seconds_after}
         sharing = len(everyone)  # learners with a run: each one's fair share is 1/sharing of the server
         shares = [None if p is None or not alone else p * sharing / alone for p in paces]
@@ -286,9 +302,8 @@ async def class_load(
             "alone_steps_per_s": alone,
             "class_first_point_s": class_first,
             "class_ready_s": time.monotonic() - started,
-            "heavy_first_point_s": None
-            if cls[-1].first_point_at is None
-            else cls[-1].first_point_at - cls[-1].clicked_at,
+            "heavy_first_point_s": None if heavy.first_point_at is None else heavy.first_point_at - heavy.clicked_at,
+            "heavy_announced": announced_so_far(heavy),  # its lane's first step, announced against real
             "latecomer_first_point_s": None if late.first_point_at is None else late.first_point_at - late.clicked_at,
             "steps_per_s": paces,
             "share_of_fair": shares,  # 1.0: exactly 1/sharing of its pace alone
@@ -318,6 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--queue", type=int, default=3, help="places beyond the class's in the loop, and as many runs queued behind"
     )
+    parser.add_argument(
+        "--heavy-wait",
+        type=float,
+        default=0.0,
+        help="seconds the bench waits at its end for the heavy run's first point, if it has none yet",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--no-experiment", action="store_true", help="leave out the experiment panel's announced and real wait"
@@ -336,7 +357,14 @@ def main(argv: list[str] | None = None) -> None:
     with serve_app(cache / "streamlit.log", env) as (url, _):
         results |= asyncio.run(
             class_load(
-                url, cache / "runs.sqlite", args.learners, args.alone, args.hold, not args.no_experiment, args.queue
+                url,
+                cache / "runs.sqlite",
+                args.learners,
+                args.alone,
+                args.hold,
+                not args.no_experiment,
+                args.queue,
+                args.heavy_wait,
             )
         )
     results["load_average_after"] = load_average()
@@ -354,6 +382,19 @@ def main(argv: list[str] | None = None) -> None:
         + f"; the heavy run's after {shown(results['heavy_first_point_s'])} s"
     )
     print(f"latecomer's first point: {shown(results['latecomer_first_point_s'])} s")
+    heavy = results["heavy_announced"]
+    if heavy is None:
+        print("the heavy run (a lane of its own): no wait announced")
+    elif heavy["real_s"] is None:
+        print(
+            f"the heavy run (a lane of its own): announced {heavy['announced_s']:.0f} s, no point "
+            f"{heavy['waited_s']:.0f} s later ({heavy['text']})"
+        )
+    else:
+        print(
+            f"the heavy run (a lane of its own): announced {heavy['announced_s']:.0f} s, real {heavy['real_s']:.0f} s, "
+            f"announced ÷ real {shown(heavy['ratio'])} ({heavy['text']})"
+        )
     if normal:
         print(
             f"normal runs' pace as a share of their fair share (1 = pace alone / {results['learners_sharing']}): "

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -41,7 +42,7 @@ def wait_for(condition, timeout: float = 60.0) -> None:
 class Request:
     """A queue ticket of a learner's, as a Job is one (`session`)."""
 
-    def __init__(self, session: str):
+    def __init__(self, session: str | None):
         self.session = session
 
 
@@ -281,9 +282,10 @@ def test_a_runs_first_point_is_announced_from_its_warm_start_groups_own_pace_and
     assert job.snapshot().first_point_in == pytest.approx(
         4.0 + 53 * SFT_STEP_SECONDS + PREPARATION_SECONDS + 1.5 * turn
     )
-    # Its place taken, about to reach the builder, then with it but not yet in a group: the group it joins may
-    # still grow (classmates' clicks).
+    # Its place taken (its preparation begun, as `_work` begins it), about to reach the builder, then with it but
+    # not yet in a group: the group it joins may still grow (classmates' clicks).
     job._set(status="preparing")
+    job._prepare()
     assert job.snapshot().first_point_in is None
     job._set(with_builder=True)
     assert job.snapshot().first_point_in is None
@@ -358,6 +360,43 @@ def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_n
     assert second.snapshot().first_point_in == pytest.approx(2 * 2.0 + turn)
     clock.now += 3.0  # the lone run alone for 1 s, then with the second for 3 s: a mean company of 7/4
     assert lone._prepared(clock.now) == (4.0, 1.75)
+    # A preparation ends once: joining the loop without one begun is a fault, not a silent nothing to time; a run
+    # that ends leaves the preparing runs if it was among them, and only then.
+    with pytest.raises(RuntimeError, match="had not begun"):
+        lone._prepared(clock.now)
+    lone._stop_preparing(clock.now)
+    second._stop_preparing(clock.now)
+    assert slots.preparing.count == 0
+
+
+def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_intake_not_the_bursts_waits():
+    """A class's runs joined together and waited 7 s each for their first records (each behind the turns that took
+    in the ones before it); now a turn takes 0.8 s and one that takes runs in 2 s, preparations 1 s a run. A run
+    preparing alone: 1 s, then half a turn under way and its intake, 0.4 + 2 s. Two preparing: 2 × 1 s each, and
+    the burst's waits, for they join together."""
+    clock, slots = Clock(), LiveLoop(8)
+    slots.loop = SimpleNamespace(turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20)
+    slots.observe_preparation(4.0, 4.0)  # 1 s a run
+
+    def preparing() -> Job:
+        job = Job(tiny_run(steps=5), slots, clock=clock)
+        job._set(status="preparing", builds=[])
+        job._prepare()
+        return job
+
+    lone = preparing()
+    assert lone.snapshot().first_point_in == pytest.approx(1.0 + 0.4 + 2.0)
+    clock.now += 1.0
+    slots.observe_preparation(*lone._prepared(clock.now))
+    lone._set(joined_at=clock.now)
+    clock.now += 0.5
+    assert lone.snapshot().first_point_in == pytest.approx(2.4 - 0.5)  # what is left of its wait in the loop
+    pair = [preparing(), preparing()]
+    assert pair[0].snapshot().first_point_in == pytest.approx(2 * 1.0 + 7.0)
+    queued = Job(tiny_run(steps=5), slots, clock=clock)  # who it will join with is not known: the latest runs' wait
+    queued._set(status="queued")
+    slots.wait_estimate = lambda ticket: 3.0  # the queue's wait
+    assert queued.snapshot().first_point_in == pytest.approx(3.0 + 3 * 1.0 + 7.0)
 
 
 def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):
@@ -394,12 +433,44 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     assert slots.speed == pytest.approx(speed)
     # A run that has not stepped yet (one queued behind it, say) is estimated at that pace.
     assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)
-    # A run whose step outlasts the loop's turn steps in a lane of its own: no turn of the loop times its first
-    # point, so its page gives no number.
+
+
+def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_the_learners_counting_down(
+    monkeypatch,
+):
+    """A step estimated at 12.8 s on an idle machine, at load 5 on 2 cores (6 runnable: 3 times slower), in a lane
+    whose run waits after each update for 3 other learners' shares: its first record after 12.8 × 3 × 4 s."""
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
+    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
+    clock, slots = Clock(), LiveLoop(8)
     heavy = RunConfig(
         algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
     )
-    assert estimated_step_seconds(heavy) > slots.loop.turn_seconds
-    waiting = Job(heavy, slots, clock=clock)
-    waiting._set(status="training")
-    assert waiting.snapshot().first_point_in is None
+    step = estimated_step_seconds(heavy)
+    assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
+    job = Job(heavy, slots, clock=clock, session="c")
+    assert slots.learners_sharing(job) == 1  # nothing requested: itself alone
+    # Runs requested and not ended (in the loop, queued, preparing or with the builder): learner a's two, b's,
+    # one without a session (a learner of its own); four learners with its own.
+    leaving = [Request("a"), Request("a"), Request("b")]
+    for ticket in (*leaving, Request(None)):
+        slots.request(ticket)
+    assert slots.learners_sharing(job) == 4
+    job._set(status="preparing", builds=[])
+    job._prepare()
+    lane = step * 3 * 4
+    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed
+    clock.now += 0.1
+    assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
+    slots.observe_preparation(*job._prepared(clock.now))
+    job._set(joined_at=clock.now)  # in its lane: what is left of its first step
+    assert job.snapshot().first_point_in == pytest.approx(lane)
+    clock.now += 50.0
+    assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
+    for ticket in leaving:  # a's and b's runs ended: it waits for one other share
+        slots.withdraw(ticket)
+    assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
+    clock.now += step * 3 * 2
+    assert job.snapshot().first_point_in == 0.0  # overran: about to come
+    job._add({"step": 1, "reward_mean": 0.5})
+    assert job.snapshot().first_point_in is None

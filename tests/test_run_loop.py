@@ -350,8 +350,9 @@ def test_the_loop_times_a_turn_from_its_start_to_the_next_and_a_run_from_joining
     # handed over, turns 2, 3 and 4 start.
     readings = iter([0.0, 0.5, 2.0, 2.5, 4.5, 5.5])
     loop = RunLoop(clock=lambda: next(readings))
-    assert loop.turn_wall is None and loop.first_record_wall is None  # nothing timed yet
+    assert loop.turn_wall is None and loop.first_record_wall is None and loop.intake_wall is None  # nothing timed
     joined(train_in_thread(loop, Counting("A", 4, [])))
     # Joined at 0 s, first record at 2 s; turn 1 took the run in (not an ordinary turn), then 2 s and 1 s.
     assert loop.first_record_wall == 2.0
     assert loop.turn_wall == 1.5
+    assert loop.intake_wall == 2.0  # turn 1, from 0.5 s to 2.5 s

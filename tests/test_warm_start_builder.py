@@ -35,7 +35,7 @@ class Builds:
         self.calls: queue.Queue = queue.Queue()
         self.error: Exception | None = None
 
-    def __call__(self, runs, stopped, on_step) -> None:
+    def __call__(self, runs, cache_dir, stopped, on_step) -> None:
         release = threading.Event()
         self.calls.put(([run.seed for run in runs], on_step, release))
         while not release.wait(0.01):

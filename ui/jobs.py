@@ -34,16 +34,24 @@ from rl_core.engine.trainer import Trainer, TrainingStopped
 from rl_core.messages import brief
 from rl_core.runs import cluster
 from rl_core.runs.crowd import Crowd, Entry, crowd_seconds, per_run_seconds
-from rl_core.runs.first_point import PREPARATION_SECONDS, first_point_seconds, first_turn_seconds, still_ahead
+from rl_core.runs.first_point import (
+    PREPARATION_SECONDS,
+    first_point_seconds,
+    first_turn_seconds,
+    lane_first_step_seconds,
+    lone_first_turn_seconds,
+    still_ahead,
+)
 from rl_core.runs.limits import (
     HOUR,
     ServerLimits,
+    contention,
     estimated_seconds,
     estimated_step_seconds,
     estimated_warm_start_seconds,
     model_factor,
 )
-from rl_core.runs.run_loop import TURNS_TIMED, RunLoop
+from rl_core.runs.run_loop import RunLoop
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
 from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait
@@ -198,6 +206,10 @@ class TrainingSlots:
 # time-boxed and shared per learner (rl_core.runs.run_loop), so more runs make each learner's runs step less often,
 # never a turn longer, and a learner who presses Train joins at once rather than queueing behind whole runs.
 DEFAULT_LIVE_RUNS = 40
+# Preparations whose seconds per run `LiveLoop.preparation_wall` takes the median of: few, for the server's pace now
+# (a class's burst of preparations is forgotten after five more), and a median, so one odd preparation does not move
+# it. Counted apart from the loop's turns (`run_loop.TURNS_TIMED`), whose pace changes with other things.
+PREPARATIONS_TIMED = 5
 
 
 class LiveLoop(TrainingSlots):
@@ -219,14 +231,15 @@ class LiveLoop(TrainingSlots):
         self.builder = WarmStartBuilder()  # the runs' SFT warm starts, a group of one kind at a time
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
+        self._requests: set[object] = set()  # the runs requested and not ended: queued, in the loop or on the way
         self.preparing = Crowd()  # the runs preparing now, from their place (or their warm starts built) to the loop
-        self._preparations: deque[float] = deque(maxlen=TURNS_TIMED)  # the latest preparations' seconds per run
+        self._preparations: deque[float] = deque(maxlen=PREPARATIONS_TIMED)  # the latest preparations' seconds per run
 
     def preparation_wall(self, concurrency: float) -> float:
         """Wall seconds a run's preparation takes in this server now, from its place in the loop (or its warm
         starts built) to joining the loop (its models built, its warm starts loaded, its probe), with `concurrency`
-        runs preparing (itself included): `crowd_seconds` of the median of the latest TURNS_TIMED runs' seconds per
-        run (`observe_preparation`), PREPARATION_SECONDS a run before one was timed."""
+        runs preparing (itself included): `crowd_seconds` of the median of the latest PREPARATIONS_TIMED runs'
+        seconds per run (`observe_preparation`), PREPARATION_SECONDS a run before one was timed."""
         with self._condition:
             per_run = statistics.median(self._preparations) if self._preparations else PREPARATION_SECONDS
         return crowd_seconds(per_run, concurrency)
@@ -258,6 +271,25 @@ class LiveLoop(TrainingSlots):
             ):
                 return ticket
         return None
+
+    def request(self, ticket: object) -> None:
+        """A run was requested (Train pressed): it counts among the runs sharing the loop until `withdraw`."""
+        with self._condition:
+            self._requests.add(ticket)
+
+    def withdraw(self, ticket: object) -> None:
+        with self._condition:
+            self._requests.discard(ticket)
+
+    def learners_sharing(self, ticket: object) -> int:
+        """Learners with a run requested and not ended, `ticket`'s counted too: each has or will have its share of
+        the loop, whether its run is in it already, queued, preparing or building its warm starts. The loop's own
+        count leaves out a class whose runs are still with the builder (a lane's run announced at it was told 31 s,
+        and had no point 213 s later), and the places taken leave out the runs of a class's click whose threads have
+        not reached theirs yet (90 s for 242 s). A ticket's learner is its `session`, or the ticket itself without
+        one (a learner of its own)."""
+        with self._condition:
+            return len({getattr(t, "session", None) or t for t in (*self._requests, ticket)})
 
     def learner_runs(self, learner: str) -> tuple[int, int]:
         """This learner's runs in the loop and waiting for a place (the tickets are jobs: their `session`)."""
@@ -534,6 +566,10 @@ class Job(BackgroundJob):
         job._ended = job._started + (0.0 if math.isnan(stored.wall_time) else stored.wall_time)
         return job
 
+    def start(self):
+        self.slots.request(self)  # from the click on, it is one of the runs that will share the loop
+        return super().start()
+
     def stop(self) -> None:
         self.stop_event.set()
 
@@ -568,19 +604,26 @@ class Job(BackgroundJob):
         builder, its group's time left (None while the group forms, a later click may still join it, or before the
         group has a pace, and as it reaches the builder); queued, its warm starts at the builder's latest pace per
         seed, as a group of one (None while the builder is busy); then its preparation and its wait in the loop as
-        this server times them now, less what has passed of each; queued, the queue's wait before all that. None
-        once it has a point or ended."""
+        this server times them now (a run that joins alone: `lone_first_turn_seconds`; one that steps in a lane of
+        its own: its first step there, `lane_first_step_seconds`), less what has passed of each; queued, the
+        queue's wait before all that. None once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
             return None
-        if self._step_estimate > self.slots.loop.turn_seconds:
-            # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
-            # steps of other runs time (the class bench's heavy run was told 1 s, then 6 s, for 13 and 23 s).
-            return None
         now, loop = self.clock(), self.slots.loop
-        turn = loop.turn_wall
-        if turn is None:  # nothing in the loop: the run's first turn is its own step
-            turn = self._step_estimate * self.slots.speed
-        first_turn = still_ahead(first_turn_seconds(turn, loop.first_record_wall), self._joined_at, now)
+        if self._step_estimate > loop.turn_seconds:
+            # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
+            # other runs' first records time (from them the class bench's heavy run was told 1 s, then 6 s, for 13
+            # and 23 s), at the machine's load now, paced for the learners sharing the loop.
+            slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
+            lane = lane_first_step_seconds(self._step_estimate * slower, self.slots.learners_sharing(self))
+            first_turn = still_ahead(lane, self._joined_at, now)
+        elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
+            first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)
+        else:
+            turn = loop.turn_wall
+            if turn is None:  # nothing in the loop: the run's first turn is its own step
+                turn = self._step_estimate * self.slots.speed
+            first_turn = still_ahead(first_turn_seconds(turn, loop.first_record_wall), self._joined_at, now)
         preparation = 0.0
         if self._joined_at is None:  # at the pace of the runs preparing now, itself included
             since = None if self._preparation is None else self._preparation.since
@@ -604,6 +647,12 @@ class Job(BackgroundJob):
             wait = self.slots.wait_estimate(self)
             return None if wait is None else wait + own
         return own
+
+    def _alone(self) -> bool:
+        """Whether the run goes into the loop by itself (under the lock): it has its place and no other run is
+        preparing with it; a run with the builder joins with its group, a queued one with whoever gets places then."""
+        others = self.slots.preparing.count - (self._preparation is not None)
+        return self._status != "queued" and not self._with_builder and others == 0
 
     def chat_models(self) -> ChatModels | None:
         """The ended run's policy and reference to talk to; None while it runs, if it never trained a step, or
@@ -645,12 +694,23 @@ class Job(BackgroundJob):
         """Its preparation begins: it joins the runs preparing (`slots.preparing`)."""
         self._set(preparation=self.slots.preparing.enter(self.clock()))
 
-    def _prepared(self, now: float) -> tuple[float, float] | None:
-        """Its preparation ends at `now` (it joins the loop or the builder, or it ended): the preparation's wall
-        seconds and its mean company (`Crowd.leave`); None if it was not preparing."""
+    def _prepared(self, now: float) -> tuple[float, float]:
+        """Its preparation ends at `now` (it joins the loop or the builder, or its run goes to the cluster): the
+        preparation's wall seconds and its mean company (`Crowd.leave`). Each of those paths comes after a
+        `_prepare`: the one on taking its place in `_work`, or the one after the builder."""
         with self._lock:
             entry, self._preparation = self._preparation, None
-        return None if entry is None else (now - entry.since, self.slots.preparing.leave(entry, now))
+        if entry is None:
+            raise RuntimeError("a run's preparation ended that had not begun")
+        return now - entry.since, self.slots.preparing.leave(entry, now)
+
+    def _stop_preparing(self, now: float) -> None:
+        """A run that ended (failed, stopped, or trained) is no longer preparing, if it still was: it may have ended
+        before its place was taken, while preparing, or after joining the loop."""
+        with self._lock:
+            preparing = self._preparation is not None
+        if preparing:  # only this job's thread begins and ends its preparation
+            self._prepared(now)
 
     def _set(self, **fields) -> None:
         with self._lock:
@@ -792,7 +852,8 @@ class Job(BackgroundJob):
                 status, error = "failed", error or brief(f"the run store could not record the run's end: {exc}")
             finally:
                 self.slots.release(store, run_id)
-        self._prepared(self.clock())  # a run that failed or was stopped while preparing is no longer preparing
+        self._stop_preparing(self.clock())
+        self.slots.withdraw(self)
         self._set(status=status, error=error, phase=None, ended=self.clock())
 
 

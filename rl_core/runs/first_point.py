@@ -8,6 +8,8 @@ probe), and (4) its wait in the live training loop (`rl_core.runs.run_loop`) fro
 announcement that counted the warm start alone was 0.42 to 0.80 of the real wait in a class of twenty
 (bench/class_load.py): the check and the first turn, at a loaded server's pace, were the 4 to 11 s it left out;
 one that left out the preparation and counted the loop in turns told runs with a cached warm start 1–2 s for 3–6 s.
+A run whose step costs more than the loop's turn steps in a lane of its own instead of (4), paced for the other
+learners' shares (`rl_core.runs.run_loop.LanePacer`): its first record comes after its first step stretched by them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,26 @@ def first_turn_seconds(turn: float, measured: float | None) -> float:
     latest runs' own), or before one was, the turn under way and the one that takes it in at `turn` seconds each:
     (UNDER_WAY_TURNS + 1) × turn."""
     return (UNDER_WAY_TURNS + 1) * turn if measured is None else measured
+
+
+def lone_first_turn_seconds(turn: float, intake: float) -> float:
+    """Seconds from a run's joining the loop alone (no other run preparing or joining with it) to its first record:
+    the rest of the ordinary turn under way, of `turn` seconds (`RunLoop.turn_wall`), then the turn that takes it in,
+    of `intake` seconds (`RunLoop.intake_wall`: it builds the group anew): UNDER_WAY_TURNS × turn + intake.
+
+    Not the latest runs' own waits (`RunLoop.first_record_wall`): after a burst of runs joining at once those are
+    the burst's last joiners', each behind the turns that took in the ones before it, and they rise with its size
+    and the load it made. In one process (load 2-3 on 2 cores), twelve runs joining together left a median wait of
+    0.87 s and a lone run then waited 0.62 s; after eight, 0.59 s against 0.76 s, where this sum came to 0.67 s;
+    after twenty, 0.94 s against 1.12 s, where it came to 1.12 s."""
+    return UNDER_WAY_TURNS * turn + intake
+
+
+def lane_first_step_seconds(step_seconds: float, learners: int) -> float:
+    """Seconds from a run's joining a lane of its own (`RunLoop._to_lane`) to its first record: its first step of
+    `step_seconds` of work, after each update of which the lane waits for the other learners' shares (`lane_pause`:
+    the work since its last wait × (learners − 1)): step_seconds × max(learners, 1), `learners` counting its own."""
+    return step_seconds * max(learners, 1)
 
 
 def first_point_seconds(warm_start_steps: float, sft_step: float, preparation: float, first_turn: float) -> float:

@@ -142,6 +142,7 @@ class RunLoop:
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
+        self._intake_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # the same of the latest that took runs in
         self._first_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # the latest runs' joining to first record
         self._turn_took_in = False  # whether the turn under way took in runs (its group built anew)
         self._lock = threading.Lock()
@@ -173,6 +174,13 @@ class RunLoop:
         before such a turn was timed."""
         with self._lock:
             return statistics.median(self._turn_walls) if self._turn_walls else None
+
+    @property
+    def intake_wall(self) -> float | None:
+        """Wall seconds a turn that takes runs in takes now (it builds its stacked group anew): the median of the
+        latest TURNS_TIMED such turns; None before one was timed."""
+        with self._lock:
+            return statistics.median(self._intake_walls) if self._intake_walls else None
 
     @property
     def first_record_wall(self) -> float | None:
@@ -247,8 +255,8 @@ class RunLoop:
                 self._thread, self._turn_began = None, None
                 return False
             began, self._turn_began = self._turn_began, self._clock()
-            if began is not None and not self._turn_took_in:
-                self._turn_walls.append(self._turn_began - began)
+            if began is not None:
+                (self._intake_walls if self._turn_took_in else self._turn_walls).append(self._turn_began - began)
             self._turn_took_in = took_in
             self._turn_number += 1
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)

@@ -27,11 +27,8 @@ from rl_core.engine.pretrained import is_preset
 from rl_core.runs.first_point import CHECK_SFT_STEPS, PACED_AFTER
 from rl_core.runs.limits import SFT_STEP_SECONDS, model_factor
 from rl_core.runs.sweep import warm_start_kind
-from rl_core.runs.warm_start_worker import build_in_worker
+from rl_core.runs.warm_start_worker import Build, build_in_worker
 from rl_core.runs.workers import start_worker_server
-
-# build(runs, stopped, on_step): trains (or finds cached) the runs' warm starts, as `sweep.warm_starts` does.
-Build = Callable[[Sequence[RunConfig], Callable[[], bool], Callable[[int], None]], None]
 
 
 @dataclass(frozen=True)
@@ -91,9 +88,10 @@ class WarmStartBuilder:
     """One thread that trains the pending warm starts of the live lab, group by group in the order they opened.
 
     `build(run, ticket, builds, stopped)` blocks the caller (a run's thread) until the run's warm starts are in the
-    cache; `wait(ticket)` says where that run stands. `build_group` is `sweep.warm_starts` in a worker process
-    (`build_in_worker`: a core of its own, outside the server's GIL; injectable for tests), `clock` the monotonic
-    clock its paces are read on."""
+    cache; `wait(ticket)` says where that run stands. `build_group(runs, cache_dir, stopped, on_step)` trains (or
+    finds cached) a group's warm starts in `cache_dir`: `sweep.warm_starts` in a worker process (`build_in_worker`: a
+    core of its own, outside the server's GIL; injectable for tests); `clock` is the monotonic clock its paces are
+    read on."""
 
     def __init__(
         self,
@@ -103,7 +101,8 @@ class WarmStartBuilder:
     ):
         if build_group is None:
             start_worker_server()  # its engine import starts now, not at the first Train click
-        self._build = build_group or (lambda runs, stopped, on_step: build_in_worker(runs, cache_dir, stopped, on_step))
+        self._cache_dir = cache_dir
+        self._build = build_group or build_in_worker
         self._clock = clock
         self._lock = threading.Condition()
         self._groups: list[_Group] = []  # the group under way (started) first, then the forming ones in order
@@ -181,7 +180,7 @@ class WarmStartBuilder:
         with self._lock:
             runs, stops = list(group.members.values()), list(group.stops.values())
         try:
-            self._build(runs, lambda: all(s() for s in stops), lambda done: self._stepped(group, done))
+            self._build(runs, self._cache_dir, lambda: all(s() for s in stops), lambda done: self._stepped(group, done))
         except Exception as error:  # noqa: BLE001 - each of its runs raises it in its own thread
             group.error = error
         with self._lock:

@@ -28,7 +28,8 @@ from rl_core.runs.workers import main_script_kept_out, sigint_ignored, watch_coo
 # would. Terminating it loses nothing: a checkpoint is written to a staging folder and renamed into place (`sft`,
 # `toy_tasks.preference`), and a stopped group's warm starts are for no one.
 STOP_GRACE_S = 1.0
-# build(runs, cache_dir, stopped, on_step), as `sweep.warm_starts`: what the worker runs.
+# build(runs, cache_dir, stopped, on_step), as `sweep.warm_starts`: what the worker runs, and how the live lab's
+# builder (`warm_start_builder.WarmStartBuilder`) has a group built (`build_in_worker` is one).
 Build = Callable[[Sequence[RunConfig], Path | None, Callable[[], bool], Callable[[int], None]], None]
 POLL_S = 0.1  # seconds between the builder's looks at whether every run of the group was stopped
 
