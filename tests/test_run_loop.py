@@ -430,7 +430,7 @@ def joined_while_held(loop: RunLoop, runs: list[Counting]) -> list[dict]:
     held.wait(10)
     outcomes = []
     for n, run in enumerate(runs):  # one at a time, so that they join in this order
-        outcomes.append(train_in_thread(loop, run, learner=run.name))
+        outcomes.append(train_in_thread(loop, run, learner=n))
         waiting_for_runs(loop, n + 2)
     all_in.set()
     joined(holder, *outcomes)
