@@ -4,17 +4,19 @@ behind another's whole training, and the CPU is shared per learner, not per run.
 `RunLoop.train(trainer, on_record, learner, step_seconds)` hands a prepared trainer to the loop and blocks its caller
 until the run ends. The loop is one thread that, each turn, takes in the runs that joined since the last turn, ends
 those that have trained their steps or were stopped, chooses which runs step (`choose_turn`) and steps them with
-`run_batch.step_together` (their sampling requests stacked where they can be). A run's step that raises ends that
-run only; the others go on. A run that joins while a turn is under way takes its first step in the next turn.
+`run_batch.step_together` (the runs of one shape as one group), on more threads than its own where it has them
+(Threads, below). A run's step that raises ends that run only; the others go on. A run that joins while a turn is
+under way takes its first step in the next turn.
 
 Fair shares. A turn is time-boxed (`turn_seconds`) and split evenly among the learners with runs in the loop:
-each learner's account earns `turn_seconds / learners` a turn (never more than one turn's share banked) and pays
-each of its steps' seconds (`step_time`). A learner in credit steps its runs in rotation while the credit lasts, so
-twenty runs of one learner move no faster together than one run of another learner, and a learner whose steps cost
-more than its share steps every few turns instead of lengthening everyone's turn (deficit round robin). A share is
-never less than the cheapest step in the loop, though: on a loaded machine ten learners' steps (timed by the
-clock) can outlast the box together, and with smaller shares they would step in ever-changing subsets, each
-subset a new group for `step_together` (new stacked weights, a smaller program) instead of one group of all.
+each learner's account earns `turn_seconds / learners` a turn (× the parts stepped at once, Threads below; never
+more than one turn's share banked) and pays each of its steps' seconds (`step_time`). A learner in credit steps its
+runs in rotation while the credit lasts, so twenty runs of one learner move no faster together than one run of
+another learner, and a learner whose steps cost more than its share steps every few turns instead of lengthening
+everyone's turn (deficit round robin). A share is never less than the cheapest step in the loop, though: on a
+loaded machine ten learners' steps (timed by the clock) can outlast the box together, and with smaller shares they
+would step in ever-changing subsets, each subset a new group for `step_together` (new stacked weights, a smaller
+program) instead of one group of all.
 
 Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured
 step time) would hold every run of the loop for that long, so it steps in a lane of its own, a thread beside the
