@@ -64,8 +64,9 @@ STEP_WEIGHT = 0.5
 # `RunLoop.first_record_wall` does: the loop's pace now, not at its start.
 TURNS_TIMED = 5
 # The fewest runs of one shape a part stepped on a thread of its own keeps: a group's step has a fixed cost (its
-# ops' dispatch, its Python) that a cut pays once more per part, so a smaller part gains less from its second core
-# than the cut costs (bench/README.md, "live_loop_pace.py").
+# ops' dispatch, its Python, under the interpreter lock) that a cut pays once more per part (per run, a group of 2
+# costs about 0.75× a run alone, of 4 0.55×), so a smaller part would spend its core mostly on that cost
+# (bench/README.md, "live_loop_pace.py").
 MIN_PART_RUNS = 4
 # The environment variable that sets the app's loop threads (`loop_threads`).
 THREADS_KNOB = "RLHF_LAB_LOOP_THREADS"
