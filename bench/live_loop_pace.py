@@ -7,10 +7,12 @@ seeds 0–3, trained first if missing and not timed) and its own clip range ε =
 are the same computation. Each run trains `--steps` steps, after an untimed round of one run of 2 steps that pays
 the process's one-time costs. Printed per N: the wall seconds from the joint start to
 the last run's end, the steps per second of each run (median and slowest over the N), and the median's ratio to
-N = 1 measured in this process: the pace of a learner's run among N against alone. The loop is one thread, so on
-a quiet machine its wall time is its CPU time; other work on the cores stretches the wall, so the same ratio is also
-given in process-CPU seconds (alone's CPU seconds over N's: what the pace would be with a core to itself). The load
-average is printed before and after.
+N = 1 measured in this process: the pace of a learner's run among N against alone. The ratio is also given in
+process-CPU seconds (alone's CPU seconds over N's): with one loop thread (`--threads 1`) the loop's wall time on a
+quiet machine is its CPU time, and other work on the cores stretches the wall, so the CPU ratio is what the pace
+would be with a core to itself; with more threads the wall can be less than the CPU seconds, and the CPU ratio
+says what the parallel parts cost. `--threads` is the loop's `threads` (default: the app's, `loop_threads`). The
+load average is printed before and after.
 
 `--heavy EPOCHS` adds to every round one more learner whose run samples 64 prompts × 4 responses a step and steps
 EPOCHS PPO epochs of 4 minibatches on them (a step many turns long, which the loop steps in a lane of its own),
@@ -19,7 +21,7 @@ run 1 / (N + 1) of that, and the heavy learner's part is its lane thread's CPU s
 (N + 1) is its share).
 
 Run from the repository root:
-    python bench/live_loop_pace.py [--learners 1 5 10] [--steps 30] [--heavy EPOCHS] [--out report.json]
+    python bench/live_loop_pace.py [--learners 1 5 10] [--steps 30] [--threads T] [--heavy EPOCHS] [--out report.json]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import torch  # noqa: E402
 from rl_core.algorithms import get_preset  # noqa: E402
 from rl_core.config import RunConfig  # noqa: E402
 from rl_core.engine.trainer import Trainer  # noqa: E402
-from rl_core.runs.run_loop import RunLoop  # noqa: E402
+from rl_core.runs.run_loop import RunLoop, loop_threads  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
 WARM_START_SEEDS = 4
@@ -56,10 +58,11 @@ def heavy_trainer(epochs: int, cache_dir: Path | None) -> Trainer:
     return trainer
 
 
-def round_of(learners: int, steps: int, cache_dir: Path | None, heavy_epochs: int = 0) -> dict:
-    """N learners' runs trained at once in one fresh loop: wall seconds and each run's steps per second; with
-    `heavy_epochs`, beside one more learner's heavy run (stopped when the N end), and the heavy learner's part of the
-    round's wall time: the CPU seconds of its lane's thread until then over the round's wall."""
+def round_of(learners: int, steps: int, cache_dir: Path | None, heavy_epochs: int = 0, threads: int = 1) -> dict:
+    """N learners' runs trained at once in one fresh loop on `threads` threads: wall seconds and each run's steps
+    per second; with `heavy_epochs`, beside one more learner's heavy run (stopped when the N end), and the heavy
+    learner's part of the round's wall time: the CPU seconds of its lane's thread until then over the round's
+    wall."""
     trainers = []
     for k in range(learners):
         run = RunConfig(
@@ -68,7 +71,7 @@ def round_of(learners: int, steps: int, cache_dir: Path | None, heavy_epochs: in
         trainer = Trainer(run, cache_dir=cache_dir)
         trainer.prepare()
         trainers.append(trainer)
-    loop = RunLoop()
+    loop = RunLoop(threads=threads)
     finished: dict[int, float] = {}
     start = threading.Barrier(learners + 1)
 
@@ -115,18 +118,23 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=None, help="the model cache (default: the lab's)")
     parser.add_argument("--out", type=Path, default=None, help="a JSON report")
     parser.add_argument(
+        "--threads", type=int, default=None, help="the loop's threads (default: the app's, RLHF_LAB_LOOP_THREADS)"
+    )
+    parser.add_argument(
         "--heavy", type=int, default=0, metavar="EPOCHS", help="beside each round, a heavy run with EPOCHS PPO epochs"
     )
     args = parser.parse_args()
+    threads = loop_threads() if args.threads is None else args.threads
     torch.set_num_threads(1)
     round_of(1, 2, args.cache_dir)  # untimed: the process's first steps pay one-time costs (allocations, lazy imports)
     load_before = os.getloadavg()
-    rounds = [round_of(n, args.steps, args.cache_dir, args.heavy) for n in args.learners]
+    rounds = [round_of(n, args.steps, args.cache_dir, args.heavy, threads) for n in args.learners]
     # The pace alone: the round of one learner, or with a heavy run beside every round, one without it.
-    reference = round_of(1, args.steps, args.cache_dir) if args.heavy else None
+    reference = round_of(1, args.steps, args.cache_dir, threads=threads) if args.heavy else None
     alone_round = reference or next((r for r in rounds if r["learners"] == 1), None)
     alone = alone_round and alone_round["steps_per_s_median"]
     alone_cpu = alone_round and alone_round["cpu_s"]
+    print(f"the loop on {threads} thread{'s' * (threads > 1)}")
     print(
         f"{'learners':>8} {'wall s':>7} {'CPU s':>6} {'steps/s per run':>16} {'slowest':>8}"
         f" {'pace (wall)':>12} {'(CPU)':>6}" + ("  heavy learner's part" if args.heavy else "")
@@ -142,7 +150,13 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}")
     if args.out:
-        report = {"steps": args.steps, "rounds": rounds, "load_before": load_before, "load_after": load_after}
+        report = {
+            "steps": args.steps,
+            "threads": threads,
+            "rounds": rounds,
+            "load_before": load_before,
+            "load_after": load_after,
+        }
         args.out.write_text(json.dumps(report, indent=2))
 
 

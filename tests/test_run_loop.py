@@ -1,6 +1,7 @@
 """The one loop that steps a changing set of runs (`rl_core.runs.run_loop`), with stand-in trainers whose steps only
 log themselves: the order of steps, a run joining between turns, and each run ending on its own."""
 
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -9,7 +10,18 @@ import pytest
 
 import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
-from rl_core.runs.run_loop import LanePacer, RunLoop, _Account, _Member, choose_turn, lane_pause
+from rl_core.runs.run_loop import (
+    MIN_PART_RUNS,
+    THREADS_KNOB,
+    LanePacer,
+    RunLoop,
+    _Account,
+    _Member,
+    choose_turn,
+    cut,
+    lane_pause,
+    loop_threads,
+)
 
 
 class Counting:
@@ -17,14 +29,16 @@ class Counting:
     run that samples nothing, as one fitted to preference pairs (`group_key`, `step_group`), each run a group of its
     own. Its step logs `(name, step)`; `fail_at` makes it raise."""
 
-    def __init__(self, name: str, steps: int, log: list, fail_at: int | None = None, cost: float = 0.0):
-        self.name, self.log, self.fail_at, self.cost = name, log, fail_at, cost
+    def __init__(
+        self, name: str, steps: int, log: list, fail_at: int | None = None, cost: float = 0.0, shape: object = None
+    ):
+        self.name, self.log, self.fail_at, self.cost, self.shape = name, log, fail_at, cost, shape
         self.run = SimpleNamespace(steps=steps)
         self.step_index = 0
         self.stop_event = threading.Event()
 
     def group_key(self):
-        return (id(self),)
+        return (id(self),) if self.shape is None else (self.shape,)  # `shape`: one group with the runs of that shape
 
     @classmethod
     def step_group(cls, trainers):
@@ -159,12 +173,10 @@ def test_stop_of_one_run_leaves_the_other_stepping():
 
 
 def test_a_fault_of_the_loop_itself_ends_every_run_in_it(monkeypatch):
-    import rl_core.runs.run_loop
-
-    def broken(runs):
+    def broken(*args):
         raise MemoryError("out of memory")
 
-    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", broken)
+    monkeypatch.setattr(rl_core.runs.run_loop, "choose_turn", broken)
     loop, log = RunLoop(), []
     a = train_in_thread(loop, Counting("A", 3, log))
     joined(a)
@@ -323,6 +335,10 @@ def test_a_run_measured_slower_than_a_turn_moves_to_a_lane(declared_costs):
 def test_a_lane_waits_for_the_other_learners_shares():
     assert lane_pause(12.8, learners=20) == pytest.approx(12.8 * 19)
     assert lane_pause(12.8, learners=1) == 0.0
+    # The loop's time two cores: a learner's share is 2/20 of a core, so 12.8 s of work then 12.8 × 9 s of wait.
+    assert lane_pause(12.8, learners=20, parts=2) == pytest.approx(12.8 * 9)
+    assert lane_pause(12.8, learners=2, parts=2) == 0.0  # a whole core's share: a lane uses one core at most
+    assert lane_pause(12.8, learners=1, parts=2) == 0.0
 
 
 def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
@@ -356,3 +372,121 @@ def test_the_loop_times_a_turn_from_its_start_to_the_next_and_a_run_from_joining
     assert loop.first_record_wall == 2.0
     assert loop.turn_wall == 1.5
     assert loop.intake_wall == 2.0  # turn 1, from 0.5 s to 2.5 s
+
+
+def shaped(shapes: str) -> list[SimpleNamespace]:
+    """Stand-in runs, one a letter of `shapes`, with that letter as their `group_key`."""
+    return [SimpleNamespace(group_key=lambda letter=letter: (letter,)) for letter in shapes]
+
+
+def test_a_turn_is_cut_into_near_equal_contiguous_parts_of_at_least_the_minimum():
+    assert MIN_PART_RUNS == 4
+    # One thread: one part of everything, as `step_together` has always been given it.
+    assert cut(shaped("aabba"), threads=1) == [[0, 1, 2, 3, 4]]
+    # Ten runs of one shape on two threads: two parts of five; eleven: six and five, the larger first.
+    assert cut(shaped("a" * 10), threads=2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert cut(shaped("a" * 11), threads=2) == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+    # 7 // 2 = 3 runs a part is under the minimum: seven stay one part; eight make two of four; two stay one.
+    assert cut(shaped("a" * 7), threads=2) == [list(range(7))]
+    assert cut(shaped("a" * 8), threads=2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert cut(shaped("aa"), threads=2) == [[0, 1]]
+    # Three threads: 14 runs in parts of 5, 5, 4; 11 runs only in two (11 // 3 = 3 is under the minimum).
+    assert [len(part) for part in cut(shaped("a" * 14), threads=3)] == [5, 5, 4]
+    assert [len(part) for part in cut(shaped("a" * 11), threads=3)] == [6, 5]
+
+
+def test_shapes_go_to_their_own_parts_and_the_largest_is_cut_with_the_threads_left():
+    runs = shaped("abaaaaaaaba")  # a at 0, 2–8 and 10 (nine runs), b at 1 and 9
+    assert cut(runs, threads=2) == [[0, 2, 3, 4, 5, 6, 7, 8, 10], [1, 9]]
+    assert cut(runs, threads=3) == [[0, 2, 3, 4, 5], [6, 7, 8, 10], [1, 9]]
+    # More shapes than threads: a part each (the pool's threads take them in turn).
+    assert cut(shaped("abc"), threads=2) == [[0], [1], [2]]
+    # The same runs give the same parts: the loop steps each part's group again.
+    assert cut(runs, threads=3) == cut(runs, threads=3)
+
+
+def test_with_two_parts_at_once_the_accounts_earn_two_turns_of_seconds():
+    # Four learners, a turn of 1 s stepped as 2 parts: 2 s of steps, 0.5 s a learner. A and B have two runs each
+    # at 0.3 s: A steps both (0.5, then 0.2 left, still in credit), and so does B. One part at a time the share is
+    # 1 / 4 = 0.25 s, raised to the cheapest step, 0.3 s: A and B step one run each (nothing left after it).
+    def members():
+        return [_Member(None, print, learner, step_seconds=0.3) for learner in "AABBCD"]
+
+    two = members()
+    accounts = {}
+    assert choose_turn(two, accounts, 1.0, turn=1, parts=2) == two
+    assert {learner: account.credit for learner, account in accounts.items()} == pytest.approx(
+        {"A": 0.5, "B": 0.5, "C": 0.5, "D": 0.5}
+    )  # what they may spend: the loop charges the steps' measured seconds after the step
+    one = members()
+    chosen = choose_turn(one, {}, 1.0, turn=1, parts=1)
+    assert chosen == [one[0], one[2], one[4], one[5]]
+
+
+def joined_while_held(loop: RunLoop, runs: list[Counting]) -> list[dict]:
+    """`runs` trained in `loop`, each its own learner, all joining while the turn of a holder (a run of a shape of
+    its own, one step) is held, so that they all step from the next turn on; their outcomes once all have ended."""
+    held, all_in = threading.Event(), threading.Event()
+    holder = train_in_thread(loop, Counting("H", 1, []), lambda record: held.set() or all_in.wait(10))
+    held.wait(10)
+    outcomes = []
+    for n, run in enumerate(runs):  # one at a time, so that they join in this order
+        outcomes.append(train_in_thread(loop, run, learner=n))
+        waiting_for_runs(loop, n + 2)
+    all_in.set()
+    joined(holder, *outcomes)
+    return outcomes
+
+
+def test_the_loop_steps_its_parts_on_threads_at_once_and_hands_the_records_over_in_order(monkeypatch):
+    # Eight runs of one shape on two threads: parts of four, each on a thread of its own, both under way at once
+    # (each part waits at a barrier for the other). With one thread the same runs step as one part.
+    parts, barrier = [], threading.Barrier(2, timeout=10)
+
+    def logged(runs):
+        parts.append(([run.name for run in runs], threading.current_thread().name))
+        if len(runs) == 4:
+            barrier.wait()
+        return step_together(runs)
+
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", logged)
+    for threads in (2, 1):
+        loop, parts[:] = RunLoop(threads=threads), []
+        runs = [Counting(f"R{k}", 2, [], shape="tiny") for k in range(8)]
+        outcomes = joined_while_held(loop, runs)
+        names = [run.name for run in runs]
+        if threads == 2:
+            first, second = sorted(parts[1:3]), sorted(parts[3:5])
+            assert first == second == [(names[:4], "training-loop"), (names[4:], "training-loop-part_0")]
+        else:
+            assert [part for part, _ in parts[1:]] == [names, names]
+        assert all([r["step"] for r in outcome["records"]] == [1, 2] for outcome in outcomes)
+        assert all(outcome["ended"] == "returned" for outcome in outcomes)
+        assert loop.parts == 1  # idle again
+
+
+def test_a_failing_part_ends_its_own_runs_only(monkeypatch):
+    # Two parts of four; the second part's step raises (a fault of its group, not of one run's step): its four
+    # runs end with that error, the first part's four train on.
+    def second_part_fails(runs):
+        if runs[0].name == "R4":
+            raise MemoryError("the part's group ran out of memory")
+        return step_together(runs)
+
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", second_part_fails)
+    outcomes = joined_while_held(RunLoop(threads=2), [Counting(f"R{k}", 3, [], shape="tiny") for k in range(8)])
+    assert all(outcome["ended"] == "returned" and len(outcome["records"]) == 3 for outcome in outcomes[:4])
+    assert all(isinstance(outcome["ended"], MemoryError) and not outcome["records"] for outcome in outcomes[4:])
+
+
+def test_the_loop_threads_knob_is_read_and_a_bad_value_named(monkeypatch):
+    monkeypatch.setenv(THREADS_KNOB, "3")
+    assert loop_threads() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(THREADS_KNOB, bad)
+        with pytest.raises(ValueError, match=r"RLHF_LAB_LOOP_THREADS=.* allowed: an integer ≥ 1"):
+            loop_threads()
+    monkeypatch.delenv(THREADS_KNOB)
+    assert loop_threads() == len(os.sched_getaffinity(0))
+    with pytest.raises(ValueError, match="threads=0 is out of range"):
+        RunLoop(threads=0)

@@ -51,7 +51,7 @@ from rl_core.runs.limits import (
     estimated_warm_start_seconds,
     model_factor,
 )
-from rl_core.runs.run_loop import RunLoop
+from rl_core.runs.run_loop import RunLoop, loop_threads
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
 from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait
@@ -216,18 +216,26 @@ class LiveLoop(TrainingSlots):
     """Places in the live lab's one training loop (`loop`, a `RunLoop`): at most `limit` runs train in it at once;
     later ones wait in TrainingSlots' queue, told their place and an estimate of the wait.
 
-    The loop is one thread on one core, so under the server's cap on trainings (`cap`, RLHF_LAB_MAX_TRAININGS,
-    held in the run store across processes) it is one training whatever its number of runs, as a sweep's batch is:
-    its first run claims a place, and a run that joins while others train joins their batch."""
+    The loop is one training whatever its number of runs under the server's cap on trainings (`cap`,
+    RLHF_LAB_MAX_TRAININGS, held in the run store across processes), as a sweep's batch is, though it steps its
+    runs on up to `threads` threads (RLHF_LAB_LOOP_THREADS in the app): its first run claims a place, and a run that
+    joins while others train joins their batch."""
 
     KNOB = "RLHF_LAB_MAX_LIVE_RUNS"
 
-    def __init__(self, limit: int, cap: int | None = None, shared: bool = True, per_learner: int | None = None):
+    def __init__(
+        self,
+        limit: int,
+        cap: int | None = None,
+        shared: bool = True,
+        per_learner: int | None = None,
+        threads: int = 1,
+    ):
         super().__init__(limit)
         self.cap = max_trainings() if cap is None else cap
         self.shared = shared  # False: each run is a training of its own (a Ray task)
         self.per_learner = per_learner  # runs of one learner (a ticket's `session`) in the loop at once; None: any
-        self.loop = RunLoop("live-training")
+        self.loop = RunLoop("live-training", threads=threads)
         self.builder = WarmStartBuilder()  # the runs' SFT warm starts, a group of one kind at a time
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
@@ -251,13 +259,14 @@ class LiveLoop(TrainingSlots):
 
     @classmethod
     def from_env(cls) -> LiveLoop:
-        """RLHF_LAB_MAX_LIVE_RUNS runs at once (default DEFAULT_LIVE_RUNS), one training under the cap. On a Ray
-        cluster (RLHF_LAB_RAY_ADDRESS) each run is a task of its own: as many at once as it has CPUs."""
+        """RLHF_LAB_MAX_LIVE_RUNS runs at once (default DEFAULT_LIVE_RUNS), one training under the cap, stepped on
+        RLHF_LAB_LOOP_THREADS threads (`loop_threads`). On a Ray cluster (RLHF_LAB_RAY_ADDRESS) each run is a task
+        of its own: as many at once as it has CPUs."""
         per_learner = ServerLimits.from_env().max_learner_live_runs
         if cluster.ray_address() is not None:
             cpus = TrainingSlots.from_env().limit
             return cls(cpus, cap=cpus, shared=False, per_learner=per_learner)
-        return cls(max_trainings(DEFAULT_LIVE_RUNS, cls.KNOB), per_learner=per_learner)
+        return cls(max_trainings(DEFAULT_LIVE_RUNS, cls.KNOB), per_learner=per_learner, threads=loop_threads())
 
     def _next_up(self) -> object | None:
         """The first waiting run whose learner has fewer than `per_learner` runs in the loop: a learner's third

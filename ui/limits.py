@@ -16,6 +16,7 @@ import torch
 from rl_core.config import RunConfig
 from rl_core.messages import brief
 from rl_core.runs.limits import HOUR, ServerLimits
+from rl_core.runs.run_loop import THREADS_KNOB, loop_threads
 from rl_core.runs.store import DEFAULT_MAX_MB, SAMPLE_WINDOW, RunStore, StoreError, max_trainings
 from ui.jobs import DEFAULT_LIVE_RUNS, LiveLoop
 from ui.session import session_token, training_refusal
@@ -66,6 +67,7 @@ def limits_panel() -> None:
                 "live-lab runs stepping together in one of those trainings",
             )
         )
+        rows.append((THREADS_KNOB, str(loop_threads()), "threads the live-lab loop steps its runs on at once"))
     except ValueError as error:  # an instructor's typo in a variable: say which
         st.error(brief(str(error)))
         return

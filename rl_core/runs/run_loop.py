@@ -4,17 +4,19 @@ behind another's whole training, and the CPU is shared per learner, not per run.
 `RunLoop.train(trainer, on_record, learner, step_seconds)` hands a prepared trainer to the loop and blocks its caller
 until the run ends. The loop is one thread that, each turn, takes in the runs that joined since the last turn, ends
 those that have trained their steps or were stopped, chooses which runs step (`choose_turn`) and steps them with
-`run_batch.step_together` (their sampling requests stacked where they can be). A run's step that raises ends that
-run only; the others go on. A run that joins while a turn is under way takes its first step in the next turn.
+`run_batch.step_together` (the runs of one shape as one group), on more threads than its own where it has them
+(Threads, below). A run's step that raises ends that run only; the others go on. A run that joins while a turn is
+under way takes its first step in the next turn.
 
 Fair shares. A turn is time-boxed (`turn_seconds`) and split evenly among the learners with runs in the loop:
-each learner's account earns `turn_seconds / learners` a turn (never more than one turn's share banked) and pays
-each of its steps' seconds (`step_time`). A learner in credit steps its runs in rotation while the credit lasts, so
-twenty runs of one learner move no faster together than one run of another learner, and a learner whose steps cost
-more than its share steps every few turns instead of lengthening everyone's turn (deficit round robin). A share is
-never less than the cheapest step in the loop, though: on a loaded machine ten learners' steps (timed by the
-clock) can outlast the box together, and with smaller shares they would step in ever-changing subsets, each
-subset a new group for `step_together` (new stacked weights, a smaller program) instead of one group of all.
+each learner's account earns `turn_seconds / learners` a turn (× the parts stepped at once, Threads below; never
+more than one turn's share banked) and pays each of its steps' seconds (`step_time`). A learner in credit steps its
+runs in rotation while the credit lasts, so twenty runs of one learner move no faster together than one run of
+another learner, and a learner whose steps cost more than its share steps every few turns instead of lengthening
+everyone's turn (deficit round robin). A share is never less than the cheapest step in the loop, though: on a
+loaded machine ten learners' steps (timed by the clock) can outlast the box together, and with smaller shares they
+would step in ever-changing subsets, each subset a new group for `step_together` (new stacked weights, a smaller
+program) instead of one group of all.
 
 Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured
 step time) would hold every run of the loop for that long, so it steps in a lane of its own, a thread beside the
@@ -23,9 +25,19 @@ its last wait (`LanePacer`), so that it uses its learner's share of the time and
 (a step of 1,024 responses × 64 epochs ran for minutes and took a core from the class meanwhile), and its seconds
 are charged to its learner's account as the loop's are.
 
-The thread starts with the first run and ends when the last has left. Preparing a run (building its models, an
-SFT warm start) and evaluating it after its last step are left to the caller's thread, off the loop: the runs in
-the loop go on stepping meanwhile.
+Threads. Runs of one shape step as one group (`run_batch.groups_of`), and a group is one thread's work: with
+`threads` > 1 the loop steps a turn's runs as parts on that many threads at once (`cut`: each shape a part, the
+largest cut into contiguous parts of near-equal size while each keeps MIN_PART_RUNS runs), its own thread taking the
+first part and a pool of `threads` − 1 the others. The cut depends only on the turn's runs, so the same runs give
+the same parts turn after turn and each part's group is stepped again, not stacked anew. A part whose step raises
+ends its own runs; the records are handed over in the loop's thread, in the loop's order, once every part is done.
+With K parts at once a turn holds K cores' seconds of steps (`step_time` is a part's seconds shared among its runs),
+so the accounts earn K × `turn_seconds` a turn between them (`choose_turn`) and a lane's share of the time is K
+cores' over the learners (`lane_pause`).
+
+The thread (and its pool) starts with the first run and ends when the last has left. Preparing a run (building its
+models, an SFT warm start) and evaluating it after its last step are left to the caller's thread, off the loop: the
+runs in the loop go on stepping meanwhile.
 """
 
 from __future__ import annotations
@@ -35,10 +47,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from rl_core.engine.run_batch import step_together
+from rl_core.engine.run_batch import groups_of, step_together
 from rl_core.runs.run_stream import stepped_out
+from rl_core.runs.store import max_trainings
+from rl_core.runs.sweep import default_workers
 
 # A turn's time box: twelve runs of the default presets (about 0.07 s a step on the reference CPU) fit in it, and a
 # page's chart still gains a point about every second. A run whose step takes longer goes to a lane of its own.
@@ -48,6 +63,53 @@ STEP_WEIGHT = 0.5
 # Turns whose wall time `RunLoop.turn_wall` takes the median of, and runs whose wait for their first record
 # `RunLoop.first_record_wall` does: the loop's pace now, not at its start.
 TURNS_TIMED = 5
+# The fewest runs of one shape a part stepped on a thread of its own keeps: a group's step has a fixed cost (its
+# ops' dispatch, its Python, under the interpreter lock) that a cut pays once more per part (per run, a group of 2
+# costs about 0.75× a run alone, of 4 0.55×), so a smaller part would spend its core mostly on that cost
+# (bench/README.md, "live_loop_pace.py").
+MIN_PART_RUNS = 4
+# The environment variable that sets the app's loop threads (`loop_threads`).
+THREADS_KNOB = "RLHF_LAB_LOOP_THREADS"
+
+
+def loop_threads() -> int:
+    """RLHF_LAB_LOOP_THREADS: the threads the app's loop steps its runs on at once; default the cores this process
+    may use. A value that is not an integer ≥ 1 is refused by name."""
+    return max_trainings(default_workers(), THREADS_KNOB)
+
+
+def cut(runs: Sequence, threads: int, min_part: int = MIN_PART_RUNS) -> list[list[int]]:
+    """The parts `runs` step in at once, each on a thread: lists of positions of `runs`. One thread: one part of
+    them all (`step_together` groups it by shape). More: each shape (`groups_of`) a part, and while the parts are
+    fewer than `threads`, the shape with the largest parts (the first of equals) is cut into one part more, if each
+    then keeps `min_part` runs: n runs in k parts are k contiguous slices, the first n mod k of them ⌊n/k⌋ + 1 runs
+    and the rest ⌊n/k⌋. The same runs in the same order give the same parts."""
+    if threads <= 1:
+        return [list(range(len(runs)))]
+    shapes = groups_of(runs)
+    counts = [1] * len(shapes)
+    while sum(counts) < threads:
+        cuttable = [i for i, shape in enumerate(shapes) if len(shape) // (counts[i] + 1) >= min_part]
+        if not cuttable:
+            break
+        counts[max(cuttable, key=lambda i: len(shapes[i]) / counts[i])] += 1
+    parts = []
+    for shape, k in zip(shapes, counts):
+        size, larger = divmod(len(shape), k)
+        start = 0
+        for j in range(k):
+            end = start + size + (j < larger)
+            parts.append(shape[start:end])
+            start = end
+    return parts
+
+
+def step_part(runs: Sequence) -> list[dict | Exception]:
+    """`step_together(runs)`, or the exception that ended it for each of them: a part's fault ends its runs only."""
+    try:
+        return step_together(runs)
+    except Exception as error:  # noqa: BLE001 - this part's runs end; the other parts' go on
+        return [error] * len(runs)
 
 
 @dataclass(eq=False)
@@ -74,33 +136,41 @@ class _Account:
     credit: float = 0.0
 
 
-def lane_pause(step_seconds: float, learners: int) -> float:
-    """Seconds a lane waits after a step of `step_seconds` so that its run uses 1/learners of the time:
-    `step_seconds × (learners − 1)`."""
-    return step_seconds * max(learners - 1, 0)
+def lane_pause(step_seconds: float, learners: int, parts: int = 1) -> float:
+    """Seconds a lane waits after a step of `step_seconds` so that its run uses its learner's share of the loop's
+    `parts` cores, parts/learners of a core (a lane is one thread: at most all of one):
+    `step_seconds × max(learners / parts − 1, 0)`."""
+    return step_seconds * max(learners / parts - 1, 0)
 
 
 class LanePacer:
     """The waits of a lane's run: called between its updates (`Trainer.share_pause`) and after its steps, it waits
-    `lane_pause` of the wall seconds since its last wait, at the learners' count then, or until the run is stopped;
-    returns the seconds it waited (which are not the step's cost)."""
+    `lane_pause` of the wall seconds since its last wait, at the learners' count and the loop's parts then, or until
+    the run is stopped; returns the seconds it waited (which are not the step's cost)."""
 
-    def __init__(self, learners: Callable[[], int], stop_event: threading.Event, clock: Callable[[], float]):
-        self.learners, self.stop_event, self.clock = learners, stop_event, clock
+    def __init__(
+        self,
+        learners: Callable[[], int],
+        stop_event: threading.Event,
+        clock: Callable[[], float],
+        parts: Callable[[], int] = lambda: 1,
+    ):
+        self.learners, self.stop_event, self.clock, self.parts = learners, stop_event, clock, parts
         self.since = clock()
 
     def __call__(self) -> float:
         began = self.clock()
-        self.stop_event.wait(lane_pause(began - self.since, self.learners()))
+        self.stop_event.wait(lane_pause(began - self.since, self.learners(), self.parts()))
         self.since = self.clock()
         return self.since - began
 
 
 def choose_turn(
-    members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float, turn: int
+    members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float, turn: int, parts: int = 1
 ) -> list[_Member]:
-    """The runs that step in turn number `turn`. The learners with runs in `members` (in the order of their first
-    run) each earn a share, `turn_seconds / learners` or the cheapest `step_seconds` of `members` if that is more,
+    """The runs that step in turn number `turn`, stepped as `parts` parts at once: a turn of `turn_seconds` holds
+    `parts × turn_seconds` of steps' seconds. The learners with runs in `members` (in the order of their first run)
+    each earn a share, `parts × turn_seconds / learners` or the cheapest `step_seconds` of `members` if that is more,
     their credit capped at it; a learner in credit then takes its runs in rotation (the least recently stepped
     first), each at its `step_seconds`, until its credit is spent (at least one run once it is in credit).
 
@@ -111,7 +181,7 @@ def choose_turn(
     by_learner: dict[Hashable, list[_Member]] = {}
     for member in members:
         by_learner.setdefault(member.learner, []).append(member)
-    share = max(turn_seconds / len(by_learner), min(member.step_seconds for member in members))
+    share = max(parts * turn_seconds / len(by_learner), min(member.step_seconds for member in members))
     chosen: list[_Member] = []
     while not chosen:  # ends: a learner's credit reaches `share` > 0 after at most (its debt / share) + 1 rounds
         for learner, runs in by_learner.items():
@@ -128,17 +198,22 @@ def choose_turn(
 
 
 class RunLoop:
-    """The loop's thread, started by the first run that joins and ended when none is left; and the lanes of runs
-    whose steps cost more than a turn."""
+    """The loop's thread, started by the first run that joins and ended when none is left, stepping a turn's runs on
+    up to `threads` threads at once (`cut`); and the lanes of runs whose steps cost more than a turn."""
 
     def __init__(
         self,
         name: str = "training-loop",
         turn_seconds: float = TURN_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        threads: int = 1,
     ):
+        if not (isinstance(threads, int) and threads >= 1):
+            raise ValueError(f"threads={threads!r} is out of range; allowed: an integer ≥ 1")
         self.name = name
         self.turn_seconds = turn_seconds
+        self.threads = threads
+        self._parts = 1  # the parts the latest turn's members are cut into: the cores the loop's time is now
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
@@ -197,6 +272,13 @@ class RunLoop:
         with self._lock:
             return statistics.median(self._first_walls) if self._first_walls else None
 
+    @property
+    def parts(self) -> int:
+        """Parts the loop's runs step in at once now (`cut` of them all, at most `threads`): the cores its time is
+        (1 when idle)."""
+        with self._lock:
+            return self._parts
+
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
 
@@ -224,20 +306,26 @@ class RunLoop:
             raise member.error
 
     def _turns(self) -> None:
+        # The threads beside the loop's own that step a turn's other parts: this thread's, since a `train` that
+        # comes as it ends starts another thread with a pool of its own.
+        pool = ThreadPoolExecutor(self.threads - 1, f"{self.name}-part") if self.threads > 1 else None
         try:
-            while self._turn():
+            while self._turn(pool):
                 pass
         except BaseException as error:  # noqa: BLE001 - a fault of the loop itself: every run in it ends with it
             with self._lock:
                 members, self._members = self._members + self._joining, []
                 self._joining.clear()
-                self._thread, self._turn_began = None, None
+                self._thread, self._turn_began, self._parts = None, None, 1
             for member in members:
                 member.leave(error)
+        finally:
+            if pool is not None:
+                pool.shutdown()
 
-    def _turn(self) -> bool:
-        """One turn; False once no run is left in the loop (the thread then ends, and the next `train` starts
-        another; lanes go on by themselves)."""
+    def _turn(self, pool: ThreadPoolExecutor | None) -> bool:
+        """One turn, its parts but the first stepped on `pool`'s threads; False once no run is left in the loop (the
+        thread then ends, and the next `train` starts another; lanes go on by themselves)."""
         with self._lock:
             took_in = bool(self._joining)
             for member in self._joining:
@@ -252,15 +340,16 @@ class RunLoop:
             for learner in [key for key in self._accounts if key not in present]:  # a learner who left
                 del self._accounts[learner]
             if not self._members:
-                self._thread, self._turn_began = None, None
+                self._thread, self._turn_began, self._parts = None, None, 1
                 return False
             began, self._turn_began = self._turn_began, self._clock()
             if began is not None:
                 (self._intake_walls if self._turn_took_in else self._turn_walls).append(self._turn_began - began)
             self._turn_took_in = took_in
             self._turn_number += 1
-            stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
-        for member, outcome in zip(stepping, step_together([m.trainer for m in stepping])):
+            self._parts = min(len(cut([member.trainer for member in self._members], self.threads)), self.threads)
+            stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number, self._parts)
+        for member, outcome in zip(stepping, self._step(stepping, pool)):
             if member.joined_at is not None and not isinstance(outcome, Exception):
                 with self._lock:
                     self._first_walls.append(self._clock() - member.joined_at)
@@ -269,6 +358,19 @@ class RunLoop:
                 with self._lock:
                     self._members.remove(member)
         return True
+
+    def _step(self, stepping: list[_Member], pool: ThreadPoolExecutor | None) -> list[dict | Exception]:
+        """One step of each of `stepping`, in order: its `cut`'s parts at once, the first on this thread."""
+        trainers = [member.trainer for member in stepping]
+        positions = cut(trainers, self.threads)
+        parts = [[trainers[i] for i in part] for part in positions]
+        others = [pool.submit(step_part, part) for part in parts[1:]] if pool is not None else []
+        stepped = [step_part(parts[0]), *(future.result() for future in others)]
+        outcomes: list[dict | Exception | None] = [None] * len(trainers)
+        for part, results in zip(positions, stepped):
+            for i, outcome in zip(part, results):
+                outcomes[i] = outcome
+        return outcomes
 
     def _took(self, member: _Member, outcome: dict | Exception) -> bool:
         """Account for one step's outcome and hand its record over; False if it ended the run (it has left)."""
@@ -296,7 +398,7 @@ class RunLoop:
     def _lane(self, member: _Member) -> None:
         """Step one run by itself, pausing between its updates and after each step for the other learners' shares
         (`LanePacer`), until it ends."""
-        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock)
+        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock, lambda: self.parts)
         member.trainer.share_pause = pace
         try:
             while not stepped_out(member.trainer):
