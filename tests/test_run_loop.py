@@ -11,10 +11,12 @@ import pytest
 import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
 from rl_core.runs.run_loop import (
+    CHOICE_RETRY_TURNS,
     MIN_PART_RUNS,
     THREADS_KNOB,
     LanePacer,
     RunLoop,
+    ThreadsChoice,
     _Account,
     _Member,
     choose_turn,
@@ -490,3 +492,31 @@ def test_the_loop_threads_knob_is_read_and_a_bad_value_named(monkeypatch):
     assert loop_threads() == len(os.sched_getaffinity(0))
     with pytest.raises(ValueError, match="threads=0 is out of range"):
         RunLoop(threads=0)
+
+
+def test_the_loop_keeps_the_threads_that_stepped_its_runs_faster_and_tries_the_other_again():
+    choice = ThreadsChoice(threads=2)
+    runs = ("r1", "r2", "r3", "r4")
+    # Nothing measured: all threads first. A turn after a change (first turn, new runs, other threads) is not
+    # measured, since it built its groups anew: two measured turns need three on the same runs.
+    assert choice.choose(turn=1) == 2
+    for seconds in (9.0, 0.8, 1.2):
+        choice.timed(runs, 2, seconds)
+    assert choice.choose(turn=4) == 1  # two measurements of 2 threads (0.2 and 0.3 s a run): now one thread's
+    for seconds in (2.0, 0.4, 0.6):  # the first again after the change of threads: 0.1 and 0.15 s a run
+        choice.timed(runs, 1, seconds)
+    assert choice.choose(turn=7) == 1  # medians 0.125 against 0.25 s a run stepped: one thread
+    # Other runs stepped on one thread meanwhile are measured against the ones before them only from their second
+    # turn: (0.3 + 0.3 s) / 2 runs replaces the older of one thread's two.
+    choice.timed(("r1", "r2"), 1, 5.0)
+    choice.timed(("r1", "r2"), 1, 0.6)
+    assert choice.choose(turn=8) == 1  # one thread: median of 0.15 and 0.3 = 0.225, still under 0.25
+    # CHOICE_RETRY_TURNS after the settings were first compared (turn 7), two threads are measured anew, and win
+    # if faster now.
+    assert choice.choose(turn=7 + CHOICE_RETRY_TURNS - 1) == 1
+    assert choice.choose(turn=7 + CHOICE_RETRY_TURNS) == 2
+    assert choice.choose(turn=8 + CHOICE_RETRY_TURNS) == 2
+    for seconds in (3.0, 0.2, 0.2):
+        choice.timed(runs, 2, seconds)
+    assert choice.choose(turn=50) == 2  # 0.05 s a run against 0.225
+    assert ThreadsChoice(threads=1).choose(turn=1) == 1

@@ -28,7 +28,9 @@ are charged to its learner's account as the loop's are.
 Threads. Runs of one shape step as one group (`run_batch.groups_of`), and a group is one thread's work: with
 `threads` > 1 the loop steps a turn's runs as parts on that many threads at once (`cut`: each shape a part, the
 largest cut into contiguous parts of near-equal size while each keeps MIN_PART_RUNS runs), its own thread taking the
-first part and a pool of `threads` − 1 the others. The cut depends only on the turn's runs, so the same runs give
+first part and a pool of `threads` − 1 the others, on the turns where that is the faster (`ThreadsChoice`: the loop
+times its turns on one thread and on all, and keeps the faster; a second thread pays only while a core is free).
+The cut depends only on the turn's runs, so the same runs give
 the same parts turn after turn and each part's group is stepped again, not stacked anew. A part whose step raises
 ends its own runs; the records are handed over in the loop's thread, in the loop's order, once every part is done.
 With K parts at once a turn holds K cores' seconds of steps (`step_time` is a part's seconds shared among its runs),
@@ -102,6 +104,56 @@ def cut(runs: Sequence, threads: int, min_part: int = MIN_PART_RUNS) -> list[lis
             parts.append(shape[start:end])
             start = end
     return parts
+
+
+# How the loop picks its threads each turn (`ThreadsChoice`): measured turns a setting needs before it is compared,
+# and the turns after which the setting not chosen is tried again (the machine's other work comes and goes).
+CHOICE_SAMPLES = 2
+CHOICE_RETRY_TURNS = 40
+
+
+class ThreadsChoice:
+    """Whether a turn's runs step on one thread or on all the loop's `threads`: whichever stepped them faster lately.
+
+    A second thread pays only while a core is free. A tiny run's step is thousands of ops of microseconds that take
+    the interpreter lock back after each, so two parts on two threads of a busy machine take turns on one core
+    and cost more than one group (ten learners stepped at 0.19–0.21 of their pace alone on two threads at load 2–4,
+    0.20–0.26 on one; on a quiet machine 0.32–0.33 against 0.24–0.27: bench/README.md, "live_loop_pace.py"). So
+    the loop measures both: each setting's wall seconds per run stepped, over turns that stepped the same runs with
+    the same setting as the turn before (a turn after a change builds its groups anew), the latest
+    CHOICE_SAMPLES of each. A setting with fewer is tried (all threads first); then the faster by their medians is
+    kept; CHOICE_RETRY_TURNS turns after they were compared, the other's measurements are dropped and it is tried
+    again.
+    Clock-free: the loop gives it the seconds."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self._seconds: dict[int, deque[float]] = {setting: deque(maxlen=CHOICE_SAMPLES) for setting in {threads, 1}}
+        self._last: tuple | None = None  # (the runs stepped, the setting) of the latest turn
+        self._compared_at: int | None = None  # the turn the settings were first compared on full measurements
+
+    def choose(self, turn: int) -> int:
+        """The threads turn number `turn` steps on."""
+        if self.threads == 1:
+            return 1
+        for setting in (self.threads, 1):
+            if len(self._seconds[setting]) < CHOICE_SAMPLES:
+                return setting
+        faster = min((self.threads, 1), key=lambda setting: statistics.median(self._seconds[setting]))
+        if self._compared_at is None:
+            self._compared_at = turn
+        elif turn - self._compared_at >= CHOICE_RETRY_TURNS:
+            other = 1 if faster == self.threads else self.threads
+            self._seconds[other].clear()
+            self._compared_at = None
+            return other
+        return faster
+
+    def timed(self, runs: tuple, setting: int, seconds: float) -> None:
+        """A turn that stepped `runs` (their identities) on `setting` threads in `seconds` of wall time."""
+        if self._last == (runs, setting) and runs:
+            self._seconds[setting].append(seconds / len(runs))
+        self._last = (runs, setting)
 
 
 def step_part(runs: Sequence) -> list[dict | Exception]:
@@ -213,6 +265,7 @@ class RunLoop:
         self.name = name
         self.turn_seconds = turn_seconds
         self.threads = threads
+        self._choice = ThreadsChoice(threads)
         self._parts = 1  # the parts the latest turn's members are cut into: the cores the loop's time is now
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
@@ -347,9 +400,16 @@ class RunLoop:
                 (self._intake_walls if self._turn_took_in else self._turn_walls).append(self._turn_began - began)
             self._turn_took_in = took_in
             self._turn_number += 1
-            self._parts = min(len(cut([member.trainer for member in self._members], self.threads)), self.threads)
+            everyone = [member.trainer for member in self._members]
+            choosing = len(cut(everyone, self.threads)) > 1  # else one thread and all of them are the same
+            threads = self._choice.choose(self._turn_number) if choosing else 1
+            self._parts = min(len(cut(everyone, threads)), threads)
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number, self._parts)
-        for member, outcome in zip(stepping, self._step(stepping, pool)):
+        began_stepping = self._clock() if choosing else 0.0
+        outcomes = self._step(stepping, pool, threads)
+        if choosing:
+            self._choice.timed(tuple(id(member) for member in stepping), threads, self._clock() - began_stepping)
+        for member, outcome in zip(stepping, outcomes):
             if member.joined_at is not None and not isinstance(outcome, Exception):
                 with self._lock:
                     self._first_walls.append(self._clock() - member.joined_at)
@@ -359,10 +419,11 @@ class RunLoop:
                     self._members.remove(member)
         return True
 
-    def _step(self, stepping: list[_Member], pool: ThreadPoolExecutor | None) -> list[dict | Exception]:
-        """One step of each of `stepping`, in order: its `cut`'s parts at once, the first on this thread."""
+    def _step(self, stepping: list[_Member], pool: ThreadPoolExecutor | None, threads: int) -> list[dict | Exception]:
+        """One step of each of `stepping`, in order: its `cut`'s parts on `threads` threads at once, the first on this
+        thread."""
         trainers = [member.trainer for member in stepping]
-        positions = cut(trainers, self.threads)
+        positions = cut(trainers, threads)
         parts = [[trainers[i] for i in part] for part in positions]
         others = [pool.submit(step_part, part) for part in parts[1:]] if pool is not None else []
         stepped = [step_part(parts[0]), *(future.result() for future in others)]
