@@ -229,13 +229,15 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
 def _train_estimate(run: RunConfig) -> str:
     """How long the run will take at this server's pace now: the SFT warm starts the cache lacks
     (`estimated_warm_start_seconds`), then its estimated seconds (`estimated_seconds`) times the learners it will
-    share the training loop with (each has an equal part of it), all times the machine's load (`contention`)."""
-    sharing = live_loop().loop.learners + (0 if live_loop().learner_runs(session_token())[0] else 1)
+    share the training loop with (each has an equal part of it) over the threads the loop steps on now (its
+    `parts`), all times the machine's load (`contention`)."""
+    loop = live_loop().loop
+    sharing = loop.learners + (0 if live_loop().learner_runs(session_token())[0] else 1)
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     sharing = max(sharing, 1)
     slower = contention(load, cores, 1)
     warm = estimated_warm_start_seconds(warm_starts_to_build(run, default_cache_dir())) * slower
-    seconds = warm + estimated_seconds(run) * sharing * slower
+    seconds = warm + estimated_seconds(run) * max(sharing / loop.parts, 1) * slower
     learners = "you alone in the training loop" if sharing == 1 else f"{sharing} learners sharing the training loop"
     built = (
         f"of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet"
