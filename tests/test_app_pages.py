@@ -118,6 +118,18 @@ def test_overview_renders_the_pipeline_and_the_four_models(open_page):
     assert '<abbr title="β, the KL coefficient' in text, "a formula's symbols are explained on hover"
 
 
+def test_the_overview_lists_the_loops_threads_and_names_the_variable_when_it_is_wrong(open_page, monkeypatch):
+    monkeypatch.setenv("RLHF_LAB_LOOP_THREADS", "3")
+    (table,) = [frame.value for frame in open_page("overview").dataframe]  # the "This server" table, the only one
+    assert table.loc[table["variable"] == "RLHF_LAB_LOOP_THREADS", "value"].tolist() == ["3"]
+    monkeypatch.setenv("RLHF_LAB_LOOP_THREADS", "two")
+    at = open_page("overview")
+    assert not at.dataframe and not at.exception
+    assert [error.value for error in at.error] == [
+        "RLHF_LAB_LOOP_THREADS='two' is out of range; allowed: an integer ≥ 1"
+    ]
+
+
 @pytest.mark.timeout(TRAINING_TIMEOUT + 120)
 @pytest.mark.parametrize("page", ALGORITHM_PAGES)
 def test_page_trains_from_its_controls(open_page, page):

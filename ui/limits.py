@@ -67,7 +67,13 @@ def limits_panel() -> None:
                 "live-lab runs stepping together in one of those trainings",
             )
         )
-        rows.append((THREADS_KNOB, str(loop_threads()), "threads the live-lab loop steps its runs on at once"))
+        rows.append(
+            (
+                THREADS_KNOB,
+                str(loop_threads()),
+                "threads the live-lab loop may step its runs on at once (it uses them while that is faster)",
+            )
+        )
     except ValueError as error:  # an instructor's typo in a variable: say which
         st.error(brief(str(error)))
         return
