@@ -474,3 +474,28 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     assert job.snapshot().first_point_in == 0.0  # overran: about to come
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None
+
+
+def test_a_lane_runs_announcement_follows_its_steps_own_pace_once_it_has_done_an_update(monkeypatch):
+    """The heavy step of GRPO, 64 epochs × 2 minibatches = 128 updates: before its first update it is announced
+    from its estimate (step × learners, load 1 on 2 cores: no slower); 20 updates done 100 s into the step, the
+    rest at that pace: 100 × 108 / 20 = 540 s; a run in no lane, or an update count it cannot read, keeps the
+    estimate."""
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
+    clock, slots = Clock(), LiveLoop(8)
+    heavy = RunConfig(
+        algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
+    )
+    step = estimated_step_seconds(heavy)
+    job = Job(heavy, slots, clock=clock, session="c")
+    job._set(status="training", builds=[], joined_at=clock.now, trainer=SimpleNamespace(algo=heavy.algo))
+    progress = {"now": None}
+    monkeypatch.setattr(slots.loop, "lane_progress", lambda trainer: progress["now"])
+    assert job.snapshot().first_point_in == pytest.approx(step)  # in no lane yet: its estimate, one learner
+    progress["now"] = (0, 30.0)  # sampling: no update done yet
+    assert job.snapshot().first_point_in == pytest.approx(step)
+    progress["now"] = (20, 100.0)
+    assert job.snapshot().first_point_in == pytest.approx(540.0)
+    job._set(trainer=SimpleNamespace(algo=SimpleNamespace()))  # a fit without epochs and minibatches to count
+    assert job.snapshot().first_point_in == pytest.approx(step)

@@ -361,6 +361,42 @@ def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
     now[0] += 0.5
     assert pace() == 0.5
     assert waits == [4.0, 0.5]
+    # It counts the step's updates (its calls) from the step's start, which the lane sets after each step and its
+    # wait (here at 17 s).
+    assert (pace.updates, pace.step_began) == (2, 10.0)
+    pace.next_step()
+    assert (pace.updates, pace.step_began) == (0, 17.0)
+
+
+def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_and_no_other_run_has_one():
+    # A run whose step costs more than the turn steps in a lane: while it waits after its first update (the test's
+    # stop event stands in for the wait), the loop reports one update done, 3 s into the step (joined at 0 s, the
+    # lane's pacer made at 0 s; the update ends at 3 s). A run in the loop's turns has no lane progress.
+    now = [0.0]
+    loop = RunLoop(clock=lambda: now[0])
+    in_wait, go_on = threading.Event(), threading.Event()
+
+    class Waiting(threading.Event):
+        def wait(self, timeout=None):
+            in_wait.set()
+            return go_on.wait(10)
+
+    class Updating(Counting):
+        def step(self):
+            now[0] = 3.0  # its sampling and first update took 3 s
+            self.share_pause()  # the group's step calls it after each update
+            return super().step()
+
+    heavy = Updating("H", 1, [])
+    heavy.stop_event = Waiting()
+    light = Counting("L", 1, [])
+    assert loop.lane_progress(heavy) is None and loop.lane_progress(light) is None  # in no lane
+    outcome = train_in_thread(loop, heavy, step_seconds=5 * loop.turn_seconds)
+    assert in_wait.wait(10)
+    assert loop.lane_progress(heavy) == (1, 3.0)
+    assert loop.lane_progress(light) is None
+    go_on.set()
+    joined(outcome)
 
 
 def test_the_loop_times_a_turn_from_its_start_to_the_next_and_a_run_from_joining_to_its_first_record():

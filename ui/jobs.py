@@ -521,6 +521,7 @@ class Job(BackgroundJob):
         self._with_builder = False  # whether its warm starts are with the builder (`slots.builder`) now
         self._preparation: Entry | None = None  # among the runs preparing (`slots.preparing`) until it joined
         self._joined_at: float | None = None  # when it joined the loop
+        self._trainer = None  # its trainer once it joined the loop (a lane's step progress is read from it)
         self._setup: dict = {}
         self._error: str | None = None
         self._started = self.clock()
@@ -623,9 +624,20 @@ class Job(BackgroundJob):
             # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
             # other runs' first records time (from them the class bench's heavy run was told 1 s, then 6 s, for 13
             # and 23 s), at the machine's load now, paced for the learners sharing the loop.
-            slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
-            lane = lane_first_step_seconds(self._step_estimate * slower, self.slots.learners_sharing(self))
-            first_turn = still_ahead(lane, self._joined_at, now)
+            # Once its step has done an update, the step's own pace so far says more: a heavy run announced
+            # 262 s from its estimate had no point 651 s later, its updates slowed by the class's steps.
+            progress = None if self._trainer is None else loop.lane_progress(self._trainer)
+            left = None
+            if progress is not None and hasattr(self._trainer.algo, "ppo_epochs"):  # RL: its updates are counted
+                left = time_left(
+                    progress[1], progress[0], self._trainer.algo.ppo_epochs * self._trainer.algo.num_minibatches
+                )
+            if left is not None:
+                first_turn = left
+            else:
+                slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
+                lane = lane_first_step_seconds(self._step_estimate * slower, self.slots.learners_sharing(self))
+                first_turn = still_ahead(lane, self._joined_at, now)
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)
         else:
@@ -802,7 +814,7 @@ class Job(BackgroundJob):
             self._take(item, trainer, store, run_id)
         joined = self.clock()
         self.slots.observe_preparation(*self._prepared(joined))
-        self._set(joined_at=joined)
+        self._set(joined_at=joined, trainer=trainer)
         # The run spends its learner's share of the loop (a run without a session is a learner of its own).
         self.slots.loop.train(
             trainer,

@@ -209,12 +209,19 @@ class LanePacer:
     ):
         self.learners, self.stop_event, self.clock, self.parts = learners, stop_event, clock, parts
         self.since = clock()
+        self.step_began = self.since  # when the lane's step under way began
+        self.updates = 0  # its calls since then: the step's updates done (and one more once the step ends)
 
     def __call__(self) -> float:
         began = self.clock()
+        self.updates += 1  # done before its wait
         self.stop_event.wait(lane_pause(began - self.since, self.learners(), self.parts()))
         self.since = self.clock()
         return self.since - began
+
+    def next_step(self) -> None:
+        """The lane's step has ended and its wait after it too: the next step begins now."""
+        self.step_began, self.updates = self.clock(), 0
 
 
 def choose_turn(
@@ -331,6 +338,15 @@ class RunLoop:
         (1 when idle)."""
         with self._lock:
             return self._parts
+
+    def lane_progress(self, trainer) -> tuple[int, float] | None:
+        """For a run stepping in a lane of its own: the updates its step under way has done, and the wall seconds
+        since that step began (its sampling, its updates and the waits between them); None for any other run."""
+        with self._lock:
+            if not any(member.trainer is trainer for member in self._lanes):
+                return None
+        pace = trainer.share_pause
+        return (pace.updates, self._clock() - pace.step_began) if isinstance(pace, LanePacer) else None
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
@@ -467,6 +483,7 @@ class RunLoop:
                 if not self._took(member, outcome):
                     return
                 pace()
+                pace.next_step()
             member.leave()
         except BaseException as error:  # noqa: BLE001 - a fault of the lane itself ends its run
             member.leave(error)
