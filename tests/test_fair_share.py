@@ -435,20 +435,27 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)
 
 
+HEAVY_LANE_RUN = RunConfig(
+    algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
+)
+
+
+def heavy_lane_job(monkeypatch, load: float) -> tuple[Clock, LiveLoop, Job, float]:
+    """A heavy GRPO run's job (a step of 128 updates, estimated 12.8 s) on a fake clock in a live loop of its own,
+    the machine at `load` on 2 cores: the clock, the loop, the job and its step's estimate."""
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (load, 1.0, 1.0))
+    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
+    clock, slots = Clock(), LiveLoop(8)
+    return clock, slots, Job(HEAVY_LANE_RUN, slots, clock=clock, session="c"), estimated_step_seconds(HEAVY_LANE_RUN)
+
+
 def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_the_learners_counting_down(
     monkeypatch,
 ):
     """A step estimated at 12.8 s on an idle machine, at load 5 on 2 cores (6 runnable: 3 times slower), in a lane
     whose run waits after each update for 3 other learners' shares: its first record after 12.8 × 3 × 4 s."""
-    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
-    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
-    clock, slots = Clock(), LiveLoop(8)
-    heavy = RunConfig(
-        algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
-    )
-    step = estimated_step_seconds(heavy)
+    clock, slots, job, step = heavy_lane_job(monkeypatch, load=5.0)
     assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
-    job = Job(heavy, slots, clock=clock, session="c")
     assert slots.learners_sharing(job) == 1  # nothing requested: itself alone
     # Runs requested and not ended (in the loop, queued, preparing or with the builder): learner a's two, b's,
     # one without a session (a learner of its own); four learners with its own.
@@ -481,15 +488,8 @@ def test_a_lane_runs_announcement_follows_its_steps_own_pace_once_it_has_done_an
     from its estimate (step × learners, load 1 on 2 cores: no slower); 20 updates done 100 s into the step, the
     rest at that pace: 100 × 108 / 20 = 540 s; a run in no lane, or an update count it cannot read, keeps the
     estimate."""
-    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
-    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
-    clock, slots = Clock(), LiveLoop(8)
-    heavy = RunConfig(
-        algo=get_preset("grpo", prompts_per_step=128, ppo_epochs=64), task="reverse", steps=5, sft_steps=0
-    )
-    step = estimated_step_seconds(heavy)
-    job = Job(heavy, slots, clock=clock, session="c")
-    job._set(status="training", builds=[], joined_at=clock.now, trainer=SimpleNamespace(algo=heavy.algo))
+    clock, slots, job, step = heavy_lane_job(monkeypatch, load=1.0)
+    job._set(status="training", builds=[], joined_at=clock.now, trainer=SimpleNamespace(algo=HEAVY_LANE_RUN.algo))
     progress = {"now": None}
     monkeypatch.setattr(slots.loop, "lane_progress", lambda trainer: progress["now"])
     assert job.snapshot().first_point_in == pytest.approx(step)  # in no lane yet: its estimate, one learner
