@@ -417,9 +417,10 @@ class RunLoop:
             self._turn_took_in = took_in
             self._turn_number += 1
             everyone = [member.trainer for member in self._members]
-            choosing = len(cut(everyone, self.threads)) > 1  # else one thread and all of them are the same
+            parts = len(cut(everyone, self.threads))  # on all its threads (on one: one part)
+            choosing = parts > 1  # else one thread and all of them are the same
             threads = self._choice.choose(self._turn_number) if choosing else 1
-            self._parts = min(len(cut(everyone, threads)), threads)
+            self._parts = min(parts, threads)
             stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number, self._parts)
         began_stepping = self._clock() if choosing else 0.0
         outcomes = self._step(stepping, pool, threads)
