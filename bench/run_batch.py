@@ -1,17 +1,21 @@
-"""CPU per run-step of a group of R runs trained as one program, and where it goes.
+"""CPU (or GPU) time per run-step of a group of R runs trained as one program, and where it goes.
 
 For each R (default 1, 2, 4, 8, 16, 32), R runs of one preset (default `grpo` on its default task, the tiny model,
-one CPU thread) — warm starts of seeds 0–3 in turn, each run its own clip range ε = 0.2 + 0.001·r, so that no two
-runs are the same computation and all share one vmapped loss — are prepared, stepped once untimed, then `--steps`
-steps are timed as one group (`run_batch.step_together`). Printed per R: process-CPU milliseconds per run-step,
-its ratio to R = 1 measured in the same process, and the per-run-step milliseconds of each phase of the group's
-step (sampling; the teacher-forced passes; the packing of prefix trees; the vmapped formulas; the backward
-passes; the optimiser; the transfer of the records to the host), with the load average before and after. The
-phases are timed by wrapping the group's methods here, with process-CPU clocks: the engine itself reads no clock
-for them. Warm starts are trained first if missing and are not timed.
+one CPU thread; `--model` and `--device` name others) — warm starts of seeds 0–3 in turn, each run its own clip
+range ε = 0.2 + 0.001·r, so that no two runs are the same computation and all share one vmapped loss — are
+prepared, stepped once untimed, then `--steps` steps are timed as one group (`run_batch.step_together`).
+
+Printed per R: process-CPU milliseconds per run-step, its ratio to R = 1 measured in the same process, and the
+per-run-step milliseconds of each phase of the group's step (sampling; the teacher-forced passes; the packing of
+prefix trees; the vmapped formulas; the backward passes; the optimiser; the transfer of the records to the host),
+with the load average before and after. The phases are timed by wrapping the group's methods here, with
+process-CPU clocks: the engine itself reads no clock for them. On a GPU the kernels run after the host has queued
+them, so there the clock is the wall's, each timed phase and step waits for the device (`torch.cuda.synchronize`)
+before it is read, and the table adds the host's CPU per run-step and the peak device memory. Warm starts are
+trained first if missing and are not timed.
 
 Run from the repository root:
-    python bench/run_batch.py [--runs 1 8 32] [--algo grpo] [--steps 5] [--out report.json]
+    python bench/run_batch.py [--runs 1 8 32] [--algo grpo] [--steps 5] [--model tiny] [--device cpu] [--out R.json]
 """
 
 from __future__ import annotations
@@ -37,6 +41,17 @@ from rl_core.engine.trainer import Trainer  # noqa: E402
 from toy_tasks import DEFAULT_TASK  # noqa: E402
 
 SPENT: collections.Counter = collections.Counter()
+# The clock the phases and steps are read with: process CPU on the CPU, the wall after the device's queue on a GPU.
+CLOCK = [time.process_time]
+
+
+def cpu_clock() -> float:
+    return time.process_time()
+
+
+def device_clock() -> float:
+    torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def timed(owner, name: str, phase: str) -> None:
@@ -48,11 +63,11 @@ def timed(owner, name: str, phase: str) -> None:
         if running:
             return original(*args, **kwargs)
         running.append(True)
-        started = time.process_time()
+        started = CLOCK[0]()
         try:
             return original(*args, **kwargs)
         finally:
-            SPENT[phase] += time.process_time() - started
+            SPENT[phase] += CLOCK[0]() - started
             running.pop()
 
     setattr(owner, name, wrapper)
@@ -70,9 +85,18 @@ def instrument() -> None:
     timed(run_group.Records, "values", "records to the host")
 
 
-def prepared(algo: str, runs: int) -> list[Trainer]:
+def prepared(algo: str, runs: int, model: str, device: str) -> list[Trainer]:
     trainers = [
-        Trainer(RunConfig(algo=get_preset(algo, epsilon=0.2 + 0.001 * r), task=DEFAULT_TASK, steps=10**6, seed=r % 4))
+        Trainer(
+            RunConfig(
+                algo=get_preset(algo, epsilon=0.2 + 0.001 * r),
+                task=DEFAULT_TASK,
+                steps=10**6,
+                seed=r % 4,
+                model=model,
+                device=device,
+            )
+        )
         for r in range(runs)
     ]
     for trainer in trainers:
@@ -85,43 +109,61 @@ def main() -> None:
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--model", default="tiny", help="model preset: tiny (default), small, gpt2")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     parser.add_argument("--out", type=Path, help="write the table as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    on_gpu = args.device.startswith("cuda")
+    if on_gpu:
+        CLOCK[0] = device_clock
     instrument()
+    where = torch.cuda.get_device_name(torch.device(args.device)) if on_gpu else "1 thread"
     print(
-        f"{args.algo} on {DEFAULT_TASK}, tiny model, 1 thread, {args.steps} steps; load average "
-        f"{os.getloadavg()[0]:.1f} before",
+        f"{args.algo} on {DEFAULT_TASK}, {args.model} model, {args.device} ({where}), {args.steps} steps; torch "
+        f"{torch.__version__}; load average {os.getloadavg()[0]:.1f} before; ms per run-step are "
+        + ("wall (device synchronised)" if on_gpu else "process CPU"),
         flush=True,
     )
     rows, alone = [], None
     for runs in args.runs:
-        trainers = prepared(args.algo, runs)
+        trainers = prepared(args.algo, runs, args.model, args.device)
         step_together(trainers)  # untimed: the group forms, the first step's one-off costs
         SPENT.clear()
-        started = time.process_time()
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats()
+        host_started = time.process_time()
+        started = CLOCK[0]()
         for _ in range(args.steps):
             step_together(trainers)
-        per_step = 1000 * (time.process_time() - started) / (runs * args.steps)
+        per_step = 1000 * (CLOCK[0]() - started) / (runs * args.steps)
+        host = 1000 * (time.process_time() - host_started) / (runs * args.steps)
         alone = per_step if alone is None and runs == 1 else alone
         phases = {phase: 1000 * seconds / (runs * args.steps) for phase, seconds in SPENT.items()}
         rows.append(
             {
                 "runs": runs,
-                "cpu_ms_per_run_step": per_step,
-                "phases_ms": phases,
+                "ms_per_run_step": per_step,
+                "phases_ms": phases,  # process CPU here, device-synchronised wall on a GPU
                 "ratio_to_one": None if alone is None else per_step / alone,
             }
         )
         ratio = "" if alone is None else f" ({per_step / alone:.2f}× R = 1)"
+        device_note = ""
+        if on_gpu:
+            peak = torch.cuda.max_memory_allocated() / 2**30
+            rows[-1] |= {"host_cpu_ms_per_run_step": host, "peak_device_gib": peak}
+            device_note = f" (host CPU {host:.1f} ms, peak {peak:.1f} GiB)"
+        del trainers
         print(
-            f"R = {runs}: {per_step:.1f} ms per run-step{ratio}; "
+            f"R = {runs}: {per_step:.2f} ms per run-step{ratio}{device_note}; "
             + ", ".join(f"{phase} {ms:.1f}" for phase, ms in sorted(phases.items(), key=lambda kv: -kv[1])),
             flush=True,
         )
     print(f"load average {os.getloadavg()[0]:.1f} after")
     if args.out:
-        args.out.write_text(json.dumps({"algo": args.algo, "steps": args.steps, "rows": rows}, indent=1))
+        report = {"algo": args.algo, "model": args.model, "device": args.device, "steps": args.steps, "rows": rows}
+        args.out.write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
