@@ -503,6 +503,35 @@ def test_the_loop_steps_its_parts_on_threads_at_once_and_hands_the_records_over_
         assert loop.parts == 1  # idle again
 
 
+def test_a_turn_that_steps_some_of_the_runs_says_it_holds_the_cores_its_parts_take(declared_costs, monkeypatch):
+    # Eight runs of one shape on two threads make two parts of four, so the accounts earn 2 s a turn of 1 s: 0.5 s
+    # for each of four learners. A has five runs, B, C and D one each, every step 0.5 s: each learner steps one run
+    # a turn, four runs, one part (two of two would be under MIN_PART_RUNS). The turn holds one core, and `parts`,
+    # which a lane's pauses and the Train button's estimate read, says 1, not the 2 the accounts earned for.
+    batches, parts_seen = [], []
+    costed = rl_core.runs.run_loop.step_together
+
+    def logged(runs):
+        batches.append(len(runs))
+        return costed(runs)
+
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", logged)
+    loop = RunLoop(turn_seconds=1.0, threads=2)
+    held, all_in = threading.Event(), threading.Event()
+    holder = train_in_thread(loop, Counting("H", 1, []), lambda record: held.set() or all_in.wait(10), learner="H")
+    held.wait(10)
+    outcomes = []
+    for n, learner in enumerate("AAAAABCD"):  # A's five runs two steps each, in rotation: ten turns, as B's ten
+        run = Counting(f"{learner}{n}", 2 if learner == "A" else 10, [], cost=0.5, shape="tiny")
+        record = lambda record: parts_seen.append(loop.parts)  # noqa: E731 - read inside the turn
+        outcomes.append(train_in_thread(loop, run, record, learner=learner, step_seconds=0.5))
+        waiting_for_runs(loop, n + 2)
+    all_in.set()
+    joined(holder, *outcomes)
+    assert batches == [1] + [4] * 10
+    assert len(parts_seen) == 40 and set(parts_seen) == {1}
+
+
 def test_a_failing_part_ends_its_own_runs_only(monkeypatch):
     # Two parts of four; the second part's step raises (a fault of its group, not of one run's step): its four
     # runs end with that error, the first part's four train on.

@@ -34,8 +34,9 @@ The cut depends only on the turn's runs, so the same runs give
 the same parts turn after turn and each part's group is stepped again, not stacked anew. A part whose step raises
 ends its own runs; the records are handed over in the loop's thread, in the loop's order, once every part is done.
 With K parts at once a turn holds K cores' seconds of steps (`step_time` is a part's seconds shared among its runs),
-so the accounts earn K × `turn_seconds` a turn between them (`choose_turn`) and a lane's share of the time is K
-cores' over the learners (`lane_pause`).
+so the accounts earn K × `turn_seconds` a turn between them (`choose_turn`), K the parts all the loop's runs make,
+and a lane's share of the time is K' cores' over the learners (`lane_pause`), K' the parts the turn's chosen runs
+make (`parts`): fewer where a turn takes only some of the runs.
 
 The thread (and its pool) starts with the first run and ends when the last has left. Preparing a run (building its
 models, an SFT warm start) and evaluating it after its last step are left to the caller's thread, off the loop: the
@@ -420,10 +421,16 @@ class RunLoop:
             parts = len(cut(everyone, self.threads))  # on all its threads (on one: one part)
             choosing = parts > 1  # else one thread and all of them are the same
             threads = self._choice.choose(self._turn_number) if choosing else 1
-            self._parts = min(parts, threads)
-            stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number, self._parts)
+            # The accounts earn for the parts all the loop's runs make: that sets how many runs a turn takes, the
+            # same for every learner. The runs chosen may make fewer (four of eight are one part, not two), and
+            # `parts` (the lanes' pauses, the Train button's estimate) reads the cores this turn holds.
+            stepping = choose_turn(
+                self._members, self._accounts, self.turn_seconds, self._turn_number, min(parts, threads)
+            )
+            positions = cut([member.trainer for member in stepping], threads)
+            self._parts = len(positions)
         began_stepping = self._clock() if choosing else 0.0
-        outcomes = self._step(stepping, pool, threads)
+        outcomes = self._step(stepping, pool, positions)
         if choosing:
             self._choice.timed(tuple(id(member) for member in stepping), threads, self._clock() - began_stepping)
         for member, outcome in zip(stepping, outcomes):
@@ -436,11 +443,12 @@ class RunLoop:
                     self._members.remove(member)
         return True
 
-    def _step(self, stepping: list[_Member], pool: ThreadPoolExecutor | None, threads: int) -> list[dict | Exception]:
-        """One step of each of `stepping`, in order: its `cut`'s parts on `threads` threads at once, the first on this
-        thread."""
+    def _step(
+        self, stepping: list[_Member], pool: ThreadPoolExecutor | None, positions: list[list[int]]
+    ) -> list[dict | Exception]:
+        """One step of each of `stepping`, in order: its parts (`cut`'s `positions` in it) on threads at once, the
+        first on this thread."""
         trainers = [member.trainer for member in stepping]
-        positions = cut(trainers, threads)
         parts = [[trainers[i] for i in part] for part in positions]
         others = [pool.submit(step_part, part) for part in parts[1:]] if pool is not None else []
         stepped = [step_part(parts[0]), *(future.result() for future in others)]
