@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 import ui.jobs
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.runs.first_point import PREPARATION_SECONDS
+from rl_core.runs.first_point import PREPARATION_SECONDS, lane_first_step_seconds
 from rl_core.runs.limits import estimated_step_seconds
 from rl_core.runs.store import RunStore
 from ui.jobs import RESTARTED_TRAINING, RESTARTED_WAITING, Job, LiveLoop, start_server_upkeep
@@ -452,8 +452,10 @@ def heavy_lane_job(monkeypatch, load: float) -> tuple[Clock, LiveLoop, Job, floa
 def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_the_learners_counting_down(
     monkeypatch,
 ):
-    """A step estimated at 12.8 s on an idle machine, at load 5 on 2 cores (6 runnable: 3 times slower), in a lane
-    whose run waits after each update for 3 other learners' shares: its first record after 12.8 × 3 × 4 s."""
+    """A step of 12.8 CPU-s (its estimate on an idle machine) in a lane whose run waits after each update until
+    its thread has used its share, a quarter of a core among 4 learners: its first record after 12.8 × 4 s. At load
+    5 on 2 cores (6 runnable: a third of a core each) that share holds; with 2 learners (half a core each) the load
+    leaves it a third of a core while it works, and it never waits: 12.8 × 3 s."""
     clock, slots, job, step = heavy_lane_job(monkeypatch, load=5.0)
     assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
     assert slots.learners_sharing(job) == 1  # nothing requested: itself alone
@@ -465,22 +467,26 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     assert slots.learners_sharing(job) == 4
     job._set(status="preparing", builds=[])
     job._prepare()
-    lane = step * 3 * 4
+    lane = step * 4
     assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed
     clock.now += 0.1
     assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
     slots.observe_preparation(*job._prepared(clock.now))
     job._set(joined_at=clock.now)  # in its lane: what is left of its first step
     assert job.snapshot().first_point_in == pytest.approx(lane)
-    clock.now += 50.0
-    assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
-    for ticket in leaving:  # a's and b's runs ended: it waits for one other share
+    clock.now += 20.0
+    assert job.snapshot().first_point_in == pytest.approx(lane - 20.0)
+    for ticket in leaving:  # a's and b's runs ended: one other share, more than the load leaves it
         slots.withdraw(ticket)
-    assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
-    clock.now += step * 3 * 2
+    assert job.snapshot().first_point_in == pytest.approx(step * 3 - 20.0)
+    clock.now += step * 3
     assert job.snapshot().first_point_in == 0.0  # overran: about to come
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None
+    # The loop's runs on two cores: a learner's share is 2/20 of a core, so 12.8 CPU-s take 128 s; one learner
+    # alone has at most the one core its lane's thread can use.
+    assert lane_first_step_seconds(12.8, learners=20, parts=2, slower=3.0) == pytest.approx(128.0)
+    assert lane_first_step_seconds(12.8, learners=1, parts=2) == pytest.approx(12.8)
 
 
 def test_a_lane_runs_announcement_follows_its_steps_own_pace_once_it_has_done_an_update(monkeypatch):

@@ -341,11 +341,17 @@ def test_a_lane_waits_for_the_other_learners_shares():
     assert lane_pause(12.8, learners=20, parts=2) == pytest.approx(12.8 * 9)
     assert lane_pause(12.8, learners=2, parts=2) == 0.0  # a whole core's share: a lane uses one core at most
     assert lane_pause(12.8, learners=1, parts=2) == 0.0
+    # 12.8 CPU-s its thread used took 25.6 s of wall (the loop's thread held the interpreter half the time): its
+    # share at 20 learners is 12.8 × 20 = 256 s of wall in all, of which the work took 25.6.
+    assert lane_pause(12.8, learners=20, wall_seconds=25.6) == pytest.approx(256 - 25.6)
+    assert lane_pause(12.8, learners=1, wall_seconds=25.6) == 0.0  # its own core's worth took longer still
 
 
 def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
-    """Between a lane's updates: 2 s of work at 3 learners waits 4 s; then 0.5 s of work, a learner gone, 0.5 s."""
-    now = [10.0]
+    """Between a lane's updates: 2 s of work (2 CPU-s of its thread) at 3 learners waits 4 s; then 0.5 s of work, a
+    learner gone, 0.5 s; then 3 s of wall in which its thread had 1 CPU-s (the loop's held the interpreter), at 2
+    learners: 1 × 2 − 3 < 0, no wait; then 1 s of wall and 1 CPU-s: 1 s. Its waits leave its CPU clock alone."""
+    now, cpu = [10.0], [100.0]
     waits = []
 
     class Stop:
@@ -354,18 +360,26 @@ def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
             now[0] += seconds
             return False
 
-    learners = iter([3, 2])
-    pace = LanePacer(lambda: next(learners), Stop(), lambda: now[0])
+    learners = iter([3, 2, 2, 2])
+    pace = LanePacer(lambda: next(learners), Stop(), lambda: now[0], work_clock=lambda: cpu[0])
     now[0] += 2.0
+    cpu[0] += 2.0
     assert pace() == 4.0 and now[0] == 16.0
     now[0] += 0.5
+    cpu[0] += 0.5
     assert pace() == 0.5
-    assert waits == [4.0, 0.5]
+    now[0] += 3.0
+    cpu[0] += 1.0
+    assert pace() == 0.0
+    now[0] += 1.0
+    cpu[0] += 1.0
+    assert pace() == 1.0
+    assert waits == [4.0, 0.5, 0.0, 1.0]
     # It counts the step's updates (its calls) from the step's start, which the lane sets after each step and its
-    # wait (here at 17 s).
-    assert (pace.updates, pace.step_began) == (2, 10.0)
+    # wait (here at 22 s).
+    assert (pace.updates, pace.step_began) == (4, 10.0)
     pace.next_step()
-    assert (pace.updates, pace.step_began) == (0, 17.0)
+    assert (pace.updates, pace.step_began) == (0, 22.0)
 
 
 def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_and_no_other_run_has_one():

@@ -636,7 +636,8 @@ class Job(BackgroundJob):
                 first_turn = left
             else:
                 slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
-                lane = lane_first_step_seconds(self._step_estimate * slower, self.slots.learners_sharing(self))
+                learners = self.slots.learners_sharing(self)
+                lane = lane_first_step_seconds(self._step_estimate, learners, loop.parts, slower)
                 first_turn = still_ahead(lane, self._joined_at, now)
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)

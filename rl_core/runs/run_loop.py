@@ -23,7 +23,12 @@ step time) would hold every run of the loop for that long, so it steps in a lane
 loop: after each of its updates (epoch × minibatch) and after each step it waits `lane_pause` for the work since
 its last wait (`LanePacer`), so that it uses its learner's share of the time and no more even within one long step
 (a step of 1,024 responses × 64 epochs ran for minutes and took a core from the class meanwhile), and its seconds
-are charged to its learner's account as the loop's are.
+are charged to its learner's account as the loop's are. The work is its thread's CPU seconds, not the wall they
+took: while the loop's thread steps its runs, the lane's thread waits for the interpreter lock between its torch
+ops: a step of 128 updates (4.2 s alone) beside six learners' runs got 0.49 of a core while it worked, and paced
+by that wall it waited as if it had worked twice what it had (89 updates in 40 s; paced by its CPU, 188 and its
+first record after 27 s, where its share, 4.3 s × 7 learners, is 30 s). The class bench's heavy run, told 262 s
+from its estimate, had no point 651 s later.
 
 Threads. Runs of one shape step as one group (`run_batch.groups_of`), and a group is one thread's work: with
 `threads` > 1 the loop steps a turn's runs as parts on that many threads at once (`cut`: each shape a part, the
@@ -188,17 +193,21 @@ class _Account:
     credit: float = 0.0
 
 
-def lane_pause(step_seconds: float, learners: int, parts: int = 1) -> float:
-    """Seconds a lane waits after a step of `step_seconds` so that its run uses its learner's share of the loop's
-    `parts` cores, parts/learners of a core (a lane is one thread: at most all of one):
-    `step_seconds × max(learners / parts − 1, 0)`."""
-    return step_seconds * max(learners / parts - 1, 0)
+def lane_pause(step_seconds: float, learners: int, parts: int = 1, wall_seconds: float | None = None) -> float:
+    """Seconds a lane waits after work that used `step_seconds` of its thread's CPU over `wall_seconds` (None: the
+    same; more where other threads held the interpreter or the cores), so that its run uses its learner's share of
+    the loop's `parts` cores, parts/learners of a core (a lane is one thread: at most all of one):
+    `step_seconds × max(learners / parts, 1) − wall_seconds`, at least 0."""
+    wall = step_seconds if wall_seconds is None else wall_seconds
+    return max(step_seconds * max(learners / parts, 1) - wall, 0.0)
 
 
 class LanePacer:
     """The waits of a lane's run: called between its updates (`Trainer.share_pause`) and after its steps, it waits
-    `lane_pause` of the wall seconds since its last wait, at the learners' count and the loop's parts then, or until
-    the run is stopped; returns the seconds it waited (which are not the step's cost)."""
+    `lane_pause` of the CPU seconds its thread used since its last wait (`work_clock`) over the wall seconds they
+    took (`clock`), at the learners' count and the loop's parts then, or until the run is stopped; returns the
+    seconds it waited (which are not the step's cost). Made and called in the lane's thread (`time.thread_time`
+    is the calling thread's)."""
 
     def __init__(
         self,
@@ -206,17 +215,20 @@ class LanePacer:
         stop_event: threading.Event,
         clock: Callable[[], float],
         parts: Callable[[], int] = lambda: 1,
+        work_clock: Callable[[], float] = time.thread_time,
     ):
         self.learners, self.stop_event, self.clock, self.parts = learners, stop_event, clock, parts
-        self.since = clock()
+        self.work_clock = work_clock
+        self.since, self.worked_since = clock(), work_clock()
         self.step_began = self.since  # when the lane's step under way began
         self.updates = 0  # its calls since then: the step's updates done (and one more once the step ends)
 
     def __call__(self) -> float:
-        began = self.clock()
+        began, worked = self.clock(), self.work_clock()
         self.updates += 1  # done before its wait
-        self.stop_event.wait(lane_pause(began - self.since, self.learners(), self.parts()))
-        self.since = self.clock()
+        pause = lane_pause(worked - self.worked_since, self.learners(), self.parts(), began - self.since)
+        self.stop_event.wait(pause)
+        self.since, self.worked_since = self.clock(), self.work_clock()
         return self.since - began
 
     def next_step(self) -> None:
