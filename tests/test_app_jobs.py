@@ -450,6 +450,8 @@ def test_a_runs_seconds_left_before_its_first_step_count_the_warm_start_the_cach
     from toy_tasks import get_task
 
     monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path))
+    # An idle machine: the evaluation as estimated.
+    monkeypatch.setattr("ui.jobs.os.getloadavg", lambda: (0.0, 0.0, 0.0))
     run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50)  # the tiny model's 200-step warm start
     # A fresh server's speed is 1: the estimate as measured on the reference CPU, the SFT steps before it.
     assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(200 * SFT_STEP_SECONDS + estimated_seconds(run))

@@ -418,9 +418,10 @@ def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path,
     assert any(s.value.startswith("Finished 3 steps") for s in at.success), [s.value for s in at.success]
 
 
-def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_wall_on():
-    from rl_core.runs.limits import estimated_seconds, estimated_step_seconds
+def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_wall_on(monkeypatch):
+    from rl_core.runs.limits import estimated_evaluation_seconds, estimated_step_seconds
 
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine: evaluations as estimated
     clock, slots = Clock(), LiveLoop(2)
     run = tiny_run(steps=50)
     job = Job(run, slots, clock=clock)
@@ -431,8 +432,36 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     job._add({"step": 4, "reward_mean": 0.5})  # three walls of 2 s
     speed = 2.0 / estimated_step_seconds(run)
     assert slots.speed == pytest.approx(speed)
-    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace.
-    assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)
+    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace, its evaluation apart.
+    expected = 50 * estimated_step_seconds(run) * speed + estimated_evaluation_seconds(run)
+    assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(expected)
+
+
+def test_a_queued_run_waits_for_the_steps_ahead_at_the_loops_pace_and_their_evaluation_at_the_machines(monkeypatch):
+    """The run ahead holds the loop's one place: 5 default GRPO steps (estimated 64 × (7.1e-4 + 2 × 1.84e-4) =
+    0.068992 s each), then its evaluation (256 × 7.1e-4 = 0.18176 s), which its job's thread runs off the loop. The
+    server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is at load 5 on
+    2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.068992 × 30 + 0.18176 × 3 =
+    10.89408 s (the evaluation at the loop's 30× would be 5.45 s, not 0.55); after its second step, 2 s after its
+    first: 3 × 2 + 0.54528 = 6.54528 s. A run queued behind it is told as much."""
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
+    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
+    clock, slots = Clock(), LiveLoop(1)
+    slots.observe_speed(3.0, 0.1)
+    ahead = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=5, sft_steps=0), slots, clock=clock)
+    assert ahead.seconds_left() == pytest.approx(10.89408)
+    ahead._add({"step": 1, "reward_mean": 0.5})
+    clock.now += 2.0
+    ahead._add({"step": 2, "reward_mean": 0.5})
+    assert ahead.seconds_left() == pytest.approx(6.54528)
+    never, give_up, queued = threading.Event(), threading.Event(), Request("b")
+    with slots.hold(never, ticket=ahead, seconds_left=ahead.seconds_left):
+        waiting = threading.Thread(target=lambda: slots.hold(give_up, ticket=queued).__enter__(), daemon=True)
+        waiting.start()
+        wait_for(lambda: slots.queue_place(queued) == 1)
+        assert slots.wait_estimate(queued) == pytest.approx(6.54528)
+        give_up.set()
+        waiting.join(5)
 
 
 HEAVY_LANE_RUN = RunConfig(
