@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
@@ -23,6 +24,7 @@ from rl_core.runs.run_loop import (
     cut,
     lane_pause,
     loop_threads,
+    works_on_its_thread,
 )
 
 
@@ -380,6 +382,20 @@ def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
     assert (pace.updates, pace.step_began) == (4, 10.0)
     pace.next_step()
     assert (pace.updates, pace.step_began) == (0, 22.0)
+
+
+def test_a_lane_counts_its_threads_cpu_seconds_only_for_a_run_whose_work_they_are():
+    # A run on the CPU with one torch thread works on its thread alone; on an accelerator, or with torch's other
+    # intra-op threads, much of its work is elsewhere, and the lane counts the wall.
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert works_on_its_thread(SimpleNamespace(device=torch.device("cpu")))
+        assert not works_on_its_thread(SimpleNamespace(device=torch.device("cuda")))
+        torch.set_num_threads(2)
+        assert not works_on_its_thread(SimpleNamespace(device=torch.device("cpu")))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_and_no_other_run_has_one():

@@ -57,6 +57,8 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import torch
+
 from rl_core.engine.run_batch import groups_of, step_together
 from rl_core.runs.run_stream import stepped_out
 from rl_core.runs.store import max_trainings
@@ -200,6 +202,14 @@ def lane_pause(step_seconds: float, learners: int, parts: int = 1, wall_seconds:
     `step_seconds × max(learners / parts, 1) − wall_seconds`, at least 0."""
     wall = step_seconds if wall_seconds is None else wall_seconds
     return max(step_seconds * max(learners / parts, 1) - wall, 0.0)
+
+
+def works_on_its_thread(trainer) -> bool:
+    """Whether a run's work is its stepping thread's CPU time (`time.thread_time`): on the CPU with one torch
+    thread (the tiny and small presets). An accelerator's kernels, or torch's other intra-op threads, work outside
+    it, and a lane of such a run is paced by the wall."""
+    device = getattr(trainer, "device", None)
+    return (device is None or torch.device(device).type == "cpu") and torch.get_num_threads() == 1
 
 
 class LanePacer:
@@ -488,7 +498,8 @@ class RunLoop:
     def _lane(self, member: _Member) -> None:
         """Step one run by itself, pausing between its updates and after each step for the other learners' shares
         (`LanePacer`), until it ends."""
-        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock, lambda: self.parts)
+        work = time.thread_time if works_on_its_thread(member.trainer) else self._clock
+        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock, lambda: self.parts, work)
         member.trainer.share_pause = pace
         try:
             while not stepped_out(member.trainer):
