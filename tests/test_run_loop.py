@@ -378,10 +378,10 @@ def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
     assert pace() == 1.0
     assert waits == [4.0, 0.5, 0.0, 1.0]
     # It counts the step's updates (its calls) from the step's start, which the lane sets after each step and its
-    # wait (here at 22 s).
-    assert (pace.updates, pace.step_began) == (4, 10.0)
+    # wait (here at 22 s), and notes when the wait after the step's first update ended (16 s).
+    assert (pace.updates, pace.step_began, pace.first_ended) == (4, 10.0, 16.0)
     pace.next_step()
-    assert (pace.updates, pace.step_began) == (0, 22.0)
+    assert (pace.updates, pace.step_began, pace.first_ended) == (0, 22.0, None)
 
 
 def test_a_lane_counts_its_threads_cpu_seconds_only_for_a_run_whose_work_they_are():
@@ -398,23 +398,26 @@ def test_a_lane_counts_its_threads_cpu_seconds_only_for_a_run_whose_work_they_ar
         torch.set_num_threads(threads)
 
 
-def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_and_no_other_run_has_one():
-    # A run whose step costs more than the turn steps in a lane: while it waits after its first update (the test's
-    # stop event stands in for the wait), the loop reports one update done, 3 s into the step (joined at 0 s, the
-    # lane's pacer made at 0 s; the update ends at 3 s). A run in the loop's turns has no lane progress.
+def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_after_its_first_and_no_other_run_has_one():
+    # A run whose step costs more than the turn steps in a lane: its sampling and first update take 3 s, and the
+    # wait after it ends at 5 s; while it waits after its second update, done at 6 s (the test's stop event stands
+    # in for the wait, the clock at 7 s), the loop reports one update done after the first, 2 s after that first
+    # one's wait ended. While it waits after its first: none yet. A run in the loop's turns has no lane progress.
     now = [0.0]
     loop = RunLoop(clock=lambda: now[0])
-    in_wait, go_on = threading.Event(), threading.Event()
+    in_wait, go_on = threading.Semaphore(0), threading.Semaphore(0)
 
     class Waiting(threading.Event):
         def wait(self, timeout=None):
-            in_wait.set()
-            return go_on.wait(10)
+            in_wait.release()
+            return go_on.acquire(timeout=10) and False
 
     class Updating(Counting):
         def step(self):
             now[0] = 3.0  # its sampling and first update took 3 s
             self.share_pause()  # the group's step calls it after each update
+            now[0] = 6.0
+            self.share_pause()
             return super().step()
 
     heavy = Updating("H", 1, [])
@@ -422,10 +425,16 @@ def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_and_no_other_run_
     light = Counting("L", 1, [])
     assert loop.lane_progress(heavy) is None and loop.lane_progress(light) is None  # in no lane
     outcome = train_in_thread(loop, heavy, step_seconds=5 * loop.turn_seconds)
-    assert in_wait.wait(10)
-    assert loop.lane_progress(heavy) == (1, 3.0)
+    assert in_wait.acquire(timeout=10)
+    assert loop.lane_progress(heavy) == (0, 0.0)
+    now[0] = 5.0
+    go_on.release()
+    assert in_wait.acquire(timeout=10)
+    now[0] = 7.0
+    assert loop.lane_progress(heavy) == (1, 2.0)
     assert loop.lane_progress(light) is None
-    go_on.set()
+    go_on.release()
+    go_on.release()  # the wait after its step
     joined(outcome)
 
 

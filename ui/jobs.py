@@ -649,9 +649,8 @@ class Job(BackgroundJob):
             progress = None if self._trainer is None else loop.lane_progress(self._trainer)
             left = None
             if progress is not None and hasattr(self._trainer.algo, "ppo_epochs"):  # RL: its updates are counted
-                left = time_left(
-                    progress[1], progress[0], self._trainer.algo.ppo_epochs * self._trainer.algo.num_minibatches
-                )
+                updates = self._trainer.algo.ppo_epochs * self._trainer.algo.num_minibatches
+                left = time_left(progress[1], progress[0], updates - 1)  # those after its first
             if left is not None:
                 first_turn = left
             else:
