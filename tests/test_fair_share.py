@@ -520,9 +520,10 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
 
 def test_a_lane_runs_announcement_follows_its_steps_own_pace_once_it_has_done_an_update(monkeypatch):
     """The heavy step of GRPO, 64 epochs × 2 minibatches = 128 updates: before its second update it is announced
-    from its estimate (step × learners, load 1 on 2 cores: no slower); 20 updates done after its first, 100 s
-    after that first one's wait, the other 107 at that pace: 100 × 107 / 20 = 535 s; a run in no lane, or an update
-    count it cannot read, keeps the estimate."""
+    from its estimate (step × learners, load 1 on 2 cores: no slower); 20 updates done after its first, of 100 s of
+    work, the other 107 at that pace, 100 × 107 / 20 = 535 s of work, each update paced for the learners sharing
+    the loop now: 535 s alone, 4 × 535 s among 4 learners (as the learners sharing change, whatever they were while
+    it did the 20); a run in no lane, or an update count it cannot read, keeps the estimate."""
     clock, slots, job, step = heavy_lane_job(monkeypatch, load=1.0)
     job._set(status="training", builds=[], joined_at=clock.now, trainer=SimpleNamespace(algo=HEAVY_LANE_RUN.algo))
     progress = {"now": None}
@@ -532,5 +533,8 @@ def test_a_lane_runs_announcement_follows_its_steps_own_pace_once_it_has_done_an
     assert job.snapshot().first_point_in == pytest.approx(step)
     progress["now"] = (20, 100.0)
     assert job.snapshot().first_point_in == pytest.approx(535.0)
+    for ticket in (Request("a"), Request("a"), Request("b"), Request(None)):
+        slots.request(ticket)
+    assert job.snapshot().first_point_in == pytest.approx(4 * 535.0)
     job._set(trainer=SimpleNamespace(algo=SimpleNamespace()))  # a fit without epochs and minibatches to count
-    assert job.snapshot().first_point_in == pytest.approx(step)
+    assert job.snapshot().first_point_in == pytest.approx(4 * step)  # its estimate among the 4

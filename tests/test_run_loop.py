@@ -378,10 +378,10 @@ def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
     assert pace() == 1.0
     assert waits == [4.0, 0.5, 0.0, 1.0]
     # It counts the step's updates (its calls) from the step's start, which the lane sets after each step and its
-    # wait (here at 22 s), and notes when the wait after the step's first update ended (16 s).
-    assert (pace.updates, pace.step_began, pace.first_ended) == (4, 10.0, 16.0)
+    # wait (here at 22 s), and the work of those after the first: 0.5 + 1 + 1 CPU-s.
+    assert (pace.updates, pace.step_began, pace.worked) == (4, 10.0, 2.5)
     pace.next_step()
-    assert (pace.updates, pace.step_began, pace.first_ended) == (0, 22.0, None)
+    assert (pace.updates, pace.step_began, pace.worked) == (0, 22.0, 0.0)
 
 
 def test_a_lane_counts_its_threads_cpu_seconds_only_for_a_run_whose_work_they_are():
@@ -398,11 +398,13 @@ def test_a_lane_counts_its_threads_cpu_seconds_only_for_a_run_whose_work_they_ar
         torch.set_num_threads(threads)
 
 
-def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_after_its_first_and_no_other_run_has_one():
-    # A run whose step costs more than the turn steps in a lane: its sampling and first update take 3 s, and the
-    # wait after it ends at 5 s; while it waits after its second update, done at 6 s (the test's stop event stands
-    # in for the wait, the clock at 7 s), the loop reports one update done after the first, 2 s after that first
-    # one's wait ended. While it waits after its first: none yet. A run in the loop's turns has no lane progress.
+def test_a_lane_runs_progress_is_its_steps_updates_and_work_after_its_first_and_no_other_run_has_one(monkeypatch):
+    # A run whose step costs more than the turn steps in a lane (its work counted on the test's clock): its sampling
+    # and first update take 3 s, and the wait after it ends at 5 s; while it waits after its second update, done
+    # at 6 s (the test's stop event stands in for the wait), the loop reports one update done after the first, of
+    # 1 s of work (the wait not counted). While it waits after its first: none yet. A run in the loop's turns has
+    # no lane progress.
+    monkeypatch.setattr(rl_core.runs.run_loop, "works_on_its_thread", lambda trainer: False)
     now = [0.0]
     loop = RunLoop(clock=lambda: now[0])
     in_wait, go_on = threading.Semaphore(0), threading.Semaphore(0)
@@ -431,7 +433,7 @@ def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_after_its_first_a
     go_on.release()
     assert in_wait.acquire(timeout=10)
     now[0] = 7.0
-    assert loop.lane_progress(heavy) == (1, 2.0)
+    assert loop.lane_progress(heavy) == (1, 1.0)
     assert loop.lane_progress(light) is None
     go_on.release()
     go_on.release()  # the wait after its step

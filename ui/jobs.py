@@ -644,18 +644,18 @@ class Job(BackgroundJob):
             # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
             # other runs' first records time (from them the class bench's heavy run was told 1 s, then 6 s, for 13
             # and 23 s), at the machine's load now, paced for the learners sharing the loop.
-            # Once its step has done an update, the step's own pace so far says more: a heavy run announced
-            # 262 s from its estimate had no point 651 s later, its updates slowed by the class's steps.
+            # Once its step has done updates after its first, their work says more than the estimate (a heavy run
+            # announced 262 s from its estimate had no point 651 s later), paced as the estimate is.
             progress = None if self._trainer is None else loop.lane_progress(self._trainer)
-            left = None
+            work = None
             if progress is not None and hasattr(self._trainer.algo, "ppo_epochs"):  # RL: its updates are counted
                 updates = self._trainer.algo.ppo_epochs * self._trainer.algo.num_minibatches
-                left = time_left(progress[1], progress[0], updates - 1)  # those after its first
-            if left is not None:
-                first_turn = left
+                work = time_left(progress[1], progress[0], updates - 1)  # the rest, at its updates' work so far
+            learners, slower = self.slots.learners_sharing(self), machine_slower()
+            if work is not None:
+                first_turn = lane_first_step_seconds(work, learners, loop.parts, slower)
             else:
-                learners = self.slots.learners_sharing(self)
-                lane = lane_first_step_seconds(self._step_estimate, learners, loop.parts, machine_slower())
+                lane = lane_first_step_seconds(self._step_estimate, learners, loop.parts, slower)
                 first_turn = still_ahead(lane, self._joined_at, now)
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)

@@ -232,21 +232,21 @@ class LanePacer:
         self.since, self.worked_since = clock(), work_clock()
         self.step_began = self.since  # when the lane's step under way began
         self.updates = 0  # its calls since then: the step's updates done (and one more once the step ends)
-        self.first_ended: float | None = None  # when the wait after the step's first update ended
+        self.worked = 0.0  # the work seconds (`work_clock`) of the step's updates after its first
 
     def __call__(self) -> float:
         began, worked = self.clock(), self.work_clock()
         self.updates += 1  # done before its wait
+        if self.updates > 1:
+            self.worked += worked - self.worked_since
         pause = lane_pause(worked - self.worked_since, self.learners(), self.parts(), began - self.since)
         self.stop_event.wait(pause)
         self.since, self.worked_since = self.clock(), self.work_clock()
-        if self.updates == 1:
-            self.first_ended = self.since
         return self.since - began
 
     def next_step(self) -> None:
         """The lane's step has ended and its wait after it too: the next step begins now."""
-        self.step_began, self.updates, self.first_ended = self.clock(), 0, None
+        self.step_began, self.updates, self.worked = self.clock(), 0, 0.0
 
 
 def choose_turn(
@@ -365,18 +365,18 @@ class RunLoop:
             return self._parts
 
     def lane_progress(self, trainer) -> tuple[int, float] | None:
-        """For a run stepping in a lane of its own: the updates its step under way has done after its first, and the
-        wall seconds since the wait after that first one ended (its updates and the waits between them; (0, 0.0)
-        until then); None for any other run. Not from the step's start: its sampling comes before its first update,
-        and a step of 1,024 responses took 0.42 CPU-s to the end of its first update and 0.07 for each of the 255
-        after, so a pace counted from the start told six times the rest of the step after one update."""
+        """For a run stepping in a lane of its own: the updates its step under way has done after its first, and
+        their work seconds (its thread's CPU, `LanePacer.work_clock`), not the waits between them; None for any
+        other run. Their work, not their wall: the wall follows the learners sharing the loop then, and a heavy
+        run whose step began while its class's runs built their warm starts outside it was told 35 s from its
+        first updates' pace, and drew its point 195 s later. Not from the step's start: its sampling comes before
+        its first update, and a step of 1,024 responses took 0.42 CPU-s to the end of its first update and 0.07
+        for each of the 255 after."""
         with self._lock:
             if not any(member.trainer is trainer for member in self._lanes):
                 return None
         pace = trainer.share_pause
-        if not isinstance(pace, LanePacer):
-            return None
-        return (0, 0.0) if pace.first_ended is None else (pace.updates - 1, self._clock() - pace.first_ended)
+        return (max(pace.updates - 1, 0), pace.worked) if isinstance(pace, LanePacer) else None
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
