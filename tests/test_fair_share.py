@@ -432,8 +432,9 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     job._add({"step": 4, "reward_mean": 0.5})  # three walls of 2 s
     speed = 2.0 / estimated_step_seconds(run)
     assert slots.speed == pytest.approx(speed)
-    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace, its evaluation apart.
-    expected = 50 * estimated_step_seconds(run) * speed + estimated_evaluation_seconds(run)
+    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace, its evaluation apart,
+    # and its preparation before it (none timed yet).
+    expected = 50 * estimated_step_seconds(run) * speed + estimated_evaluation_seconds(run) + PREPARATION_SECONDS
     assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(expected)
 
 
@@ -443,12 +444,21 @@ def test_a_queued_run_waits_for_the_steps_ahead_at_the_loops_pace_and_their_eval
     server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is at load 5 on
     2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.068992 × 30 + 0.18176 × 3 =
     10.89408 s (the evaluation at the loop's 30× would be 5.45 s, not 0.55); after its second step, 2 s after its
-    first: 3 × 2 + 0.54528 = 6.54528 s. A run queued behind it is told as much."""
+    first: 3 × 2 + 0.54528 = 6.54528 s. Before it joined the loop, its preparation still ahead too: 0.15 s before
+    this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run queued behind it
+    is told as much."""
     monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
     monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
     clock, slots = Clock(), LiveLoop(1)
     slots.observe_speed(3.0, 0.1)
     ahead = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=5, sft_steps=0), slots, clock=clock)
+    assert ahead.seconds_left() == pytest.approx(10.89408 + PREPARATION_SECONDS)
+    slots.observe_preparation(1.2, 1.0)
+    ahead._prepare()
+    clock.now += 0.5
+    assert ahead.seconds_left() == pytest.approx(10.89408 + 0.7)
+    slots.observe_preparation(*ahead._prepared(clock.now))
+    ahead._set(joined_at=clock.now)
     assert ahead.seconds_left() == pytest.approx(10.89408)
     ahead._add({"step": 1, "reward_mean": 0.5})
     clock.now += 2.0
