@@ -446,15 +446,20 @@ def test_the_server_limit_names_the_knob_of_the_live_loop(monkeypatch):
 def test_a_runs_seconds_left_before_its_first_step_count_the_warm_start_the_cache_lacks(tmp_path, monkeypatch):
     from rl_core.engine.pretrained import model_tokenizer
     from rl_core.engine.sft import checkpoint_folder
+    from rl_core.runs.first_point import PREPARATION_SECONDS
     from rl_core.runs.limits import SFT_STEP_SECONDS
     from toy_tasks import get_task
 
     monkeypatch.setenv("RLHF_LAB_CACHE", str(tmp_path))
+    # An idle machine: the evaluation as estimated.
+    monkeypatch.setattr("ui.jobs.os.getloadavg", lambda: (0.0, 0.0, 0.0))
     run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50)  # the tiny model's 200-step warm start
-    # A fresh server's speed is 1: the estimate as measured on the reference CPU, the SFT steps before it.
-    assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(200 * SFT_STEP_SECONDS + estimated_seconds(run))
+    # A fresh server's speed is 1: the estimate as measured on the reference CPU, the SFT steps and the preparation
+    # (none timed yet) before it.
+    before = 200 * SFT_STEP_SECONDS + PREPARATION_SECONDS
+    assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(before + estimated_seconds(run))
     task = get_task("caesar")  # as the trainer names the folder it publishes the checkpoint in
     checkpoint_folder(tmp_path, task, model_tokenizer("tiny"), "tiny", 0, task.default_demo_noise, 200).mkdir(
         parents=True
     )
-    assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(estimated_seconds(run))
+    assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(PREPARATION_SECONDS + estimated_seconds(run))

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 import ui.jobs
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.runs.first_point import PREPARATION_SECONDS
+from rl_core.runs.first_point import PREPARATION_SECONDS, lane_first_step_seconds
 from rl_core.runs.limits import estimated_step_seconds
 from rl_core.runs.store import RunStore
 from ui.jobs import RESTARTED_TRAINING, RESTARTED_WAITING, Job, LiveLoop, start_server_upkeep
@@ -418,9 +418,10 @@ def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path,
     assert any(s.value.startswith("Finished 3 steps") for s in at.success), [s.value for s in at.success]
 
 
-def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_wall_on():
-    from rl_core.runs.limits import estimated_seconds, estimated_step_seconds
+def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_wall_on(monkeypatch):
+    from rl_core.runs.limits import estimated_evaluation_seconds, estimated_step_seconds
 
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine: evaluations as estimated
     clock, slots = Clock(), LiveLoop(2)
     run = tiny_run(steps=50)
     job = Job(run, slots, clock=clock)
@@ -431,8 +432,46 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     job._add({"step": 4, "reward_mean": 0.5})  # three walls of 2 s
     speed = 2.0 / estimated_step_seconds(run)
     assert slots.speed == pytest.approx(speed)
-    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace.
-    assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(estimated_seconds(run) * speed)
+    # A run that has not stepped yet (one queued behind it, say) is estimated at that pace, its evaluation apart,
+    # and its preparation before it (none timed yet).
+    expected = 50 * estimated_step_seconds(run) * speed + estimated_evaluation_seconds(run) + PREPARATION_SECONDS
+    assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(expected)
+
+
+def test_a_queued_run_waits_for_the_steps_ahead_at_the_loops_pace_and_their_evaluation_at_the_machines(monkeypatch):
+    """The run ahead holds the loop's one place: 5 default GRPO steps (estimated 64 × (7.1e-4 + 2 × 1.84e-4) =
+    0.068992 s each), then its evaluation (256 × 7.1e-4 = 0.18176 s), which its job's thread runs off the loop. The
+    server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is at load 5 on
+    2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.068992 × 30 + 0.18176 × 3 =
+    10.89408 s (the evaluation at the loop's 30× would be 5.45 s, not 0.55); after its second step, 2 s after its
+    first: 3 × 2 + 0.54528 = 6.54528 s. Before it joined the loop, its preparation still ahead too: 0.15 s before
+    this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run queued behind it
+    is told as much."""
+    monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
+    monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
+    clock, slots = Clock(), LiveLoop(1)
+    slots.observe_speed(3.0, 0.1)
+    ahead = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=5, sft_steps=0), slots, clock=clock)
+    assert ahead.seconds_left() == pytest.approx(10.89408 + PREPARATION_SECONDS)
+    slots.observe_preparation(1.2, 1.0)
+    ahead._prepare()
+    clock.now += 0.5
+    assert ahead.seconds_left() == pytest.approx(10.89408 + 0.7)
+    slots.observe_preparation(*ahead._prepared(clock.now))
+    ahead._set(joined_at=clock.now)
+    assert ahead.seconds_left() == pytest.approx(10.89408)
+    ahead._add({"step": 1, "reward_mean": 0.5})
+    clock.now += 2.0
+    ahead._add({"step": 2, "reward_mean": 0.5})
+    assert ahead.seconds_left() == pytest.approx(6.54528)
+    never, give_up, queued = threading.Event(), threading.Event(), Request("b")
+    with slots.hold(never, ticket=ahead, seconds_left=ahead.seconds_left):
+        waiting = threading.Thread(target=lambda: slots.hold(give_up, ticket=queued).__enter__(), daemon=True)
+        waiting.start()
+        wait_for(lambda: slots.queue_place(queued) == 1)
+        assert slots.wait_estimate(queued) == pytest.approx(6.54528)
+        give_up.set()
+        waiting.join(5)
 
 
 HEAVY_LANE_RUN = RunConfig(
@@ -452,8 +491,10 @@ def heavy_lane_job(monkeypatch, load: float) -> tuple[Clock, LiveLoop, Job, floa
 def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_the_learners_counting_down(
     monkeypatch,
 ):
-    """A step estimated at 12.8 s on an idle machine, at load 5 on 2 cores (6 runnable: 3 times slower), in a lane
-    whose run waits after each update for 3 other learners' shares: its first record after 12.8 × 3 × 4 s."""
+    """A step of 12.8 CPU-s (its estimate on an idle machine) in a lane whose run waits after each update until
+    its thread has used its share, a quarter of a core among 4 learners: its first record after 12.8 × 4 s. At load
+    5 on 2 cores (6 runnable: a third of a core each) that share holds; with 2 learners (half a core each) the load
+    leaves it a third of a core while it works, and it never waits: 12.8 × 3 s."""
     clock, slots, job, step = heavy_lane_job(monkeypatch, load=5.0)
     assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
     assert slots.learners_sharing(job) == 1  # nothing requested: itself alone
@@ -465,37 +506,45 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     assert slots.learners_sharing(job) == 4
     job._set(status="preparing", builds=[])
     job._prepare()
-    lane = step * 3 * 4
+    lane = step * 4
     assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS + lane)  # no preparation timed
     clock.now += 0.1
     assert job.snapshot().first_point_in == pytest.approx(PREPARATION_SECONDS - 0.1 + lane)
     slots.observe_preparation(*job._prepared(clock.now))
     job._set(joined_at=clock.now)  # in its lane: what is left of its first step
     assert job.snapshot().first_point_in == pytest.approx(lane)
-    clock.now += 50.0
-    assert job.snapshot().first_point_in == pytest.approx(lane - 50.0)
-    for ticket in leaving:  # a's and b's runs ended: it waits for one other share
+    clock.now += 20.0
+    assert job.snapshot().first_point_in == pytest.approx(lane - 20.0)
+    for ticket in leaving:  # a's and b's runs ended: one other share, more than the load leaves it
         slots.withdraw(ticket)
-    assert job.snapshot().first_point_in == pytest.approx(step * 3 * 2 - 50.0)
-    clock.now += step * 3 * 2
+    assert job.snapshot().first_point_in == pytest.approx(step * 3 - 20.0)
+    clock.now += step * 3
     assert job.snapshot().first_point_in == 0.0  # overran: about to come
     job._add({"step": 1, "reward_mean": 0.5})
     assert job.snapshot().first_point_in is None
+    # The loop's runs on two cores: a learner's share is 2/20 of a core, so 12.8 CPU-s take 128 s; one learner
+    # alone has at most the one core its lane's thread can use.
+    assert lane_first_step_seconds(12.8, learners=20, parts=2, slower=3.0) == pytest.approx(128.0)
+    assert lane_first_step_seconds(12.8, learners=1, parts=2) == pytest.approx(12.8)
 
 
 def test_a_lane_runs_announcement_follows_its_steps_own_pace_once_it_has_done_an_update(monkeypatch):
-    """The heavy step of GRPO, 64 epochs × 2 minibatches = 128 updates: before its first update it is announced
-    from its estimate (step × learners, load 1 on 2 cores: no slower); 20 updates done 100 s into the step, the
-    rest at that pace: 100 × 108 / 20 = 540 s; a run in no lane, or an update count it cannot read, keeps the
-    estimate."""
+    """The heavy step of GRPO, 64 epochs × 2 minibatches = 128 updates: before its second update it is announced
+    from its estimate (step × learners, load 1 on 2 cores: no slower); 20 updates done after its first, of 100 s of
+    work, the other 107 at that pace, 100 × 107 / 20 = 535 s of work, each update paced for the learners sharing
+    the loop now: 535 s alone, 4 × 535 s among 4 learners (as the learners sharing change, whatever they were while
+    it did the 20); a run in no lane, or an update count it cannot read, keeps the estimate."""
     clock, slots, job, step = heavy_lane_job(monkeypatch, load=1.0)
     job._set(status="training", builds=[], joined_at=clock.now, trainer=SimpleNamespace(algo=HEAVY_LANE_RUN.algo))
     progress = {"now": None}
     monkeypatch.setattr(slots.loop, "lane_progress", lambda trainer: progress["now"])
     assert job.snapshot().first_point_in == pytest.approx(step)  # in no lane yet: its estimate, one learner
-    progress["now"] = (0, 30.0)  # sampling: no update done yet
+    progress["now"] = (0, 0.0)  # sampling, or its first update: none done after it yet
     assert job.snapshot().first_point_in == pytest.approx(step)
     progress["now"] = (20, 100.0)
-    assert job.snapshot().first_point_in == pytest.approx(540.0)
+    assert job.snapshot().first_point_in == pytest.approx(535.0)
+    for ticket in (Request("a"), Request("a"), Request("b"), Request(None)):
+        slots.request(ticket)
+    assert job.snapshot().first_point_in == pytest.approx(4 * 535.0)
     job._set(trainer=SimpleNamespace(algo=SimpleNamespace()))  # a fit without epochs and minibatches to count
-    assert job.snapshot().first_point_in == pytest.approx(step)
+    assert job.snapshot().first_point_in == pytest.approx(4 * step)  # its estimate among the 4

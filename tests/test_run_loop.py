@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
@@ -23,6 +24,7 @@ from rl_core.runs.run_loop import (
     cut,
     lane_pause,
     loop_threads,
+    works_on_its_thread,
 )
 
 
@@ -341,11 +343,17 @@ def test_a_lane_waits_for_the_other_learners_shares():
     assert lane_pause(12.8, learners=20, parts=2) == pytest.approx(12.8 * 9)
     assert lane_pause(12.8, learners=2, parts=2) == 0.0  # a whole core's share: a lane uses one core at most
     assert lane_pause(12.8, learners=1, parts=2) == 0.0
+    # 12.8 CPU-s its thread used took 25.6 s of wall (the loop's thread held the interpreter half the time): its
+    # share at 20 learners is 12.8 × 20 = 256 s of wall in all, of which the work took 25.6.
+    assert lane_pause(12.8, learners=20, wall_seconds=25.6) == pytest.approx(256 - 25.6)
+    assert lane_pause(12.8, learners=1, wall_seconds=25.6) == 0.0  # its own core's worth took longer still
 
 
 def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
-    """Between a lane's updates: 2 s of work at 3 learners waits 4 s; then 0.5 s of work, a learner gone, 0.5 s."""
-    now = [10.0]
+    """Between a lane's updates: 2 s of work (2 CPU-s of its thread) at 3 learners waits 4 s; then 0.5 s of work, a
+    learner gone, 0.5 s; then 3 s of wall in which its thread had 1 CPU-s (the loop's held the interpreter), at 2
+    learners: 1 × 2 − 3 < 0, no wait; then 1 s of wall and 1 CPU-s: 1 s. Its waits leave its CPU clock alone."""
+    now, cpu = [10.0], [100.0]
     waits = []
 
     class Stop:
@@ -354,37 +362,64 @@ def test_a_lanes_pacer_waits_its_share_of_the_work_since_its_last_wait():
             now[0] += seconds
             return False
 
-    learners = iter([3, 2])
-    pace = LanePacer(lambda: next(learners), Stop(), lambda: now[0])
+    learners = iter([3, 2, 2, 2])
+    pace = LanePacer(lambda: next(learners), Stop(), lambda: now[0], work_clock=lambda: cpu[0])
     now[0] += 2.0
+    cpu[0] += 2.0
     assert pace() == 4.0 and now[0] == 16.0
     now[0] += 0.5
+    cpu[0] += 0.5
     assert pace() == 0.5
-    assert waits == [4.0, 0.5]
+    now[0] += 3.0
+    cpu[0] += 1.0
+    assert pace() == 0.0
+    now[0] += 1.0
+    cpu[0] += 1.0
+    assert pace() == 1.0
+    assert waits == [4.0, 0.5, 0.0, 1.0]
     # It counts the step's updates (its calls) from the step's start, which the lane sets after each step and its
-    # wait (here at 17 s).
-    assert (pace.updates, pace.step_began) == (2, 10.0)
+    # wait (here at 22 s), and the work of those after the first: 0.5 + 1 + 1 CPU-s.
+    assert (pace.updates, pace.step_began, pace.worked) == (4, 10.0, 2.5)
     pace.next_step()
-    assert (pace.updates, pace.step_began) == (0, 17.0)
+    assert (pace.updates, pace.step_began, pace.worked) == (0, 22.0, 0.0)
 
 
-def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_and_no_other_run_has_one():
-    # A run whose step costs more than the turn steps in a lane: while it waits after its first update (the test's
-    # stop event stands in for the wait), the loop reports one update done, 3 s into the step (joined at 0 s, the
-    # lane's pacer made at 0 s; the update ends at 3 s). A run in the loop's turns has no lane progress.
+def test_a_lane_counts_its_threads_cpu_seconds_only_for_a_run_whose_work_they_are():
+    # A run on the CPU with one torch thread works on its thread alone; on an accelerator, or with torch's other
+    # intra-op threads, much of its work is elsewhere, and the lane counts the wall.
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert works_on_its_thread(SimpleNamespace(device=torch.device("cpu")))
+        assert not works_on_its_thread(SimpleNamespace(device=torch.device("cuda")))
+        torch.set_num_threads(2)
+        assert not works_on_its_thread(SimpleNamespace(device=torch.device("cpu")))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_lane_runs_progress_is_its_steps_updates_and_work_after_its_first_and_no_other_run_has_one(monkeypatch):
+    # A run whose step costs more than the turn steps in a lane (its work counted on the test's clock): its sampling
+    # and first update take 3 s, and the wait after it ends at 5 s; while it waits after its second update, done
+    # at 6 s (the test's stop event stands in for the wait), the loop reports one update done after the first, of
+    # 1 s of work (the wait not counted). While it waits after its first: none yet. A run in the loop's turns has
+    # no lane progress.
+    monkeypatch.setattr(rl_core.runs.run_loop, "works_on_its_thread", lambda trainer: False)
     now = [0.0]
     loop = RunLoop(clock=lambda: now[0])
-    in_wait, go_on = threading.Event(), threading.Event()
+    in_wait, go_on = threading.Semaphore(0), threading.Semaphore(0)
 
     class Waiting(threading.Event):
         def wait(self, timeout=None):
-            in_wait.set()
-            return go_on.wait(10)
+            in_wait.release()
+            return go_on.acquire(timeout=10) and False
 
     class Updating(Counting):
         def step(self):
             now[0] = 3.0  # its sampling and first update took 3 s
             self.share_pause()  # the group's step calls it after each update
+            now[0] = 6.0
+            self.share_pause()
             return super().step()
 
     heavy = Updating("H", 1, [])
@@ -392,10 +427,16 @@ def test_a_lane_runs_progress_is_its_steps_updates_and_seconds_and_no_other_run_
     light = Counting("L", 1, [])
     assert loop.lane_progress(heavy) is None and loop.lane_progress(light) is None  # in no lane
     outcome = train_in_thread(loop, heavy, step_seconds=5 * loop.turn_seconds)
-    assert in_wait.wait(10)
-    assert loop.lane_progress(heavy) == (1, 3.0)
+    assert in_wait.acquire(timeout=10)
+    assert loop.lane_progress(heavy) == (0, 0.0)
+    now[0] = 5.0
+    go_on.release()
+    assert in_wait.acquire(timeout=10)
+    now[0] = 7.0
+    assert loop.lane_progress(heavy) == (1, 1.0)
     assert loop.lane_progress(light) is None
-    go_on.set()
+    go_on.release()
+    go_on.release()  # the wait after its step
     joined(outcome)
 
 

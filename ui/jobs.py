@@ -46,6 +46,7 @@ from rl_core.runs.limits import (
     HOUR,
     ServerLimits,
     contention,
+    estimated_evaluation_seconds,
     estimated_seconds,
     estimated_step_seconds,
     estimated_warm_start_seconds,
@@ -463,6 +464,19 @@ class JobSnapshot:
         return (self.steps_total - self.steps_done) * self.seconds_per_step
 
 
+def training_left(steps: int, step_seconds: float, evaluation: float) -> float:
+    """Seconds a live run holds its place from now: its `steps` still to come at `step_seconds` each (in the loop,
+    the wall from one of its records to the next, a turn shared with the other learners), then its evaluation of
+    `evaluation` seconds, which its job's thread runs off the loop: steps × step_seconds + evaluation."""
+    return steps * step_seconds + evaluation
+
+
+def machine_slower() -> float:
+    """How many times longer one thread's CPU work takes on this machine now than on an idle one (`contention`
+    at the load average now, on this machine's cores)."""
+    return contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
+
+
 def time_left(elapsed: float, done: int, total: int) -> float | None:
     """Seconds until `total` units are done at the pace of the first `done`: `elapsed × (total − done) / done`;
     None before the first is done, and once all are (what comes next is another wait)."""
@@ -535,17 +549,16 @@ class Job(BackgroundJob):
         try:
             self._builds = [(m, n, model_factor(m)) for m, n in warm_starts_to_build(self.run, default_cache_dir())]
             self._step_estimate = estimated_step_seconds(self.run)
-            seconds = estimated_seconds(self.run)
+            self._evaluation_estimate = estimated_evaluation_seconds(self.run)
         except (OSError, ValueError) as unreadable:
             log.info("a run of %s is not estimated: %s", self.run.model, unreadable)
-            self._builds, self._step_estimate, seconds = [], 0.0, 0.0
+            self._builds, self._step_estimate, self._evaluation_estimate = [], 0.0, 0.0
         # Seconds of training left, read without a lock by the slots' wait estimates (`seconds_left`): the SFT
-        # warm starts the cache lacks and the estimate scaled by this server's measured speed until the first
-        # steps, then their measured time.
-        self._seconds_left = (
-            estimated_warm_start_seconds([(model, steps) for model, steps, _ in self._builds])
-            + seconds * self.slots.speed
-        )
+        # warm starts the cache lacks and the steps' estimate scaled by this server's measured speed until the
+        # first steps, then their measured time; and the evaluation (`training_left`).
+        self._seconds_left = estimated_warm_start_seconds(
+            [(model, steps) for model, steps, _ in self._builds]
+        ) + training_left(self.run.steps, self._step_estimate * self.slots.speed, self._evaluation_seconds())
         self._limits = ServerLimits()  # the server's, read again when the run starts (`_work`)
         self._cut_short: str | None = None  # why the server stopped the run (its learner's hour was spent)
         self._thread = threading.Thread(target=self._work, name=f"training-{self.run.algo.name}", daemon=True)
@@ -584,7 +597,26 @@ class Job(BackgroundJob):
         self.stop_event.set()
 
     def seconds_left(self, elapsed: float | None = None) -> float:
-        return self._seconds_left
+        """Its training's seconds left (`training_left`), and before it joined the loop, its preparation still
+        ahead (`_preparation_ahead`): runs ahead of a queue that were still preparing made its wait 0.55-0.74 of the
+        real one in a class round."""
+        return self._seconds_left + self._preparation_ahead(self.clock())
+
+    def _preparation_ahead(self, now: float) -> float:
+        """What is left at `now` of its preparation, at the pace of the runs preparing now, itself included; 0 once
+        it joined the loop. Reads its fields without its lock (the slots' wait estimates call it under theirs)."""
+        entry = self._preparation
+        if self._joined_at is not None:
+            return 0.0
+        company = self.slots.preparing.count + (entry is None)
+        return still_ahead(self.slots.preparation_wall(company), None if entry is None else entry.since, now)
+
+    def _evaluation_seconds(self) -> float:
+        """Its evaluation's estimate at the machine's load now (`machine_slower`), not at the server's `speed`: that
+        is the loop's steps' pace, each step a turn shared among the learners, and the evaluation runs in the job's
+        own thread, off the loop (at the speed of 24 learners, the class bench's queue counted a run's evaluation
+        as 8 s, and was told 30 s for 17-18 s; a tiny run's took 0.05 s at load 3)."""
+        return self._evaluation_estimate * machine_slower()
 
     def snapshot(self) -> JobSnapshot:
         with self._lock:
@@ -624,19 +656,18 @@ class Job(BackgroundJob):
             # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
             # other runs' first records time (from them the class bench's heavy run was told 1 s, then 6 s, for 13
             # and 23 s), at the machine's load now, paced for the learners sharing the loop.
-            # Once its step has done an update, the step's own pace so far says more: a heavy run announced
-            # 262 s from its estimate had no point 651 s later, its updates slowed by the class's steps.
+            # Once its step has done updates after its first, their work says more than the estimate (a heavy run
+            # announced 262 s from its estimate had no point 651 s later), paced as the estimate is.
             progress = None if self._trainer is None else loop.lane_progress(self._trainer)
-            left = None
+            work = None
             if progress is not None and hasattr(self._trainer.algo, "ppo_epochs"):  # RL: its updates are counted
-                left = time_left(
-                    progress[1], progress[0], self._trainer.algo.ppo_epochs * self._trainer.algo.num_minibatches
-                )
-            if left is not None:
-                first_turn = left
+                updates = self._trainer.algo.ppo_epochs * self._trainer.algo.num_minibatches
+                work = time_left(progress[1], progress[0], updates - 1)  # the rest, at its updates' work so far
+            learners, slower = self.slots.learners_sharing(self), machine_slower()
+            if work is not None:
+                first_turn = lane_first_step_seconds(work, learners, loop.parts, slower)
             else:
-                slower = contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
-                lane = lane_first_step_seconds(self._step_estimate * slower, self.slots.learners_sharing(self))
+                lane = lane_first_step_seconds(self._step_estimate, learners, loop.parts, slower)
                 first_turn = still_ahead(lane, self._joined_at, now)
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)
@@ -645,11 +676,7 @@ class Job(BackgroundJob):
             if turn is None:  # nothing in the loop: the run's first turn is its own step
                 turn = self._step_estimate * self.slots.speed
             first_turn = still_ahead(first_turn_seconds(turn, loop.first_record_wall), self._joined_at, now)
-        preparation = 0.0
-        if self._joined_at is None:  # at the pace of the runs preparing now, itself included
-            since = None if self._preparation is None else self._preparation.since
-            company = self.slots.preparing.count + (self._preparation is None)
-            preparation = still_ahead(self.slots.preparation_wall(company), since, now)
+        preparation = self._preparation_ahead(now)
         if self._with_builder:
             wait = self.slots.builder.wait(self)
             if wait is None or wait.seconds_left is None:  # not in its group yet (or just out of it): not known
@@ -748,9 +775,9 @@ class Job(BackgroundJob):
             self._last_step_at = now
             if self._step_walls:
                 # The steps still to come at the measured wall pace (a median: a first step is slow; in the live
-                # loop a step comes once a turn of every run), and the evaluation after the last one, which takes
-                # about a step (measured: 0.3 to 1.4 steps on tiny runs of 4, 64 and 64 longer responses a step).
-                self._seconds_left = (self.run.steps - record["step"] + 1) * statistics.median(self._step_walls)
+                # loop a step comes once a turn of every run), then the evaluation.
+                walls = statistics.median(self._step_walls)
+                self._seconds_left = training_left(self.run.steps - record["step"], walls, self._evaluation_seconds())
             paced = statistics.median(self._step_walls) if len(self._step_walls) >= PACED_STEPS else None
             self._history.add(scalars)
             self._latest = scalars

@@ -23,7 +23,12 @@ step time) would hold every run of the loop for that long, so it steps in a lane
 loop: after each of its updates (epoch × minibatch) and after each step it waits `lane_pause` for the work since
 its last wait (`LanePacer`), so that it uses its learner's share of the time and no more even within one long step
 (a step of 1,024 responses × 64 epochs ran for minutes and took a core from the class meanwhile), and its seconds
-are charged to its learner's account as the loop's are.
+are charged to its learner's account as the loop's are. The work is its thread's CPU seconds, not the wall they
+took: while the loop's thread steps its runs, the lane's thread waits for the interpreter lock between its torch
+ops: a step of 128 updates (4.2 s alone) beside six learners' runs got 0.49 of a core while it worked, and paced
+by that wall it waited as if it had worked twice what it had (89 updates in 40 s; paced by its CPU, 188 and its
+first record after 27 s, where its share, 4.3 s × 7 learners, is 30 s). The class bench's heavy run, told 262 s
+from its estimate, had no point 651 s later.
 
 Threads. Runs of one shape step as one group (`run_batch.groups_of`), and a group is one thread's work: with
 `threads` > 1 the loop steps a turn's runs as parts on that many threads at once (`cut`: each shape a part, the
@@ -52,6 +57,8 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+import torch
 
 from rl_core.engine.run_batch import groups_of, step_together
 from rl_core.runs.run_stream import stepped_out
@@ -189,17 +196,29 @@ class _Account:
     credit: float = 0.0
 
 
-def lane_pause(step_seconds: float, learners: int, parts: int = 1) -> float:
-    """Seconds a lane waits after a step of `step_seconds` so that its run uses its learner's share of the loop's
-    `parts` cores, parts/learners of a core (a lane is one thread: at most all of one):
-    `step_seconds × max(learners / parts − 1, 0)`."""
-    return step_seconds * max(learners / parts - 1, 0)
+def lane_pause(step_seconds: float, learners: int, parts: int = 1, wall_seconds: float | None = None) -> float:
+    """Seconds a lane waits after work that used `step_seconds` of its thread's CPU over `wall_seconds` (None: the
+    same; more where other threads held the interpreter or the cores), so that its run uses its learner's share of
+    the loop's `parts` cores, parts/learners of a core (a lane is one thread: at most all of one):
+    `step_seconds × max(learners / parts, 1) − wall_seconds`, at least 0."""
+    wall = step_seconds if wall_seconds is None else wall_seconds
+    return max(step_seconds * max(learners / parts, 1) - wall, 0.0)
+
+
+def works_on_its_thread(trainer) -> bool:
+    """Whether a run's work is its stepping thread's CPU time (`time.thread_time`): on the CPU with one torch
+    thread (the tiny and small presets). An accelerator's kernels, or torch's other intra-op threads, work outside
+    it, and a lane of such a run is paced by the wall."""
+    device = getattr(trainer, "device", None)
+    return (device is None or torch.device(device).type == "cpu") and torch.get_num_threads() == 1
 
 
 class LanePacer:
     """The waits of a lane's run: called between its updates (`Trainer.share_pause`) and after its steps, it waits
-    `lane_pause` of the wall seconds since its last wait, at the learners' count and the loop's parts then, or until
-    the run is stopped; returns the seconds it waited (which are not the step's cost)."""
+    `lane_pause` of the CPU seconds its thread used since its last wait (`work_clock`) over the wall seconds they
+    took (`clock`), at the learners' count and the loop's parts then, or until the run is stopped; returns the
+    seconds it waited (which are not the step's cost). Made and called in the lane's thread (`time.thread_time`
+    is the calling thread's)."""
 
     def __init__(
         self,
@@ -207,22 +226,28 @@ class LanePacer:
         stop_event: threading.Event,
         clock: Callable[[], float],
         parts: Callable[[], int] = lambda: 1,
+        work_clock: Callable[[], float] = time.thread_time,
     ):
         self.learners, self.stop_event, self.clock, self.parts = learners, stop_event, clock, parts
-        self.since = clock()
+        self.work_clock = work_clock
+        self.since, self.worked_since = clock(), work_clock()
         self.step_began = self.since  # when the lane's step under way began
         self.updates = 0  # its calls since then: the step's updates done (and one more once the step ends)
+        self.worked = 0.0  # the work seconds (`work_clock`) of the step's updates after its first
 
     def __call__(self) -> float:
-        began = self.clock()
+        began, worked = self.clock(), self.work_clock()
         self.updates += 1  # done before its wait
-        self.stop_event.wait(lane_pause(began - self.since, self.learners(), self.parts()))
-        self.since = self.clock()
+        if self.updates > 1:
+            self.worked += worked - self.worked_since
+        pause = lane_pause(worked - self.worked_since, self.learners(), self.parts(), began - self.since)
+        self.stop_event.wait(pause)
+        self.since, self.worked_since = self.clock(), self.work_clock()
         return self.since - began
 
     def next_step(self) -> None:
         """The lane's step has ended and its wait after it too: the next step begins now."""
-        self.step_began, self.updates = self.clock(), 0
+        self.step_began, self.updates, self.worked = self.clock(), 0, 0.0
 
 
 def choose_turn(
@@ -341,13 +366,18 @@ class RunLoop:
             return self._parts
 
     def lane_progress(self, trainer) -> tuple[int, float] | None:
-        """For a run stepping in a lane of its own: the updates its step under way has done, and the wall seconds
-        since that step began (its sampling, its updates and the waits between them); None for any other run."""
+        """For a run stepping in a lane of its own: the updates its step under way has done after its first, and
+        their work seconds (its thread's CPU, `LanePacer.work_clock`), not the waits between them; None for any
+        other run. Their work, not their wall: the wall follows the learners sharing the loop then, and a heavy
+        run whose step began while its class's runs built their warm starts outside it was told 35 s from its
+        first updates' pace, and drew its point 195 s later. Not from the step's start: its sampling comes before
+        its first update, and a step of 1,024 responses took 0.42 CPU-s to the end of its first update and 0.07
+        for each of the 255 after."""
         with self._lock:
             if not any(member.trainer is trainer for member in self._lanes):
                 return None
         pace = trainer.share_pause
-        return (pace.updates, self._clock() - pace.step_began) if isinstance(pace, LanePacer) else None
+        return (max(pace.updates - 1, 0), pace.worked) if isinstance(pace, LanePacer) else None
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
@@ -484,7 +514,8 @@ class RunLoop:
     def _lane(self, member: _Member) -> None:
         """Step one run by itself, pausing between its updates and after each step for the other learners' shares
         (`LanePacer`), until it ends."""
-        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock, lambda: self.parts)
+        work = time.thread_time if works_on_its_thread(member.trainer) else self._clock
+        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock, lambda: self.parts, work)
         member.trainer.share_pause = pace
         try:
             while not stepped_out(member.trainer):
