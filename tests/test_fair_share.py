@@ -168,7 +168,13 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
 ):
     from rl_core.engine.pretrained import model_tokenizer
     from rl_core.engine.sft import checkpoint_folder
-    from rl_core.runs.limits import SFT_STEP_SECONDS, estimated_seconds
+    from rl_core.runs.limits import (
+        SFT_STEP_SECONDS,
+        estimated_evaluation_seconds,
+        estimated_seconds,
+        estimated_step_seconds,
+    )
+    from rl_core.runs.run_loop import RunLoop
     from toy_tasks import get_task
     from ui.lab import DEFAULT_STEPS
 
@@ -198,6 +204,15 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
     assert at.button(key="grpo:train").help.endswith(
         f"About {seconds:,.0f} s at this server's pace now (you alone in the training loop, load average 7.0 on 2 "
         "cores); its warm start is cached on this server."
+    )
+    # Three other learners in the loop, stepping on one thread: each step takes 4 learners' turns, the evaluation
+    # after the last (off the loop, in the job's thread) its own time.
+    monkeypatch.setattr(RunLoop, "learners", property(lambda loop: 3))
+    at.run()
+    shared = (run.steps * estimated_step_seconds(run) * 4 + estimated_evaluation_seconds(run)) * 4
+    assert at.button(key="grpo:train").help.endswith(
+        f"About {shared:,.0f} s at this server's pace now (4 learners sharing the training loop, load average 7.0 on "
+        "2 cores); its warm start is cached on this server."
     )
 
 

@@ -35,7 +35,12 @@ from rl_core.engine.models import MODEL_PRESETS
 from rl_core.engine.pretrained import model_choices
 from rl_core.engine.sft import default_cache_dir, warm_starts_to_build
 from rl_core.messages import brief
-from rl_core.runs.limits import contention, estimated_seconds, estimated_warm_start_seconds
+from rl_core.runs.limits import (
+    contention,
+    estimated_evaluation_seconds,
+    estimated_step_seconds,
+    estimated_warm_start_seconds,
+)
 from rl_core.runs.store import RunStore, StoreError
 from toy_tasks import DEFAULT_TASK, TASKS
 from ui import chat
@@ -43,7 +48,7 @@ from ui import share as share_state
 from ui.bridge import scale_exports
 from ui.classroom import record_answer
 from ui.dashboard import dashboard
-from ui.jobs import Job, LiveLoop, TrainingSlots, token_view_responses
+from ui.jobs import Job, LiveLoop, TrainingSlots, token_view_responses, training_left
 from ui.knobs import KNOBS, difference_text, render_knob
 from ui.limits import check_learner, check_runs, server_limits
 from ui.predict import Prediction
@@ -228,16 +233,18 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
 
 def _train_estimate(run: RunConfig) -> str:
     """How long the run will take at this server's pace now: the SFT warm starts the cache lacks
-    (`estimated_warm_start_seconds`), then its estimated seconds (`estimated_seconds`) times the learners it will
-    share the training loop with (each has an equal part of it) over the threads the loop steps on now (its
-    `parts`), all times the machine's load (`contention`)."""
+    (`estimated_warm_start_seconds`), then its steps, each its estimate (`estimated_step_seconds`) times the
+    learners it will share the training loop with (each has an equal part of it) over the threads the loop steps on
+    now (its `parts`), then its evaluation, which its job's thread runs off the loop, not shared
+    (`training_left`); all times the machine's load (`contention`)."""
     loop = live_loop().loop
     sharing = loop.learners + (0 if live_loop().learner_runs(session_token())[0] else 1)
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     sharing = max(sharing, 1)
     slower = contention(load, cores, 1)
     warm = estimated_warm_start_seconds(warm_starts_to_build(run, default_cache_dir())) * slower
-    seconds = warm + estimated_seconds(run) * max(sharing / loop.parts, 1) * slower
+    step = estimated_step_seconds(run) * max(sharing / loop.parts, 1)
+    seconds = warm + training_left(run.steps, step, estimated_evaluation_seconds(run)) * slower
     learners = "you alone in the training loop" if sharing == 1 else f"{sharing} learners sharing the training loop"
     built = (
         f"of which about {warm:,.0f} s build its SFT warm start, which this server has not cached yet"
