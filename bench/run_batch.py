@@ -45,10 +45,6 @@ SPENT: collections.Counter = collections.Counter()
 CLOCK = [time.process_time]
 
 
-def cpu_clock() -> float:
-    return time.process_time()
-
-
 def device_clock() -> float:
     torch.cuda.synchronize()
     return time.perf_counter()

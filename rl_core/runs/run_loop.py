@@ -231,8 +231,7 @@ class LanePacer:
         self.learners, self.stop_event, self.clock, self.parts = learners, stop_event, clock, parts
         self.work_clock = work_clock
         self.since, self.worked_since = clock(), work_clock()
-        self.step_began = self.since  # when the lane's step under way began
-        self.updates = 0  # its calls since then: the step's updates done (and one more once the step ends)
+        self.updates = 0  # its calls since the step under way began: its updates done (and one more once it ends)
         self.worked = 0.0  # the work seconds (`work_clock`) of the step's updates after its first
 
     def __call__(self) -> float:
@@ -247,7 +246,7 @@ class LanePacer:
 
     def next_step(self) -> None:
         """The lane's step has ended and its wait after it too: the next step begins now."""
-        self.step_began, self.updates, self.worked = self.clock(), 0, 0.0
+        self.updates, self.worked = 0, 0.0
 
 
 def choose_turn(
