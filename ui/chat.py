@@ -89,7 +89,9 @@ def _talk(
     seed = seed_column.number_input("seed", 0, 10_000, 0, key=f"{page}:chat_seed", disabled=decoding == "greedy")
     prompt_key = f"{page}:chat_prompt"
     examples = example_prompts(models.task)
-    if st.session_state.get(f"{page}:chat_task") != models.task:  # a run of another task: one of its prompts
+    # A run of another task, or a box whose state Streamlit dropped while the section was not drawn: one of the
+    # task's prompts, not an empty box.
+    if st.session_state.get(f"{page}:chat_task") != models.task or prompt_key not in st.session_state:
         st.session_state[f"{page}:chat_task"] = models.task
         st.session_state[prompt_key] = examples[0]
     typed = typed_column.text_input(
