@@ -183,10 +183,20 @@ def test_every_tasks_sft_policy_lands_in_its_band_for_seeds_0_to_4(name, tmp_pat
     # A success is the task's own check, whichever seed's reward the task was prepared with (the preference task's
     # reward model): one preparation serves the five seeds.
     task.prepare(tmp_path, torch.device("cpu"), 0)
-    for seed in range(5):
-        policy, report = sft.sft_policy(
-            task, tokenizer, "tiny", seed, task.default_demo_noise, sft.DEFAULT_SFT_STEPS, torch.device("cpu"), tmp_path
-        )
+    # The five seeds train as one group, as an experiment's or a sweep's warm starts do; a seed alone is the same
+    # program as a group of one (tests/test_sft_group.py checks the two agree).
+    seeds = range(5)
+    policies = sft.sft_policies(
+        task,
+        tokenizer,
+        "tiny",
+        list(seeds),
+        task.default_demo_noise,
+        sft.DEFAULT_SFT_STEPS,
+        torch.device("cpu"),
+        tmp_path,
+    )
+    for seed, (policy, report) in zip(seeds, policies):
         # Measured again here, on the policy as the trainer gets it (loaded from the checkpoint).
         success = sft.sft_success_rate(policy, tokenizer, task)
         assert success == report["success_rate"]
