@@ -454,37 +454,37 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
 
 
 def test_a_queued_run_waits_for_the_steps_ahead_at_the_loops_pace_and_their_evaluation_at_the_machines(monkeypatch):
-    """The run ahead holds the loop's one place: 5 default GRPO steps (estimated 64 × (7.1e-4 + 2 × 1.84e-4) =
-    0.068992 s each), then its evaluation (256 × 7.1e-4 = 0.18176 s), which its job's thread runs off the loop. The
-    server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is at load 5 on
-    2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.068992 × 30 + 0.18176 × 3 =
-    10.89408 s (the evaluation at the loop's 30× would be 5.45 s, not 0.55); after its second step, 2 s after its
-    first: 3 × 2 + 0.54528 = 6.54528 s. Before it joined the loop, its preparation still ahead too: 0.15 s before
-    this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run queued behind it
-    is told as much."""
+    """The run ahead holds the loop's one place: 5 default GRPO steps (estimated 64 × (4.07e-4 + 2 × 2.95e-4) + 4 ×
+    1.77e-2 = 0.134608 s each), then its evaluation (256 × 2.28e-4 = 0.058368 s), which its job's thread runs off
+    the loop. The server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is
+    at load 5 on 2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.134608 × 30 +
+    0.058368 × 3 = 20.366304 s (the evaluation at the loop's 30× would be 1.75 s, not 0.18); after its second step,
+    2 s after its first: 3 × 2 + 0.175104 = 6.175104 s. Before it joined the loop, its preparation still ahead too:
+    0.15 s before this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run
+    queued behind it is told as much."""
     monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
     monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
     clock, slots = Clock(), LiveLoop(1)
     slots.observe_speed(3.0, 0.1)
     ahead = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=5, sft_steps=0), slots, clock=clock)
-    assert ahead.seconds_left() == pytest.approx(10.89408 + PREPARATION_SECONDS)
+    assert ahead.seconds_left() == pytest.approx(20.366304 + PREPARATION_SECONDS)
     slots.observe_preparation(1.2, 1.0)
     ahead._prepare()
     clock.now += 0.5
-    assert ahead.seconds_left() == pytest.approx(10.89408 + 0.7)
+    assert ahead.seconds_left() == pytest.approx(20.366304 + 0.7)
     slots.observe_preparation(*ahead._prepared(clock.now))
     ahead._set(joined_at=clock.now)
-    assert ahead.seconds_left() == pytest.approx(10.89408)
+    assert ahead.seconds_left() == pytest.approx(20.366304)
     ahead._add({"step": 1, "reward_mean": 0.5})
     clock.now += 2.0
     ahead._add({"step": 2, "reward_mean": 0.5})
-    assert ahead.seconds_left() == pytest.approx(6.54528)
+    assert ahead.seconds_left() == pytest.approx(6.175104)
     never, give_up, queued = threading.Event(), threading.Event(), Request("b")
     with slots.hold(never, ticket=ahead, seconds_left=ahead.seconds_left):
         waiting = threading.Thread(target=lambda: slots.hold(give_up, ticket=queued).__enter__(), daemon=True)
         waiting.start()
         wait_for(lambda: slots.queue_place(queued) == 1)
-        assert slots.wait_estimate(queued) == pytest.approx(6.54528)
+        assert slots.wait_estimate(queued) == pytest.approx(6.175104)
         give_up.set()
         waiting.join(5)
 
@@ -495,7 +495,7 @@ HEAVY_LANE_RUN = RunConfig(
 
 
 def heavy_lane_job(monkeypatch, load: float) -> tuple[Clock, LiveLoop, Job, float]:
-    """A heavy GRPO run's job (a step of 128 updates, estimated 12.8 s) on a fake clock in a live loop of its own,
+    """A heavy GRPO run's job (a step of 128 updates, estimated 22.0 s) on a fake clock in a live loop of its own,
     the machine at `load` on 2 cores: the clock, the loop, the job and its step's estimate."""
     monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (load, 1.0, 1.0))
     monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
@@ -506,12 +506,13 @@ def heavy_lane_job(monkeypatch, load: float) -> tuple[Clock, LiveLoop, Job, floa
 def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_the_learners_counting_down(
     monkeypatch,
 ):
-    """A step of 12.8 CPU-s (its estimate on an idle machine) in a lane whose run waits after each update until
-    its thread has used its share, a quarter of a core among 4 learners: its first record after 12.8 × 4 s. At load
-    5 on 2 cores (6 runnable: a third of a core each) that share holds; with 2 learners (half a core each) the load
-    leaves it a third of a core while it works, and it never waits: 12.8 × 3 s."""
+    """A step of 22.0 CPU-s (its estimate, 1024 × (4.07e-4 + 64 × 2.95e-4) + 128 × 1.77e-2 = 22.015488 s) in a lane
+    whose run waits after each update until its thread has used its share, a quarter of a core among 4 learners:
+    its first record after 22.0 × 4 s. At load 5 on 2 cores (6 runnable: a third of a core each) that share holds;
+    with 2 learners (half a core each) the load leaves it a third of a core while it works, and it never waits:
+    22.0 × 3 s."""
     clock, slots, job, step = heavy_lane_job(monkeypatch, load=5.0)
-    assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
+    assert step == pytest.approx(22.015488) and step > slots.loop.turn_seconds  # a lane of its own
     assert slots.learners_sharing(job) == 1  # nothing requested: itself alone
     # Runs requested and not ended (in the loop, queued, preparing or with the builder): learner a's two, b's,
     # one without a session (a learner of its own); four learners with its own.
