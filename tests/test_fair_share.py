@@ -390,7 +390,9 @@ def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_i
     preparing alone: 1 s, then half a turn under way and its intake, 0.4 + 2 s. Two preparing: 2 × 1 s each, and
     the burst's waits, for they join together."""
     clock, slots = Clock(), LiveLoop(8)
-    slots.loop = SimpleNamespace(turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20)
+    slots.loop = SimpleNamespace(
+        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
+    )
     slots.observe_preparation(4.0, 4.0)  # 1 s a run
 
     def preparing() -> Job:
@@ -412,6 +414,43 @@ def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_i
     queued._set(status="queued")
     slots.wait_estimate = lambda ticket: 3.0  # the queue's wait
     assert queued.snapshot().first_point_in == pytest.approx(3.0 + 3 * 1.0 + 7.0)
+
+
+def test_runs_joining_together_are_told_the_waits_of_runs_that_joined_with_as_little_company_not_a_bursts():
+    """As above, a loop whose latest runs (a class's burst of four) waited 7 s each; preparations 1 s a run. Three
+    runs preparing together (a company of 3) are told 3 × 1 s of preparation, then the burst's 7 s while no run has
+    joined with a company of 3 or less; once one joined with one other and waited 3 s, that: 3 + 3 s. The first of
+    the three joins (its company 3, counted then), is told what is left of 3 s, and has its record 2.5 s after
+    joining; a run preparing with the other two (a company of 3) is then told the median of 3 and 2.5 s: 2.75 s."""
+    clock, slots = Clock(), LiveLoop(8)
+    slots.loop = SimpleNamespace(
+        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
+    )
+    slots.observe_preparation(4.0, 4.0)  # 1 s a run
+
+    def preparing() -> Job:
+        job = Job(tiny_run(steps=5), slots, clock=clock)
+        job._set(status="preparing", builds=[])
+        job._prepare()
+        return job
+
+    trio = [preparing() for _ in range(3)]
+    assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 7.0)
+    for _ in range(4):
+        slots.observe_first_wait(7.0, 4)  # the burst's: more company than the trio's, never theirs
+    assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 7.0)
+    slots.observe_first_wait(3.0, 2)
+    assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 3.0)
+    clock.now += 1.0
+    trio[0]._prepared(clock.now)
+    trio[0]._set(status="training", joined_at=clock.now, company=trio[0]._joining_company())
+    assert trio[0]._company == 3  # the two still preparing, and itself
+    clock.now += 0.5
+    assert trio[0].snapshot().first_point_in == pytest.approx(3.0 - 0.5)
+    clock.now += 2.0
+    trio[0]._add({"step": 1, "reward_mean": 0.5})  # 2.5 s after joining, with a company of 3
+    fourth = preparing()  # with the other two: a company of 3, its preparation 3 × 1 s
+    assert fourth.snapshot().first_point_in == pytest.approx(3 * 1.0 + 2.75)
 
 
 def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):
