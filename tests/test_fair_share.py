@@ -390,7 +390,9 @@ def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_i
     preparing alone: 1 s, then half a turn under way and its intake, 0.4 + 2 s. Two preparing: 2 × 1 s each, and
     the burst's waits, for they join together."""
     clock, slots = Clock(), LiveLoop(8)
-    slots.loop = SimpleNamespace(turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20)
+    slots.loop = SimpleNamespace(
+        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
+    )
     slots.observe_preparation(4.0, 4.0)  # 1 s a run
 
     def preparing() -> Job:
@@ -412,6 +414,43 @@ def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_i
     queued._set(status="queued")
     slots.wait_estimate = lambda ticket: 3.0  # the queue's wait
     assert queued.snapshot().first_point_in == pytest.approx(3.0 + 3 * 1.0 + 7.0)
+
+
+def test_runs_joining_together_are_told_the_waits_of_runs_that_joined_with_as_little_company_not_a_bursts():
+    """As above, a loop whose latest runs (a class's burst of four) waited 7 s each; preparations 1 s a run. Three
+    runs preparing together (a company of 3) are told 3 × 1 s of preparation, then the burst's 7 s while no run has
+    joined with a company of 3 or less; once one joined with one other and waited 3 s, that: 3 + 3 s. The first of
+    the three joins (its company 3, counted then), is told what is left of 3 s, and has its record 2.5 s after
+    joining; a run preparing with the other two (a company of 3) is then told the median of 3 and 2.5 s: 2.75 s."""
+    clock, slots = Clock(), LiveLoop(8)
+    slots.loop = SimpleNamespace(
+        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
+    )
+    slots.observe_preparation(4.0, 4.0)  # 1 s a run
+
+    def preparing() -> Job:
+        job = Job(tiny_run(steps=5), slots, clock=clock)
+        job._set(status="preparing", builds=[])
+        job._prepare()
+        return job
+
+    trio = [preparing() for _ in range(3)]
+    assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 7.0)
+    for _ in range(4):
+        slots.observe_first_wait(7.0, 4)  # the burst's: more company than the trio's, never theirs
+    assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 7.0)
+    slots.observe_first_wait(3.0, 2)
+    assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 3.0)
+    clock.now += 1.0
+    trio[0]._prepared(clock.now)
+    trio[0]._set(status="training", joined_at=clock.now, company=trio[0]._joining_company())
+    assert trio[0]._company == 3  # the two still preparing, and itself
+    clock.now += 0.5
+    assert trio[0].snapshot().first_point_in == pytest.approx(3.0 - 0.5)
+    clock.now += 2.0
+    trio[0]._add({"step": 1, "reward_mean": 0.5})  # 2.5 s after joining, with a company of 3
+    fourth = preparing()  # with the other two: a company of 3, its preparation 3 × 1 s
+    assert fourth.snapshot().first_point_in == pytest.approx(3 * 1.0 + 2.75)
 
 
 def test_a_page_draws_a_run_of_a_loaded_model_whose_folder_was_deleted(tmp_path, monkeypatch):
@@ -454,37 +493,37 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
 
 
 def test_a_queued_run_waits_for_the_steps_ahead_at_the_loops_pace_and_their_evaluation_at_the_machines(monkeypatch):
-    """The run ahead holds the loop's one place: 5 default GRPO steps (estimated 64 × (7.1e-4 + 2 × 1.84e-4) =
-    0.068992 s each), then its evaluation (256 × 7.1e-4 = 0.18176 s), which its job's thread runs off the loop. The
-    server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is at load 5 on
-    2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.068992 × 30 + 0.18176 × 3 =
-    10.89408 s (the evaluation at the loop's 30× would be 5.45 s, not 0.55); after its second step, 2 s after its
-    first: 3 × 2 + 0.54528 = 6.54528 s. Before it joined the loop, its preparation still ahead too: 0.15 s before
-    this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run queued behind it
-    is told as much."""
+    """The run ahead holds the loop's one place: 5 default GRPO steps (estimated 64 × (4.07e-4 + 2 × 2.95e-4) + 4 ×
+    1.77e-2 = 0.134608 s each), then its evaluation (256 × 2.28e-4 = 0.058368 s), which its job's thread runs off
+    the loop. The server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is
+    at load 5 on 2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.134608 × 30 +
+    0.058368 × 3 = 20.366304 s (the evaluation at the loop's 30× would be 1.75 s, not 0.18); after its second step,
+    2 s after its first: 3 × 2 + 0.175104 = 6.175104 s. Before it joined the loop, its preparation still ahead too:
+    0.15 s before this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run
+    queued behind it is told as much."""
     monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
     monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
     clock, slots = Clock(), LiveLoop(1)
     slots.observe_speed(3.0, 0.1)
     ahead = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=5, sft_steps=0), slots, clock=clock)
-    assert ahead.seconds_left() == pytest.approx(10.89408 + PREPARATION_SECONDS)
+    assert ahead.seconds_left() == pytest.approx(20.366304 + PREPARATION_SECONDS)
     slots.observe_preparation(1.2, 1.0)
     ahead._prepare()
     clock.now += 0.5
-    assert ahead.seconds_left() == pytest.approx(10.89408 + 0.7)
+    assert ahead.seconds_left() == pytest.approx(20.366304 + 0.7)
     slots.observe_preparation(*ahead._prepared(clock.now))
     ahead._set(joined_at=clock.now)
-    assert ahead.seconds_left() == pytest.approx(10.89408)
+    assert ahead.seconds_left() == pytest.approx(20.366304)
     ahead._add({"step": 1, "reward_mean": 0.5})
     clock.now += 2.0
     ahead._add({"step": 2, "reward_mean": 0.5})
-    assert ahead.seconds_left() == pytest.approx(6.54528)
+    assert ahead.seconds_left() == pytest.approx(6.175104)
     never, give_up, queued = threading.Event(), threading.Event(), Request("b")
     with slots.hold(never, ticket=ahead, seconds_left=ahead.seconds_left):
         waiting = threading.Thread(target=lambda: slots.hold(give_up, ticket=queued).__enter__(), daemon=True)
         waiting.start()
         wait_for(lambda: slots.queue_place(queued) == 1)
-        assert slots.wait_estimate(queued) == pytest.approx(6.54528)
+        assert slots.wait_estimate(queued) == pytest.approx(6.175104)
         give_up.set()
         waiting.join(5)
 
@@ -495,7 +534,7 @@ HEAVY_LANE_RUN = RunConfig(
 
 
 def heavy_lane_job(monkeypatch, load: float) -> tuple[Clock, LiveLoop, Job, float]:
-    """A heavy GRPO run's job (a step of 128 updates, estimated 12.8 s) on a fake clock in a live loop of its own,
+    """A heavy GRPO run's job (a step of 128 updates, estimated 22.0 s) on a fake clock in a live loop of its own,
     the machine at `load` on 2 cores: the clock, the loop, the job and its step's estimate."""
     monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (load, 1.0, 1.0))
     monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
@@ -506,12 +545,13 @@ def heavy_lane_job(monkeypatch, load: float) -> tuple[Clock, LiveLoop, Job, floa
 def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_the_learners_counting_down(
     monkeypatch,
 ):
-    """A step of 12.8 CPU-s (its estimate on an idle machine) in a lane whose run waits after each update until
-    its thread has used its share, a quarter of a core among 4 learners: its first record after 12.8 × 4 s. At load
-    5 on 2 cores (6 runnable: a third of a core each) that share holds; with 2 learners (half a core each) the load
-    leaves it a third of a core while it works, and it never waits: 12.8 × 3 s."""
+    """A step of 22.0 CPU-s (its estimate, 1024 × (4.07e-4 + 64 × 2.95e-4) + 128 × 1.77e-2 = 22.015488 s) in a lane
+    whose run waits after each update until its thread has used its share, a quarter of a core among 4 learners:
+    its first record after 22.0 × 4 s. At load 5 on 2 cores (6 runnable: a third of a core each) that share holds;
+    with 2 learners (half a core each) the load leaves it a third of a core while it works, and it never waits:
+    22.0 × 3 s."""
     clock, slots, job, step = heavy_lane_job(monkeypatch, load=5.0)
-    assert step == pytest.approx(12.785664) and step > slots.loop.turn_seconds  # a lane of its own
+    assert step == pytest.approx(22.015488) and step > slots.loop.turn_seconds  # a lane of its own
     assert slots.learners_sharing(job) == 1  # nothing requested: itself alone
     # Runs requested and not ended (in the loop, queued, preparing or with the builder): learner a's two, b's,
     # one without a session (a learner of its own); four learners with its own.

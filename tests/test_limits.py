@@ -20,17 +20,21 @@ HUGE = {"prompts_per_step": 256, "num_generations": 4, "ppo_epochs": 64, "num_mi
 
 
 def test_the_step_estimate_matches_the_measured_figures_it_comes_from():
-    # GRPO's 8 × 8 responses, 2 epochs, caesar (8 tokens), tiny: 64 × (7.1e-4 + 2 × 1.84e-4) = 0.068992 s
-    assert estimated_step_seconds(RunConfig(algo=get_preset("grpo"), task="caesar")) == pytest.approx(0.068992)
-    # 1,024 responses, 64 epochs: 1024 × (7.1e-4 + 64 × 1.84e-4) = 12.786 s (measured 12.8 s); small: × 6.6
+    # GRPO's 8 × 8 responses, 2 epochs × 2 minibatches, caesar (8 tokens), tiny:
+    # 64 × (4.07e-4 + 2 × 2.95e-4) + 4 × 1.77e-2 = 0.063808 + 0.0708 = 0.134608 s (measured 0.131 s)
+    assert estimated_step_seconds(RunConfig(algo=get_preset("grpo"), task="caesar")) == pytest.approx(0.134608)
+    # 1,024 responses, 64 epochs of one minibatch: 1024 × (4.07e-4 + 64 × 2.95e-4) + 64 × 1.77e-2 = 20.882688 s
     huge = RunConfig(algo=get_preset("grpo", **HUGE), task="caesar", steps=50)
-    assert estimated_step_seconds(huge) == pytest.approx(12.786, abs=1e-3)
-    # and the evaluation: 256 prompts × 7.1e-4 s = 0.18 s
-    assert estimated_seconds(huge) == pytest.approx(50 * 12.786 + 0.182, abs=0.1)
+    assert estimated_step_seconds(huge) == pytest.approx(20.882688)
+    # and the evaluation: 256 prompts × 2.28e-4 s = 0.058368 s
+    assert estimated_seconds(huge) == pytest.approx(50 * 20.882688 + 0.058368)
     small = RunConfig(algo=get_preset("grpo", **HUGE), task="caesar", model="small")
-    assert estimated_step_seconds(small) == pytest.approx(12.786 * 6.6, abs=1e-2)
+    assert estimated_step_seconds(small) == pytest.approx(20.882688 * 6.6)
     # digit_sum answers take 32 tokens: four times caesar's 8
-    assert estimated_step_seconds(RunConfig(algo=get_preset("grpo"), task="digit_sum")) == pytest.approx(4 * 0.068992)
+    assert estimated_step_seconds(RunConfig(algo=get_preset("grpo"), task="digit_sum")) == pytest.approx(4 * 0.134608)
+    # PPO's critic: (64 × (4.07e-4 + 4 × 2.95e-4) + 16 × 1.77e-2) × 1.58 = 0.3848 × 1.58 = 0.60793344 s
+    ppo = RunConfig(algo=get_preset("ppo"), task="caesar")
+    assert estimated_step_seconds(ppo) == pytest.approx(0.60793344)
 
 
 @pytest.mark.parametrize(
@@ -42,16 +46,17 @@ def test_the_step_estimate_matches_the_measured_figures_it_comes_from():
         ),
         ({"sft_steps": 20_000}, "sft_steps=20000 is out of range; allowed: at most 2000 on this server"),
         ({"model": "gpt2"}, "model='gpt2' needs a GPU, and this server has none"),
+        # 60 × 20.882688 s + 0.058368 s = 1,253.02 s, 20.88 s a step
         (
-            {"steps": 50, "algo": get_preset("grpo", **HUGE)},
-            "this run would take about 639 s (50 steps × 12.79 s, from prompts_per_step × num_generations = 1024 "
-            "responses, ppo_epochs=64 and model=tiny); allowed: at most 600 s a run on this server",
+            {"steps": 60, "algo": get_preset("grpo", **HUGE)},
+            "this run would take about 1,253 s (60 steps × 20.88 s, from prompts_per_step × num_generations = 1024 "
+            "responses, ppo_epochs=64 and model=tiny); allowed: at most 1,200 s a run on this server",
         ),
-        # 12.786 s × 6.6 = 84.4 s a step on the small model: past the 15 s ceiling whatever its number of steps
+        # 20.882688 s × 6.6 = 137.8 s a step on the small model: past the 30 s ceiling whatever its number of steps
         (
             {"steps": 2, "model": "small", "algo": get_preset("grpo", **HUGE)},
-            "one step of this run would take about 84.4 s (prompts_per_step × num_generations = 1024 responses, "
-            "ppo_epochs=64 and model=small); allowed: at most 15 s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)",
+            "one step of this run would take about 137.8 s (prompts_per_step × num_generations = 1024 responses, "
+            "ppo_epochs=64 and model=small); allowed: at most 30 s a step on this server (RLHF_LAB_MAX_STEP_SECONDS)",
         ),
     ],
 )
@@ -156,11 +161,12 @@ def test_the_compare_page_refuses_a_sweep_beyond_the_limits(monkeypatch, tmp_pat
     at = AppTest.from_file(str(ROOT / "app_pages" / "compare.py"), default_timeout=60)
     at.session_state["lab:session"] = "me"
     at.run()
-    at.number_input(key="compare:steps").set_value(50).run()
+    at.number_input(key="compare:steps").set_value(60).run()
     at.text_area(key="compare:extra").set_value(
         "prompts_per_step=256\nnum_generations=4\nppo_epochs=64\nnum_minibatches=1"
     ).run()
-    assert any("this run would take about 639 s" in e.value for e in at.error), [e.value for e in at.error]
+    # 60 × 20.882688 s + 0.058368 s (test_the_step_estimate_matches_the_measured_figures_it_comes_from)
+    assert any("this run would take about 1,253 s" in e.value for e in at.error), [e.value for e in at.error]
     assert at.button(key="compare:run").disabled
 
 
@@ -189,6 +195,6 @@ def test_the_overview_shows_the_servers_limits(monkeypatch, tmp_path):
     table = next(frame.value for frame in at.dataframe if "variable" in frame.value.columns)
     shown = dict(zip(table["variable"], table["value"]))
     assert shown["RLHF_LAB_MAX_STEPS"] == "300" and shown["RLHF_LAB_STORE_MAX_MB"] == "50 MB"
-    assert shown["RLHF_LAB_MAX_RUN_SECONDS"] == "600 s" and shown["RLHF_LAB_MAX_TRAININGS"] == "2"
-    assert shown["RLHF_LAB_MAX_LIVE_RUNS"] == "40" and shown["RLHF_LAB_MAX_STEP_SECONDS"] == "15 s"
+    assert shown["RLHF_LAB_MAX_RUN_SECONDS"] == "1,200 s" and shown["RLHF_LAB_MAX_TRAININGS"] == "2"
+    assert shown["RLHF_LAB_MAX_LIVE_RUNS"] == "40" and shown["RLHF_LAB_MAX_STEP_SECONDS"] == "30 s"
     assert shown["RLHF_LAB_MAX_LEARNER_LIVE_RUNS"] == "2" and shown["RLHF_LAB_MAX_LEARNER_QUEUED_RUNS"] == "2"

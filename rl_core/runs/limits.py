@@ -5,8 +5,8 @@ which no link, slider or Compare box can lift, and the estimate of a run's secon
 | --- | --- | --- |
 | RLHF_LAB_MAX_STEPS | 2000 | RL steps of one run |
 | RLHF_LAB_MAX_SFT_STEPS | 2000 | SFT warm-start steps of one run |
-| RLHF_LAB_MAX_RUN_SECONDS | 600 | a run's estimated seconds (`estimated_seconds`) |
-| RLHF_LAB_MAX_STEP_SECONDS | 15 | one step's estimated seconds (`estimated_step_seconds`) |
+| RLHF_LAB_MAX_RUN_SECONDS | 1200 | a run's estimated seconds (`estimated_seconds`) |
+| RLHF_LAB_MAX_STEP_SECONDS | 30 | one step's estimated seconds (`estimated_step_seconds`) |
 | RLHF_LAB_MAX_QUEUED_RUNS | 60 | runs one experiment or Compare sweep may queue |
 | RLHF_LAB_LEARNER_SECONDS_PER_HOUR | 3600 | training seconds one learner's runs may use in any hour |
 | RLHF_LAB_MAX_LEARNER_LIVE_RUNS | 2 | one learner's live-lab runs training at once |
@@ -24,24 +24,35 @@ from dataclasses import dataclass, fields
 
 from rl_core.config import EVALUATION_PROMPTS, DPOConfig, RunConfig
 
-# Seconds of one RL step per response, measured on a CPU with the tiny model on caesar (8-token answers):
-# GRPO's 8 × 8 responses with 2 epochs took 0.069 s a step, 256 × 4 responses with 64 epochs 12.8 s, so a
-# response costs SAMPLE_SECONDS to sample and score and UPDATE_SECONDS per epoch of updates.
-SAMPLE_SECONDS = 7.1e-4
-UPDATE_SECONDS = 1.84e-4
+# CPU seconds of one RL step, one thread, the tiny model on caesar (8-token answers), fitted by least squares to the
+# steps of twelve GRPO shapes (64 to 1,024 responses, 1 to 32 epochs, 1 to 128 updates) at load 11 on the 2-core
+# reference machine (`python bench/step_cost.py --rounds 3`; bench/README.md): a response costs SAMPLE_SECONDS to
+# sample and score and UPDATE_SECONDS per epoch of updates, and each optimiser update (ppo_epochs × num_minibatches
+# of them) MINIBATCH_SECONDS whatever its size (its passes' dispatch, AdamW over every weight). The fit is within
+# 0.88-1.21 of eleven shapes (default GRPO 0.131 s measured, 0.135 s fitted; 1,024 responses × 8 epochs × 4
+# minibatches 3.48 s, 3.40 s); one minibatch of 256 responses × 8 epochs took 0.63 of its fit.
+SAMPLE_SECONDS = 4.07e-4
+UPDATE_SECONDS = 2.95e-4
+MINIBATCH_SECONDS = 1.77e-2
+# The evaluation after the last step (`Trainer.evaluate`: EVALUATION_PROMPTS prompts, one greedy sample each, no
+# update) per prompt: 0.058 CPU-s for 256 in the same measurement.
+EVALUATION_SECONDS = 2.28e-4
 HOUR = 3600.0  # the window of a learner's allowance (RLHF_LAB_LEARNER_SECONDS_PER_HOUR)
 REFERENCE_TOKENS = 8  # the answer length those figures were measured at; time grows about linearly with it
 MODEL_FACTOR = {"tiny": 1.0, "small": 6.6, "gpt2": 150.0}  # the same steps' time on small (84 s) and gpt2 (10.3 s)
 GPT2_PARAMETERS = 124e6  # a loaded model (rl_core.engine.pretrained) scales gpt2's factor by its parameters
-CRITIC_FACTOR = 1.5  # a critic adds its own forward and backward passes
+# A critic adds its own forward and backward passes: PPO's steps took 1.25-1.63 times the fit's seconds of the same
+# shape without one (the median, 1.58, in the same measurement).
+CRITIC_FACTOR = 1.58
 # CPU seconds of one SFT warm-start step of the tiny model on caesar, its success check after it included: 200
 # steps took 4.6 CPU-s (50 steps 1.3) on one thread of the reference CPU (rl_core.engine.sft.sft_policy).
 SFT_STEP_SECONDS = 0.023
 # An offline DPO step (rl_core.engine.preference_optimisation.DPOTrainer) samples `n_eval_prompts` responses and passes
 # responses teacher-forced: every `eval_steps` the held-out pairs' two through the policy (the reference's are
-# computed once), and the minibatch's two through both models. One response's share of such a pass cost what one
-# sampled response did (tiny model on `preference`, one thread: 1.2e-3 s and 1.2e-3 s on the loaded CPU).
-FORCED_SECONDS = SAMPLE_SECONDS
+# computed once), and the minibatch's two through both models. A sampled response and one response's share of
+# such a pass each cost about DPO_RESPONSE_SECONDS (tiny model on `preference`, one thread: 1.2e-3 s and 1.2e-3 s
+# on the loaded CPU, at its 12-token answers).
+DPO_RESPONSE_SECONDS = 7.1e-4
 
 
 def _scale(run: RunConfig) -> float:
@@ -66,26 +77,28 @@ def model_factor(model: str) -> float:
 
 def estimated_step_seconds(run: RunConfig) -> float:
     """Seconds one RL step of `run` takes on a CPU like the one it was measured on:
-    `responses × (SAMPLE_SECONDS + UPDATE_SECONDS · ppo_epochs) × scale × critic`, where responses =
-    prompts_per_step × num_generations (× every resampling round dynamic sampling may take). A DPO step:
-    `(n_eval_prompts · SAMPLE_SECONDS + responses passed · FORCED_SECONDS) × scale`."""
+    `(responses × (SAMPLE_SECONDS + UPDATE_SECONDS · ppo_epochs) + ppo_epochs · num_minibatches · MINIBATCH_SECONDS)
+    × scale × critic`, where responses = prompts_per_step × num_generations (× every resampling round dynamic
+    sampling may take). A DPO step: `(n_eval_prompts + responses passed) × DPO_RESPONSE_SECONDS × scale`."""
     algo = run.algo
     if isinstance(algo, DPOConfig):
         from toy_tasks import TASKS
 
         held_out = round(algo.holdout_fraction * TASKS[run.task].n_pairs)
         forced = 2 * held_out / algo.eval_steps + 4 * algo.per_device_train_batch_size
-        return (algo.n_eval_prompts * SAMPLE_SECONDS + forced * FORCED_SECONDS) * _scale(run)
+        return (algo.n_eval_prompts + forced) * DPO_RESPONSE_SECONDS * _scale(run)
     responses = algo.prompts_per_step * algo.num_generations
     if algo.dynamic_sampling:
         responses *= 1 + algo.max_resample_rounds
     critic = CRITIC_FACTOR if algo.use_critic else 1.0
-    return responses * (SAMPLE_SECONDS + UPDATE_SECONDS * algo.ppo_epochs) * _scale(run) * critic
+    updates = algo.ppo_epochs * algo.num_minibatches
+    seconds = responses * (SAMPLE_SECONDS + UPDATE_SECONDS * algo.ppo_epochs) + updates * MINIBATCH_SECONDS
+    return seconds * _scale(run) * critic
 
 
 def estimated_evaluation_seconds(run: RunConfig) -> float:
-    """Seconds of the evaluation after the last step: `EVALUATION_PROMPTS × SAMPLE_SECONDS × scale`."""
-    return EVALUATION_PROMPTS * SAMPLE_SECONDS * _scale(run)
+    """Seconds of the evaluation after the last step: `EVALUATION_PROMPTS × EVALUATION_SECONDS × scale`."""
+    return EVALUATION_PROMPTS * EVALUATION_SECONDS * _scale(run)
 
 
 def estimated_seconds(run: RunConfig) -> float:
@@ -127,10 +140,14 @@ class ServerLimits:
 
     max_steps: int = 2000
     max_sft_steps: int = 2000
-    max_run_seconds: float = 600.0
+    # Twenty minutes of one thread: the largest run a class bench asks (bench/class_load.py's heavy link, 40 steps of
+    # 1,024 responses × 64 epochs × 4 minibatches, 24.3 s a step: 971 s) passes; PPO's preset at the 2,000 steps
+    # a link may ask (0.61 s a step) does not.
+    max_run_seconds: float = 1200.0
     # A step beyond a turn of the live loop steps in a lane of its own (rl_core.runs.run_loop), sharing its
     # learner's time there; beyond this it would leave a page without a point for longer than a learner waits.
-    max_step_seconds: float = 15.0
+    # The heavy link's step (24.3 s) passes; the same step of the small model (160 s) does not.
+    max_step_seconds: float = 30.0
     max_queued_runs: int = 60
     learner_seconds_per_hour: float = 3600.0
     # A learner compares two runs side by side; a third waits, and two more may queue behind it.

@@ -358,6 +358,13 @@ class RunLoop:
             return statistics.median(self._first_walls) if self._first_walls else None
 
     @property
+    def awaiting_first(self) -> int:
+        """Runs that joined the loop and have not had their first record yet: taken in by the turn under way or
+        the next."""
+        with self._lock:
+            return len(self._joining) + sum(member.joined_at is not None for member in self._members)
+
+    @property
     def parts(self) -> int:
         """Parts the loop's runs step in at once now (`cut` of them all, at most `threads`): the cores its time is
         (1 when idle)."""
