@@ -3,6 +3,7 @@ goes on only while its learner has time to spend, and a server that starts after
 left as interrupted, its learners' pages saying so."""
 
 import dataclasses
+import functools
 import os
 import re
 import secrets
@@ -384,22 +385,32 @@ def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_n
     assert slots.preparing.count == 0
 
 
+def loop_after_a_burst() -> LiveLoop:
+    """A loop whose latest runs (a class's burst) waited 7 s each for their first records; a turn takes 0.8 s and
+    one that takes runs in 2 s; preparations 1 s a run."""
+    slots = LiveLoop(8)
+    slots.loop = SimpleNamespace(
+        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
+    )
+    slots.observe_preparation(4.0, 4.0)  # 1 s a run
+    return slots
+
+
+def preparing_job(slots: LiveLoop, clock) -> Job:
+    """A tiny run of five steps preparing in `slots`, its warm starts built."""
+    job = Job(tiny_run(steps=5), slots, clock=clock)
+    job._set(status="preparing", builds=[])
+    job._prepare()
+    return job
+
+
 def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_intake_not_the_bursts_waits():
     """A class's runs joined together and waited 7 s each for their first records (each behind the turns that took
     in the ones before it); now a turn takes 0.8 s and one that takes runs in 2 s, preparations 1 s a run. A run
     preparing alone: 1 s, then half a turn under way and its intake, 0.4 + 2 s. Two preparing: 2 × 1 s each, and
     the burst's waits, for they join together."""
-    clock, slots = Clock(), LiveLoop(8)
-    slots.loop = SimpleNamespace(
-        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
-    )
-    slots.observe_preparation(4.0, 4.0)  # 1 s a run
-
-    def preparing() -> Job:
-        job = Job(tiny_run(steps=5), slots, clock=clock)
-        job._set(status="preparing", builds=[])
-        job._prepare()
-        return job
+    clock, slots = Clock(), loop_after_a_burst()
+    preparing = functools.partial(preparing_job, slots, clock)
 
     lone = preparing()
     assert lone.snapshot().first_point_in == pytest.approx(1.0 + 0.4 + 2.0)
@@ -422,17 +433,8 @@ def test_runs_joining_together_are_told_the_waits_of_runs_that_joined_with_as_li
     joined with a company of 3 or less; once one joined with one other and waited 3 s, that: 3 + 3 s. The first of
     the three joins (its company 3, counted then), is told what is left of 3 s, and has its record 2.5 s after
     joining; a run preparing with the other two (a company of 3) is then told the median of 3 and 2.5 s: 2.75 s."""
-    clock, slots = Clock(), LiveLoop(8)
-    slots.loop = SimpleNamespace(
-        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
-    )
-    slots.observe_preparation(4.0, 4.0)  # 1 s a run
-
-    def preparing() -> Job:
-        job = Job(tiny_run(steps=5), slots, clock=clock)
-        job._set(status="preparing", builds=[])
-        job._prepare()
-        return job
+    clock, slots = Clock(), loop_after_a_burst()
+    preparing = functools.partial(preparing_job, slots, clock)
 
     trio = [preparing() for _ in range(3)]
     assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 7.0)
