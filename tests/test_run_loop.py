@@ -22,6 +22,7 @@ from rl_core.runs.run_loop import (
     _Member,
     choose_turn,
     cut,
+    goes_to_lane,
     lane_pause,
     loop_threads,
     works_on_its_thread,
@@ -324,16 +325,50 @@ def test_a_run_whose_step_costs_more_than_a_turn_steps_in_its_own_lane_and_the_l
     assert five.is_set() and log[-1] == ("H", 1) and light["ended"] == h["ended"] == "returned"
 
 
-def test_a_run_measured_slower_than_a_turn_moves_to_a_lane(declared_costs):
-    # Estimated at 0 s, measured at 2 s a step: the estimate is 1 s after its first step, 1.5 s after its second,
-    # so its third step is taken in a lane.
-    loop, log = RunLoop(turn_seconds=1.0), []
-    threads = []
-    slow = train_in_thread(
-        loop, Counting("S", 4, log, cost=2.0), lambda record: threads.append(threading.current_thread().name)
-    )
+def test_a_run_measured_slower_than_a_turn_and_four_times_the_other_moves_to_a_lane(declared_costs):
+    # S is estimated at 0 s and measured at 9 s a step, F at 0.5 s; a turn is 1 s. Alone, S steps in the loop (its
+    # estimate is within the turn); F joins during S's first step. S's estimate is then 4.5 s, F's 0.25 s: S steps
+    # its next step in a lane, F goes on in the loop.
+    loop, log, threads = RunLoop(turn_seconds=1.0), [], {}
+
+    class Noting(Counting):  # notes the thread each step is taken on
+        def step(self):
+            threads.setdefault(self.name, []).append(threading.current_thread().name)
+            return super().step()
+
+    later, on_record = joining_at(1, loop, Noting("F", 4, log, cost=0.5))
+    slow = train_in_thread(loop, Noting("S", 3, log, cost=9.0), on_record, learner="S")
     joined(slow)
-    assert threads == ["training-loop", "training-loop", "training-loop-lane", "training-loop-lane"]
+    joined(later)
+    assert threads == {"S": ["training-loop"] + ["training-loop-lane"] * 2, "F": ["training-loop"] * 4}
+
+
+def test_a_run_goes_to_a_lane_for_a_step_longer_than_a_turn_and_four_times_the_cheapest_others():
+    assert goes_to_lane(2.0, [], turn_seconds=1.0)  # nothing to compare with: the turn is the only test
+    assert not goes_to_lane(0.9, [0.1], turn_seconds=1.0)  # within a turn, however it compares
+    assert not goes_to_lane(2.0, [1.5, 1.8], turn_seconds=1.0)  # a busy machine: every run slower alike
+    assert not goes_to_lane(2.4, [0.6, 3.0], turn_seconds=1.0)  # 4 × the cheapest exactly: not more
+    assert goes_to_lane(12.8, [0.6, 3.0], turn_seconds=1.0)
+
+
+def test_runs_slower_than_a_turn_alike_stay_in_the_loop(declared_costs):
+    # Both cost 2 s a step, a turn is 1 s. A steps alone first (estimated at 0 s: within the turn); B joins during
+    # that step. From then on each is at most 2 s against the other's 1–2 s, never four times the other's, and the
+    # one left alone at the end is judged by its estimate: neither goes to a lane. By the turn alone each would
+    # from its third step.
+    loop, log, threads = RunLoop(turn_seconds=1.0), [], []
+
+    class Noting(Counting):  # notes the thread each step is taken on
+        def step(self):
+            threads.append(threading.current_thread().name)
+            return super().step()
+
+    later, on_record = joining_at(1, loop, Noting("B", 4, log, cost=2.0))
+    a = train_in_thread(loop, Noting("A", 4, log, cost=2.0), on_record, learner="A")
+    joined(a)
+    joined(later)
+    assert a["ended"] == later["ended"] == "returned" and sorted(log) == [(n, i) for n in "AB" for i in (1, 2, 3, 4)]
+    assert threads == ["training-loop"] * 8
 
 
 def test_a_lane_waits_for_the_other_learners_shares():

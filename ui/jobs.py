@@ -724,8 +724,9 @@ class Job(BackgroundJob):
         return own
 
     def _in_lane(self) -> bool:
-        """Whether it steps in a lane of its own (`RunLoop._to_lane`): its step's estimate is more than a turn."""
-        return self._step_estimate > self.slots.loop.turn_seconds
+        """Whether it steps in a lane of its own (`RunLoop.steps_in_lane`): its step's estimate is more than a turn
+        and far more than the loop's runs' steps (once it joined, whether the loop put it in one)."""
+        return self.slots.loop.steps_in_lane(self._step_estimate, self._trainer)
 
     def _joining_company(self) -> int | None:
         """The runs that join the loop with it, itself included: those preparing (itself among them until it joins)

@@ -18,17 +18,17 @@ loaded machine ten learners' steps (timed by the clock) can outlast the box toge
 would step in ever-changing subsets, each subset a new group for `step_together` (new stacked weights, a smaller
 program) instead of one group of all.
 
-Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured
-step time) would hold every run of the loop for that long, so it steps in a lane of its own, a thread beside the
-loop: after each of its updates (epoch × minibatch) and after each step it waits `lane_pause` for the work since
-its last wait (`LanePacer`), so that it uses its learner's share of the time and no more even within one long step
-(a step of 1,024 responses × 64 epochs ran for minutes and took a core from the class meanwhile), and its seconds
-are charged to its learner's account as the loop's are. The work is its thread's CPU seconds, not the wall they
-took: while the loop's thread steps its runs, the lane's thread waits for the interpreter lock between its torch
-ops: a step of 128 updates (4.2 s alone) beside six learners' runs got 0.49 of a core while it worked, and paced
-by that wall it waited as if it had worked twice what it had (89 updates in 40 s; paced by its CPU, 188 and its
-first record after 27 s, where its share, 4.3 s × 7 learners, is 30 s). The class bench's heavy run, told 262 s
-from its estimate, had no point 651 s later.
+Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured step
+time) and far more than the other runs' (`goes_to_lane`) would hold every run of the loop for that long, so it steps
+in a lane of its own, a thread beside the loop: after each of its updates (epoch × minibatch) and after each step it
+waits `lane_pause` for the work since its last wait (`LanePacer`), so that it uses its learner's share of the time
+and no more even within one long step (a step of 1,024 responses × 64 epochs ran for minutes and took a core from the
+class meanwhile), and its seconds are charged to its learner's account as the loop's are. The work is its thread's
+CPU seconds, not the wall they took: while the loop's thread steps its runs, the lane's thread waits for the
+interpreter lock between its torch ops: a step of 128 updates (4.2 s alone) beside six learners' runs got 0.49 of a
+core while it worked, and paced by that wall it waited as if it had worked twice what it had (89 updates in 40 s;
+paced by its CPU, 188 and its first record after 27 s, where its share, 4.3 s × 7 learners, is 30 s). The class
+bench's heavy run, told 262 s from its estimate, had no point 651 s later.
 
 Threads. Runs of one shape step as one group (`run_batch.groups_of`), and a group is one thread's work: with
 `threads` > 1 the loop steps a turn's runs as parts on that many threads at once (`cut`: each shape a part, the
@@ -78,6 +78,13 @@ TURNS_TIMED = 5
 # costs about 0.75× a run alone, of 4 0.55×), so a smaller part would spend its core mostly on that cost
 # (bench/README.md, "live_loop_pace.py").
 MIN_PART_RUNS = 4
+# How many times the cheapest other run's step a run's step must cost, beyond a whole turn, to go to a lane
+# (`goes_to_lane`). A turn alone is no test on a busy machine, where every run's step is slower alike: in a class of
+# twenty at load 9, nine ordinary runs went to lanes (each measured slower than a turn while it stepped alone or
+# among the first few), each then a program of one stepping beside the others, and the time those lanes charged
+# their learners was five times what the loop's runs paid (bench/class_load.py). The runs a lane is for cost tens
+# of times the others (the class bench's heavy link, 90×; the small model, 6.6× the tiny one).
+LANE_RATIO = 4.0
 # The environment variable that sets the app's loop threads (`loop_threads`).
 THREADS_KNOB = "RLHF_LAB_LOOP_THREADS"
 
@@ -178,6 +185,7 @@ class _Member:
     on_record: Callable[[dict], None]
     learner: Hashable  # whose share the run's steps spend
     step_seconds: float  # the estimate of its next step's cost: given at first, then measured
+    measured: bool = False  # whether `step_seconds` is measured yet (it has stepped), not the estimate it joined with
     elapsed: float = 0.0  # seconds of RL so far: the sum of its records' step_time
     stepped_at: int = -1  # the turn of its latest step in the loop: its learner's rotation goes least recent first
     joined_at: float | None = None  # when it joined, until its first record in a turn (None in a lane)
@@ -247,6 +255,15 @@ class LanePacer:
     def next_step(self) -> None:
         """The lane's step has ended and its wait after it too: the next step begins now."""
         self.updates, self.worked = 0, 0.0
+
+
+def goes_to_lane(step_seconds: float, others: Sequence[float], turn_seconds: float) -> bool:
+    """Whether a run whose step costs `step_seconds` steps in a lane of its own beside runs whose steps were
+    measured at `others`: more than `turn_seconds` and more than LANE_RATIO × the cheapest of `others`. A run with
+    no others measured to compare with is judged by `step_seconds` against the turn alone: give it the estimate it
+    joined with, not a measurement (a lone run's step on a busy machine says more of the machine than of the run,
+    and once in a lane a run stays there)."""
+    return step_seconds > turn_seconds and (not others or step_seconds > LANE_RATIO * min(others))
 
 
 def choose_turn(
@@ -385,6 +402,24 @@ class RunLoop:
         pace = trainer.share_pause
         return (max(pace.updates - 1, 0), pace.worked) if isinstance(pace, LanePacer) else None
 
+    def steps_in_lane(self, step_seconds: float, trainer=None) -> bool:
+        """Whether `trainer` steps in a lane of its own: it does, or it has not had a turn yet and a step estimated
+        at `step_seconds` would go to one beside the loop's runs now (`goes_to_lane`)."""
+        with self._lock:
+            if any(member.trainer is trainer for member in self._lanes):
+                return True
+            if any(member.trainer is trainer for member in self._members):
+                return False
+            return self._goes_to_lane(_Member(trainer, print, None, step_seconds))
+
+    def _goes_to_lane(self, member: _Member) -> bool:
+        """`goes_to_lane` of a run beside the loop's other runs that have stepped (under the lock); one alone, or
+        beside runs that have not, by its estimate until it is measured beside others."""
+        others = [other.step_seconds for other in self._members if other is not member and other.measured]
+        if not others and member.measured:
+            return False  # measured alone: its estimate, which it did not go to a lane by, still stands
+        return goes_to_lane(member.step_seconds, others, self.turn_seconds)
+
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
 
@@ -395,7 +430,7 @@ class RunLoop:
         what ended its step otherwise (TrainingStopped for a Stop pressed mid-step).
 
         `learner` names whose share it spends (None: a learner of its own); `step_seconds` is the estimate of a
-        step's cost until one is measured (more than `turn_seconds`: it steps in a lane from the start).
+        step's cost until one is measured (`goes_to_lane` of it: it steps in a lane from the start).
 
         `on_record(record)` is called in the loop's (or the lane's) thread after each of the run's steps, before its
         next one (a record carries `step_time` and `elapsed`, as `run_stream.batch_stream`'s do): it may read the
@@ -440,7 +475,7 @@ class RunLoop:
             for member in [m for m in self._members if stepped_out(m.trainer)]:
                 self._members.remove(member)
                 member.leave()
-            for member in [m for m in self._members if m.step_seconds > self.turn_seconds]:
+            for member in [m for m in self._members if self._goes_to_lane(m)]:
                 self._to_lane(member)
             present = {member.learner for member in (*self._members, *self._lanes)}
             for learner in [key for key in self._accounts if key not in present]:  # a learner who left
@@ -500,6 +535,7 @@ class RunLoop:
             member.elapsed += outcome["step_time"]
             outcome["elapsed"] = member.elapsed
             member.step_seconds += STEP_WEIGHT * (outcome["step_time"] - member.step_seconds)
+            member.measured = True
             with self._lock:
                 self._accounts.setdefault(member.learner, _Account()).credit -= outcome["step_time"]
             try:
