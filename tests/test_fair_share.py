@@ -22,6 +22,7 @@ from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.runs.first_point import PREPARATION_SECONDS, lane_first_step_seconds
 from rl_core.runs.limits import estimated_step_seconds
+from rl_core.runs.run_loop import first_wait
 from rl_core.runs.store import RunStore
 from ui.jobs import RESTARTED_TRAINING, RESTARTED_WAITING, Job, LiveLoop, start_server_upkeep
 
@@ -385,16 +386,15 @@ def test_a_lone_runs_preparation_after_a_burst_is_announced_at_its_own_company_n
     assert slots.preparing.count == 0
 
 
-def loop_after_a_burst() -> LiveLoop:
-    """A loop whose latest runs (a class's burst) waited 7 s each for their first records; a turn takes 0.8 s and
-    one that takes runs in 2 s; preparations 1 s a run."""
-    slots = LiveLoop(8)
-    slots.loop = SimpleNamespace(
-        turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, first_record_wall=7.0, learners=20, awaiting_first=0
-    )
+def loop_after_a_burst() -> tuple[LiveLoop, list[tuple[float, int]]]:
+    """A loop whose latest runs (a class's burst of twenty) waited 7 s each for their first records; a turn takes
+    0.8 s and one that takes runs in 2 s; preparations 1 s a run. And its first waits (seconds, company), to add to."""
+    slots, waits = LiveLoop(8), [(7.0, 20)] * 5
+    slots.loop = SimpleNamespace(turn_seconds=1.0, turn_wall=0.8, intake_wall=2.0, learners=20, awaiting_first=0)
+    slots.loop.first_record_wall = lambda company=None: first_wait(waits, company)
     slots.loop.steps_in_lane = lambda step_seconds, trainer=None: False  # the class's runs and the tiny ones here
     slots.observe_preparation(4.0, 4.0)  # 1 s a run
-    return slots
+    return slots, waits
 
 
 def preparing_job(slots: LiveLoop, clock) -> Job:
@@ -410,7 +410,7 @@ def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_i
     in the ones before it); now a turn takes 0.8 s and one that takes runs in 2 s, preparations 1 s a run. A run
     preparing alone: 1 s, then half a turn under way and its intake, 0.4 + 2 s. Two preparing: 2 × 1 s each, and
     the burst's waits, for they join together."""
-    clock, slots = Clock(), loop_after_a_burst()
+    clock, (slots, _) = Clock(), loop_after_a_burst()
     preparing = functools.partial(preparing_job, slots, clock)
 
     lone = preparing()
@@ -429,20 +429,17 @@ def test_a_run_joining_alone_after_a_burst_waits_half_an_ordinary_turn_and_its_i
 
 
 def test_runs_joining_together_are_told_the_waits_of_runs_that_joined_with_as_little_company_not_a_bursts():
-    """As above, a loop whose latest runs (a class's burst of four) waited 7 s each; preparations 1 s a run. Three
+    """As above, a loop whose latest runs (a class's burst of twenty) waited 7 s each; preparations 1 s a run. Three
     runs preparing together (a company of 3) are told 3 × 1 s of preparation, then the burst's 7 s while no run has
     joined with a company of 3 or less; once one joined with one other and waited 3 s, that: 3 + 3 s. The first of
-    the three joins (its company 3, counted then), is told what is left of 3 s, and has its record 2.5 s after
-    joining; a run preparing with the other two (a company of 3) is then told the median of 3 and 2.5 s: 2.75 s."""
-    clock, slots = Clock(), loop_after_a_burst()
+    the three joins (its company 3, counted then), is told what is left of 3 s; once the loop has its wait, 2.5 s
+    with a company of 3, a run preparing with the other two (a company of 3) is told the median of 3 and 2.5 s."""
+    clock, (slots, waits) = Clock(), loop_after_a_burst()
     preparing = functools.partial(preparing_job, slots, clock)
 
     trio = [preparing() for _ in range(3)]
     assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 7.0)
-    for _ in range(4):
-        slots.observe_first_wait(7.0, 4)  # the burst's: more company than the trio's, never theirs
-    assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 7.0)
-    slots.observe_first_wait(3.0, 2)
+    waits.append((3.0, 2))
     assert trio[0].snapshot().first_point_in == pytest.approx(3 * 1.0 + 3.0)
     clock.now += 1.0
     trio[0]._prepared(clock.now)
@@ -450,8 +447,8 @@ def test_runs_joining_together_are_told_the_waits_of_runs_that_joined_with_as_li
     assert trio[0]._company == 3  # the two still preparing, and itself
     clock.now += 0.5
     assert trio[0].snapshot().first_point_in == pytest.approx(3.0 - 0.5)
-    clock.now += 2.0
-    trio[0]._add({"step": 1, "reward_mean": 0.5})  # 2.5 s after joining, with a company of 3
+    waits.append((2.5, 3))  # its wait as the loop kept it, with the company it joined with
+    trio[0]._add({"step": 1, "reward_mean": 0.5})
     fourth = preparing()  # with the other two: a company of 3, its preparation 3 × 1 s
     assert fourth.snapshot().first_point_in == pytest.approx(3 * 1.0 + 2.75)
 

@@ -22,6 +22,7 @@ from rl_core.runs.run_loop import (
     _Member,
     choose_turn,
     cut,
+    first_wait,
     goes_to_lane,
     lane_pause,
     loop_threads,
@@ -64,8 +65,10 @@ def train_in_thread(
     outcome: dict | None = None,
     learner=None,
     step_seconds: float = 0.0,
+    company: int | None = None,
 ) -> dict:
-    """Start `loop.train(trainer)` (for `learner`, its step estimated at `step_seconds`) in a thread; what it
+    """Start `loop.train(trainer)` (for `learner`, its step estimated at `step_seconds`, joining with `company`) in
+    a thread; what it
     returned or raised and the records it was handed land in `outcome` (a new dict unless given), which is
     returned."""
     outcome = {} if outcome is None else outcome
@@ -78,7 +81,7 @@ def train_in_thread(
                 on_record(record)
 
         try:
-            loop.train(trainer, take, learner=learner, step_seconds=step_seconds)
+            loop.train(trainer, take, learner=learner, step_seconds=step_seconds, company=company)
             outcome["ended"] = "returned"
         except Exception as error:  # noqa: BLE001 - what the caller of train() sees
             outcome["ended"] = error
@@ -480,12 +483,38 @@ def test_the_loop_times_a_turn_from_its_start_to_the_next_and_a_run_from_joining
     # handed over, turns 2, 3 and 4 start.
     readings = iter([0.0, 0.5, 2.0, 2.5, 4.5, 5.5])
     loop = RunLoop(clock=lambda: next(readings))
-    assert loop.turn_wall is None and loop.first_record_wall is None and loop.intake_wall is None  # nothing timed
+    assert loop.turn_wall is None and loop.first_record_wall() is None and loop.intake_wall is None  # nothing timed
     joined(train_in_thread(loop, Counting("A", 4, [])))
     # Joined at 0 s, first record at 2 s; turn 1 took the run in (not an ordinary turn), then 2 s and 1 s.
-    assert loop.first_record_wall == 2.0
+    assert loop.first_record_wall() == 2.0 == loop.first_record_wall(company=1)
     assert loop.turn_wall == 1.5
     assert loop.intake_wall == 2.0  # turn 1, from 0.5 s to 2.5 s
+
+
+def test_the_loop_keeps_each_runs_first_wait_with_the_company_it_joined_with():
+    # A joins alone and its first step takes 2 s on the clock; then B joins with a company of 4 and its takes 5 s.
+    now = [0.0]
+
+    class Costing(Counting):  # its step moves the clock on by its cost
+        def step(self):
+            now[0] += self.cost
+            return super().step()
+
+    loop = RunLoop(clock=lambda: now[0])
+    joined(train_in_thread(loop, Costing("A", 1, [], cost=2.0), company=1))
+    joined(train_in_thread(loop, Costing("B", 1, [], cost=5.0), company=4))
+    assert loop.first_record_wall(company=1) == 2.0  # A's alone: B joined with more company
+    assert loop.first_record_wall(company=4) == loop.first_record_wall() == 3.5  # both
+
+
+def test_a_first_wait_is_told_from_runs_that_joined_with_as_little_company_else_from_the_latest_runs():
+    burst = [(7.0, 20)] * 4  # a class's runs joining together
+    assert first_wait([], company=3) is None
+    assert first_wait(burst, company=3) == 7.0  # none joined with 3 or fewer: the latest runs'
+    assert first_wait([*burst, (3.0, 2)], company=3) == 3.0 and first_wait([*burst, (3.0, 2)], company=1) == 7.0
+    assert first_wait([*burst, (3.0, 2), (2.5, 3)], company=3) == 2.75
+    assert first_wait([*burst, (3.0, 2)], company=None) == 7.0  # company not known (queued): the latest five's
+    assert first_wait([(9.0, 1)] * 6 + [(1.0, 1)] * 5, company=1) == 1.0  # the latest five of them
 
 
 def shaped(shapes: str) -> list[SimpleNamespace]:

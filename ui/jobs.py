@@ -52,7 +52,7 @@ from rl_core.runs.limits import (
     estimated_warm_start_seconds,
     model_factor,
 )
-from rl_core.runs.run_loop import TURNS_TIMED, RunLoop, loop_threads
+from rl_core.runs.run_loop import RunLoop, loop_threads
 from rl_core.runs.run_stream import END, FAILED, PHASE, SETUP, RunInterrupted, end_item, prepared_items
 from rl_core.runs.store import Heartbeat, RunStore, StoredRun, StoreError, max_trainings
 from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait
@@ -211,9 +211,6 @@ DEFAULT_LIVE_RUNS = 40
 # (a class's burst of preparations is forgotten after five more), and a median, so one odd preparation does not move
 # it. Counted apart from the loop's turns (`run_loop.TURNS_TIMED`), whose pace changes with other things.
 PREPARATIONS_TIMED = 5
-# First waits in the loop `LiveLoop.first_wait` keeps (each with its company) and takes the median of the latest
-# few of: as many as a class's burst, so that the waits of runs with little company outlast it.
-FIRST_WAITS_KEPT = 24
 
 
 class LiveLoop(TrainingSlots):
@@ -246,7 +243,6 @@ class LiveLoop(TrainingSlots):
         self._requests: set[object] = set()  # the runs requested and not ended: queued, in the loop or on the way
         self.preparing = Crowd()  # the runs preparing now, from their place (or their warm starts built) to the loop
         self._preparations: deque[float] = deque(maxlen=PREPARATIONS_TIMED)  # the latest preparations' seconds per run
-        self._first_waits: deque[tuple[float, int]] = deque(maxlen=FIRST_WAITS_KEPT)  # (seconds, company) of runs
 
     def preparation_wall(self, concurrency: float) -> float:
         """Wall seconds a run's preparation takes in this server now, from its place in the loop (or its warm
@@ -261,23 +257,6 @@ class LiveLoop(TrainingSlots):
         """A preparation of wall `seconds` among `concurrency` runs preparing on average (`Crowd.leave`)."""
         with self._condition:
             self._preparations.append(per_run_seconds(seconds, concurrency))
-
-    def observe_first_wait(self, seconds: float, company: int) -> None:
-        """A run waited `seconds` from joining the loop to its first record, `company` runs joining with it (itself
-        included: `Job._joining_company`)."""
-        with self._condition:
-            self._first_waits.append((seconds, company))
-
-    def first_wait(self, company: int) -> float | None:
-        """Seconds from joining the loop to the first record of a run joining with `company` runs (itself included):
-        the median of the latest TURNS_TIMED waits of runs that joined with as many or fewer; None before one
-        did. Not the latest runs' whatever their company (`RunLoop.first_record_wall`): a class's runs joining
-        together wait behind the turns that take in the ones before them, and two of three runs joining a class's loop
-        well after its burst were told 9 s for 2.7 and 3.0 s, a third, joining alone, under 3 s for 2.4 s
-        (bench/class_load.py, load 4.4)."""
-        with self._condition:
-            waits = [seconds for seconds, joined_with in self._first_waits if joined_with <= company]
-        return statistics.median(waits[-TURNS_TIMED:]) if waits else None
 
     @classmethod
     def from_env(cls) -> LiveLoop:
@@ -669,7 +648,7 @@ class Job(BackgroundJob):
         group has a pace, and as it reaches the builder); queued, its warm starts at the builder's latest pace per
         seed, as a group of one (None while the builder is busy); then its preparation and its wait in the loop as
         this server times them now (a run that joins alone: `lone_first_turn_seconds`; one that joins with others:
-        the waits of runs that joined with as many or fewer, `LiveLoop.first_wait`; one that steps in a lane of
+        the waits of runs that joined with as many or fewer, `RunLoop.first_record_wall`; one that steps in a lane of
         its own: its first step there, `lane_first_step_seconds`), less what has passed of each; queued, the
         queue's wait before all that. None once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
@@ -698,10 +677,7 @@ class Job(BackgroundJob):
             turn = loop.turn_wall
             if turn is None:  # nothing in the loop: the run's first turn is its own step
                 turn = self._step_estimate * self.slots.speed
-            company = self._joining_company()
-            measured = None if company is None else self.slots.first_wait(company)
-            if measured is None:  # no run has joined with so little company: the latest runs' waits
-                measured = loop.first_record_wall
+            measured = loop.first_record_wall(self._joining_company())
             first_turn = still_ahead(first_turn_seconds(turn, measured), self._joined_at, now)
         preparation = self._preparation_ahead(now)
         if self._with_builder:
@@ -810,10 +786,7 @@ class Job(BackgroundJob):
     def _add(self, record: dict) -> None:
         scalars = {k: v for k, v in record.items() if k != "samples"}
         now = self.clock()
-        first_wait = None
         with self._lock:
-            if self._last_step_at is None and self._company is not None and not self._in_lane():
-                first_wait = (now - self._joined_at, self._company)  # its wait in the loop, for the runs after it
             # From the first record on: before it the run waited for its turn and its probe.
             if self._last_step_at is not None:
                 self._step_walls.append(now - self._last_step_at)
@@ -827,8 +800,6 @@ class Job(BackgroundJob):
             self._history.add(scalars)
             self._latest = scalars
             self._samples.add(record["step"], record.get("samples", []))
-        if first_wait is not None:
-            self.slots.observe_first_wait(*first_wait)
         if paced is not None and self._step_estimate > 0:
             # The server's pace now, in the loop's company, for the runs that have not stepped yet (the queue's
             # announcements): a run's estimate read off the finished runs alone was its pace with the class gone.
@@ -895,6 +866,7 @@ class Job(BackgroundJob):
             lambda record: self._take(record, trainer, store, run_id),
             learner=self.session,
             step_seconds=estimated_step_seconds(self.run),
+            company=self._company,
         )
         end = end_item(trainer)
         if FAILED in end:

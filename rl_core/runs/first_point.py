@@ -30,7 +30,7 @@ PACED_AFTER = 5
 
 def first_turn_seconds(turn: float, measured: float | None) -> float:
     """Seconds from a run's joining the loop to its first record: `measured` (the waits of the latest runs that
-    joined with as much company or less, else the latest runs' own, `RunLoop.first_record_wall`), or before one
+    joined with as much company or less, else the latest runs' own: `RunLoop.first_record_wall`), or before one
     was, the turn under way and the one that takes it in at `turn` seconds each: (UNDER_WAY_TURNS + 1) × turn."""
     return (UNDER_WAY_TURNS + 1) * turn if measured is None else measured
 

@@ -54,7 +54,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -73,6 +73,10 @@ STEP_WEIGHT = 0.5
 # Turns whose wall time `RunLoop.turn_wall` takes the median of, and runs whose wait for their first record
 # `RunLoop.first_record_wall` does: the loop's pace now, not at its start.
 TURNS_TIMED = 5
+# First waits (a run's joining to its first record) the loop keeps, each with the company it joined with, and takes
+# the median of the latest TURNS_TIMED of (`first_record_wall`): as many as a class's burst, so that the waits of
+# runs with little company outlast it.
+FIRST_WAITS_KEPT = 24
 # The fewest runs of one shape a part stepped on a thread of its own keeps: a group's step has a fixed cost (its
 # ops' dispatch, its Python, under the interpreter lock) that a cut pays once more per part (per run, a group of 2
 # costs about 0.75× a run alone, of 4 0.55×), so a smaller part would spend its core mostly on that cost
@@ -189,6 +193,7 @@ class _Member:
     elapsed: float = 0.0  # seconds of RL so far: the sum of its records' step_time
     stepped_at: int = -1  # the turn of its latest step in the loop: its learner's rotation goes least recent first
     joined_at: float | None = None  # when it joined, until its first record in a turn (None in a lane)
+    company: int | None = None  # the runs that joined with it, itself included (None: not known)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -257,6 +262,16 @@ class LanePacer:
         self.updates, self.worked = 0, 0.0
 
 
+def first_wait(waits: Iterable[tuple[float, int | None]], company: int | None) -> float | None:
+    """The median of the latest TURNS_TIMED of `waits` (seconds, the company each run joined with, oldest first)
+    whose company was `company` or less, else of the latest TURNS_TIMED whatever their company (`company` None, or
+    none joined with so little); None if there are none."""
+    waits = list(waits)
+    few = [seconds for seconds, joined_with in waits if None not in (company, joined_with) and joined_with <= company]
+    latest = (few or [seconds for seconds, _ in waits])[-TURNS_TIMED:]
+    return statistics.median(latest) if latest else None
+
+
 def goes_to_lane(step_seconds: float, others: Sequence[float], turn_seconds: float) -> bool:
     """Whether a run whose step costs `step_seconds` steps in a lane of its own beside runs whose steps were
     measured at `others`: more than `turn_seconds` and more than LANE_RATIO × the cheapest of `others`. A run with
@@ -320,7 +335,8 @@ class RunLoop:
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
         self._intake_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # the same of the latest that took runs in
-        self._first_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # the latest runs' joining to first record
+        # The latest runs' joining to first record, each with its company (`first_record_wall`).
+        self._first_walls: deque[tuple[float, int | None]] = deque(maxlen=FIRST_WAITS_KEPT)
         self._turn_took_in = False  # whether the turn under way took in runs (its group built anew)
         self._lock = threading.Lock()
         self._joining: list[_Member] = []
@@ -359,20 +375,21 @@ class RunLoop:
         with self._lock:
             return statistics.median(self._intake_walls) if self._intake_walls else None
 
-    @property
-    def first_record_wall(self) -> float | None:
+    def first_record_wall(self, company: int | None = None) -> float | None:
         """Wall seconds from a run's joining the loop (`train`) to its first record being handed over: the median
-        of the latest TURNS_TIMED runs' that stepped in a turn; None before one did. Timed whole, since no sum of
-        turns came to it: a run joins while a turn is under way, more often a long one than a short one (a class's
-        runs joining one by one made the turns that took them in several times as long as the others), then waits
-        for the turn that takes it in, which forms the group anew, and its first step is slower than its next.
-        From the turns' walls a latecomer was told 1 s for 3.1 s, and runs joining a loop of eleven 2 s for 5–6 s
-        (bench/class_load.py). Not scaled by the runs joining with it, as preparations are (`rl_core.runs.crowd`):
-        the turn that takes runs in builds one group of the whole loop however many it takes in, and the waits of a
-        class of eight's runs were 1.7–3.5 s at turns of 0.6–0.7 s: divided by a company of several, a lone run
-        would be told less than the one turn it waits at least."""
+        of the latest TURNS_TIMED runs' that stepped in a turn and joined with `company` runs or fewer (itself
+        included), else of the latest TURNS_TIMED runs' whatever their company (`company` None, or none joined with
+        so little); None before one did. Timed whole, since no sum of turns came to it: a run joins while a turn is
+        under way, more often a long one than a short one (a class's runs joining one by one made the turns that
+        took them in several times as long as the others), then waits for the turn that takes it in, which forms the
+        group anew, and its first step is slower than its next. From the turns' walls a latecomer was told 1 s for
+        3.1 s, and runs joining a loop of eleven 2 s for 5–6 s (bench/class_load.py). By company, not scaled by it as
+        preparations are (`rl_core.runs.crowd`): the turn that takes runs in builds one group of the whole loop
+        however many it takes in, and the waits of a class of eight's runs were 1.7–3.5 s at turns of 0.6–0.7 s.
+        But a class's runs joining together wait behind the turns that take in the ones before them: after such a
+        burst two of three runs joining well after it were told its 9 s for 2.7 and 3.0 s (load 4.4)."""
         with self._lock:
-            return statistics.median(self._first_walls) if self._first_walls else None
+            return first_wait(self._first_walls, company)
 
     @property
     def awaiting_first(self) -> int:
@@ -424,19 +441,26 @@ class RunLoop:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
 
     def train(
-        self, trainer, on_record: Callable[[dict], None], learner: Hashable | None = None, step_seconds: float = 0.0
+        self,
+        trainer,
+        on_record: Callable[[dict], None],
+        learner: Hashable | None = None,
+        step_seconds: float = 0.0,
+        company: int | None = None,
     ) -> None:
         """Step `trainer` in the loop until it has trained its steps or its stop event is set, then return; raise
         what ended its step otherwise (TrainingStopped for a Stop pressed mid-step).
 
         `learner` names whose share it spends (None: a learner of its own); `step_seconds` is the estimate of a
-        step's cost until one is measured (`goes_to_lane` of it: it steps in a lane from the start).
+        step's cost until one is measured (`goes_to_lane` of it: it steps in a lane from the start); `company` the
+        runs joining the loop with it, itself included, which its wait for its first record is kept with
+        (`first_record_wall`).
 
         `on_record(record)` is called in the loop's (or the lane's) thread after each of the run's steps, before its
         next one (a record carries `step_time` and `elapsed`, as `run_stream.batch_stream`'s do): it may read the
         run's models then, and whatever it raises ends this run only."""
         member = _Member(trainer, on_record, object() if learner is None else learner, step_seconds)
-        member.joined_at = self._clock()
+        member.joined_at, member.company = self._clock(), company
         with self._lock:
             self._joining.append(member)
             if self._thread is None:
@@ -507,7 +531,7 @@ class RunLoop:
         for member, outcome in zip(stepping, outcomes):
             if member.joined_at is not None and not isinstance(outcome, Exception):
                 with self._lock:
-                    self._first_walls.append(self._clock() - member.joined_at)
+                    self._first_walls.append((self._clock() - member.joined_at, member.company))
                 member.joined_at = None
             if not self._took(member, outcome):
                 with self._lock:
