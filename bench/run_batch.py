@@ -3,9 +3,11 @@
 For each R (default 1, 2, 4, 8, 16, 32), R runs of one preset (default `grpo` on its default task, the tiny model,
 one CPU thread; `--model` and `--device` name others) — warm starts of seeds 0–3 in turn, each run its own clip
 range ε = 0.2 + 0.001·r, so that no two runs are the same computation and all share one vmapped loss — are
-prepared, stepped once untimed, then `--steps` steps are timed as one group (`run_batch.step_together`).
+prepared, stepped once untimed, then `--steps` steps are timed as one group (`run_batch.step_together`); every R
+in turn, `--repeats` rounds (default 3) over the same groups, each round's ratios to its own R = 1: on a shared
+machine a round's R = 1 alone moved by 40 % between rounds, so a ratio is only as good as its round's base.
 
-Printed per R: process-CPU milliseconds per run-step, its ratio to R = 1 measured in the same process, and the
+Printed per round and R: process-CPU milliseconds per run-step, its ratio to R = 1 measured in the same process, and the
 per-run-step milliseconds of each phase of the group's step (sampling; the teacher-forced passes; the packing of
 prefix trees; the vmapped formulas; the backward passes; the optimiser; the transfer of the records to the host),
 with the load average before and after. The phases are timed by wrapping the group's methods here, with
@@ -15,7 +17,8 @@ before it is read, and the table adds the host's CPU per run-step and the peak d
 trained first if missing and are not timed.
 
 Run from the repository root:
-    python bench/run_batch.py [--runs 1 8 32] [--algo grpo] [--steps 5] [--model tiny] [--device cpu] [--out R.json]
+    python bench/run_batch.py [--runs 1 8 32] [--algo grpo] [--steps 5] [--repeats 3] [--model tiny] [--device cpu]
+        [--out R.json]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -100,15 +104,40 @@ def prepared(algo: str, runs: int, model: str, device: str) -> list[Trainer]:
     return trainers
 
 
+def timed_steps(trainers: list[Trainer], steps: int, on_gpu: bool) -> dict:
+    """`steps` timed steps of the group: ms per run-step, the phases' ms per run-step, and on a GPU the host's CPU ms
+    per run-step and the peak device memory."""
+    runs = len(trainers)
+    SPENT.clear()
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+    host_started = time.process_time()
+    started = CLOCK[0]()
+    for _ in range(steps):
+        step_together(trainers)
+    row = {
+        "runs": runs,
+        "ms_per_run_step": 1000 * (CLOCK[0]() - started) / (runs * steps),
+        "phases_ms": {phase: 1000 * seconds / (runs * steps) for phase, seconds in SPENT.items()},
+    }
+    if on_gpu:
+        row["host_cpu_ms_per_run_step"] = 1000 * (time.process_time() - host_started) / (runs * steps)
+        row["peak_device_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over every R; the summary takes medians")
     parser.add_argument("--model", default="tiny", help="model preset: tiny (default), small, gpt2")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     parser.add_argument("--out", type=Path, help="write the table as JSON here")
     args = parser.parse_args()
+    if 1 not in args.runs:
+        parser.error(f"--runs {args.runs} has no 1; allowed: a list of group sizes that includes 1 (the ratios' base)")
     torch.set_num_threads(1)
     on_gpu = args.device.startswith("cuda")
     if on_gpu:
@@ -116,49 +145,52 @@ def main() -> None:
     instrument()
     where = torch.cuda.get_device_name(torch.device(args.device)) if on_gpu else "1 thread"
     print(
-        f"{args.algo} on {DEFAULT_TASK}, {args.model} model, {args.device} ({where}), {args.steps} steps; torch "
-        f"{torch.__version__}; load average {os.getloadavg()[0]:.1f} before; ms per run-step are "
-        + ("wall (device synchronised)" if on_gpu else "process CPU"),
+        f"{args.algo} on {DEFAULT_TASK}, {args.model} model, {args.device} ({where}), {args.steps} steps, "
+        f"{args.repeats} rounds; torch {torch.__version__}; load average {os.getloadavg()[0]:.1f} before; ms per "
+        + ("run-step are wall (device synchronised)" if on_gpu else "run-step are process CPU"),
         flush=True,
     )
-    rows, alone = [], None
-    for runs in args.runs:
-        trainers = prepared(args.algo, runs, args.model, args.device)
-        step_together(trainers)  # untimed: the group forms, the first step's one-off costs
-        SPENT.clear()
-        if on_gpu:
-            torch.cuda.reset_peak_memory_stats()
-        host_started = time.process_time()
-        started = CLOCK[0]()
-        for _ in range(args.steps):
-            step_together(trainers)
-        per_step = 1000 * (CLOCK[0]() - started) / (runs * args.steps)
-        host = 1000 * (time.process_time() - host_started) / (runs * args.steps)
-        alone = per_step if alone is None and runs == 1 else alone
-        phases = {phase: 1000 * seconds / (runs * args.steps) for phase, seconds in SPENT.items()}
-        rows.append(
-            {
-                "runs": runs,
-                "ms_per_run_step": per_step,
-                "phases_ms": phases,  # process CPU here, device-synchronised wall on a GPU
-                "ratio_to_one": None if alone is None else per_step / alone,
-            }
-        )
-        ratio = "" if alone is None else f" ({per_step / alone:.2f}× R = 1)"
-        device_note = ""
-        if on_gpu:
-            peak = torch.cuda.max_memory_allocated() / 2**30
-            rows[-1] |= {"host_cpu_ms_per_run_step": host, "peak_device_gib": peak}
-            device_note = f" (host CPU {host:.1f} ms, peak {peak:.1f} GiB)"
-        del trainers
-        print(
-            f"R = {runs}: {per_step:.2f} ms per run-step{ratio}{device_note}; "
-            + ", ".join(f"{phase} {ms:.1f}" for phase, ms in sorted(phases.items(), key=lambda kv: -kv[1])),
-            flush=True,
-        )
+    groups = {}
+    for runs in args.runs:  # prepared once and kept: each round steps the same groups on
+        groups[runs] = prepared(args.algo, runs, args.model, args.device)
+        step_together(groups[runs])  # untimed: the group forms, the first step's one-off costs
+    rows = []
+    for round_number in range(1, args.repeats + 1):
+        timed = {runs: timed_steps(groups[runs], args.steps, on_gpu) for runs in args.runs}
+        for runs, row in timed.items():
+            row |= {"round": round_number, "ratio_to_one": row["ms_per_run_step"] / timed[1]["ms_per_run_step"]}
+            rows.append(row)
+            device_note = ""
+            if on_gpu:
+                device_note = (
+                    f" (host CPU {row['host_cpu_ms_per_run_step']:.1f} ms, peak {row['peak_device_gib']:.1f} GiB)"
+                )
+            print(
+                f"round {round_number}, R = {runs}: {row['ms_per_run_step']:.2f} ms per run-step "
+                f"({row['ratio_to_one']:.2f}× R = 1){device_note}; "
+                + ", ".join(
+                    f"{phase} {ms:.1f}" for phase, ms in sorted(row["phases_ms"].items(), key=lambda kv: -kv[1])
+                ),
+                flush=True,
+            )
     print(f"load average {os.getloadavg()[0]:.1f} after")
+    print("median over the rounds (each round's ratio is to its own R = 1):")
+    summary = []
+    for runs in args.runs:
+        mine = [row for row in rows if row["runs"] == runs]
+        ms, ratios = (statistics.median(row[key] for row in mine) for key in ("ms_per_run_step", "ratio_to_one"))
+        summary.append({"runs": runs, "ms_per_run_step": ms, "ratio_to_one": ratios})
+        spread = ", ".join(f"{row['ratio_to_one']:.2f}" for row in mine)
+        print(f"R = {runs}: {ms:.2f} ms per run-step, {ratios:.2f}× R = 1 (rounds: {spread})")
     if args.out:
-        report = {"algo": args.algo, "model": args.model, "device": args.device, "steps": args.steps, "rows": rows}
+        report = {
+            "algo": args.algo,
+            "model": args.model,
+            "device": args.device,
+            "steps": args.steps,
+            "rows": rows,
+            "median": summary,
+        }
         args.out.write_text(json.dumps(report, indent=1))
 
 
