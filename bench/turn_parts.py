@@ -1,4 +1,5 @@
-"""A turn of N learners' runs three ways: one group on one thread, two parts on two threads, two parts in two processes.
+"""A turn of N learners' runs four ways: one group on one thread or on two intra-op threads, two parts on two
+threads, two parts in two processes.
 
 The live loop (`RunLoop`) steps a turn's runs as parts on threads of one process (`cut`). A tiny run's step is
 thousands of small ops, each taking the interpreter lock back, so two threads of one process overlap less than two
@@ -8,6 +9,9 @@ the tiny model, one CPU thread each; warm starts of seeds 0–3 in turn, each ru
 
 - alone: one run, its wall seconds per step;
 - one group: all N as one group (`run_batch.step_together`) on one thread;
+- one group, two intra-op threads: the same with torch's intra-op threads at 2 (`torch.set_num_threads`), so that
+  each op's own work (a batched matmul over the N runs, attention over their sequences) splits over the two cores
+  outside the interpreter lock, while the Python between the ops stays on one;
 - two threads: two groups of N/2, each on a thread of this process, started together;
 - two processes: two groups of N/2, each in a process forked from this one, started together once both are ready.
 
@@ -45,6 +49,17 @@ def per_step(trainers: list, steps: int) -> float:
     for _ in range(steps):
         step_together(trainers)
     return (time.perf_counter() - began) / steps
+
+
+def intra_op(runs: int, steps: int, threads: int = 2) -> float:
+    """`per_step` of one group of `runs` with torch's intra-op threads at `threads` (set once the runs are prepared:
+    a trainer sets its model preset's count, the tiny model's 1), set back to 1 after."""
+    trainers = prepared("grpo", runs, "tiny", "cpu")
+    torch.set_num_threads(threads)
+    try:
+        return per_step(trainers, steps)
+    finally:
+        torch.set_num_threads(1)
 
 
 def two_threads(runs: int, steps: int) -> float:
@@ -107,6 +122,7 @@ def main() -> None:
         alone = per_step(prepared("grpo", 1, "tiny", "cpu"), args.steps)
         turns = {
             "one group, one thread": per_step(prepared("grpo", args.runs, "tiny", "cpu"), args.steps),
+            "one group, two intra-op threads": intra_op(args.runs, args.steps),
             "two threads": two_threads(args.runs, args.steps),
             "two processes": two_processes(args.runs, args.steps),
         }
