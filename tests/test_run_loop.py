@@ -58,6 +58,18 @@ class Counting:
         return {"step": self.step_index}
 
 
+class Noting(Counting):
+    """A `Counting` that appends `(its name, the thread's name)` to `threads` for each of its steps."""
+
+    def __init__(self, name: str, steps: int, log: list, threads: list, cost: float = 0.0):
+        super().__init__(name, steps, log, cost=cost)
+        self.threads = threads
+
+    def step(self):
+        self.threads.append((self.name, threading.current_thread().name))
+        return super().step()
+
+
 def train_in_thread(
     loop: RunLoop,
     trainer: Counting,
@@ -68,9 +80,8 @@ def train_in_thread(
     company: int | None = None,
 ) -> dict:
     """Start `loop.train(trainer)` (for `learner`, its step estimated at `step_seconds`, joining with `company`) in
-    a thread; what it
-    returned or raised and the records it was handed land in `outcome` (a new dict unless given), which is
-    returned."""
+    a thread; what it returned or raised and the records it was handed land in `outcome` (a new dict unless given),
+    which is returned."""
     outcome = {} if outcome is None else outcome
     outcome["records"] = []
 
@@ -332,18 +343,13 @@ def test_a_run_measured_slower_than_a_turn_and_four_times_the_other_moves_to_a_l
     # S is estimated at 0 s and measured at 9 s a step, F at 0.5 s; a turn is 1 s. Alone, S steps in the loop (its
     # estimate is within the turn); F joins during S's first step. S's estimate is then 4.5 s, F's 0.25 s: S steps
     # its next step in a lane, F goes on in the loop.
-    loop, log, threads = RunLoop(turn_seconds=1.0), [], {}
-
-    class Noting(Counting):  # notes the thread each step is taken on
-        def step(self):
-            threads.setdefault(self.name, []).append(threading.current_thread().name)
-            return super().step()
-
-    later, on_record = joining_at(1, loop, Noting("F", 4, log, cost=0.5))
-    slow = train_in_thread(loop, Noting("S", 3, log, cost=9.0), on_record, learner="S")
+    loop, log, threads = RunLoop(turn_seconds=1.0), [], []
+    later, on_record = joining_at(1, loop, Noting("F", 4, log, threads, cost=0.5))
+    slow = train_in_thread(loop, Noting("S", 3, log, threads, cost=9.0), on_record, learner="S")
     joined(slow)
     joined(later)
-    assert threads == {"S": ["training-loop"] + ["training-loop-lane"] * 2, "F": ["training-loop"] * 4}
+    assert [thread for name, thread in threads if name == "S"] == ["training-loop"] + ["training-loop-lane"] * 2
+    assert [thread for name, thread in threads if name == "F"] == ["training-loop"] * 4
 
 
 def test_a_run_goes_to_a_lane_for_a_step_longer_than_a_turn_and_four_times_the_cheapest_others():
@@ -360,18 +366,12 @@ def test_runs_slower_than_a_turn_alike_stay_in_the_loop(declared_costs):
     # one left alone at the end is judged by its estimate: neither goes to a lane. By the turn alone each would
     # from its third step.
     loop, log, threads = RunLoop(turn_seconds=1.0), [], []
-
-    class Noting(Counting):  # notes the thread each step is taken on
-        def step(self):
-            threads.append(threading.current_thread().name)
-            return super().step()
-
-    later, on_record = joining_at(1, loop, Noting("B", 4, log, cost=2.0))
-    a = train_in_thread(loop, Noting("A", 4, log, cost=2.0), on_record, learner="A")
+    later, on_record = joining_at(1, loop, Noting("B", 4, log, threads, cost=2.0))
+    a = train_in_thread(loop, Noting("A", 4, log, threads, cost=2.0), on_record, learner="A")
     joined(a)
     joined(later)
     assert a["ended"] == later["ended"] == "returned" and sorted(log) == [(n, i) for n in "AB" for i in (1, 2, 3, 4)]
-    assert threads == ["training-loop"] * 8
+    assert [thread for _, thread in threads] == ["training-loop"] * 8
 
 
 def test_a_lane_waits_for_the_other_learners_shares():

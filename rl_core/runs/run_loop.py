@@ -427,15 +427,16 @@ class RunLoop:
                 return True
             if any(member.trainer is trainer for member in self._members):
                 return False
-            return self._goes_to_lane(_Member(trainer, print, None, step_seconds))
+            return self._goes_to_lane(step_seconds, measured=False)
 
-    def _goes_to_lane(self, member: _Member) -> bool:
-        """`goes_to_lane` of a run beside the loop's other runs that have stepped (under the lock); one alone, or
-        beside runs that have not, by its estimate until it is measured beside others."""
+    def _goes_to_lane(self, step_seconds: float, measured: bool, member: _Member | None = None) -> bool:
+        """`goes_to_lane` of a step of `step_seconds` (`measured`, or the estimate a run joined with) beside the
+        loop's runs but `member` that have stepped (under the lock); a run alone, or beside runs that have not, by
+        its estimate until it is measured beside others."""
         others = [other.step_seconds for other in self._members if other is not member and other.measured]
-        if not others and member.measured:
+        if not others and measured:
             return False  # measured alone: its estimate, which it did not go to a lane by, still stands
-        return goes_to_lane(member.step_seconds, others, self.turn_seconds)
+        return goes_to_lane(step_seconds, others, self.turn_seconds)
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
@@ -499,7 +500,7 @@ class RunLoop:
             for member in [m for m in self._members if stepped_out(m.trainer)]:
                 self._members.remove(member)
                 member.leave()
-            for member in [m for m in self._members if self._goes_to_lane(m)]:
+            for member in [m for m in self._members if self._goes_to_lane(m.step_seconds, m.measured, m)]:
                 self._to_lane(member)
             present = {member.learner for member in (*self._members, *self._lanes)}
             for learner in [key for key in self._accounts if key not in present]:  # a learner who left
