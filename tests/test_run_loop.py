@@ -339,15 +339,24 @@ def test_a_run_whose_step_costs_more_than_a_turn_steps_in_its_own_lane_and_the_l
     assert five.is_set() and log[-1] == ("H", 1) and light["ended"] == h["ended"] == "returned"
 
 
+def first_then_joining(first: tuple[str, int, float], joining: tuple[str, int, float]) -> tuple[list, list, dict, dict]:
+    """Two runs in a loop with a 1 s turn, each `(name, steps, cost of a step)`: the first trains (for learner `first`'s
+    name), the other joins during its first step. The log, the `(name, thread)` of every step, and both outcomes."""
+    loop, log, threads = RunLoop(turn_seconds=1.0), [], []
+    name, steps, cost = joining
+    later, on_record = joining_at(1, loop, Noting(name, steps, log, threads, cost=cost))
+    name, steps, cost = first
+    earlier = train_in_thread(loop, Noting(name, steps, log, threads, cost=cost), on_record, learner=name)
+    joined(earlier)
+    joined(later)
+    return log, threads, earlier, later
+
+
 def test_a_run_measured_slower_than_a_turn_and_four_times_the_other_moves_to_a_lane(declared_costs):
     # S is estimated at 0 s and measured at 9 s a step, F at 0.5 s; a turn is 1 s. Alone, S steps in the loop (its
     # estimate is within the turn); F joins during S's first step. S's estimate is then 4.5 s, F's 0.25 s: S steps
     # its next step in a lane, F goes on in the loop.
-    loop, log, threads = RunLoop(turn_seconds=1.0), [], []
-    later, on_record = joining_at(1, loop, Noting("F", 4, log, threads, cost=0.5))
-    slow = train_in_thread(loop, Noting("S", 3, log, threads, cost=9.0), on_record, learner="S")
-    joined(slow)
-    joined(later)
+    _, threads, _, _ = first_then_joining(("S", 3, 9.0), ("F", 4, 0.5))
     assert [thread for name, thread in threads if name == "S"] == ["training-loop"] + ["training-loop-lane"] * 2
     assert [thread for name, thread in threads if name == "F"] == ["training-loop"] * 4
 
@@ -365,11 +374,7 @@ def test_runs_slower_than_a_turn_alike_stay_in_the_loop(declared_costs):
     # that step. From then on each is at most 2 s against the other's 1–2 s, never four times the other's, and the
     # one left alone at the end is judged by its estimate: neither goes to a lane. By the turn alone each would
     # from its third step.
-    loop, log, threads = RunLoop(turn_seconds=1.0), [], []
-    later, on_record = joining_at(1, loop, Noting("B", 4, log, threads, cost=2.0))
-    a = train_in_thread(loop, Noting("A", 4, log, threads, cost=2.0), on_record, learner="A")
-    joined(a)
-    joined(later)
+    log, threads, a, later = first_then_joining(("A", 4, 2.0), ("B", 4, 2.0))
     assert a["ended"] == later["ended"] == "returned" and sorted(log) == [(n, i) for n in "AB" for i in (1, 2, 3, 4)]
     assert [thread for _, thread in threads] == ["training-loop"] * 8
 
