@@ -26,6 +26,7 @@ from rl_core.runs.run_loop import (
     goes_to_lane,
     lane_pause,
     loop_threads,
+    returns_from_lane,
     works_on_its_thread,
 )
 
@@ -367,6 +368,47 @@ def test_a_run_goes_to_a_lane_for_a_step_longer_than_a_turn_and_four_times_the_c
     assert not goes_to_lane(2.0, [1.5, 1.8], turn_seconds=1.0)  # a busy machine: every run slower alike
     assert not goes_to_lane(2.4, [0.6, 3.0], turn_seconds=1.0)  # 4 × the cheapest exactly: not more
     assert goes_to_lane(12.8, [0.6, 3.0], turn_seconds=1.0)
+
+
+def test_a_lane_run_rejoins_the_loop_only_beside_measured_runs_that_its_step_would_not_go_to_a_lane_beside():
+    assert returns_from_lane(0.9, [0.1], turn_seconds=1.0)  # within a turn
+    assert returns_from_lane(2.4, [0.6, 3.0], turn_seconds=1.0)  # 4 × the cheapest exactly
+    assert not returns_from_lane(2.5, [0.6, 3.0], turn_seconds=1.0)
+    assert not returns_from_lane(0.5, [], turn_seconds=1.0)  # no measured run: the loop's next would wait on it
+
+
+def test_a_lane_run_whose_step_comes_down_near_the_others_rejoins_the_loop(declared_costs):
+    # S costs 9 s a step for two steps, then 0.5 s; F 0.5 s; a turn is 1 s. S's first step is in the loop (estimated
+    # at 0 s, alone), F joining during it. Its estimate is then 4.5 s against F's 0.25 s: its second step is in a
+    # lane. From there its estimate goes 6.75, 3.625, 2.06 (more than 4 × F's 0.375 s, which F holds at its second
+    # step until S has left the lane), then 1.28 s: still more than a turn, no longer four times F's, so after its
+    # fifth step S rejoins the loop and steps its last three there.
+    loop, log, threads = RunLoop(turn_seconds=1.0), [], []
+    slow, fast = Noting("S", 8, log, threads, cost=9.0), {}
+    fifth = threading.Event()
+
+    def hold_until_slow_left_its_lane(record):
+        if record["step"] == 2:
+            assert fifth.wait(10)
+            deadline = time.monotonic() + 10
+            while loop.steps_in_lane(0.0, slow) and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+    def on_slow_record(record):
+        if record["step"] == 1:
+            train_in_thread(loop, Noting("F", 6, log, threads, cost=0.5), hold_until_slow_left_its_lane, fast, "F")
+            waiting_for_runs(loop, 2)
+        slow.cost = 9.0 if record["step"] < 2 else 0.5
+        if record["step"] == 5:
+            fifth.set()
+
+    s = train_in_thread(loop, slow, on_slow_record, learner="S")
+    joined(s)
+    joined(fast)
+    assert s["ended"] == fast["ended"] == "returned"
+    assert [thread for name, thread in threads if name == "S"] == (
+        ["training-loop"] + ["training-loop-lane"] * 4 + ["training-loop"] * 3
+    )
 
 
 def test_runs_slower_than_a_turn_alike_stay_in_the_loop(declared_costs):

@@ -28,7 +28,9 @@ CPU seconds, not the wall they took: while the loop's thread steps its runs, the
 interpreter lock between its torch ops: a step of 128 updates (4.2 s alone) beside six learners' runs got 0.49 of a
 core while it worked, and paced by that wall it waited as if it had worked twice what it had (89 updates in 40 s;
 paced by its CPU, 188 and its first record after 27 s, where its share, 4.3 s × 7 learners, is 30 s). The class
-bench's heavy run, told 262 s from its estimate, had no point 651 s later.
+bench's heavy run, told 262 s from its estimate, had no point 651 s later. A lane's run whose measured step no
+longer goes to a lane beside the loop's measured runs (its first steps were slow on a busy machine, or the loop's
+runs grew as costly) rejoins the loop after that step (`returns_from_lane`); beside no measured run it stays.
 
 Threads. Runs of one shape step as one group (`run_batch.groups_of`), and a group is one thread's work: with
 `threads` > 1 the loop steps a turn's runs as parts on that many threads at once (`cut`: each shape a part, the
@@ -276,9 +278,15 @@ def goes_to_lane(step_seconds: float, others: Sequence[float], turn_seconds: flo
     """Whether a run whose step costs `step_seconds` steps in a lane of its own beside runs whose steps were
     measured at `others`: more than `turn_seconds` and more than LANE_RATIO × the cheapest of `others`. A run with
     no others measured to compare with is judged by `step_seconds` against the turn alone: give it the estimate it
-    joined with, not a measurement (a lone run's step on a busy machine says more of the machine than of the run,
-    and once in a lane a run stays there)."""
+    joined with, not a measurement (a lone run's step on a busy machine says more of the machine than of the run)."""
     return step_seconds > turn_seconds and (not others or step_seconds > LANE_RATIO * min(others))
+
+
+def returns_from_lane(step_seconds: float, others: Sequence[float], turn_seconds: float) -> bool:
+    """Whether a run stepping in a lane, its step measured at `step_seconds`, rejoins the loop whose runs' steps
+    were measured at `others`: there are some, and beside them its step would not go to a lane (`goes_to_lane`).
+    Beside none it stays: the loop's next runs would otherwise wait for its whole step in their first turn."""
+    return bool(others) and not goes_to_lane(step_seconds, others, turn_seconds)
 
 
 def choose_turn(
@@ -463,13 +471,17 @@ class RunLoop:
         member = _Member(trainer, on_record, object() if learner is None else learner, step_seconds)
         member.joined_at, member.company = self._clock(), company
         with self._lock:
-            self._joining.append(member)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._turns, name=self.name, daemon=True)
-                self._thread.start()
+            self._join(member)
         member.done.wait()
         if member.error is not None:
             raise member.error
+
+    def _join(self, member: _Member) -> None:
+        """`member` joins the loop at its next turn, the loop's thread started if it was idle (under the lock)."""
+        self._joining.append(member)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._turns, name=self.name, daemon=True)
+            self._thread.start()
 
     def _turns(self) -> None:
         # The threads beside the loop's own that step a turn's other parts: this thread's, since a `train` that
@@ -587,7 +599,7 @@ class RunLoop:
         try:
             while not stepped_out(member.trainer):
                 outcome = step_together([member.trainer])[0]
-                if not self._took(member, outcome):
+                if not self._took(member, outcome) or self._left_lane(member):
                     return
                 pace()
                 pace.next_step()
@@ -595,6 +607,19 @@ class RunLoop:
         except BaseException as error:  # noqa: BLE001 - a fault of the lane itself ends its run
             member.leave(error)
         finally:
-            member.trainer.share_pause = None
             with self._lock:
-                self._lanes.remove(member)
+                if member in self._lanes:
+                    member.trainer.share_pause = None
+                    self._lanes.remove(member)
+
+    def _left_lane(self, member: _Member) -> bool:
+        """Whether the lane's run has rejoined the loop after its step (`returns_from_lane`): then it steps in the
+        loop's next turn, unpaced by the lane, which ends."""
+        with self._lock:
+            others = [other.step_seconds for other in self._members if other.measured]
+            if stepped_out(member.trainer) or not returns_from_lane(member.step_seconds, others, self.turn_seconds):
+                return False
+            member.trainer.share_pause = None
+            self._lanes.remove(member)
+            self._join(member)
+            return True
