@@ -5,7 +5,16 @@ tiles in one column whatever the row number's digits."""
 
 import pytest
 
-from app_driver import CHROMIUM, NO_CHROMIUM, PAGES, browser_page, open_page, overlap, serve_app
+from app_driver import (
+    CHROMIUM,
+    NO_CHROMIUM,
+    PAGES,
+    RENDER_TIMEOUT_MS,
+    browser_page,
+    open_page,
+    overlap,
+    serve_app,
+)
 from rl_core.experiments import EXPERIMENTS
 from ui.tokens import token_html
 
@@ -64,7 +73,8 @@ def test_the_clip_lab_table_shows_each_case_meaning_in_full(app_url):
     with browser_page(SMALL) as page:
         open_page(page, f"{app_url}/labs_clip", PAGES["labs_clip"])
         meaning = "the min keeps the unclipped term, so a good token that lost probability is still raised"
-        assert page.get_by_text(meaning, exact=True).is_visible()
+        # The heading can draw before the table below it on a busy machine: wait for the row, then measure.
+        page.get_by_text(meaning, exact=True).wait_for(state="visible", timeout=RENDER_TIMEOUT_MS)
         assert page.evaluate(CUT, '[data-testid="stTable"] td, [data-testid="stTable"] th') == []
 
 
