@@ -49,7 +49,11 @@ EXPERIMENT = Experiment(
     knobs=("target_kl",),
     task="digit_sum",
     # 25 steps (100 before): enough for the effect, and the 16 runs train in about 30 s on 2 CPU cores. Seeds 0–7:
-    # 8 of 8, 95 % interval [+0.92, +1.42]; held-out seeds 300–307: 8 of 8, [+0.55, +1.31].
+    # 8 of 8, 95 % interval [+0.92, +1.42]; held-out seeds 300–307: 8 of 8, [+0.55, +1.31]. Run again 2026-11-29 on
+    # another 2-core machine from an empty cache (`experiment --all`), seeds 0–7 were weak: 6 of 8, [−0.27, +1.33].
+    # Seed 7 diverged by its fourth step in both arms alike (KL 43.8 nats a response in each), and the
+    # adaptive arm's β then doubled every step to 4×10⁴ without bringing it back, where the fixed arm's KL came
+    # back to 2; seed 6's adaptive β fell to 0.003. Seeds 300–307 on that machine: 8 of 8, [+0.63, +1.08].
     steps=25,
     metric="mean |log(KL / target)| over the second half, fixed minus adaptive",
     effect=lambda runs: _miss(runs[FIXED]) - _miss(runs[ADAPTIVE]),
