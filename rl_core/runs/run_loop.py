@@ -441,10 +441,15 @@ class RunLoop:
         """`goes_to_lane` of a step of `step_seconds` (`measured`, or the estimate a run joined with) beside the
         loop's runs but `member` that have stepped (under the lock); a run alone, or beside runs that have not, by
         its estimate until it is measured beside others."""
-        others = [other.step_seconds for other in self._members if other is not member and other.measured]
+        others = self._measured_steps(but=member)
         if not others and measured:
             return False  # measured alone: its estimate, which it did not go to a lane by, still stands
         return goes_to_lane(step_seconds, others, self.turn_seconds)
+
+    def _measured_steps(self, but: _Member | None = None) -> list[float]:
+        """The step seconds of the loop's runs but `but` that have stepped: what a run's step is compared with for
+        a lane (under the lock)."""
+        return [other.step_seconds for other in self._members if other is not but and other.measured]
 
     def _learner_count(self) -> int:
         return len({member.learner for member in (*self._members, *self._joining, *self._lanes)})
@@ -608,18 +613,21 @@ class RunLoop:
             member.leave(error)
         finally:
             with self._lock:
-                if member in self._lanes:
-                    member.trainer.share_pause = None
-                    self._lanes.remove(member)
+                if member in self._lanes:  # not when it rejoined the loop
+                    self._leave_lane(member)
 
     def _left_lane(self, member: _Member) -> bool:
         """Whether the lane's run has rejoined the loop after its step (`returns_from_lane`): then it steps in the
         loop's next turn, unpaced by the lane, which ends."""
         with self._lock:
-            others = [other.step_seconds for other in self._members if other.measured]
-            if stepped_out(member.trainer) or not returns_from_lane(member.step_seconds, others, self.turn_seconds):
+            returns = returns_from_lane(member.step_seconds, self._measured_steps(), self.turn_seconds)
+            if stepped_out(member.trainer) or not returns:
                 return False
-            member.trainer.share_pause = None
-            self._lanes.remove(member)
+            self._leave_lane(member)  # before it joins: the loop's turns must find it unpaced
             self._join(member)
             return True
+
+    def _leave_lane(self, member: _Member) -> None:
+        """`member` is no longer paced as a lane nor counted among the lanes (under the lock)."""
+        member.trainer.share_pause = None
+        self._lanes.remove(member)
