@@ -38,6 +38,10 @@ HAS_CHART_POINTS = f"""() => {TRAINING_CHARTS}
 # What the training charts show, as one string: each trace's name and its x values.
 CHART_CONTENTS = f"""() => JSON.stringify({TRAINING_CHARTS}
     .map(gd => (gd.data || []).map(trace => [trace.name, Array.from(trace.x || [])])))"""
+# Streamlit's app element says whether the script is running; "notRunning" once a run has ended. Together with no
+# loading placeholder left, every element the run wrote is on the page.
+SCRIPT_RAN = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
+    && !document.querySelector('[data-testid="stSkeleton"]')"""
 PAGES = {  # URL path → a heading the page shows once it has rendered
     "": "RLHF policy optimisation, one algorithm at a time",
     "policy_gradient": "Policy Gradient (REINFORCE)",
@@ -138,10 +142,12 @@ def overlap(a: dict, b: dict) -> bool:
 
 
 def open_page(page, url: str, heading: str) -> None:
-    """Go to the page and wait until it shows its heading and no element is still a loading placeholder."""
+    """Go to the page and wait until it shows its heading, its script has run to the end and no element is still a
+    loading placeholder. The heading alone is not enough: on a busy machine it draws while the script is still
+    writing the elements below it, and a test that reads those at once finds none."""
     page.goto(url)
     page.get_by_text(heading, exact=True).first.wait_for(timeout=RENDER_TIMEOUT_MS)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_function(SCRIPT_RAN, timeout=RENDER_TIMEOUT_MS)
 
 
 def press_train(page) -> float:

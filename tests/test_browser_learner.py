@@ -74,8 +74,22 @@ def tokens_tab(page) -> None:
 
 
 def pick_first_token(page) -> None:
-    page.get_by_test_id("stButtonGroup").filter(has_text="(0)").get_by_role("radio").first.click()
-    page.get_by_text("Gradient weight on log π").wait_for(timeout=30_000)
+    """Pick the response's first token and wait for its term. A rerun that draws the picker anew just as the click
+    lands (the page's redraws as a run ends) can drop the pick, as it would a learner's, who then clicks again; a
+    pill already shown picked is not clicked again, which would unpick it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    explained = page.get_by_text("Gradient weight on log π")
+    for _ in range(3):
+        pill = page.get_by_test_id("stButtonGroup").filter(has_text="(0)").get_by_role("radio").first
+        if pill.get_attribute("aria-checked") != "true":
+            pill.click()
+        try:
+            explained.wait_for(timeout=15_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    explained.wait_for(timeout=15_000)
 
 
 def train_variant(page, variant: str, number: int) -> None:
