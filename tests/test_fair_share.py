@@ -583,6 +583,37 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     assert lane_first_step_seconds(12.8, learners=1, parts=2) == pytest.approx(12.8)
 
 
+def test_a_lane_run_is_given_no_number_while_its_classmates_runs_are_on_their_way_to_the_loop(monkeypatch):
+    """Its lane has the cores to itself until they join, so its wait is theirs to set: no number while a classmate's
+    run has been requested and not joined (its click not yet at a place, preparing, or with the builder); a run
+    queued for a place does not hold it back. Once the classmate joined: its step of 22.0 CPU-s among 2 learners on
+    one part, load 1 on 2 cores: 44.0 s."""
+    clock, slots, job, step = heavy_lane_job(monkeypatch, load=1.0)
+    job._set(status="training", builds=[], joined_at=clock.now)
+    assert job.snapshot().first_point_in == pytest.approx(step)
+    quick = RunConfig(algo=get_preset("grpo"), task="caesar", steps=5, sft_steps=0)
+    classmate = Job(quick, slots, clock=clock, session="d")
+    slots.request(classmate)  # clicked; its thread has not reached a place yet
+    assert slots.runs_on_the_way(job) == 1 and job.snapshot().first_point_in is None
+    classmate._set(status="preparing")  # its place taken: preparing, or its warm starts with the builder
+    assert job.snapshot().first_point_in is None
+    classmate._set(joined_at=clock.now)
+    assert slots.runs_on_the_way(job) == 0
+    assert job.snapshot().first_point_in == pytest.approx(2 * step)
+    # A run queued for a place (the server full) joins once one is free: not on its way.
+    full, never, give_up = LiveLoop(1), threading.Event(), threading.Event()
+    holder, queued = Job(quick, full, clock=clock, session="e"), Job(quick, full, clock=clock, session="f")
+    for ticket in (holder, queued):
+        full.request(ticket)
+    with full.hold(never, ticket=holder):
+        waiting = threading.Thread(target=lambda: full.hold(give_up, ticket=queued).__enter__(), daemon=True)
+        waiting.start()
+        wait_for(lambda: full.queue_place(queued) == 1)
+        assert full.runs_on_the_way(None) == 1  # the holder, not yet joined; the queued run is not counted
+        give_up.set()
+        waiting.join(5)
+
+
 def test_a_lane_runs_announcement_follows_its_steps_own_pace_once_it_has_done_an_update(monkeypatch):
     """The heavy step of GRPO, 64 epochs × 2 minibatches = 128 updates: before its second update it is announced
     from its estimate (step × learners, load 1 on 2 cores: no slower); 20 updates done after its first, of 100 s of

@@ -11,7 +11,7 @@ import pytest
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
 from rl_core.engine.trainer import TrainingStopped
-from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait, group_seconds_left
+from rl_core.runs.warm_start_builder import WarmStartBuilder, WarmStartWait, group_seconds_left, steady_pace
 from rl_core.runs.warm_start_worker import build_in_worker
 from ui.dashboard import warm_start_line
 
@@ -85,6 +85,46 @@ def test_a_groups_time_left_is_its_steps_and_checks_at_its_own_pace():
     # 43 steps and the checks' 3 at 1 s a step; finished steps, checks left: 3 s.
     assert group_seconds_left(43, 1.0, 3.0) == pytest.approx(46.0)
     assert group_seconds_left(0, 0.5, 3.0) == pytest.approx(1.5)
+
+
+def test_a_pace_is_steady_when_the_earlier_and_later_half_of_the_steps_took_about_as_long_a_step():
+    assert steady_pace([(1, 0.0), (2, 1.0), (3, 2.0), (4, 3.0), (5, 4.0), (6, 5.0)])  # 1 s a step throughout
+    # Middle at 4 steps (3 of 5 done): 7 s for 3 steps (2.33 s) against 2 s for 2 (1 s): not steady.
+    assert not steady_pace([(1, 0.0), (2, 3.0), (3, 6.0), (4, 7.0), (5, 8.0), (6, 9.0)])
+    # 2.5 s for 2 steps (1.25 s) against 2 s for 2 (1 s): at the tolerance, steady; just past it, not.
+    assert steady_pace([(1, 0.0), (3, 2.5), (5, 4.5)])
+    assert not steady_pace([(1, 0.0), (3, 2.6), (5, 4.6)])
+    assert not steady_pace([(1, 0.0), (3, 2.0), (5, 4.6)])  # later steps slower: 1.3 s against 1 s
+    # A jump from one count to the last has no later half to compare; steps that took no time compare as equal.
+    assert steady_pace([(1, 100.0), (7, 106.0)])
+    assert steady_pace([(1, 5.0), (2, 5.0), (3, 5.0)])
+    assert not steady_pace([(1, 5.0), (2, 5.0), (3, 6.0)])
+
+
+def test_a_groups_number_waits_for_a_steady_pace_and_then_stays():
+    clock, builds = Clock(), Builds()
+    builder = WarmStartBuilder(build_group=builds, clock=clock)
+    waiting = Waiting(builder, run(0))
+    _, on_step, release = builds.next()
+    on_step(1)
+    for done, at in ((2, 103.0), (3, 106.0), (4, 107.0), (5, 108.0), (6, 109.0)):
+        clock.now = at
+        on_step(done)  # two slow steps (3 s), then 1 s a step: 2.33 s against 1 s a step, no number
+    assert builder.wait(waiting) == WarmStartWait(1, 0, 6, 50, None, None)
+    # 1 s a step on: at step d the middle is the first count at or past half of the d − 1 steps, m = ⌈(d + 1)/2⌉,
+    # whose earlier half took (m + 3)/(m − 1) s a step against the later's 1 s: within 1.25× from m = 17, d = 32.
+    for done in range(7, 33):
+        clock.now += 1.0
+        on_step(done)
+        if done < 32:
+            assert builder.wait(waiting).seconds_left is None, done
+    # 35 s for 31 steps since the first; 18 steps left and the 3 steps of checks.
+    assert builder.wait(waiting).seconds_left == pytest.approx(21 * 35 / 31)
+    clock.now += 20.0
+    on_step(33)  # one step of 20 s: the halves differ again, and the number stays (at the pace it now has)
+    assert builder.wait(waiting).seconds_left == pytest.approx(20 * 55 / 32)
+    release.set()
+    assert waiting.done() and waiting.error is None
 
 
 def test_groups_build_in_the_order_they_opened_each_closed_when_it_starts_with_waits_from_committed_work():

@@ -301,6 +301,15 @@ class LiveLoop(TrainingSlots):
         with self._condition:
             return len({getattr(t, "session", None) or t for t in (*self._requests, ticket)})
 
+    def runs_on_the_way(self, ticket: object) -> int:
+        """Runs requested, other than `ticket`, on their way to the loop: not queued for a place and not joined yet
+        (building their warm starts or preparing; a ticket's `on_the_way`). Until they join, a lane's pace does not
+        follow the learners sharing the loop: a class's runs building their warm starts left a heavy run's lane the
+        whole core, and it was told 2.64 times its wait at the learners' shares (bench/class_load.py)."""
+        with self._condition:
+            queued = {waiting for waiting, _ in self._waiting}
+            return sum(t is not ticket and t not in queued and getattr(t, "on_the_way", False) for t in self._requests)
+
     def learner_runs(self, learner: str) -> tuple[int, int]:
         """This learner's runs in the loop and waiting for a place (the tickets are jobs: their `session`)."""
         with self._condition:
@@ -590,6 +599,12 @@ class Job(BackgroundJob):
         job._ended = job._started + (0.0 if math.isnan(stored.wall_time) else stored.wall_time)
         return job
 
+    @property
+    def on_the_way(self) -> bool:
+        """Whether it has not joined the loop and has not ended (read without its lock: `LiveLoop.runs_on_the_way`
+        asks under the slots' own, and leaves out the runs queued for a place)."""
+        return self._joined_at is None and self._status in ACTIVE_STATUSES
+
     def start(self):
         self.slots.request(self)  # from the click on, it is one of the runs that will share the loop
         return super().start()
@@ -649,12 +664,17 @@ class Job(BackgroundJob):
         seed, as a group of one (None while the builder is busy); then its preparation and its wait in the loop as
         this server times them now (a run that joins alone: `lone_first_turn_seconds`; one that joins with others:
         the waits of runs that joined with as many or fewer, `RunLoop.first_record_wall`; one that steps in a lane of
-        its own: its first step there, `lane_first_step_seconds`), less what has passed of each; queued, the
+        its own: its first step there, `lane_first_step_seconds`, and None while other runs are on their way to the
+        loop, `LiveLoop.runs_on_the_way`), less what has passed of each; queued, the
         queue's wait before all that. None once it has a point or ended."""
         if self._latest is not None or self._status not in ACTIVE_STATUSES:
             return None
         now, loop = self.clock(), self.slots.loop
         if self._in_lane():
+            if self.slots.runs_on_the_way(self):
+                # Its pace waits on theirs: until they join, its lane has more than its share of the loop's cores,
+                # and how long that lasts is their warm starts' and preparations' time.
+                return None
             # A lane of its own: its first point is its own first step, which neither the loop's turns nor the
             # other runs' first records time (from them the class bench's heavy run was told 1 s, then 6 s, for 13
             # and 23 s), at the machine's load now, paced for the learners sharing the loop.

@@ -26,6 +26,11 @@ PREPARATION_SECONDS = 0.15
 # SFT steps of a warm-start group before its own pace is trusted (rl_core.runs.warm_start_builder): from its first
 # one or two the time left came to 0.5 to 1.1 times the wait (bench/class_load.py, 8 warm starts building at once).
 PACED_AFTER = 5
+# How far apart the paces of the earlier and the later half of a warm-start group's steps may be before its pace is
+# trusted: a class's twenty pages loading beside its group's first steps made them slower than the rest, and a number
+# read off them told 44-47 s for 27-29 s (bench/class_load.py). Halves within 1.25× of each other keep the whole's
+# pace within about 1.12× of either.
+STEADY_PACE = 1.25
 
 
 def first_turn_seconds(turn: float, measured: float | None) -> float:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from rl_core.config import RunConfig
 from rl_core.engine.pretrained import is_preset
-from rl_core.runs.first_point import CHECK_SFT_STEPS, PACED_AFTER
+from rl_core.runs.first_point import CHECK_SFT_STEPS, PACED_AFTER, STEADY_PACE
 from rl_core.runs.limits import SFT_STEP_SECONDS, model_factor
 from rl_core.runs.sweep import warm_start_kind
 from rl_core.runs.warm_start_worker import Build, build_in_worker
@@ -55,6 +55,8 @@ class _Group:
     first_step_at: float | None = None
     first_step_done: int = 0
     last_step_at: float | None = None
+    stepped_at: list[tuple[int, float]] = field(default_factory=list)  # (steps done, when) at each `on_step`
+    paced: bool = False  # its pace has been steady once (`steady_pace`): its number stays from then on
     ended: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -75,6 +77,22 @@ class _Group:
         if self.first_step_at is None:
             self.first_step_at, self.first_step_done = now, self.done
         self.last_step_at = now
+        self.stepped_at.append((self.done, now))
+
+
+def steady_pace(stepped_at: Sequence[tuple[int, float]], tolerance: float = STEADY_PACE) -> bool:
+    """Whether a group's steps `(steps done, when)`, from its first, kept one pace: the seconds a step of the steps
+    up to the first point at or past half of them, and of the steps after it, within `tolerance`× of each other
+    (either half without steps or without time: not known to differ, steady)."""
+    (first_done, first_at), (last_done, last_at) = stepped_at[0], stepped_at[-1]
+    middle = next(point for point in stepped_at if point[0] - first_done >= (last_done - first_done) / 2)
+    if middle[0] in (first_done, last_done):
+        return True
+    earlier = (middle[1] - first_at) / (middle[0] - first_done)
+    later = (last_at - middle[1]) / (last_done - middle[0])
+    if min(earlier, later) <= 0:
+        return earlier == later
+    return max(earlier, later) / min(earlier, later) <= tolerance
 
 
 def group_seconds_left(steps_left: int, step: float, check_steps: float) -> float:
@@ -207,9 +225,13 @@ class WarmStartBuilder:
         return (group.last_step_at - group.first_step_at) / (group.done - group.first_step_done)
 
     def _left(self, group: _Group) -> float | None:
-        """Seconds until a started group ends, from its own pace; None before it has one."""
+        """Seconds until a started group ends, from its own pace; None before it has one, and until that pace has
+        been steady (`steady_pace`): a pace still changing gives the page no number, only its step count."""
         step = self._step(group)
         if step is None:
+            return None
+        group.paced = group.paced or steady_pace(group.stepped_at)
+        if not group.paced:
             return None
         ends = group.last_step_at + group_seconds_left(max(group.total - group.done, 0), step, self._check_steps)
         return max(ends - self._clock(), 0.0)
