@@ -13,7 +13,7 @@ import pytest
 
 from rl_core.algorithms import get_preset
 from rl_core.config import RunConfig
-from rl_core.runs.limits import ServerLimits, estimated_seconds
+from rl_core.runs.limits import ServerLimits, estimated_seconds, estimated_step_seconds
 from rl_core.runs.store import RunStore
 from ui.jobs import (
     Job,
@@ -455,11 +455,14 @@ def test_a_runs_seconds_left_before_its_first_step_count_the_warm_start_the_cach
     monkeypatch.setattr("ui.jobs.os.getloadavg", lambda: (0.0, 0.0, 0.0))
     run = RunConfig(algo=get_preset("grpo"), task="caesar", steps=50)  # the tiny model's 200-step warm start
     # A fresh server's speed is 1: the estimate as measured on the reference CPU, the SFT steps and the preparation
-    # (none timed yet) before it.
-    before = 200 * SFT_STEP_SECONDS + PREPARATION_SECONDS
+    # (none timed yet) before it; its first step comes after its first turn, half a turn under way and the one that
+    # takes it in, each its own step while the loop has timed none: half a step more than its steps.
+    before = 200 * SFT_STEP_SECONDS + PREPARATION_SECONDS + 0.5 * estimated_step_seconds(run)
     assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(before + estimated_seconds(run))
     task = get_task("caesar")  # as the trainer names the folder it publishes the checkpoint in
     checkpoint_folder(tmp_path, task, model_tokenizer("tiny"), "tiny", 0, task.default_demo_noise, 200).mkdir(
         parents=True
     )
-    assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(PREPARATION_SECONDS + estimated_seconds(run))
+    assert Job(run, LiveLoop(1)).seconds_left() == pytest.approx(
+        PREPARATION_SECONDS + 0.5 * estimated_step_seconds(run) + estimated_seconds(run)
+    )

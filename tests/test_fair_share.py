@@ -487,8 +487,10 @@ def test_the_servers_speed_follows_the_runs_stepping_now_from_their_third_step_w
     speed = 2.0 / estimated_step_seconds(run)
     assert slots.speed == pytest.approx(speed)
     # A run that has not stepped yet (one queued behind it, say) is estimated at that pace, its evaluation apart,
-    # and its preparation before it (none timed yet).
-    expected = 50 * estimated_step_seconds(run) * speed + estimated_evaluation_seconds(run) + PREPARATION_SECONDS
+    # and its preparation before it (none timed yet): its 49 steps after the first, and its first turn, which the
+    # loop has not timed (the job stepped outside it), half a turn under way and the one that takes it in at its own
+    # step, 1.5 steps: 50.5 steps.
+    expected = 50.5 * estimated_step_seconds(run) * speed + estimated_evaluation_seconds(run) + PREPARATION_SECONDS
     assert Job(run, slots, clock=clock).seconds_left() == pytest.approx(expected)
 
 
@@ -496,24 +498,28 @@ def test_a_queued_run_waits_for_the_steps_ahead_at_the_loops_pace_and_their_eval
     """The run ahead holds the loop's one place: 5 default GRPO steps (estimated 64 × (4.07e-4 + 2 × 2.95e-4) + 4 ×
     1.77e-2 = 0.134608 s each), then its evaluation (256 × 2.28e-4 = 0.058368 s), which its job's thread runs off
     the loop. The server's steps come 30 times their estimate apart (a turn shared by many learners); the machine is
-    at load 5 on 2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: 5 × 0.134608 × 30 +
-    0.058368 × 3 = 20.366304 s (the evaluation at the loop's 30× would be 1.75 s, not 0.18); after its second step,
-    2 s after its first: 3 × 2 + 0.175104 = 6.175104 s. Before it joined the loop, its preparation still ahead too:
-    0.15 s before this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run
-    queued behind it is told as much."""
+    at load 5 on 2 cores, (5 + 1) / 2 = 3 times slower than idle. Before its first step: its first turn, which the
+    loop has not timed, half a turn under way and the turn that takes it in at its own step, 1.5 × 0.134608 × 30 =
+    6.05736 s, then its 4 other steps and the evaluation, 4 × 0.134608 × 30 + 0.058368 × 3 = 16.328064 s (the
+    evaluation at the loop's 30× would be 1.75 s, not 0.18): 22.385424 s; after its second step, 2 s after its
+    first: 3 × 2 + 0.175104 = 6.175104 s. Before it joined the loop, its preparation still ahead too: 0.15 s before
+    this server timed one; 1.2 s a run as timed, preparing alone, 0.5 s of it gone: 0.7 s. A run queued behind it
+    is told as much."""
     monkeypatch.setattr(ui.jobs.os, "getloadavg", lambda: (5.0, 1.0, 1.0))
     monkeypatch.setattr(ui.jobs.os, "cpu_count", lambda: 2)
     clock, slots = Clock(), LiveLoop(1)
     slots.observe_speed(3.0, 0.1)
     ahead = Job(RunConfig(algo=get_preset("grpo"), task="caesar", steps=5, sft_steps=0), slots, clock=clock)
-    assert ahead.seconds_left() == pytest.approx(20.366304 + PREPARATION_SECONDS)
+    assert ahead.seconds_left() == pytest.approx(22.385424 + PREPARATION_SECONDS)
     slots.observe_preparation(1.2, 1.0)
     ahead._prepare()
     clock.now += 0.5
-    assert ahead.seconds_left() == pytest.approx(20.366304 + 0.7)
+    assert ahead.seconds_left() == pytest.approx(22.385424 + 0.7)
     slots.observe_preparation(*ahead._prepared(clock.now))
     ahead._set(joined_at=clock.now)
-    assert ahead.seconds_left() == pytest.approx(20.366304)
+    assert ahead.seconds_left() == pytest.approx(22.385424)
+    clock.now += 1.0
+    assert ahead.seconds_left() == pytest.approx(21.385424)  # a second of its first turn gone
     ahead._add({"step": 1, "reward_mean": 0.5})
     clock.now += 2.0
     ahead._add({"step": 2, "reward_mean": 0.5})
