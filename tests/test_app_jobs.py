@@ -443,6 +443,18 @@ def test_the_server_limit_names_the_knob_of_the_live_loop(monkeypatch):
     assert LiveLoop.from_env().limit == 40
 
 
+def test_a_server_with_a_live_loop_switches_threads_every_half_millisecond():
+    """The loop's threads retake the interpreter lock after every torch op; beside a page's script each retake waits
+    up to a switch interval (SWITCH_INTERVAL_SECONDS, ui/jobs.py)."""
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)  # Python's own
+        LiveLoop.from_env()
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_a_runs_seconds_left_before_its_first_step_count_the_warm_start_the_cache_lacks(tmp_path, monkeypatch):
     from rl_core.engine.pretrained import model_tokenizer
     from rl_core.engine.sft import checkpoint_folder

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import statistics
+import sys
 import threading
 import time
 import weakref
@@ -211,6 +212,13 @@ DEFAULT_LIVE_RUNS = 40
 # (a class's burst of preparations is forgotten after five more), and a median, so one odd preparation does not move
 # it. Counted apart from the loop's turns (`run_loop.TURNS_TIMED`), whose pace changes with other things.
 PREPARATIONS_TIMED = 5
+# The interpreter's switch interval in a server with a live loop, instead of Python's 5 ms. A training step is
+# thousands of torch ops, each of which gives the interpreter lock back and must take it again; beside a thread
+# that runs Python without pause (a page's script) each retake can wait a whole interval. In one process, twenty runs
+# in the loop on two threads beside two such threads: three five-step runs ended after 95 s and 134 s at 5 ms, after
+# 20 s at 0.5 ms; with no such thread the loop's pace moved by no more than the noise (ten learners 3.1–3.7 against
+# 3.3–3.7 steps a second, bench/live_loop_pace.py).
+SWITCH_INTERVAL_SECONDS = 0.0005
 
 
 class LiveLoop(TrainingSlots):
@@ -267,6 +275,7 @@ class LiveLoop(TrainingSlots):
         if cluster.ray_address() is not None:
             cpus = TrainingSlots.from_env().limit
             return cls(cpus, cap=cpus, shared=False, per_learner=per_learner)
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)  # the loop steps in this process, beside the pages
         return cls(max_trainings(DEFAULT_LIVE_RUNS, cls.KNOB), per_learner=per_learner, threads=loop_threads())
 
     def _next_up(self) -> object | None:
