@@ -628,20 +628,20 @@ class Job(BackgroundJob):
         preparing made its wait 0.55-0.74 of the real one in a class round, and with their preparation counted,
         runs ahead that had not had their first turn 0.59-0.67 (bench/class_load.py)."""
         now = self.clock()
-        return self._seconds_left + self._preparation_ahead(now) + self._first_turn_ahead(now)
+        return self._seconds_left + self._preparation_ahead(now) + self._first_turn_ahead(now, self._company)
 
-    def _first_turn_ahead(self, now: float) -> float:
-        """What is left at `now` of its wait from joining the loop to its first record, as the loop times such waits
-        now (`first_turn_seconds`: `RunLoop.first_record_wall` of its company, else half the turn under way and the
-        turn that takes it in), whether it has joined yet or not; 0 once it has a record. Reads its fields without
-        its lock, as `_preparation_ahead` does."""
+    def _first_turn_ahead(self, now: float, company: int | None) -> float:
+        """What is left at `now` of its wait from joining the loop to its first record, joining with `company` runs
+        (`RunLoop.first_record_wall`; None: not known), as the loop times such waits now (`first_turn_seconds`,
+        else half the turn under way and the turn that takes it in), whether it has joined yet or not; 0 once it has
+        a record. Reads its fields without its lock, as `_preparation_ahead` does."""
         if self._latest is not None:
             return 0.0
         loop = self.slots.loop
         turn = loop.turn_wall
         if turn is None:  # nothing timed in the loop: its first turn is its own step
             turn = self._step_estimate * self.slots.speed
-        return still_ahead(first_turn_seconds(turn, loop.first_record_wall(self._company)), self._joined_at, now)
+        return still_ahead(first_turn_seconds(turn, loop.first_record_wall(company)), self._joined_at, now)
 
     def _preparation_ahead(self, now: float) -> float:
         """What is left at `now` of its preparation, at the pace of the runs preparing now, itself included; 0 once
@@ -719,11 +719,7 @@ class Job(BackgroundJob):
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)
         else:
-            turn = loop.turn_wall
-            if turn is None:  # nothing in the loop: the run's first turn is its own step
-                turn = self._step_estimate * self.slots.speed
-            measured = loop.first_record_wall(self._joining_company())
-            first_turn = still_ahead(first_turn_seconds(turn, measured), self._joined_at, now)
+            first_turn = self._first_turn_ahead(now, self._joining_company())
         preparation = self._preparation_ahead(now)
         if self._with_builder:
             wait = self.slots.builder.wait(self)

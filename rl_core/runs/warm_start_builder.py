@@ -52,9 +52,6 @@ class _Group:
     started: bool = False
     done: int = 0  # steps over all its sub-groups (a policy's, then a teacher's)
     _last: int = 0  # the latest `on_step` count, which restarts at each sub-group
-    first_step_at: float | None = None
-    first_step_done: int = 0
-    last_step_at: float | None = None
     stepped_at: list[tuple[int, float]] = field(default_factory=list)  # (steps done, when) at each `on_step`
     paced: bool = False  # its pace has been steady once (`steady_pace`): its number stays from then on
     ended: threading.Event = field(default_factory=threading.Event)
@@ -68,15 +65,16 @@ class _Group:
     def seeds(self) -> int:
         return len({run.seed for run in self.members.values()})
 
+    @property
+    def last_step_at(self) -> float:
+        return self.stepped_at[-1][1]
+
     def stepped(self, done: int, now: float) -> None:
         """`on_step(done)` of `sweep.warm_starts`: `done` counts from 1 in each sub-group, 0 while waiting."""
         self.done += done - self._last if done >= self._last else done
         self._last = done
         if done == 0:
             return
-        if self.first_step_at is None:
-            self.first_step_at, self.first_step_done = now, self.done
-        self.last_step_at = now
         self.stepped_at.append((self.done, now))
 
 
@@ -220,9 +218,12 @@ class WarmStartBuilder:
 
     def _step(self, group: _Group) -> float | None:
         """A group's own seconds a step, once it has taken PACED_AFTER steps since its first."""
-        if group.first_step_at is None or group.done - group.first_step_done < PACED_AFTER:
+        if not group.stepped_at:
             return None
-        return (group.last_step_at - group.first_step_at) / (group.done - group.first_step_done)
+        (first_done, first_at), (last_done, last_at) = group.stepped_at[0], group.stepped_at[-1]
+        if last_done - first_done < PACED_AFTER:
+            return None
+        return (last_at - first_at) / (last_done - first_done)
 
     def _left(self, group: _Group) -> float | None:
         """Seconds until a started group ends, from its own pace; None before it has one, and until that pace has
