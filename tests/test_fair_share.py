@@ -243,12 +243,40 @@ def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():
         first_point_in=20.0,
     )
     # A page redrawn every 14 s shows the first point 7 s after it comes, on average: 20 + 14 / 2. A wait under
-    # 3 s gets no number: 1.2 + 2 / 2 = 2.2 s.
-    for first, refresh, shown in ((20.0, 14.0, "about 27 s"), (20.0, None, "about 20 s"), (1.2, 2.0, "under 3 s")):
-        at = AppTest.from_function(page, args=(dataclasses.replace(snap, first_point_in=first), job, refresh)).run()
+    # 3 s gets no number: 1.2 + 2 / 2 = 2.2 s. On a server at 2.2 times an idle one's time, the bound is
+    # ⌈3 × 2.2⌉ = 7 s: 5 + 2 / 2 = 6 s is under it, and 8 s is not.
+    for first, refresh, slower, shown in (
+        (20.0, 14.0, 1.0, "about 27 s"),
+        (20.0, None, 1.0, "about 20 s"),
+        (1.2, 2.0, 1.0, "under 3 s"),
+        (5.0, 2.0, 2.2, "under 7 s"),
+        (8.0, None, 2.2, "about 8 s"),
+    ):
+        changed = dataclasses.replace(snap, first_point_in=first, slower=slower)
+        at = AppTest.from_function(page, args=(changed, job, refresh)).run()
         assert not at.exception, at.exception
         text = at.get("progress")[0].proto.text
         assert text == f"Building the warm start: SFT warm start 10/50, {shown} to its first point", text
+
+
+def test_a_short_waits_bound_grows_with_the_servers_load():
+    from ui.dashboard import first_point_wait, short_wait_bound
+
+    # ⌈3 × slower⌉, never under 3 s: an idle server (and one whose load is under a core each) says "under 3 s".
+    assert [short_wait_bound(s) for s in (0.4, 1.0, 1.01, 2.2, 3.0)] == [3, 3, 4, 7, 9]
+    assert first_point_wait(2.9) == "under 3 s"
+    assert first_point_wait(3.0) == "about 3 s"
+    assert first_point_wait(6.9, slower=2.2) == "under 7 s"
+    assert first_point_wait(7.4, slower=2.2) == "about 7 s"
+
+
+def test_the_server_is_as_much_slower_as_its_load_per_core(monkeypatch):
+    from ui import jobs
+
+    monkeypatch.setattr(jobs.os, "cpu_count", lambda: 2)
+    for load, slower in ((0.5, 1.0), (2.0, 1.0), (4.4, 2.2)):
+        monkeypatch.setattr(jobs.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert jobs.server_slower() == pytest.approx(slower)
 
 
 def test_the_phases_before_a_first_point_add_up_at_the_warm_starts_and_the_loops_pace():
@@ -565,6 +593,8 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     for ticket in (*leaving, Request(None)):
         slots.request(ticket)
     assert slots.learners_sharing(job) == 4
+    # Those learners, without the job (not requested): three, whose shares a lane's pauses leave them.
+    assert slots.learners_training() == slots.loop.lane_sharing() == 3
     job._set(status="preparing", builds=[])
     job._prepare()
     lane = step * 4
@@ -616,6 +646,7 @@ def test_a_lane_run_is_given_no_number_while_its_classmates_runs_are_on_their_wa
         waiting.start()
         wait_for(lambda: full.queue_place(queued) == 1)
         assert full.runs_on_the_way(None) == 1  # the holder, not yet joined; the queued run is not counted
+        assert full.learners_training() == 1  # nor is its learner among those a lane leaves their shares to
         give_up.set()
         waiting.join(5)
 

@@ -525,6 +525,25 @@ def test_a_lane_runs_progress_is_its_steps_updates_and_work_after_its_first_and_
     joined(outcome)
 
 
+def test_a_lanes_pauses_leave_their_shares_to_the_learners_the_server_counts_too(monkeypatch):
+    # A run whose step costs five turns steps in a lane, alone in the loop: paced for the loop's one learner, it
+    # would take a whole core while the server's other learners' runs build their warm starts outside the loop.
+    # With the server counting six, its pauses count six; with none counted, the loop's own one.
+    monkeypatch.setattr(rl_core.runs.run_loop, "works_on_its_thread", lambda trainer: False)
+    counted = []
+
+    class Pacer(LanePacer):
+        def __call__(self):
+            counted.append(self.learners())
+            return 0.0
+
+    monkeypatch.setattr(rl_core.runs.run_loop, "LanePacer", Pacer)
+    for sharing, learners in ((lambda: 6, 6), (None, 1), (lambda: 0, 1)):
+        loop, counted[:] = RunLoop(sharing=sharing), []
+        joined(train_in_thread(loop, Counting("H", 1, []), step_seconds=5 * loop.turn_seconds))
+        assert counted == [learners]  # its one wait, after its step
+
+
 def test_the_loop_times_a_turn_from_its_start_to_the_next_and_a_run_from_joining_to_its_first_record():
     # The clock's readings in order: the run joins, turn 1 starts (it takes the run in), the run's first record is
     # handed over, turns 2, 3 and 4 start.
@@ -653,6 +672,9 @@ def test_the_loop_steps_its_parts_on_threads_at_once_and_hands_the_records_over_
         assert all([r["step"] for r in outcome["records"]] == [1, 2] for outcome in outcomes)
         assert all(outcome["ended"] == "returned" for outcome in outcomes)
         assert loop.parts == 1  # idle again
+        # Over its turns (the holder's alone, one part; then the eight's two), the loop's time was (1 + 2 + 2) / 3
+        # cores on two threads, and 1 on one; idle, it still says so.
+        assert loop.mean_parts == pytest.approx(5 / 3 if threads == 2 else 1.0)
 
 
 def test_a_turn_that_steps_some_of_the_runs_says_it_holds_the_cores_its_parts_take(declared_costs, monkeypatch):

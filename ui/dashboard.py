@@ -4,6 +4,7 @@ the answer to the page's prediction. Drawn by one fragment per page (ui/lab.py),
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import streamlit as st
@@ -21,8 +22,9 @@ from ui.runs import differences, download, full_labels, labels, picker, short_la
 from ui.tokens import COLOURINGS, EOS_TOKEN, group_summary, groups, legend_html, token_html, token_term
 
 TABS = ("Charts", "Tokens")
-# A first point nearer than this gets no number but "under 3 s": a second's rounding is a third of such a wait or
-# more (runs with a cached warm start, told 1–2 s, were 0.25–0.6 of the real wait, bench/class_load.py).
+# A first point nearer than this on an idle server gets no number but "under 3 s": a second's rounding is a third
+# of such a wait or more (runs with a cached warm start, told 1–2 s, were 0.25–0.6 of the real wait,
+# bench/class_load.py). On a loaded one the bound grows with the load (`short_wait_bound`).
 SHORT_WAIT_SECONDS = 3
 ALL_GROUPS = "all"
 
@@ -68,14 +70,14 @@ def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
     (`JobSnapshot.first_point_in`) and half the page's `refresh` interval (a point waits that long on average for
     the page's next redraw)."""
     first = None if snap.first_point_in is None else snap.first_point_in + (refresh or 0.0) / 2
-    until = f"{first_point_wait(first)} to its first point" if first is not None else ""
+    until = f"{first_point_wait(first, snap.slower)} to its first point" if first is not None else ""
     if snap.status == "queued":
         ahead = snap.waiting_for + (snap.queue_place or 1) - 1  # the runs training and those queued before it
         running = "1 is" if snap.waiting_for == 1 else f"{snap.waiting_for} are"
         place = f"; you are number {snap.queue_place} in the queue" if snap.queue_place else ""
         # from the running trainings' remaining steps at their measured pace, and the warm starts the runs ahead
         # still build (TrainingSlots.wait_estimate), then this run's own phases before its first point
-        wait = f", {first_point_wait(first)} to wait for its first point" if first is not None else ""
+        wait = f", {first_point_wait(first, snap.slower)} to wait for its first point" if first is not None else ""
         st.info(
             f"Queued behind {ahead} {'run' if ahead == 1 else 'runs'}: {running} training, the most the server "
             f"trains at once… this run starts as soon as one of them ends{place}{wait}.",
@@ -116,10 +118,23 @@ def progress(snap: JobSnapshot, job: Job, refresh: float | None = None) -> None:
         )
 
 
-def first_point_wait(seconds: float) -> str:
-    """How long a first point is in words: "about N s", N the whole seconds nearest; "under 3 s" below
-    SHORT_WAIT_SECONDS."""
-    return f"under {SHORT_WAIT_SECONDS} s" if seconds < SHORT_WAIT_SECONDS else f"about {seconds:.0f} s"
+def short_wait_bound(slower: float) -> int:
+    """The wait below which a first point gets a bound, not a number, on a server whose work takes `slower` times as
+    long as on an idle one (`ui.jobs.server_slower`): ⌈SHORT_WAIT_SECONDS × slower⌉ seconds.
+
+    A short wait is a preparation and a turn or two of the loop, and on a loaded server those stretch by whatever
+    else takes the interpreter then (pages loading as their learners press Train, with their runs' preparations),
+    which the loop's past turns do not show. At load 4.4 on 2 cores, runs told "under 3 s" while they prepared beside
+    two others drew their points after 4.1-6.2 s, their first turns 3.2-5.8 s where the loop's latest turns were
+    1.5 s (bench/class_load.py); ⌈3 × 2.2⌉ = 7 s bounds them."""
+    return math.ceil(SHORT_WAIT_SECONDS * max(slower, 1.0))
+
+
+def first_point_wait(seconds: float, slower: float = 1.0) -> str:
+    """How long a first point is in words: "about N s", N the whole seconds nearest; "under B s" below
+    B = `short_wait_bound(slower)`."""
+    bound = short_wait_bound(slower)
+    return f"under {bound} s" if seconds < bound else f"about {seconds:.0f} s"
 
 
 def warm_start_line(wait: WarmStartWait, until: str) -> tuple[float, str]:

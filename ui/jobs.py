@@ -244,7 +244,7 @@ class LiveLoop(TrainingSlots):
         self.cap = max_trainings() if cap is None else cap
         self.shared = shared  # False: each run is a training of its own (a Ray task)
         self.per_learner = per_learner  # runs of one learner (a ticket's `session`) in the loop at once; None: any
-        self.loop = RunLoop("live-training", threads=threads)
+        self.loop = RunLoop("live-training", threads=threads, sharing=self.learners_training)
         self.builder = WarmStartBuilder()  # the runs' SFT warm starts, a group of one kind at a time
         self._claims = threading.Lock()
         self._claimed: dict[object, set[int]] = {}  # store path → the runs of the loop's batch in that store
@@ -309,6 +309,13 @@ class LiveLoop(TrainingSlots):
         one (a learner of its own)."""
         with self._condition:
             return len({getattr(t, "session", None) or t for t in (*self._requests, ticket)})
+
+    def learners_training(self) -> int:
+        """Learners with a run requested, not ended and not queued for a place: in the loop, in a lane, preparing or
+        building its warm starts, each using or about to use its share (a queued one uses none yet)."""
+        with self._condition:
+            queued = {waiting for waiting, _ in self._waiting}
+            return len({getattr(t, "session", None) or t for t in self._requests if t not in queued})
 
     def runs_on_the_way(self, ticket: object) -> int:
         """Runs requested, other than `ticket`, on their way to the loop: not queued for a place and not joined yet
@@ -464,6 +471,7 @@ class JobSnapshot:
     first_point_in: float | None = None  # seconds until its first point (`Job.first_point_in`); None once it has one
     learners: int = 0  # learners sharing the live loop now
     warm_start: WarmStartWait | None = None  # where it stands with the warm-start builder, while it waits for it
+    slower: float = 1.0  # `server_slower` as it was drawn: a short wait's bound grows with it (`ui.dashboard`)
 
     @property
     def active(self) -> bool:
@@ -493,6 +501,12 @@ def machine_slower() -> float:
     """How many times longer one thread's CPU work takes on this machine now than on an idle one (`contention`
     at the load average now, on this machine's cores)."""
     return contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
+
+
+def server_slower() -> float:
+    """How many times longer the server's own work takes now than on an idle machine: the load average per core,
+    at least 1 (`contention` with no worker added: the server's threads are in the load already)."""
+    return contention(os.getloadavg()[0], os.cpu_count() or 1, 0)
 
 
 def time_left(elapsed: float, done: int, total: int) -> float | None:
@@ -680,6 +694,7 @@ class Job(BackgroundJob):
                 first_point_in=self._first_point_in(),
                 learners=self.slots.loop.learners,
                 warm_start=self.slots.builder.wait(self) if self._with_builder else None,
+                slower=server_slower() if self._latest is None else 1.0,
             )
 
     def _first_point_in(self) -> float | None:
@@ -712,9 +727,9 @@ class Job(BackgroundJob):
                 work = time_left(progress[1], progress[0], updates - 1)  # the rest, at its updates' work so far
             learners, slower = self.slots.learners_sharing(self), machine_slower()
             if work is not None:
-                first_turn = lane_first_step_seconds(work, learners, loop.parts, slower)
+                first_turn = lane_first_step_seconds(work, learners, loop.mean_parts, slower)
             else:
-                lane = lane_first_step_seconds(self._step_estimate, learners, loop.parts, slower)
+                lane = lane_first_step_seconds(self._step_estimate, learners, loop.mean_parts, slower)
                 first_turn = still_ahead(lane, self._joined_at, now)
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)

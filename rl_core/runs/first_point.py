@@ -53,7 +53,7 @@ def lone_first_turn_seconds(turn: float, intake: float) -> float:
     return UNDER_WAY_TURNS * turn + intake
 
 
-def lane_first_step_seconds(step_seconds: float, learners: int, parts: int = 1, slower: float = 1.0) -> float:
+def lane_first_step_seconds(step_seconds: float, learners: int, parts: float = 1, slower: float = 1.0) -> float:
     """Seconds from a run's joining a lane of its own (`RunLoop._to_lane`) to its first record: its first step of
     `step_seconds` of CPU work, after each update of which the lane waits until its thread has used its learner's
     share of the loop's `parts` cores (`lane_pause`), parts/learners of a core; or, where the machine's load leaves

@@ -131,6 +131,9 @@ def cut(runs: Sequence, threads: int, min_part: int = MIN_PART_RUNS) -> list[lis
 # and the turns after which the setting not chosen is tried again (the machine's other work comes and goes).
 CHOICE_SAMPLES = 2
 CHOICE_RETRY_TURNS = 40
+# Turns whose parts `RunLoop.mean_parts` averages: one cycle of the choice (the setting kept, then the other tried),
+# so that the mean weighs each setting by the turns it holds, not by the one the latest turn happened to try.
+PARTS_TIMED = CHOICE_RETRY_TURNS + 2 * CHOICE_SAMPLES + 1
 
 
 class ThreadsChoice:
@@ -331,14 +334,19 @@ class RunLoop:
         turn_seconds: float = TURN_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         threads: int = 1,
+        sharing: Callable[[], int] | None = None,
     ):
         if not (isinstance(threads, int) and threads >= 1):
             raise ValueError(f"threads={threads!r} is out of range; allowed: an integer ≥ 1")
         self.name = name
+        # The learners whose shares a lane's run leaves them (`lane_sharing`): the server's count, which knows of
+        # learners whose runs are still on their way to the loop; None: the loop's own (`learners`).
+        self._sharing = sharing
         self.turn_seconds = turn_seconds
         self.threads = threads
         self._choice = ThreadsChoice(threads)
         self._parts = 1  # the parts the latest turn's members are cut into: the cores the loop's time is now
+        self._recent_parts: deque[int] = deque(maxlen=PARTS_TIMED)  # the same of the latest turns (`mean_parts`)
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
@@ -365,6 +373,13 @@ class RunLoop:
         """Learners with a run in the loop, in a lane or about to join: each has 1/learners of the time."""
         with self._lock:
             return self._learner_count()
+
+    def lane_sharing(self) -> int:
+        """The learners a lane's pauses leave their shares to (`LanePacer`): those in the loop, and those the server
+        counts (`sharing`), whose runs may still be building their warm starts or preparing outside it. Paced for
+        the loop's alone, a class's heavy run took a whole core while the class's warm starts built beside it, and
+        their steps slowed by a third once it began (bench/class_load.py)."""
+        return max(self.learners, self._sharing()) if self._sharing is not None else self.learners
 
     @property
     def turn_wall(self) -> float | None:
@@ -412,6 +427,16 @@ class RunLoop:
         (1 when idle)."""
         with self._lock:
             return self._parts
+
+    @property
+    def mean_parts(self) -> float:
+        """The mean of `parts` over the latest PARTS_TIMED turns (`parts` before the first): the cores the loop's
+        time is over a while, which a lane's pause follows turn by turn (`LanePacer`), for estimates that span many
+        turns. The loop steps on one thread while its second gains nothing (`ThreadsChoice`), and tries two again
+        every CHOICE_RETRY_TURNS turns; a heavy run's first step, estimated at the two parts of such a trial, was
+        told 0.69-0.79 of its wait at load 4.4 on 2 cores (bench/class_load.py)."""
+        with self._lock:
+            return statistics.fmean(self._recent_parts) if self._recent_parts else float(self._parts)
 
     def lane_progress(self, trainer) -> tuple[int, float] | None:
         """For a run stepping in a lane of its own: the updates its step under way has done after its first, and
@@ -542,6 +567,7 @@ class RunLoop:
             )
             positions = cut([member.trainer for member in stepping], threads)
             self._parts = len(positions)
+            self._recent_parts.append(self._parts)
         began_stepping = self._clock() if choosing else 0.0
         outcomes = self._step(stepping, pool, positions)
         if choosing:
@@ -599,7 +625,7 @@ class RunLoop:
         """Step one run by itself, pausing between its updates and after each step for the other learners' shares
         (`LanePacer`), until it ends."""
         work = time.thread_time if works_on_its_thread(member.trainer) else self._clock
-        pace = LanePacer(lambda: self.learners, member.trainer.stop_event, self._clock, lambda: self.parts, work)
+        pace = LanePacer(self.lane_sharing, member.trainer.stop_event, self._clock, lambda: self.parts, work)
         member.trainer.share_pause = pace
         try:
             while not stepped_out(member.trainer):
