@@ -190,6 +190,9 @@ def test_numbers_are_written_one_way(app):
 
     tokens_tab(page)
     scale = page.get_by_test_id("stMarkdownContainer").filter(has_text="A = 0").first.inner_text()
+    # The tokens draw after the colour scale above them: read their tooltips once they are there (on a busy machine
+    # a read right after the scale found none).
+    page.wait_for_function(f"() => ({TOKEN_TIPS})().length > 0", timeout=30_000)
     tips = page.evaluate(TOKEN_TIPS)
     # The first response's first tokens, one by one: each derivation in words and in TeX.
     tokens = page.get_by_test_id("stButtonGroup").filter(has_text="(0)").get_by_role("radio")
