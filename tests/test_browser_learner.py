@@ -68,6 +68,13 @@ FORMULA_CHANGED = f"""(before) => {{
 }}"""
 
 
+def token_rows(page) -> list[dict]:
+    """The token view's response rows (`TOKEN_ROWS`), read once they are drawn: they come after the line naming the
+    run, which `tokens_tab` waits for."""
+    page.wait_for_function(f"() => ({TOKEN_ROWS})().length > 0", timeout=30_000)
+    return page.evaluate(TOKEN_ROWS)
+
+
 def tokens_tab(page) -> None:
     page.get_by_role("tab", name="Tokens").click()
     page.get_by_text("samples of run").first.wait_for(timeout=30_000)
@@ -156,7 +163,7 @@ def test_the_token_view_follows_the_newest_of_three_runs(app):
     tokens_tab(page)
     line = shown_run(page)
     assert "#3 · DPPO" in line and "(the newest run)" in line, line
-    rows = page.evaluate(TOKEN_ROWS)
+    rows = token_rows(page)
     picker = page.get_by_test_id("stSelectbox").filter(has_text="response")
     shown = picker.inner_text().strip().split("\n")[-1]
     if shown == "response":  # the value in the combobox's input
@@ -234,9 +241,9 @@ def test_what_a_new_learner_reads_and_clicks(app):
     press_train(page)
     finished(page)
     tokens_tab(page)
+    rows = token_rows(page)  # the view drawn: what it lacks is not merely still to come
     assert page.get_by_text(re.compile(r"^group 1 ·")).count() == 0
     assert page.get_by_test_id("stSelectbox").filter(has_text="group").count() == 0
-    rows = page.evaluate(TOKEN_ROWS)
     picker = page.get_by_test_id("stSelectbox").filter(has_text="response").bounding_box()
     assert len(rows) > 1 and picker["y"] < rows[0]["top"], "the picker above the responses"
     screenshot(page, folder / "learner-tokens-pg.png", LAPTOP)
