@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -308,14 +308,14 @@ class LiveLoop(TrainingSlots):
         not reached theirs yet (90 s for 242 s). A ticket's learner is its `session`, or the ticket itself without
         one (a learner of its own)."""
         with self._condition:
-            return len({getattr(t, "session", None) or t for t in (*self._requests, ticket)})
+            return learner_count((*self._requests, ticket))
 
     def learners_training(self) -> int:
         """Learners with a run requested, not ended and not queued for a place: in the loop, in a lane, preparing or
         building its warm starts, each using or about to use its share (a queued one uses none yet)."""
         with self._condition:
-            queued = {waiting for waiting, _ in self._waiting}
-            return len({getattr(t, "session", None) or t for t in self._requests if t not in queued})
+            queued = self._queued()
+            return learner_count(t for t in self._requests if t not in queued)
 
     def runs_on_the_way(self, ticket: object) -> int:
         """Runs requested, other than `ticket`, on their way to the loop: not queued for a place and not joined yet
@@ -323,8 +323,12 @@ class LiveLoop(TrainingSlots):
         follow the learners sharing the loop: a class's runs building their warm starts left a heavy run's lane the
         whole core, and it was told 2.64 times its wait at the learners' shares (bench/class_load.py)."""
         with self._condition:
-            queued = {waiting for waiting, _ in self._waiting}
+            queued = self._queued()
             return sum(t is not ticket and t not in queued and getattr(t, "on_the_way", False) for t in self._requests)
+
+    def _queued(self) -> set[object]:
+        """The tickets queued for a place (under the lock)."""
+        return {waiting for waiting, _ in self._waiting}
 
     def learner_runs(self, learner: str) -> tuple[int, int]:
         """This learner's runs in the loop and waiting for a place (the tickets are jobs: their `session`)."""
@@ -501,6 +505,12 @@ def machine_slower() -> float:
     """How many times longer one thread's CPU work takes on this machine now than on an idle one (`contention`
     at the load average now, on this machine's cores)."""
     return contention(os.getloadavg()[0], os.cpu_count() or 1, 1)
+
+
+def learner_count(tickets: Iterable[object]) -> int:
+    """The learners `tickets` belong to: a ticket's learner is its `session`, or the ticket itself without one (a
+    learner of its own)."""
+    return len({getattr(t, "session", None) or t for t in tickets})
 
 
 def server_slower() -> float:
