@@ -11,8 +11,8 @@ N = 1 measured in this process: the pace of a learner's run among N against alon
 process-CPU seconds (alone's CPU seconds over N's): with one loop thread (`--threads 1`) the loop's wall time on a
 quiet machine is its CPU time, and other work on the cores stretches the wall, so the CPU ratio is what the pace
 would be with a core to itself; with more threads the wall can be less than the CPU seconds, and the CPU ratio
-says what the parallel parts cost. `--threads` is the loop's `threads` (default: the app's, `loop_threads`). The
-load average is printed before and after.
+says what the second intra-op thread costs. `--threads` is the loop's `threads` (default: the app's,
+`loop_threads`). The load average is printed before and after.
 
 `--heavy EPOCHS` adds to every round one more learner whose run samples 64 prompts × 4 responses a step and steps
 EPOCHS PPO epochs of 4 minibatches on them (a step many turns long, which the loop steps in a lane of its own),

@@ -1,9 +1,10 @@
 """A turn of N learners' runs four ways: one group on one thread or on two intra-op threads, two parts on two
 threads, two parts in two processes.
 
-The live loop (`RunLoop`) steps a turn's runs as parts on threads of one process (`cut`). A tiny run's step is
-thousands of small ops, each taking the interpreter lock back, so two threads of one process overlap less than two
-processes would. This measures how much: N runs (default 10) of the page's default (`grpo` on its default task,
+The live loop (`RunLoop`) steps a turn's runs as one group on torch's intra-op threads (`step_on_threads`); it
+used to step them as parts on threads of one process. A tiny run's step is thousands of small ops, each taking the
+interpreter lock back, so two threads of one process overlap less than two processes would. This measures how
+much: N runs (default 10) of the page's default (`grpo` on its default task,
 the tiny model, one CPU thread each; warm starts of seeds 0–3 in turn, each run its own clip range, as
 `bench/run_batch.py`), stepped `--steps` times after one untimed step,
 

@@ -615,8 +615,8 @@ def test_a_run_in_a_lane_of_its_own_is_announced_its_step_at_the_load_now_times_
     assert job.snapshot().first_point_in is None
     # The loop's runs on two cores: a learner's share is 2/20 of a core, so 12.8 CPU-s take 128 s; one learner
     # alone has at most the one core its lane's thread can use.
-    assert lane_first_step_seconds(12.8, learners=20, parts=2, slower=3.0) == pytest.approx(128.0)
-    assert lane_first_step_seconds(12.8, learners=1, parts=2) == pytest.approx(12.8)
+    assert lane_first_step_seconds(12.8, learners=20, cores=2, slower=3.0) == pytest.approx(128.0)
+    assert lane_first_step_seconds(12.8, learners=1, cores=2) == pytest.approx(12.8)
 
 
 def test_a_lane_run_is_given_no_number_while_its_classmates_runs_are_on_their_way_to_the_loop(monkeypatch):

@@ -13,7 +13,7 @@ import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
 from rl_core.runs.run_loop import (
     CHOICE_RETRY_TURNS,
-    MIN_PART_RUNS,
+    MIN_THREADED_RUNS,
     THREADS_KNOB,
     LanePacer,
     RunLoop,
@@ -21,12 +21,12 @@ from rl_core.runs.run_loop import (
     _Account,
     _Member,
     choose_turn,
-    cut,
     first_wait,
     goes_to_lane,
     lane_pause,
     loop_threads,
     returns_from_lane,
+    step_on_threads,
     works_on_its_thread,
 )
 
@@ -425,9 +425,9 @@ def test_a_lane_waits_for_the_other_learners_shares():
     assert lane_pause(12.8, learners=20) == pytest.approx(12.8 * 19)
     assert lane_pause(12.8, learners=1) == 0.0
     # The loop's time two cores: a learner's share is 2/20 of a core, so 12.8 s of work then 12.8 × 9 s of wait.
-    assert lane_pause(12.8, learners=20, parts=2) == pytest.approx(12.8 * 9)
-    assert lane_pause(12.8, learners=2, parts=2) == 0.0  # a whole core's share: a lane uses one core at most
-    assert lane_pause(12.8, learners=1, parts=2) == 0.0
+    assert lane_pause(12.8, learners=20, cores=2) == pytest.approx(12.8 * 9)
+    assert lane_pause(12.8, learners=2, cores=2) == 0.0  # a whole core's share: a lane uses one core at most
+    assert lane_pause(12.8, learners=1, cores=2) == 0.0
     # 12.8 CPU-s its thread used took 25.6 s of wall (the loop's thread held the interpreter half the time): its
     # share at 20 learners is 12.8 × 20 = 256 s of wall in all, of which the work took 25.6.
     assert lane_pause(12.8, learners=20, wall_seconds=25.6) == pytest.approx(256 - 25.6)
@@ -583,55 +583,6 @@ def test_a_first_wait_is_told_from_runs_that_joined_with_as_little_company_else_
     assert first_wait([(9.0, 1)] * 6 + [(1.0, 1)] * 5, company=1) == 1.0  # the latest five of them
 
 
-def shaped(shapes: str) -> list[SimpleNamespace]:
-    """Stand-in runs, one a letter of `shapes`, with that letter as their `group_key`."""
-    return [SimpleNamespace(group_key=lambda letter=letter: (letter,)) for letter in shapes]
-
-
-def test_a_turn_is_cut_into_near_equal_contiguous_parts_of_at_least_the_minimum():
-    assert MIN_PART_RUNS == 4
-    # One thread: one part of everything, as `step_together` has always been given it.
-    assert cut(shaped("aabba"), threads=1) == [[0, 1, 2, 3, 4]]
-    # Ten runs of one shape on two threads: two parts of five; eleven: six and five, the larger first.
-    assert cut(shaped("a" * 10), threads=2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
-    assert cut(shaped("a" * 11), threads=2) == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
-    # 7 // 2 = 3 runs a part is under the minimum: seven stay one part; eight make two of four; two stay one.
-    assert cut(shaped("a" * 7), threads=2) == [list(range(7))]
-    assert cut(shaped("a" * 8), threads=2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert cut(shaped("aa"), threads=2) == [[0, 1]]
-    # Three threads: 14 runs in parts of 5, 5, 4; 11 runs only in two (11 // 3 = 3 is under the minimum).
-    assert [len(part) for part in cut(shaped("a" * 14), threads=3)] == [5, 5, 4]
-    assert [len(part) for part in cut(shaped("a" * 11), threads=3)] == [6, 5]
-
-
-def test_shapes_go_to_their_own_parts_and_the_largest_is_cut_with_the_threads_left():
-    runs = shaped("abaaaaaaaba")  # a at 0, 2–8 and 10 (nine runs), b at 1 and 9
-    assert cut(runs, threads=2) == [[0, 2, 3, 4, 5, 6, 7, 8, 10], [1, 9]]
-    assert cut(runs, threads=3) == [[0, 2, 3, 4, 5], [6, 7, 8, 10], [1, 9]]
-    # More shapes than threads: a part each (the pool's threads take them in turn).
-    assert cut(shaped("abc"), threads=2) == [[0], [1], [2]]
-    # The same runs give the same parts: the loop steps each part's group again.
-    assert cut(runs, threads=3) == cut(runs, threads=3)
-
-
-def test_with_two_parts_at_once_the_accounts_earn_two_turns_of_seconds():
-    # Four learners, a turn of 1 s stepped as 2 parts: 2 s of steps, 0.5 s a learner. A and B have two runs each
-    # at 0.3 s: A steps both (0.5, then 0.2 left, still in credit), and so does B. One part at a time the share is
-    # 1 / 4 = 0.25 s, raised to the cheapest step, 0.3 s: A and B step one run each (nothing left after it).
-    def members():
-        return [_Member(None, print, learner, step_seconds=0.3) for learner in "AABBCD"]
-
-    two = members()
-    accounts = {}
-    assert choose_turn(two, accounts, 1.0, turn=1, parts=2) == two
-    assert {learner: account.credit for learner, account in accounts.items()} == pytest.approx(
-        {"A": 0.5, "B": 0.5, "C": 0.5, "D": 0.5}
-    )  # what they may spend: the loop charges the steps' measured seconds after the step
-    one = members()
-    chosen = choose_turn(one, {}, 1.0, turn=1, parts=1)
-    assert chosen == [one[0], one[2], one[4], one[5]]
-
-
 def joined_while_held(loop: RunLoop, runs: list[Counting]) -> list[dict]:
     """`runs` trained in `loop`, each its own learner, all joining while the turn of a holder (a run of a shape of
     its own, one step) is held, so that they all step from the next turn on; their outcomes once all have ended."""
@@ -647,46 +598,53 @@ def joined_while_held(loop: RunLoop, runs: list[Counting]) -> list[dict]:
     return outcomes
 
 
-def test_the_loop_steps_its_parts_on_threads_at_once_and_hands_the_records_over_in_order(monkeypatch):
-    # Eight runs of one shape on two threads: parts of four, each on a thread of its own, both under way at once
-    # (each part waits at a barrier for the other). With one thread the same runs step as one part.
-    parts, barrier = [], threading.Barrier(2, timeout=10)
+@pytest.fixture
+def one_torch_thread():
+    """Torch's count at 1 in this thread, which threads started from now on take too; the count before given back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_turn_of_enough_runs_steps_on_the_loops_intra_op_threads_and_gives_them_back(monkeypatch, one_torch_thread):
+    # Eight runs of one shape: on two threads, one program on torch's two intra-op threads (the choice tries all
+    # threads first), the holder's turn alone on one (under MIN_THREADED_RUNS); on one thread, every turn on one.
+    assert MIN_THREADED_RUNS == 4
+    steps, after = [], []
 
     def logged(runs):
-        parts.append(([run.name for run in runs], threading.current_thread().name))
-        if len(runs) == 4:
-            barrier.wait()
+        steps.append(([run.name for run in runs], threading.current_thread().name, torch.get_num_threads()))
         return step_together(runs)
 
     monkeypatch.setattr(rl_core.runs.run_loop, "step_together", logged)
     for threads in (2, 1):
-        loop, parts[:] = RunLoop(threads=threads), []
+        loop, steps[:], after[:] = RunLoop(threads=threads), [], []
         runs = [Counting(f"R{k}", 2, [], shape="tiny") for k in range(8)]
         outcomes = joined_while_held(loop, runs)
         names = [run.name for run in runs]
-        if threads == 2:
-            first, second = sorted(parts[1:3]), sorted(parts[3:5])
-            assert first == second == [(names[:4], "training-loop"), (names[4:], "training-loop-part_0")]
-        else:
-            assert [part for part, _ in parts[1:]] == [names, names]
+        assert steps == [(["H"], "training-loop", 1)] + [(names, "training-loop", threads)] * 2
         assert all([r["step"] for r in outcome["records"]] == [1, 2] for outcome in outcomes)
         assert all(outcome["ended"] == "returned" for outcome in outcomes)
-        assert loop.parts == 1  # idle again
-        # Over its turns (the holder's alone, one part; then the eight's two), the loop's time was (1 + 2 + 2) / 3
+        assert loop.cores == 1  # idle again
+        # Over its turns (the holder's alone on one core; then the eight's two), the loop's time was (1 + 2 + 2) / 3
         # cores on two threads, and 1 on one; idle, it still says so.
-        assert loop.mean_parts == pytest.approx(5 / 3 if threads == 2 else 1.0)
+        assert loop.mean_cores == pytest.approx(5 / 3 if threads == 2 else 1.0)
+    # The step on two threads gives this thread its count back.
+    steps[:] = []
+    assert [r["step"] for r in step_on_threads([Counting("S", 1, [])], 2)] == [1]
+    assert steps == [(["S"], threading.current_thread().name, 2)] and torch.get_num_threads() == 1
 
 
-def test_a_turn_that_steps_some_of_the_runs_says_it_holds_the_cores_its_parts_take(declared_costs, monkeypatch):
-    # Eight runs of one shape on two threads make two parts of four, so the accounts earn 2 s a turn of 1 s: 0.5 s
-    # for each of four learners. A has five runs, B, C and D one each, every step 0.5 s: each learner steps one run
-    # a turn, four runs, one part (two of two would be under MIN_PART_RUNS). The turn holds one core, and `parts`,
-    # which a lane's pauses and the Train button's estimate read, says 1, not the 2 the accounts earned for.
-    batches, parts_seen = [], []
+def test_a_turn_of_fewer_runs_than_the_minimum_steps_on_one_thread(declared_costs, monkeypatch):
+    # Seven runs of one shape on two threads, every step 0.5 s, a turn of 1 s: each of A, B and C earns 1 / 3 s, raised
+    # to the cheapest step, and steps one run a turn (A's five in rotation): three runs a turn, under
+    # MIN_THREADED_RUNS, so one thread, and `cores`, which a lane's pauses and the Train button's estimate read, says 1.
+    batches, cores_seen = [], []
     costed = rl_core.runs.run_loop.step_together
 
     def logged(runs):
-        batches.append(len(runs))
+        batches.append((len(runs), torch.get_num_threads()))
         return costed(runs)
 
     monkeypatch.setattr(rl_core.runs.run_loop, "step_together", logged)
@@ -695,29 +653,33 @@ def test_a_turn_that_steps_some_of_the_runs_says_it_holds_the_cores_its_parts_ta
     holder = train_in_thread(loop, Counting("H", 1, []), lambda record: held.set() or all_in.wait(10), learner="H")
     held.wait(10)
     outcomes = []
-    for n, learner in enumerate("AAAAABCD"):  # A's five runs two steps each, in rotation: ten turns, as B's ten
+    for n, learner in enumerate("AAAAABC"):  # A's five runs two steps each, in rotation: ten turns, as B's ten
         run = Counting(f"{learner}{n}", 2 if learner == "A" else 10, [], cost=0.5, shape="tiny")
-        record = lambda record: parts_seen.append(loop.parts)  # noqa: E731 - read inside the turn
+        record = lambda record: cores_seen.append(loop.cores)  # noqa: E731 - read inside the turn
         outcomes.append(train_in_thread(loop, run, record, learner=learner, step_seconds=0.5))
         waiting_for_runs(loop, n + 2)
     all_in.set()
     joined(holder, *outcomes)
-    assert batches == [1] + [4] * 10
-    assert len(parts_seen) == 40 and set(parts_seen) == {1}
+    assert batches == [(1, 1)] + [(3, 1)] * 10
+    assert len(cores_seen) == 30 and set(cores_seen) == {1}
 
 
-def test_a_failing_part_ends_its_own_runs_only(monkeypatch):
-    # Two parts of four; the second part's step raises (a fault of its group, not of one run's step): its four
-    # runs end with that error, the first part's four train on.
-    def second_part_fails(runs):
-        if runs[0].name == "R4":
-            raise MemoryError("the part's group ran out of memory")
+def test_a_failing_step_ends_the_runs_it_stepped_and_gives_the_threads_back(monkeypatch, one_torch_thread):
+    # The group's step raises (a fault of the program, not of one run's step) on the loop's two threads: the runs
+    # it stepped end with that error, the thread has its one count back, and the holder's run, stepped before, ended
+    # as it should.
+    def fails(runs):
+        if len(runs) > 1:
+            assert torch.get_num_threads() == 2
+            raise MemoryError("the group ran out of memory")
         return step_together(runs)
 
-    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", second_part_fails)
-    outcomes = joined_while_held(RunLoop(threads=2), [Counting(f"R{k}", 3, [], shape="tiny") for k in range(8)])
-    assert all(outcome["ended"] == "returned" and len(outcome["records"]) == 3 for outcome in outcomes[:4])
-    assert all(isinstance(outcome["ended"], MemoryError) and not outcome["records"] for outcome in outcomes[4:])
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", fails)
+    runs = [Counting(f"R{k}", 3, [], shape="tiny") for k in range(4)]
+    assert all(isinstance(outcome, MemoryError) for outcome in step_on_threads(runs, 2))
+    assert torch.get_num_threads() == 1
+    outcomes = joined_while_held(RunLoop(threads=2), runs)
+    assert all(isinstance(outcome["ended"], MemoryError) and not outcome["records"] for outcome in outcomes)
 
 
 def test_the_loop_threads_knob_is_read_and_a_bad_value_named(monkeypatch):
@@ -736,26 +698,27 @@ def test_the_loop_threads_knob_is_read_and_a_bad_value_named(monkeypatch):
 def test_the_loop_keeps_the_threads_that_stepped_its_runs_faster_and_tries_the_other_again():
     choice = ThreadsChoice(threads=2)
     runs = ("r1", "r2", "r3", "r4")
-    # Nothing measured: all threads first. A turn after a change (first turn, new runs, other threads) is not
-    # measured, since it built its groups anew: two measured turns need three on the same runs.
+    # Nothing measured: all threads first. A turn of other runs than the turn before (the first turn, new runs) is
+    # not measured, since it built its groups anew: two measured turns need three on the same runs.
     assert choice.choose(turn=1) == 2
     for seconds in (9.0, 0.8, 1.2):
         choice.timed(runs, 2, seconds)
     assert choice.choose(turn=4) == 1  # two measurements of 2 threads (0.2 and 0.3 s a run): now one thread's
-    for seconds in (2.0, 0.4, 0.6):  # the first again after the change of threads: 0.1 and 0.15 s a run
+    # A change of threads alone builds nothing anew: its first turn is measured (0.1 and 0.15 s a run).
+    for seconds in (0.4, 0.6):
         choice.timed(runs, 1, seconds)
-    assert choice.choose(turn=7) == 1  # medians 0.125 against 0.25 s a run stepped: one thread
+    assert choice.choose(turn=6) == 1  # medians 0.125 against 0.25 s a run stepped: one thread
     # Other runs stepped on one thread meanwhile are measured against the ones before them only from their second
     # turn: (0.3 + 0.3 s) / 2 runs replaces the older of one thread's two.
     choice.timed(("r1", "r2"), 1, 5.0)
     choice.timed(("r1", "r2"), 1, 0.6)
-    assert choice.choose(turn=8) == 1  # one thread: median of 0.15 and 0.3 = 0.225, still under 0.25
-    # CHOICE_RETRY_TURNS after the settings were first compared (turn 7), two threads are measured anew, and win
+    assert choice.choose(turn=7) == 1  # one thread: median of 0.15 and 0.3 = 0.225, still under 0.25
+    # CHOICE_RETRY_TURNS after the settings were first compared (turn 6), two threads are measured anew, and win
     # if faster now.
-    assert choice.choose(turn=7 + CHOICE_RETRY_TURNS - 1) == 1
+    assert choice.choose(turn=6 + CHOICE_RETRY_TURNS - 1) == 1
+    assert choice.choose(turn=6 + CHOICE_RETRY_TURNS) == 2
     assert choice.choose(turn=7 + CHOICE_RETRY_TURNS) == 2
-    assert choice.choose(turn=8 + CHOICE_RETRY_TURNS) == 2
-    for seconds in (3.0, 0.2, 0.2):
+    for seconds in (3.0, 0.2, 0.2):  # the first on other runs than the turn before's
         choice.timed(runs, 2, seconds)
     assert choice.choose(turn=50) == 2  # 0.05 s a run against 0.225
     assert ThreadsChoice(threads=1).choose(turn=1) == 1

@@ -71,7 +71,7 @@ def limits_panel() -> None:
             (
                 THREADS_KNOB,
                 str(loop_threads()),
-                "threads the live-lab loop may step its runs on at once (it uses them while that is faster)",
+                "torch threads the live-lab loop may step its runs on (it uses them while that is faster)",
             )
         )
     except ValueError as error:  # an instructor's typo in a variable: say which

@@ -53,13 +53,13 @@ def lone_first_turn_seconds(turn: float, intake: float) -> float:
     return UNDER_WAY_TURNS * turn + intake
 
 
-def lane_first_step_seconds(step_seconds: float, learners: int, parts: float = 1, slower: float = 1.0) -> float:
+def lane_first_step_seconds(step_seconds: float, learners: int, cores: float = 1, slower: float = 1.0) -> float:
     """Seconds from a run's joining a lane of its own (`RunLoop._to_lane`) to its first record: its first step of
     `step_seconds` of CPU work, after each update of which the lane waits until its thread has used its learner's
-    share of the loop's `parts` cores (`lane_pause`), parts/learners of a core; or, where the machine's load leaves
+    share of the loop's `cores` cores (`lane_pause`), cores/learners of a core; or, where the machine's load leaves
     the lane's thread less than that while it works (`slower` times as long as on an idle core: `contention`), it
-    never waits: step_seconds × max(learners / parts, slower, 1), `learners` counting its own."""
-    return step_seconds * max(learners / parts, slower, 1.0)
+    never waits: step_seconds × max(learners / cores, slower, 1), `learners` counting its own."""
+    return step_seconds * max(learners / cores, slower, 1.0)
 
 
 def first_point_seconds(warm_start_steps: float, sft_step: float, preparation: float, first_turn: float) -> float:

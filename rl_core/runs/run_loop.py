@@ -8,15 +8,14 @@ those that have trained their steps or were stopped, chooses which runs step (`c
 (Threads, below). A run's step that raises ends that run only; the others go on. A run that joins while a turn is
 under way takes its first step in the next turn.
 
-Fair shares. A turn is time-boxed (`turn_seconds`) and split evenly among the learners with runs in the loop:
-each learner's account earns `turn_seconds / learners` a turn (× the parts stepped at once, Threads below; never
-more than one turn's share banked) and pays each of its steps' seconds (`step_time`). A learner in credit steps its
-runs in rotation while the credit lasts, so twenty runs of one learner move no faster together than one run of
-another learner, and a learner whose steps cost more than its share steps every few turns instead of lengthening
-everyone's turn (deficit round robin). A share is never less than the cheapest step in the loop, though: on a
-loaded machine ten learners' steps (timed by the clock) can outlast the box together, and with smaller shares they
-would step in ever-changing subsets, each subset a new group for `step_together` (new stacked weights, a smaller
-program) instead of one group of all.
+Fair shares. A turn is time-boxed (`turn_seconds`) and split evenly among the learners with runs in the loop: each
+learner's account earns `turn_seconds / learners` a turn (never more than one turn's share banked) and pays each of
+its steps' seconds (`step_time`). A learner in credit steps its runs in rotation while the credit lasts, so twenty
+runs of one learner move no faster together than one run of another learner, and a learner whose steps cost more
+than its share steps every few turns instead of lengthening everyone's turn (deficit round robin). A share is never
+less than the cheapest step in the loop, though: on a loaded machine ten learners' steps (timed by the clock) can
+outlast the box together, and with smaller shares they would step in ever-changing subsets, each subset a new group
+for `step_together` (new stacked weights, a smaller program) instead of one group of all.
 
 Lanes. A run whose step costs more than the whole turn (its estimate before the first step, then its measured step
 time) and far more than the other runs' (`goes_to_lane`) would hold every run of the loop for that long, so it steps
@@ -32,22 +31,19 @@ bench's heavy run, told 262 s from its estimate, had no point 651 s later. A lan
 longer goes to a lane beside the loop's measured runs (its first steps were slow on a busy machine, or the loop's
 runs grew as costly) rejoins the loop after that step (`returns_from_lane`); beside no measured run it stays.
 
-Threads. Runs of one shape step as one group (`run_batch.groups_of`), and a group is one thread's work: with
-`threads` > 1 the loop steps a turn's runs as parts on that many threads at once (`cut`: each shape a part, the
-largest cut into contiguous parts of near-equal size while each keeps MIN_PART_RUNS runs), its own thread taking the
-first part and a pool of `threads` − 1 the others, on the turns where that is the faster (`ThreadsChoice`: the loop
-times its turns on one thread and on all, and keeps the faster; a second thread pays only while a core is free).
-The cut depends only on the turn's runs, so the same runs give
-the same parts turn after turn and each part's group is stepped again, not stacked anew. A part whose step raises
-ends its own runs; the records are handed over in the loop's thread, in the loop's order, once every part is done.
-With K parts at once a turn holds K cores' seconds of steps (`step_time` is a part's seconds shared among its runs),
-so the accounts earn K × `turn_seconds` a turn between them (`choose_turn`), K the parts all the loop's runs make,
-and a lane's share of the time is K' cores' over the learners (`lane_pause`), K' the parts the turn's chosen runs
-make (`parts`): fewer where a turn takes only some of the runs.
+Threads. Runs of one shape step as one group (`run_batch.groups_of`), one program on the loop's thread. With
+`threads` > 1 a turn of at least MIN_THREADED_RUNS runs may step on that many of torch's intra-op threads (each op's
+arithmetic split over the cores, outside the interpreter lock; the Python between the ops stays on one), on the turns
+where that is the faster (`ThreadsChoice`: the loop times its turns on one thread and on all, and keeps the faster;
+a second thread pays only while a core is free). Torch's thread count is each thread's own: the loop sets its own
+for the turn and gives it back after, and a lane sets its run's (`use_preset_threads`), since a thread started while
+the loop held two would take two. Its runs' `step_time` is then the wall of a program on those cores: a turn's box
+of `turn_seconds` is the loop's wall either way, and a lane's share of the time is `cores` cores' over the learners
+(`lane_pause`), the cores the latest turn held (`cores`).
 
-The thread (and its pool) starts with the first run and ends when the last has left. Preparing a run (building its
-models, an SFT warm start) and evaluating it after its last step are left to the caller's thread, off the loop: the
-runs in the loop go on stepping meanwhile.
+The thread starts with the first run and ends when the last has left. Preparing a run (building its models, an SFT
+warm start) and evaluating it after its last step are left to the caller's thread, off the loop: the runs in the
+loop go on stepping meanwhile.
 """
 
 from __future__ import annotations
@@ -57,12 +53,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 
-from rl_core.engine.run_batch import groups_of, step_together
+from rl_core.engine.models import use_preset_threads
+from rl_core.engine.run_batch import step_together
 from rl_core.runs.run_stream import stepped_out
 from rl_core.runs.store import max_trainings
 from rl_core.runs.sweep import default_workers
@@ -79,11 +75,11 @@ TURNS_TIMED = 5
 # the median of the latest TURNS_TIMED of (`first_record_wall`): as many as a class's burst, so that the waits of
 # runs with little company outlast it.
 FIRST_WAITS_KEPT = 24
-# The fewest runs of one shape a part stepped on a thread of its own keeps: a group's step has a fixed cost (its
-# ops' dispatch, its Python, under the interpreter lock) that a cut pays once more per part (per run, a group of 2
-# costs about 0.75× a run alone, of 4 0.55×), so a smaller part would spend its core mostly on that cost
-# (bench/README.md, "live_loop_pace.py").
-MIN_PART_RUNS = 4
+# The fewest runs a turn steps on more than one intra-op thread: a smaller group's ops are too small to split, and
+# the second thread waits for work between them on a core of its own (a run alone: 19.9 steps/s on two threads
+# against 17.4–20.8 on one, at twice the CPU seconds; ten runs: 4.4–5.3 against 3.5, bench/README.md,
+# "live_loop_pace.py").
+MIN_THREADED_RUNS = 4
 # How many times the cheapest other run's step a run's step must cost, beyond a whole turn, to go to a lane
 # (`goes_to_lane`). A turn alone is no test on a busy machine, where every run's step is slower alike: in a class of
 # twenty at load 9, nine ordinary runs went to lanes (each measured slower than a turn while it stepped alone or
@@ -101,59 +97,32 @@ def loop_threads() -> int:
     return max_trainings(default_workers(), THREADS_KNOB)
 
 
-def cut(runs: Sequence, threads: int, min_part: int = MIN_PART_RUNS) -> list[list[int]]:
-    """The parts `runs` step in at once, each on a thread: lists of positions of `runs`. One thread: one part of
-    them all (`step_together` groups it by shape). More: each shape (`groups_of`) a part, and while the parts are
-    fewer than `threads`, the shape with the largest parts (the first of equals) is cut into one part more, if each
-    then keeps `min_part` runs: n runs in k parts are k contiguous slices, the first n mod k of them ⌊n/k⌋ + 1 runs
-    and the rest ⌊n/k⌋. The same runs in the same order give the same parts."""
-    if threads <= 1:
-        return [list(range(len(runs)))]
-    shapes = groups_of(runs)
-    counts = [1] * len(shapes)
-    while sum(counts) < threads:
-        cuttable = [i for i, shape in enumerate(shapes) if len(shape) // (counts[i] + 1) >= min_part]
-        if not cuttable:
-            break
-        counts[max(cuttable, key=lambda i: len(shapes[i]) / counts[i])] += 1
-    parts = []
-    for shape, k in zip(shapes, counts):
-        size, larger = divmod(len(shape), k)
-        start = 0
-        for j in range(k):
-            end = start + size + (j < larger)
-            parts.append(shape[start:end])
-            start = end
-    return parts
-
-
 # How the loop picks its threads each turn (`ThreadsChoice`): measured turns a setting needs before it is compared,
 # and the turns after which the setting not chosen is tried again (the machine's other work comes and goes).
 CHOICE_SAMPLES = 2
 CHOICE_RETRY_TURNS = 40
-# Turns whose parts `RunLoop.mean_parts` averages: one cycle of the choice (the setting kept, then the other tried),
+# Turns whose cores `RunLoop.mean_cores` averages: one cycle of the choice (the setting kept, then the other tried),
 # so that the mean weighs each setting by the turns it holds, not by the one the latest turn happened to try.
-PARTS_TIMED = CHOICE_RETRY_TURNS + 2 * CHOICE_SAMPLES + 1
+CORES_TIMED = CHOICE_RETRY_TURNS + 2 * CHOICE_SAMPLES + 1
 
 
 class ThreadsChoice:
     """Whether a turn's runs step on one thread or on all the loop's `threads`: whichever stepped them faster lately.
 
-    A second thread pays only while a core is free. A tiny run's step is thousands of ops of microseconds that take
-    the interpreter lock back after each, so two parts on two threads of a busy machine take turns on one core
-    and cost more than one group (ten learners stepped at 0.19–0.21 of their pace alone on two threads at load 2–4,
-    0.20–0.26 on one; on a quiet machine 0.32–0.33 against 0.24–0.27: bench/README.md, "live_loop_pace.py"). So
-    the loop measures both: each setting's wall seconds per run stepped, over turns that stepped the same runs with
-    the same setting as the turn before (a turn after a change builds its groups anew), the latest
+    A second thread pays only while a core is free: each op's share of the work waits for the other core, and
+    where other work holds it, every op of the thousands in a step waits (bench/README.md, "live_loop_pace.py"). So
+    the loop measures both: each setting's wall seconds per run stepped, over turns that stepped the same runs as
+    the turn before (a turn of other runs builds its groups anew; a change of threads alone does not), the latest
     CHOICE_SAMPLES of each. A setting with fewer is tried (all threads first); then the faster by their medians is
     kept; CHOICE_RETRY_TURNS turns after they were compared, the other's measurements are dropped and it is tried
-    again.
+    again. A trial costs little where two threads lose: with one core held by other work, ten runs' turns took
+    0.74–1.05 s on two threads against 0.26–0.39 s on one.
     Clock-free: the loop gives it the seconds."""
 
     def __init__(self, threads: int):
         self.threads = threads
         self._seconds: dict[int, deque[float]] = {setting: deque(maxlen=CHOICE_SAMPLES) for setting in {threads, 1}}
-        self._last: tuple | None = None  # (the runs stepped, the setting) of the latest turn
+        self._last: tuple | None = None  # the runs the latest turn stepped
         self._compared_at: int | None = None  # the turn the settings were first compared on full measurements
 
     def choose(self, turn: int) -> int:
@@ -175,17 +144,25 @@ class ThreadsChoice:
 
     def timed(self, runs: tuple, setting: int, seconds: float) -> None:
         """A turn that stepped `runs` (their identities) on `setting` threads in `seconds` of wall time."""
-        if self._last == (runs, setting) and runs:
+        if self._last == runs and runs:
             self._seconds[setting].append(seconds / len(runs))
-        self._last = (runs, setting)
+        self._last = runs
 
 
-def step_part(runs: Sequence) -> list[dict | Exception]:
-    """`step_together(runs)`, or the exception that ended it for each of them: a part's fault ends its runs only."""
+def step_on_threads(runs: Sequence, threads: int) -> list[dict | Exception]:
+    """`step_together(runs)` on `threads` of torch's intra-op threads (this thread's count, given back after), or
+    the exception that ended it for each of them: a fault of the loop's step ends the runs it stepped, not the
+    loop."""
+    before = torch.get_num_threads()
+    if threads != before:
+        torch.set_num_threads(threads)
     try:
         return step_together(runs)
-    except Exception as error:  # noqa: BLE001 - this part's runs end; the other parts' go on
+    except Exception as error:  # noqa: BLE001 - these runs end; the loop goes on with any others
         return [error] * len(runs)
+    finally:
+        if threads != before:
+            torch.set_num_threads(before)
 
 
 @dataclass(eq=False)
@@ -214,13 +191,13 @@ class _Account:
     credit: float = 0.0
 
 
-def lane_pause(step_seconds: float, learners: int, parts: int = 1, wall_seconds: float | None = None) -> float:
+def lane_pause(step_seconds: float, learners: int, cores: int = 1, wall_seconds: float | None = None) -> float:
     """Seconds a lane waits after work that used `step_seconds` of its thread's CPU over `wall_seconds` (None: the
     same; more where other threads held the interpreter or the cores), so that its run uses its learner's share of
-    the loop's `parts` cores, parts/learners of a core (a lane is one thread: at most all of one):
-    `step_seconds × max(learners / parts, 1) − wall_seconds`, at least 0."""
+    the loop's `cores` cores, cores/learners of a core (a lane is one thread: at most all of one):
+    `step_seconds × max(learners / cores, 1) − wall_seconds`, at least 0."""
     wall = step_seconds if wall_seconds is None else wall_seconds
-    return max(step_seconds * max(learners / parts, 1) - wall, 0.0)
+    return max(step_seconds * max(learners / cores, 1) - wall, 0.0)
 
 
 def works_on_its_thread(trainer) -> bool:
@@ -234,7 +211,7 @@ def works_on_its_thread(trainer) -> bool:
 class LanePacer:
     """The waits of a lane's run: called between its updates (`Trainer.share_pause`) and after its steps, it waits
     `lane_pause` of the CPU seconds its thread used since its last wait (`work_clock`) over the wall seconds they
-    took (`clock`), at the learners' count and the loop's parts then, or until the run is stopped; returns the
+    took (`clock`), at the learners' count and the loop's cores then, or until the run is stopped; returns the
     seconds it waited (which are not the step's cost). Made and called in the lane's thread (`time.thread_time`
     is the calling thread's)."""
 
@@ -243,10 +220,10 @@ class LanePacer:
         learners: Callable[[], int],
         stop_event: threading.Event,
         clock: Callable[[], float],
-        parts: Callable[[], int] = lambda: 1,
+        cores: Callable[[], int] = lambda: 1,
         work_clock: Callable[[], float] = time.thread_time,
     ):
-        self.learners, self.stop_event, self.clock, self.parts = learners, stop_event, clock, parts
+        self.learners, self.stop_event, self.clock, self.cores = learners, stop_event, clock, cores
         self.work_clock = work_clock
         self.since, self.worked_since = clock(), work_clock()
         self.updates = 0  # its calls since the step under way began: its updates done (and one more once it ends)
@@ -257,7 +234,7 @@ class LanePacer:
         self.updates += 1  # done before its wait
         if self.updates > 1:
             self.worked += worked - self.worked_since
-        pause = lane_pause(worked - self.worked_since, self.learners(), self.parts(), began - self.since)
+        pause = lane_pause(worked - self.worked_since, self.learners(), self.cores(), began - self.since)
         self.stop_event.wait(pause)
         self.since, self.worked_since = self.clock(), self.work_clock()
         return self.since - began
@@ -293,13 +270,13 @@ def returns_from_lane(step_seconds: float, others: Sequence[float], turn_seconds
 
 
 def choose_turn(
-    members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float, turn: int, parts: int = 1
+    members: Sequence[_Member], accounts: dict[Hashable, _Account], turn_seconds: float, turn: int
 ) -> list[_Member]:
-    """The runs that step in turn number `turn`, stepped as `parts` parts at once: a turn of `turn_seconds` holds
-    `parts × turn_seconds` of steps' seconds. The learners with runs in `members` (in the order of their first run)
-    each earn a share, `parts × turn_seconds / learners` or the cheapest `step_seconds` of `members` if that is more,
-    their credit capped at it; a learner in credit then takes its runs in rotation (the least recently stepped
-    first), each at its `step_seconds`, until its credit is spent (at least one run once it is in credit).
+    """The runs that step in turn number `turn`, a turn of `turn_seconds` of steps' seconds. The learners with runs
+    in `members` (in the order of their first run) each earn a share, `turn_seconds / learners` or the cheapest
+    `step_seconds` of `members` if that is more, their credit capped at it; a learner in credit then takes its runs
+    in rotation (the least recently stepped first), each at its `step_seconds`, until its credit is spent (at least
+    one run once it is in credit).
 
     Where every learner is still in debt after earning (steps that took longer than estimated, as when the load
     rises), every learner earns again until one is in credit: a turn in which nobody would step is skipped, not
@@ -308,7 +285,7 @@ def choose_turn(
     by_learner: dict[Hashable, list[_Member]] = {}
     for member in members:
         by_learner.setdefault(member.learner, []).append(member)
-    share = max(parts * turn_seconds / len(by_learner), min(member.step_seconds for member in members))
+    share = max(turn_seconds / len(by_learner), min(member.step_seconds for member in members))
     chosen: list[_Member] = []
     while not chosen:  # ends: a learner's credit reaches `share` > 0 after at most (its debt / share) + 1 rounds
         for learner, runs in by_learner.items():
@@ -326,7 +303,8 @@ def choose_turn(
 
 class RunLoop:
     """The loop's thread, started by the first run that joins and ended when none is left, stepping a turn's runs on
-    up to `threads` threads at once (`cut`); and the lanes of runs whose steps cost more than a turn."""
+    one of torch's intra-op threads or `threads` (`ThreadsChoice`); and the lanes of runs whose steps cost more than
+    a turn."""
 
     def __init__(
         self,
@@ -345,8 +323,8 @@ class RunLoop:
         self.turn_seconds = turn_seconds
         self.threads = threads
         self._choice = ThreadsChoice(threads)
-        self._parts = 1  # the parts the latest turn's members are cut into: the cores the loop's time is now
-        self._recent_parts: deque[int] = deque(maxlen=PARTS_TIMED)  # the same of the latest turns (`mean_parts`)
+        self._cores = 1  # the intra-op threads the latest turn stepped on: the cores the loop's time is now
+        self._recent_cores: deque[int] = deque(maxlen=CORES_TIMED)  # the same of the latest turns (`mean_cores`)
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
@@ -422,21 +400,20 @@ class RunLoop:
             return len(self._joining) + sum(member.joined_at is not None for member in self._members)
 
     @property
-    def parts(self) -> int:
-        """Parts the loop's runs step in at once now (`cut` of them all, at most `threads`): the cores its time is
-        (1 when idle)."""
+    def cores(self) -> int:
+        """The intra-op threads the loop's latest turn stepped on: the cores its time is (1 when idle)."""
         with self._lock:
-            return self._parts
+            return self._cores
 
     @property
-    def mean_parts(self) -> float:
-        """The mean of `parts` over the latest PARTS_TIMED turns (`parts` before the first): the cores the loop's
+    def mean_cores(self) -> float:
+        """The mean of `cores` over the latest CORES_TIMED turns (`cores` before the first): the cores the loop's
         time is over a while, which a lane's pause follows turn by turn (`LanePacer`), for estimates that span many
         turns. The loop steps on one thread while its second gains nothing (`ThreadsChoice`), and tries two again
-        every CHOICE_RETRY_TURNS turns; a heavy run's first step, estimated at the two parts of such a trial, was
+        every CHOICE_RETRY_TURNS turns; a heavy run's first step, estimated at the two cores of such a trial, was
         told 0.69-0.79 of its wait at load 4.4 on 2 cores (bench/class_load.py)."""
         with self._lock:
-            return statistics.fmean(self._recent_parts) if self._recent_parts else float(self._parts)
+            return statistics.fmean(self._recent_cores) if self._recent_cores else float(self._cores)
 
     def lane_progress(self, trainer) -> tuple[int, float] | None:
         """For a run stepping in a lane of its own: the updates its step under way has done after its first, and
@@ -514,26 +491,20 @@ class RunLoop:
             self._thread.start()
 
     def _turns(self) -> None:
-        # The threads beside the loop's own that step a turn's other parts: this thread's, since a `train` that
-        # comes as it ends starts another thread with a pool of its own.
-        pool = ThreadPoolExecutor(self.threads - 1, f"{self.name}-part") if self.threads > 1 else None
         try:
-            while self._turn(pool):
+            while self._turn():
                 pass
         except BaseException as error:  # noqa: BLE001 - a fault of the loop itself: every run in it ends with it
             with self._lock:
                 members, self._members = self._members + self._joining, []
                 self._joining.clear()
-                self._thread, self._turn_began, self._parts = None, None, 1
+                self._thread, self._turn_began, self._cores = None, None, 1
             for member in members:
                 member.leave(error)
-        finally:
-            if pool is not None:
-                pool.shutdown()
 
-    def _turn(self, pool: ThreadPoolExecutor | None) -> bool:
-        """One turn, its parts but the first stepped on `pool`'s threads; False once no run is left in the loop (the
-        thread then ends, and the next `train` starts another; lanes go on by themselves)."""
+    def _turn(self) -> bool:
+        """One turn; False once no run is left in the loop (the thread then ends, and the next `train` starts
+        another; lanes go on by themselves)."""
         with self._lock:
             took_in = bool(self._joining)
             for member in self._joining:
@@ -548,28 +519,20 @@ class RunLoop:
             for learner in [key for key in self._accounts if key not in present]:  # a learner who left
                 del self._accounts[learner]
             if not self._members:
-                self._thread, self._turn_began, self._parts = None, None, 1
+                self._thread, self._turn_began, self._cores = None, None, 1
                 return False
             began, self._turn_began = self._turn_began, self._clock()
             if began is not None:
                 (self._intake_walls if self._turn_took_in else self._turn_walls).append(self._turn_began - began)
             self._turn_took_in = took_in
             self._turn_number += 1
-            everyone = [member.trainer for member in self._members]
-            parts = len(cut(everyone, self.threads))  # on all its threads (on one: one part)
-            choosing = parts > 1  # else one thread and all of them are the same
+            stepping = choose_turn(self._members, self._accounts, self.turn_seconds, self._turn_number)
+            choosing = self.threads > 1 and len(stepping) >= MIN_THREADED_RUNS  # else one thread
             threads = self._choice.choose(self._turn_number) if choosing else 1
-            # The accounts earn for the parts all the loop's runs make: that sets how many runs a turn takes, the
-            # same for every learner. The runs chosen may make fewer (four of eight are one part, not two), and
-            # `parts` (the lanes' pauses, the Train button's estimate) reads the cores this turn holds.
-            stepping = choose_turn(
-                self._members, self._accounts, self.turn_seconds, self._turn_number, min(parts, threads)
-            )
-            positions = cut([member.trainer for member in stepping], threads)
-            self._parts = len(positions)
-            self._recent_parts.append(self._parts)
+            self._cores = threads
+            self._recent_cores.append(threads)
         began_stepping = self._clock() if choosing else 0.0
-        outcomes = self._step(stepping, pool, positions)
+        outcomes = step_on_threads([member.trainer for member in stepping], threads)
         if choosing:
             self._choice.timed(tuple(id(member) for member in stepping), threads, self._clock() - began_stepping)
         for member, outcome in zip(stepping, outcomes):
@@ -581,21 +544,6 @@ class RunLoop:
                 with self._lock:
                     self._members.remove(member)
         return True
-
-    def _step(
-        self, stepping: list[_Member], pool: ThreadPoolExecutor | None, positions: list[list[int]]
-    ) -> list[dict | Exception]:
-        """One step of each of `stepping`, in order: its parts (`cut`'s `positions` in it) on threads at once, the
-        first on this thread."""
-        trainers = [member.trainer for member in stepping]
-        parts = [[trainers[i] for i in part] for part in positions]
-        others = [pool.submit(step_part, part) for part in parts[1:]] if pool is not None else []
-        stepped = [step_part(parts[0]), *(future.result() for future in others)]
-        outcomes: list[dict | Exception | None] = [None] * len(trainers)
-        for part, results in zip(positions, stepped):
-            for i, outcome in zip(part, results):
-                outcomes[i] = outcome
-        return outcomes
 
     def _took(self, member: _Member, outcome: dict | Exception) -> bool:
         """Account for one step's outcome and hand its record over; False if it ended the run (it has left)."""
@@ -624,8 +572,11 @@ class RunLoop:
     def _lane(self, member: _Member) -> None:
         """Step one run by itself, pausing between its updates and after each step for the other learners' shares
         (`LanePacer`), until it ends."""
+        run = getattr(member.trainer, "run", None)
+        if hasattr(run, "model"):  # this thread's own torch threads: the run's, not the count the process set last
+            use_preset_threads(run.model, member.trainer.device)
         work = time.thread_time if works_on_its_thread(member.trainer) else self._clock
-        pace = LanePacer(self.lane_sharing, member.trainer.stop_event, self._clock, lambda: self.parts, work)
+        pace = LanePacer(self.lane_sharing, member.trainer.stop_event, self._clock, lambda: self.cores, work)
         member.trainer.share_pause = pace
         try:
             while not stepped_out(member.trainer):

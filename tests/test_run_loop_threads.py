@@ -1,6 +1,8 @@
-"""Real runs stepped by the live loop in parallel parts (`rl_core.runs.run_loop.cut`) train as they do in one group:
-the same records to 1e-5 (the tolerance of a group against alone, tests/test_run_batch.py), and each part's stacked
-group is stepped again turn after turn, not stacked anew."""
+"""Real runs stepped by the live loop on two of torch's intra-op threads (`rl_core.runs.run_loop.step_on_threads`) train
+as they do in one group on one: the same records to 1e-5 (the tolerance of a group against alone,
+tests/test_run_batch.py), and the stacked group is stepped again turn after turn, not stacked anew."""
+
+import torch
 
 import rl_core.runs.run_loop
 from rl_core.algorithms import get_run_algo
@@ -13,7 +15,7 @@ from tests.test_run_loop import joined_while_held
 from toy_tasks import DEFAULT_TASK
 
 STEPS = 2
-# Eight GRPO runs of one shape, other seeds and clip ranges: on two threads, two parts of four.
+# Eight GRPO runs of one shape, other seeds and clip ranges: on two threads, one group on two intra-op threads.
 RUNS = [
     RunConfig(
         algo=get_run_algo("grpo", epsilon=0.2 + 0.01 * k), task=DEFAULT_TASK, steps=STEPS, seed=k % 2, sft_steps=40
@@ -33,18 +35,19 @@ def without_timing(record: dict) -> dict:
     return {key: value for key, value in record.items() if key not in TIMING}
 
 
-def test_runs_in_parallel_parts_give_the_records_of_one_group(tmp_path, monkeypatch):
+def test_runs_on_two_intra_op_threads_give_the_records_of_one_thread(tmp_path, monkeypatch):
     one_group = prepared(tmp_path)
+    assert torch.get_num_threads() == 1  # the tiny preset's, set as the trainers were built
     expected = [[] for _ in RUNS]
     for _ in range(STEPS):
         for records, record in zip(expected, step_together(one_group)):
             records.append(without_timing(record))
 
-    stepped = []  # per part stepped: its runs' groups after the step
+    stepped = []  # per step: the intra-op threads it ran on, its runs' groups after it
 
     def watched(runs):
         outcomes = step_together(runs)
-        stepped.append([getattr(run, "group", None) for run in runs])
+        stepped.append((torch.get_num_threads(), [getattr(run, "group", None) for run in runs]))
         for outcome in outcomes:
             outcome["step_time"] = 0.01  # every learner in credit every turn, whatever the machine's load
         return outcomes
@@ -55,9 +58,9 @@ def test_runs_in_parallel_parts_give_the_records_of_one_group(tmp_path, monkeypa
     for k, outcome in enumerate(outcomes):
         assert outcome["ended"] == "returned", k
         close([without_timing(record) for record in outcome["records"]], expected[k], path=f"run {k}")
-    # After the holder's turn, two turns of the eight as two parts of four, each part one group, stepped again.
-    parts = stepped[1:]
-    assert len(parts) == 2 * STEPS and all(len(part) == 4 and len(set(part)) == 1 for part in parts)
-    groups = {part[0] for part in parts}
-    assert len(groups) == 2  # stacked in the first turn, stepped again in the next
-    assert {tuple(group.trainers) for group in groups} == {tuple(trainers[:4]), tuple(trainers[4:])}
+    # After the holder's turn, two turns of the eight on two threads, one group, stacked in the first turn and
+    # stepped again in the next.
+    turns = stepped[1:]
+    assert [threads for threads, _ in turns] == [2] * STEPS
+    groups = {group for _, runs in turns for group in runs}
+    assert len(groups) == 1 and list(next(iter(groups)).trainers) == trainers
