@@ -43,6 +43,16 @@ def test_layout_of_a_small_batch_worked_out_by_hand():
     # Flat indices into [2 × 4]: row 0's tokens at the prompt's last position, then at its tokens 10 and 11; past a
     # response's end, the prompt's last position again.
     assert tree.logit_index.tolist() == [[1, 2, 3], [4, 5, 4], [1, 1, 1]]
+    # Its real tokens: all of sequence 0, the prompt and one response token of sequence 1; the rest is filler.
+    assert tree.real.tolist() == [[T, T, T, T], [T, T, F, F]]
+
+
+def test_token_index_lists_each_runs_real_positions_then_the_spare_slot():
+    T, F = True, False
+    real = torch.tensor([[T, F, T, T, F, F], [F, T, F, F, F, F]])
+    # Run 0's three positions in order; run 1 has one, then the slot past the layout's six positions.
+    assert packing.token_index(real, 3).tolist() == [[0, 2, 3], [1, 6, 6]]
+    assert packing.token_index(torch.ones((2, 4), dtype=torch.bool), 4) is None  # nothing to leave out
 
 
 def batch_with_responses(prompts: list[list[int]], lengths: list[int]) -> TokenBatch:

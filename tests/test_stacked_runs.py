@@ -94,7 +94,11 @@ def test_a_stacked_pass_gives_each_run_its_own_logits_and_gradients():
     assert [b.prefix_tree.attention_mask.dim() for b in batches] == [4, 4, 2]
     T = max(b.response_mask.shape[1] for b in batches)
     stack, model = stacked(models, trainable=True)
-    hidden = teacher_forced(model, stacked_trees(batches, T))
+    layout = stacked_trees(batches, T)
+    # Each run's tree is padded to the largest: the MLPs run on the real tokens only (`packing.token_index`).
+    tokens = layout[4]
+    assert tokens is not None and tokens.shape[1] < layout[0].shape[1]
+    hidden = teacher_forced(model, layout)
     together = model._head(hidden.flatten(1, 2)).view(*hidden.shape[:3], -1) / 0.8
 
     def loss(logits, batch):  # a policy-gradient-like scalar that reaches every weight

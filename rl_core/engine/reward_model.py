@@ -160,7 +160,7 @@ def stacked_reward_scores(model: StackedGPT2, input_ids: torch.Tensor, attention
     mask = ((causal & real) | torch.eye(L, dtype=torch.bool, device=device))[:, None]
     last = (torch.arange(B, device=device) * L + L - 1).expand(R, B)[..., None]
     positions = position_ids_from_mask(attention_mask).view(R, B * L)
-    hidden = teacher_forced(model, (input_ids.view(R, B * L), positions, mask, last))
+    hidden = teacher_forced(model, (input_ids.view(R, B * L), positions, mask, last, None))
     return model.values(hidden[:, :, 0])
 
 

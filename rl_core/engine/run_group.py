@@ -198,8 +198,8 @@ class Part:
         run's own tree; where the batch's layout is not every run's own tree, the trees themselves."""
         shuffle = rows is not None and rows.shape[1] == self.mask.shape[1]
         if shuffle and self.own_trees:
-            input_ids, position_ids, mask, index = self.layout
-            return input_ids, position_ids, mask, index[self.run_axis, rows]
+            input_ids, position_ids, mask, index, tokens = self.layout
+            return input_ids, position_ids, mask, index[self.run_axis, rows], tokens
         if not shuffle:
             take = (lambda x: x) if rows is None else (lambda x: x[self.run_axis, rows])
             layout = prefix_trees(

@@ -30,7 +30,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rl_core.engine.lora import adapter_parameters, lora_scaling_of
 from rl_core.engine.models import position_ids_from_mask
-from rl_core.engine.packing import prefix_tree
+from rl_core.engine.packing import prefix_tree, token_index
 from rl_core.engine.rollout import (
     Rollout,
     TokenBatch,
@@ -172,16 +172,25 @@ class StackedGPT2:
         b = self.weights[f"{name}.lora_B"]
         return out + torch.bmm(torch.bmm(x, a.transpose(1, 2)), b.transpose(1, 2)) * self.lora_scaling
 
-    def _block(self, i: int, hidden: torch.Tensor, attend) -> torch.Tensor:
+    def _block(self, i: int, hidden: torch.Tensor, attend, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Transformer block i on hidden `[R, M, d]`; `attend(layer, qkv)` turns the projections `[R, M, 3·d]`
-        into the attention context `[R, M, d]`."""
+        into the attention context `[R, M, d]`. With `tokens` (`packing.token_index`) the MLP runs on those
+        positions only, gathered out and added back in place; the others keep their hidden state past attention,
+        which no real token reads (its mask hides them), and nothing reads their MLP's."""
         p = f"{self.prefix}.h.{i}"
         qkv = self._linear(self._layer_norm(hidden, f"{p}.ln_1"), f"{p}.attn.c_attn")
         hidden = hidden + self._linear(attend(i, qkv), f"{p}.attn.c_proj")
-        mlp = self._linear(
-            self.activation(self._linear(self._layer_norm(hidden, f"{p}.ln_2"), f"{p}.mlp.c_fc")), f"{p}.mlp.c_proj"
-        )
-        return hidden + mlp
+        if tokens is None:
+            return hidden + self._mlp(hidden, p)
+        # One slot past the layout takes the index of a run with fewer tokens than the widest; it is dropped after.
+        spare = F.pad(hidden, (0, 0, 0, 1))
+        where = tokens[..., None].expand(-1, -1, hidden.shape[-1])
+        return spare.scatter_add(1, where, self._mlp(spare.gather(1, where), p))[:, :-1]
+
+    def _mlp(self, hidden: torch.Tensor, p: str) -> torch.Tensor:
+        """Block `p`'s MLP of hidden `[R, N, d]`: c_proj(act(c_fc(ln_2(hidden))))."""
+        inner = self._linear(self._layer_norm(hidden, f"{p}.ln_2"), f"{p}.mlp.c_fc")
+        return self._linear(self.activation(inner), f"{p}.mlp.c_proj")
 
     def _heads(self, qkv: torch.Tensor, sequences: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Query, key and value `[sequences, H, L, hd]` of projections that hold `sequences` sequences in a row."""
@@ -209,21 +218,25 @@ class StackedGPT2:
         w, b = self.weights["value_head.weight"], self.weights["value_head.bias"]  # nn.Linear: [1, d], [1]
         return torch.baddbmm(b[:, None], normed, w.transpose(1, 2)).squeeze(-1)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attend) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attend, tokens: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Last hidden states `[R, M, d]` of ids `[R, M]` at their positions; `attend` (see `_block`) lays the
-        tokens out as sequences, so that a decoder can run attention over its cache."""
+        tokens out as sequences, so that a decoder can run attention over its cache; `tokens` (see `_block`) the
+        positions whose MLPs count (all where None)."""
         hidden = self._embed(input_ids, position_ids)
         for i in range(self.config.n_layer):
-            hidden = self._block(i, hidden, attend)
+            hidden = self._block(i, hidden, attend, tokens)
         return hidden
 
 
 # ------------------------------------------------------------------------------------------------ teacher forcing
 def stacked_trees(batches: Sequence[TokenBatch], response_columns: int) -> tuple[torch.Tensor, ...]:
     """R batches' prefix trees as one layout: `(input_ids [R, U·L], position_ids [R, U·L], mask [R·U, 1, L, L],
-    index [R, B, T])`, each tree padded to the largest one's `U` sequences of `L` positions (a padding query sees
-    itself alone, so no softmax row is empty; nothing reads it), and its `logit_index` mapped into the padded layout
-    and padded to `response_columns` columns (the padding points at position 0; the response mask hides it).
+    index [R, B, T], tokens [R, n] or None)`, each tree padded to the largest one's `U` sequences of `L` positions (a
+    padding query sees itself alone, so no softmax row is empty; nothing reads it), its `logit_index` mapped into the
+    padded layout and padded to `response_columns` columns (the padding points at position 0; the response mask hides
+    it), and `tokens` the positions of its real tokens (`packing.token_index`).
 
     Where some batches are packed and others are not (a random minibatch that shares few prompts), the others are
     packed too: one padded batch's B rows among trees of U ≪ B sequences would pad every run to B sequences."""
@@ -238,23 +251,26 @@ def stacked_trees(batches: Sequence[TokenBatch], response_columns: int) -> tuple
     U = max(t.input_ids.shape[0] for t in trees)
     L = max(t.input_ids.shape[1] for t in trees)
     device = trees[0].input_ids.device
-    ids, positions, masks, indices = [], [], [], []
+    ids, positions, masks, indices, real = [], [], [], [], []
     eye = torch.eye(L, dtype=torch.bool, device=device)
     for tree in trees:
         u, length = tree.input_ids.shape
         ids.append(F.pad(tree.input_ids, (0, L - length, 0, U - u)).flatten())
         positions.append(F.pad(tree.position_ids, (0, L - length, 0, U - u)).flatten())
+        real.append(F.pad(tree.real, (0, L - length, 0, U - u)).flatten())
         masks.append(F.pad(_four_d(tree.attention_mask), (0, L - length, 0, L - length, 0, U - u)) | eye)
         index = tree.logit_index
         index = (index // length) * L + index % length
         indices.append(F.pad(index, (0, response_columns - index.shape[1])))
-    return torch.stack(ids), torch.stack(positions), torch.cat(masks)[:, None], torch.stack(indices)
+    real = torch.stack(real)
+    tokens = token_index(real, int(real.sum(1).max()))
+    return torch.stack(ids), torch.stack(positions), torch.cat(masks)[:, None], torch.stack(indices), tokens
 
 
 def teacher_forced(model: StackedGPT2, layout: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """Final hidden states `[R, B, T, d]` at the positions that predict each response token, from one pass of the
     stacked model over `stacked_trees`' layout."""
-    input_ids, position_ids, mask, index = layout
+    input_ids, position_ids, mask, index, tokens = layout
     R = input_ids.shape[0]
     sequences, length = mask.shape[0], mask.shape[-1]
 
@@ -263,7 +279,7 @@ def teacher_forced(model: StackedGPT2, layout: tuple[torch.Tensor, ...]) -> torc
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=model.scaling)
         return context.transpose(1, 2).reshape(R, sequences // R * length, -1)
 
-    hidden = model.forward(input_ids, position_ids, attend)
+    hidden = model.forward(input_ids, position_ids, attend, tokens)
     B, T = index.shape[1:]
     return hidden.gather(1, index.reshape(R, B * T, 1).expand(-1, -1, hidden.shape[-1])).view(R, B, T, -1)
 
