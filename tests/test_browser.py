@@ -22,6 +22,7 @@ from app_driver import (
     LAUNCH_FLAGS,
     NO_CHROMIUM,
     PAGES,
+    SCRIPT_RAN,
     TRAINING_CHARTS,
     browser_page,
     first_point_latency,
@@ -147,6 +148,9 @@ def test_the_instrument_fits_a_laptop_screen_and_links_charts_tokens_and_formula
     # Scrub one step on, then pick a token: its term of the loss, with its numbers.
     step.get_by_role("slider").press("ArrowRight")
     step.get_by_test_id("stSliderThumbValue").get_by_text(str(target["step"] + 1), exact=True).wait_for(timeout=30_000)
+    # The rerun the slider started redraws the step's tokens: a click before it ends can hit the old step's element,
+    # which the rerun then replaces, and is lost with it.
+    page.wait_for_function(SCRIPT_RAN, timeout=30_000)
     page.get_by_test_id("stButtonGroup").filter(has_text="(0)").get_by_role("radio").first.click()
     page.get_by_text("Gradient weight on log π").wait_for(timeout=30_000)
     assert page.locator(".katex").filter(has_text="ℓ").count() >= 1
