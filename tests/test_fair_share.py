@@ -208,14 +208,16 @@ def test_the_train_button_says_how_long_at_this_servers_pace_now_counting_the_wa
         "cores); its warm start is cached on this server."
     )
     # Three other learners in the loop, stepping on one thread: each step takes 4 learners' turns, the evaluation
-    # after the last (off the loop, in the job's thread) its own time.
+    # after the last (off the loop, in the job's thread) its own time. On two: each takes 4 / 2.
     monkeypatch.setattr(RunLoop, "learners", property(lambda loop: 3))
-    at.run()
-    shared = (run.steps * estimated_step_seconds(run) * 4 + estimated_evaluation_seconds(run)) * 4
-    assert at.button(key="grpo:train").help.endswith(
-        f"About {shared:,.0f} s at this server's pace now (4 learners sharing the training loop, load average 7.0 on "
-        "2 cores); its warm start is cached on this server."
-    )
+    for cores in (1.0, 2.0):
+        monkeypatch.setattr(RunLoop, "cores_ahead", lambda loop, runs, cores=cores: cores if runs == 4 else None)
+        at.run()
+        shared = (run.steps * estimated_step_seconds(run) * 4 / cores + estimated_evaluation_seconds(run)) * 4
+        assert at.button(key="grpo:train").help.endswith(
+            f"About {shared:,.0f} s at this server's pace now (4 learners sharing the training loop, load average "
+            "7.0 on 2 cores); its warm start is cached on this server."
+        )
 
 
 def test_the_wait_for_a_first_point_counts_half_the_pages_refresh_interval():

@@ -627,9 +627,12 @@ def test_a_turn_of_enough_runs_steps_on_the_loops_intra_op_threads_and_gives_the
         assert all([r["step"] for r in outcome["records"]] == [1, 2] for outcome in outcomes)
         assert all(outcome["ended"] == "returned" for outcome in outcomes)
         assert loop.cores == 1  # idle again
-        # Over its turns (the holder's alone on one core; then the eight's two), the loop's time was (1 + 2 + 2) / 3
-        # cores on two threads, and 1 on one; idle, it still says so.
-        assert loop.mean_cores == pytest.approx(5 / 3 if threads == 2 else 1.0)
+        # Ahead, with eight runs: the eight's two turns' cores (the holder's turn alone is under the minimum), 2 on
+        # two threads; with three runs, or on one thread, 1.
+        assert loop.cores_ahead(8) == (2.0 if threads == 2 else 1.0)
+        assert loop.cores_ahead(3) == 1.0
+    # Before any turn of four runs or more, the middle of what the choice may keep.
+    assert RunLoop(threads=2).cores_ahead(8) == 1.5 and RunLoop(threads=3).cores_ahead(4) == 2.0
     # The step on two threads gives this thread its count back.
     steps[:] = []
     assert [r["step"] for r in step_on_threads([Counting("S", 1, [])], 2)] == [1]

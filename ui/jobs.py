@@ -737,9 +737,9 @@ class Job(BackgroundJob):
                 work = time_left(progress[1], progress[0], updates - 1)  # the rest, at its updates' work so far
             learners, slower = self.slots.learners_sharing(self), machine_slower()
             if work is not None:
-                first_turn = lane_first_step_seconds(work, learners, loop.mean_cores, slower)
+                first_turn = lane_first_step_seconds(work, learners, loop.cores_ahead(learners), slower)
             else:
-                lane = lane_first_step_seconds(self._step_estimate, learners, loop.mean_cores, slower)
+                lane = lane_first_step_seconds(self._step_estimate, learners, loop.cores_ahead(learners), slower)
                 first_turn = still_ahead(lane, self._joined_at, now)
         elif self._alone() and loop.turn_wall is not None and loop.intake_wall is not None:
             first_turn = still_ahead(lone_first_turn_seconds(loop.turn_wall, loop.intake_wall), self._joined_at, now)

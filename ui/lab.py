@@ -234,16 +234,16 @@ def _instrument_dashboard(page: str, focus: Sequence[str], prediction: Predictio
 def _train_estimate(run: RunConfig) -> str:
     """How long the run will take at this server's pace now: the SFT warm starts the cache lacks
     (`estimated_warm_start_seconds`), then its steps, each its estimate (`estimated_step_seconds`) times the
-    learners it will share the training loop with (each has an equal part of it) over the threads the loop steps on
-    lately (its `mean_cores`), then its evaluation, which its job's thread runs off the loop, not shared
-    (`training_left`); all times the machine's load (`contention`)."""
+    learners it will share the training loop with (each has an equal part of it) over the threads the loop steps
+    on while it steps that many runs (`cores_ahead`), then its evaluation, which its job's thread runs off the loop,
+    not shared (`training_left`); all times the machine's load (`contention`)."""
     loop = live_loop().loop
     sharing = loop.learners + (0 if live_loop().learner_runs(session_token())[0] else 1)
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     sharing = max(sharing, 1)
     slower = contention(load, cores, 1)
     warm = estimated_warm_start_seconds(warm_starts_to_build(run, default_cache_dir())) * slower
-    step = estimated_step_seconds(run) * max(sharing / loop.mean_cores, 1)
+    step = estimated_step_seconds(run) * max(sharing / loop.cores_ahead(sharing), 1)
     seconds = warm + training_left(run.steps, step, estimated_evaluation_seconds(run)) * slower
     learners = "you alone in the training loop" if sharing == 1 else f"{sharing} learners sharing the training loop"
     built = (

@@ -101,7 +101,7 @@ def loop_threads() -> int:
 # and the turns after which the setting not chosen is tried again (the machine's other work comes and goes).
 CHOICE_SAMPLES = 2
 CHOICE_RETRY_TURNS = 40
-# Turns whose cores `RunLoop.mean_cores` averages: one cycle of the choice (the setting kept, then the other tried),
+# Turns whose cores `RunLoop.cores_ahead` averages: one cycle of the choice (the setting kept, then the other tried),
 # so that the mean weighs each setting by the turns it holds, not by the one the latest turn happened to try.
 CORES_TIMED = CHOICE_RETRY_TURNS + 2 * CHOICE_SAMPLES + 1
 
@@ -324,7 +324,8 @@ class RunLoop:
         self.threads = threads
         self._choice = ThreadsChoice(threads)
         self._cores = 1  # the intra-op threads the latest turn stepped on: the cores the loop's time is now
-        self._recent_cores: deque[int] = deque(maxlen=CORES_TIMED)  # the same of the latest turns (`mean_cores`)
+        # The cores of the latest turns that stepped MIN_THREADED_RUNS runs or more (`cores_ahead`).
+        self._choosing_cores: deque[int] = deque(maxlen=CORES_TIMED)
         self._clock = clock  # seconds, monotonic; injectable for tests
         self._turn_began: float | None = None  # when the turn under way began (None: the thread is idle)
         self._turn_walls: deque[float] = deque(maxlen=TURNS_TIMED)  # wall seconds of the latest whole turns
@@ -405,15 +406,19 @@ class RunLoop:
         with self._lock:
             return self._cores
 
-    @property
-    def mean_cores(self) -> float:
-        """The mean of `cores` over the latest CORES_TIMED turns (`cores` before the first): the cores the loop's
-        time is over a while, which a lane's pause follows turn by turn (`LanePacer`), for estimates that span many
-        turns. The loop steps on one thread while its second gains nothing (`ThreadsChoice`), and tries two again
-        every CHOICE_RETRY_TURNS turns; a heavy run's first step, estimated at the two cores of such a trial, was
-        told 0.69-0.79 of its wait at load 4.4 on 2 cores (bench/class_load.py)."""
+    def cores_ahead(self, runs: int) -> float:
+        """The cores the loop's time will be over the coming turns while it steps `runs` runs: 1 on one thread or
+        under MIN_THREADED_RUNS; else the mean of the latest CORES_TIMED turns that stepped that many (a cycle of
+        `ThreadsChoice`: the setting kept, then the other tried), or before any did, (1 + threads) / 2, the middle of
+        what the choice may keep. For estimates that span many turns, as a lane's pauses do (`LanePacer` follows the
+        loop's cores turn by turn). Not the latest turns whatever they stepped: a class's heavy run, estimated while
+        its class's runs were still building their warm starts and the loop stepped two or three runs on one
+        thread, was told 313 s for its first point, and once the class's nineteen stepped on two threads it came
+        after 194 s (bench/class_load.py)."""
+        if self.threads == 1 or runs < MIN_THREADED_RUNS:
+            return 1.0
         with self._lock:
-            return statistics.fmean(self._recent_cores) if self._recent_cores else float(self._cores)
+            return statistics.fmean(self._choosing_cores) if self._choosing_cores else (1 + self.threads) / 2
 
     def lane_progress(self, trainer) -> tuple[int, float] | None:
         """For a run stepping in a lane of its own: the updates its step under way has done after its first, and
@@ -530,7 +535,8 @@ class RunLoop:
             choosing = self.threads > 1 and len(stepping) >= MIN_THREADED_RUNS  # else one thread
             threads = self._choice.choose(self._turn_number) if choosing else 1
             self._cores = threads
-            self._recent_cores.append(threads)
+            if choosing:
+                self._choosing_cores.append(threads)
         began_stepping = self._clock() if choosing else 0.0
         outcomes = step_on_threads([member.trainer for member in stepping], threads)
         if choosing:
