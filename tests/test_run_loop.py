@@ -13,6 +13,7 @@ import rl_core.runs.run_loop
 from rl_core.engine.run_batch import step_together
 from rl_core.runs.run_loop import (
     CHOICE_RETRY_TURNS,
+    CORES_TIMED,
     MIN_THREADED_RUNS,
     THREADS_KNOB,
     LanePacer,
@@ -627,16 +628,33 @@ def test_a_turn_of_enough_runs_steps_on_the_loops_intra_op_threads_and_gives_the
         assert all([r["step"] for r in outcome["records"]] == [1, 2] for outcome in outcomes)
         assert all(outcome["ended"] == "returned" for outcome in outcomes)
         assert loop.cores == 1  # idle again
-        # Ahead, with eight runs: the eight's two turns' cores (the holder's turn alone is under the minimum), 2 on
-        # two threads; with three runs, or on one thread, 1.
-        assert loop.cores_ahead(8) == (2.0 if threads == 2 else 1.0)
+        # Ahead, with eight runs: two turns of eight are no whole cycle of the choice, so the middle of one and two
+        # threads; with three runs, or on one thread, 1.
+        assert loop.cores_ahead(8) == (1.5 if threads == 2 else 1.0)
         assert loop.cores_ahead(3) == 1.0
-    # Before any turn of four runs or more, the middle of what the choice may keep.
-    assert RunLoop(threads=2).cores_ahead(8) == 1.5 and RunLoop(threads=3).cores_ahead(4) == 2.0
+    assert RunLoop(threads=3).cores_ahead(4) == 2.0
     # The step on two threads gives this thread its count back.
     steps[:] = []
     assert [r["step"] for r in step_on_threads([Counting("S", 1, [])], 2)] == [1]
     assert steps == [(["S"], threading.current_thread().name, 2)] and torch.get_num_threads() == 1
+
+
+def test_the_cores_ahead_are_the_latest_cycle_of_turns_that_stepped_enough_runs(monkeypatch):
+    # Four runs of CORES_TIMED + 5 steps each on two threads: once the loop has stepped a whole cycle of turns of four,
+    # the cores ahead are the mean of the latest CORES_TIMED of them, as the steps themselves ran (the choice
+    # tries each setting and keeps the faster of two that cost nothing, so both may appear).
+    seen = []
+
+    def logged(runs):
+        if len(runs) >= MIN_THREADED_RUNS:
+            seen.append(torch.get_num_threads())
+        return step_together(runs)
+
+    monkeypatch.setattr(rl_core.runs.run_loop, "step_together", logged)
+    loop = RunLoop(threads=2)
+    joined_while_held(loop, [Counting(f"R{k}", CORES_TIMED + 5, [], shape="tiny") for k in range(4)])
+    assert len(seen) == CORES_TIMED + 5
+    assert loop.cores_ahead(4) == pytest.approx(sum(seen[-CORES_TIMED:]) / CORES_TIMED)
 
 
 def test_a_turn_of_fewer_runs_than_the_minimum_steps_on_one_thread(declared_costs, monkeypatch):

@@ -408,17 +408,20 @@ class RunLoop:
 
     def cores_ahead(self, runs: int) -> float:
         """The cores the loop's time will be over the coming turns while it steps `runs` runs: 1 on one thread or
-        under MIN_THREADED_RUNS; else the mean of the latest CORES_TIMED turns that stepped that many (a cycle of
-        `ThreadsChoice`: the setting kept, then the other tried), or before any did, (1 + threads) / 2, the middle of
-        what the choice may keep. For estimates that span many turns, as a lane's pauses do (`LanePacer` follows the
-        loop's cores turn by turn). Not the latest turns whatever they stepped: a class's heavy run, estimated while
-        its class's runs were still building their warm starts and the loop stepped two or three runs on one
-        thread, was told 313 s for its first point, and once the class's nineteen stepped on two threads it came
-        after 194 s (bench/class_load.py)."""
+        under MIN_THREADED_RUNS; else the mean of the latest CORES_TIMED turns that stepped that many, once there
+        are as many (a whole cycle of `ThreadsChoice`: the setting kept, then the other tried), and before that
+        (1 + threads) / 2, the middle of what the choice may keep. For estimates that span many turns, as a lane's
+        pauses do (`LanePacer` follows the loop's cores turn by turn). A class's heavy run, estimated while the loop
+        stepped two or three runs on one thread, was told 313 s, and once its class's nineteen stepped on two threads
+        came after 194 s; estimated from the class's first turns, which try two threads first, it was told 157 s,
+        and the loop then kept one: 283 s (bench/class_load.py, load 4 on 2 cores). The middle is within 1.5× of
+        either end."""
         if self.threads == 1 or runs < MIN_THREADED_RUNS:
             return 1.0
         with self._lock:
-            return statistics.fmean(self._choosing_cores) if self._choosing_cores else (1 + self.threads) / 2
+            if len(self._choosing_cores) < CORES_TIMED:
+                return (1 + self.threads) / 2
+            return statistics.fmean(self._choosing_cores)
 
     def lane_progress(self, trainer) -> tuple[int, float] | None:
         """For a run stepping in a lane of its own: the updates its step under way has done after its first, and
