@@ -76,8 +76,8 @@ TURNS_TIMED = 5
 # runs with little company outlast it.
 FIRST_WAITS_KEPT = 24
 # The fewest runs a turn steps on more than one intra-op thread: a smaller group's ops are too small to split, and
-# the second thread waits for work between them on a core of its own (a run alone: 19.9 steps/s on two threads
-# against 17.4–20.8 on one, at twice the CPU seconds; ten runs: 4.4–5.3 against 3.5, bench/README.md,
+# the second thread waits for work between them on a core of its own (a run alone: 14.3–21.4 steps/s on two threads
+# against 14.1–20.8 on one, at twice the CPU seconds; ten runs: 4.4–5.3 against 3.5, bench/README.md,
 # "live_loop_pace.py").
 MIN_THREADED_RUNS = 4
 # How many times the cheapest other run's step a run's step must cost, beyond a whole turn, to go to a lane
